@@ -1,0 +1,313 @@
+//! Length-prefixed messages as CPython's `Connection._send_bytes` and
+//! `_recv_bytes` write and read them on sockets and pipes.
+//!
+//! A message is a 4-byte big-endian signed length and the payload. Payloads
+//! longer than `0x7fffffff` bytes carry `-1` in those 4 bytes, then an 8-byte
+//! big-endian unsigned length (`struct.pack("!Q", n)`).
+
+use std::fmt;
+use std::io::{self, ErrorKind, Read, Write};
+
+/// The longest payload announced by the 4-byte header alone; longer ones use
+/// the `-1` marker and an 8-byte length.
+pub const SHORT_FORM_MAX_LEN: u64 = 0x7fff_ffff;
+
+/// The 4-byte header value that announces an 8-byte length after it.
+pub const LONG_FORM_MARKER: i32 = -1;
+
+/// Payloads up to this size go out in one write together with their header.
+///
+/// CPython concatenates header and payload below this size so that a TCP
+/// socket does not hold the payload back behind the header (Nagle's
+/// algorithm), and so a 0-byte payload is never written on its own.
+pub const SINGLE_WRITE_MAX_LEN: usize = 16 * 1024;
+
+/// How much payload space is reserved before any payload byte has arrived.
+///
+/// A peer's length claim alone must not make us allocate: beyond this, the
+/// buffer grows only as bytes actually arrive.
+const INITIAL_RESERVE_MAX: usize = 1 << 20;
+
+/// The encoded header of one message: 4 bytes, or 12 for the long form.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FrameHeader {
+    bytes: [u8; 12],
+    encoded_len: usize,
+    payload_len: u64,
+}
+
+impl FrameHeader {
+    /// The header CPython writes in front of a payload of `payload_len` bytes.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tensorshare_compat::connection::FrameHeader;
+    ///
+    /// assert_eq!(FrameHeader::new(5).as_bytes(), [0, 0, 0, 5]);
+    /// assert_eq!(
+    ///     FrameHeader::new(0x8000_0000).as_bytes(),
+    ///     [0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0x80, 0, 0, 0]
+    /// );
+    /// ```
+    pub fn new(payload_len: u64) -> Self {
+        let mut bytes = [0u8; 12];
+        let encoded_len = match i32::try_from(payload_len) {
+            Ok(short) => {
+                bytes[..4].copy_from_slice(&short.to_be_bytes());
+                4
+            }
+            Err(_) => {
+                bytes[..4].copy_from_slice(&LONG_FORM_MARKER.to_be_bytes());
+                bytes[4..].copy_from_slice(&payload_len.to_be_bytes());
+                12
+            }
+        };
+        Self {
+            bytes,
+            encoded_len,
+            payload_len,
+        }
+    }
+
+    /// The header bytes as they go on the wire.
+    pub fn as_bytes(&self) -> &[u8] {
+        self.bytes.get(..self.encoded_len).unwrap_or(&self.bytes)
+    }
+
+    /// The payload length this header announces.
+    pub fn payload_len(&self) -> u64 {
+        self.payload_len
+    }
+
+    /// Whether this is the 12-byte form (`-1` then an 8-byte length).
+    pub fn is_long_form(&self) -> bool {
+        self.encoded_len == 12
+    }
+}
+
+/// The part of a message that was being read when the stream ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FramePart {
+    /// The 4-byte length header.
+    Header,
+    /// The 8-byte length after a `-1` header.
+    LongLength,
+    /// The payload.
+    Payload,
+}
+
+impl fmt::Display for FramePart {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Header => "4-byte length header",
+            Self::LongLength => "8-byte length after the -1 marker",
+            Self::Payload => "payload",
+        })
+    }
+}
+
+/// Why a message could not be read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FramingError {
+    /// The stream ended cleanly between two messages: the peer closed the
+    /// connection. CPython raises `EOFError` here.
+    #[error("the peer closed the connection")]
+    Closed,
+    /// The stream ended inside a message.
+    #[error(
+        "the connection ended in the middle of a message: its {part} needed {expected} bytes \
+         but only {received} arrived; the peer died or does not speak \
+         multiprocessing.connection framing"
+    )]
+    Truncated {
+        /// What was being read.
+        part: FramePart,
+        /// How many bytes that part needed.
+        expected: u64,
+        /// How many arrived before the end of the stream.
+        received: u64,
+    },
+    /// The header announced more bytes than the receiver accepts. Nothing was
+    /// allocated for it, and the payload is still unread, so the connection
+    /// is no longer usable.
+    #[error(
+        "the peer announced a {claimed}-byte message, above this receiver's limit of {limit} \
+         bytes; raise the maximum message length (the max_len argument) if messages that \
+         large are expected"
+    )]
+    TooLarge {
+        /// The length in the header.
+        claimed: u64,
+        /// The receiver's limit.
+        limit: u64,
+    },
+    /// The 4-byte header held a negative length other than the `-1` marker.
+    #[error(
+        "invalid message header: length {0} is negative and not the -1 marker of the 8-byte \
+         form; the peer does not speak multiprocessing.connection framing"
+    )]
+    NegativeLength(i32),
+    /// The stream failed.
+    #[error("connection I/O failed: {0}")]
+    Io(#[from] io::Error),
+}
+
+/// Writes one message: header and payload.
+///
+/// Payloads up to [`SINGLE_WRITE_MAX_LEN`] go out in a single `write_all`
+/// together with their header, as CPython does. Nothing is flushed: wrap the
+/// stream in a `BufWriter` only if you flush it yourself.
+///
+/// # Errors
+///
+/// Whatever the stream's `write_all` returns.
+///
+/// # Examples
+///
+/// ```
+/// use tensorshare_compat::connection::write_message;
+///
+/// let mut wire = Vec::new();
+/// write_message(&mut wire, b"hi")?;
+/// assert_eq!(wire, [0, 0, 0, 2, b'h', b'i']);
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub fn write_message<W: Write + ?Sized>(writer: &mut W, payload: &[u8]) -> io::Result<()> {
+    let payload_len = u64::try_from(payload.len())
+        .map_err(|_| io::Error::new(ErrorKind::InvalidInput, "payload length exceeds u64"))?;
+    let header = FrameHeader::new(payload_len);
+    let header_bytes = header.as_bytes();
+    if payload.len() <= SINGLE_WRITE_MAX_LEN {
+        let mut frame = [0u8; 12 + SINGLE_WRITE_MAX_LEN];
+        let frame_len = header_bytes.len() + payload.len();
+        let (head, rest) = frame.split_at_mut(header_bytes.len());
+        head.copy_from_slice(header_bytes);
+        if let Some(body) = rest.get_mut(..payload.len()) {
+            body.copy_from_slice(payload);
+        }
+        writer.write_all(frame.get(..frame_len).unwrap_or(&frame))
+    } else {
+        writer.write_all(header_bytes)?;
+        writer.write_all(payload)
+    }
+}
+
+/// Reads one header and returns the payload length it announces.
+///
+/// The payload itself is left in the stream, for callers that put it
+/// somewhere other than a `Vec` (for example straight into shared memory).
+/// No limit is applied here: compare the result with yours.
+///
+/// # Errors
+///
+/// [`FramingError::Closed`] if the stream ends before the first header byte,
+/// [`FramingError::Truncated`] if it ends inside the header,
+/// [`FramingError::NegativeLength`] for a negative length other than `-1`,
+/// [`FramingError::Io`] if the stream fails.
+pub fn read_header<R: Read + ?Sized>(reader: &mut R) -> Result<u64, FramingError> {
+    let mut short = [0u8; 4];
+    let received = read_full(reader, &mut short)?;
+    if received == 0 {
+        return Err(FramingError::Closed);
+    }
+    if received < short.len() {
+        return Err(truncated(FramePart::Header, short.len(), received));
+    }
+    match i32::from_be_bytes(short) {
+        LONG_FORM_MARKER => {
+            let mut long = [0u8; 8];
+            let received = read_full(reader, &mut long)?;
+            if received < long.len() {
+                return Err(truncated(FramePart::LongLength, long.len(), received));
+            }
+            Ok(u64::from_be_bytes(long))
+        }
+        negative if negative < 0 => Err(FramingError::NegativeLength(negative)),
+        length => Ok(u64::from(length.unsigned_abs())),
+    }
+}
+
+/// Reads one message and returns its payload.
+///
+/// A header claiming more than `max_len` bytes is refused before anything is
+/// allocated for it; below the limit, memory grows only as payload bytes
+/// arrive, so a peer that lies about the length cannot make us allocate
+/// more than about twice what it really sent.
+///
+/// # Errors
+///
+/// [`FramingError::TooLarge`] above `max_len`, [`FramingError::Closed`] at
+/// a clean end of stream before the message, [`FramingError::Truncated`]
+/// inside it, [`FramingError::NegativeLength`] for a bad header, and
+/// [`FramingError::Io`] if the stream fails.
+///
+/// # Examples
+///
+/// ```
+/// use tensorshare_compat::connection::{read_message, FramingError};
+///
+/// let mut wire: &[u8] = &[0, 0, 0, 2, b'h', b'i'];
+/// assert_eq!(read_message(&mut wire, 1024)?, b"hi");
+/// assert!(matches!(read_message(&mut wire, 1024), Err(FramingError::Closed)));
+/// # Ok::<(), FramingError>(())
+/// ```
+pub fn read_message<R: Read + ?Sized>(
+    reader: &mut R,
+    max_len: usize,
+) -> Result<Vec<u8>, FramingError> {
+    let mut payload = Vec::new();
+    read_message_into(reader, &mut payload, max_len)?;
+    Ok(payload)
+}
+
+/// Reads one message into `buf`, replacing its contents and reusing its
+/// capacity; returns the payload length.
+///
+/// # Errors
+///
+/// As [`read_message`]. On error `buf` holds whatever part of the payload
+/// arrived.
+pub fn read_message_into<R: Read + ?Sized>(
+    reader: &mut R,
+    buf: &mut Vec<u8>,
+    max_len: usize,
+) -> Result<usize, FramingError> {
+    buf.clear();
+    let claimed = read_header(reader)?;
+    let limit = u64::try_from(max_len).unwrap_or(u64::MAX);
+    let payload_len = match usize::try_from(claimed) {
+        Ok(len) if claimed <= limit => len,
+        _ => return Err(FramingError::TooLarge { claimed, limit }),
+    };
+    buf.reserve(payload_len.min(INITIAL_RESERVE_MAX));
+    let received = reader.take(claimed).read_to_end(buf)?;
+    if received < payload_len {
+        return Err(truncated(FramePart::Payload, payload_len, received));
+    }
+    Ok(received)
+}
+
+/// Fills `buf` as far as the stream allows; returns how many bytes arrived
+/// (fewer than `buf.len()` only at end of stream).
+fn read_full<R: Read + ?Sized>(reader: &mut R, buf: &mut [u8]) -> io::Result<usize> {
+    let mut filled = 0;
+    while let Some(rest) = buf.get_mut(filled..).filter(|rest| !rest.is_empty()) {
+        match reader.read(rest) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(filled)
+}
+
+fn truncated(part: FramePart, expected: usize, received: usize) -> FramingError {
+    FramingError::Truncated {
+        part,
+        expected: u64::try_from(expected).unwrap_or(u64::MAX),
+        received: u64::try_from(received).unwrap_or(u64::MAX),
+    }
+}

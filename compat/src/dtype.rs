@@ -1,0 +1,460 @@
+//! torch's CPU dtypes: wire names, element sizes and element decoding.
+
+/// A torch dtype, named as `torch.<name>` on the wire (e.g. `torch.float32`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum DType {
+    /// `torch.bool`
+    Bool,
+    /// `torch.uint8`
+    UInt8,
+    /// `torch.uint16`
+    UInt16,
+    /// `torch.uint32`
+    UInt32,
+    /// `torch.uint64`
+    UInt64,
+    /// `torch.int8`
+    Int8,
+    /// `torch.int16`
+    Int16,
+    /// `torch.int32`
+    Int32,
+    /// `torch.int64`
+    Int64,
+    /// `torch.float16`
+    Float16,
+    /// `torch.bfloat16`
+    BFloat16,
+    /// `torch.float32`
+    Float32,
+    /// `torch.float64`
+    Float64,
+    /// `torch.complex32`
+    Complex32,
+    /// `torch.complex64`
+    Complex64,
+    /// `torch.complex128`
+    Complex128,
+    /// `torch.float8_e4m3fn`
+    Float8E4M3Fn,
+    /// `torch.float8_e4m3fnuz`
+    Float8E4M3FnUz,
+    /// `torch.float8_e5m2`
+    Float8E5M2,
+    /// `torch.float8_e5m2fnuz`
+    Float8E5M2FnUz,
+    /// `torch.float8_e8m0fnu`
+    Float8E8M0Fnu,
+    /// `torch.float4_e2m1fn_x2`: two 4-bit floats packed in one byte.
+    Float4E2M1FnX2,
+    /// `torch.bcomplex32`: a complex of two bfloat16.
+    BComplex32,
+    /// `torch.bits1x8`: opaque bits.
+    Bits1x8,
+    /// `torch.bits2x4`: opaque bits.
+    Bits2x4,
+    /// `torch.bits4x2`: opaque bits.
+    Bits4x2,
+    /// `torch.bits8`: opaque bits.
+    Bits8,
+    /// `torch.bits16`: opaque bits.
+    Bits16,
+}
+
+/// One element, widened to a type that holds every value of its dtype.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Scalar {
+    /// A `bool` element.
+    Bool(bool),
+    /// A signed integer element.
+    Int(i64),
+    /// An unsigned integer element.
+    UInt(u64),
+    /// A floating-point element, converted exactly to `f64`.
+    Float(f64),
+    /// A complex element: real and imaginary parts.
+    Complex(f64, f64),
+    /// Two packed 4-bit floats, low nibble first.
+    PackedFloat4(f64, f64),
+}
+
+/// A minifloat layout: exponent and mantissa widths, bias, and which of the
+/// special encodings it has.
+struct MiniFloat {
+    exponent_bits: u32,
+    mantissa_bits: u32,
+    bias: i32,
+    /// IEEE-style: all-ones exponent is inf (mantissa 0) or NaN.
+    ieee_specials: bool,
+    /// "fn": only all-ones exponent *and* mantissa is NaN, no inf.
+    nan_all_ones: bool,
+    /// "fnuz": the negative-zero pattern is the single NaN.
+    nan_is_negative_zero: bool,
+}
+
+impl MiniFloat {
+    fn decode(&self, bits: u32) -> f64 {
+        let total = 1 + self.exponent_bits + self.mantissa_bits;
+        let sign_bit = 1 << (total - 1);
+        let exponent_mask = (1 << self.exponent_bits) - 1;
+        let mantissa_mask = (1 << self.mantissa_bits) - 1;
+        let negative = bits & sign_bit != 0;
+        let exponent = (bits >> self.mantissa_bits) & exponent_mask;
+        let mantissa = bits & mantissa_mask;
+        if self.nan_is_negative_zero && bits == sign_bit {
+            return f64::NAN;
+        }
+        if self.nan_all_ones && exponent == exponent_mask && mantissa == mantissa_mask {
+            return f64::NAN;
+        }
+        if self.ieee_specials && exponent == exponent_mask {
+            return match (mantissa, negative) {
+                (0, false) => f64::INFINITY,
+                (0, true) => f64::NEG_INFINITY,
+                _ => f64::NAN,
+            };
+        }
+        let scale = f64::from(1u32 << self.mantissa_bits);
+        let magnitude = if exponent == 0 {
+            f64::from(mantissa) / scale * 2f64.powi(1 - self.bias)
+        } else {
+            (1.0 + f64::from(mantissa) / scale) * 2f64.powi(exponent as i32 - self.bias)
+        };
+        if negative { -magnitude } else { magnitude }
+    }
+}
+
+const FLOAT16: MiniFloat = MiniFloat {
+    exponent_bits: 5,
+    mantissa_bits: 10,
+    bias: 15,
+    ieee_specials: true,
+    nan_all_ones: false,
+    nan_is_negative_zero: false,
+};
+const FLOAT8_E4M3FN: MiniFloat = MiniFloat {
+    exponent_bits: 4,
+    mantissa_bits: 3,
+    bias: 7,
+    ieee_specials: false,
+    nan_all_ones: true,
+    nan_is_negative_zero: false,
+};
+const FLOAT8_E4M3FNUZ: MiniFloat = MiniFloat {
+    exponent_bits: 4,
+    mantissa_bits: 3,
+    bias: 8,
+    ieee_specials: false,
+    nan_all_ones: false,
+    nan_is_negative_zero: true,
+};
+const FLOAT8_E5M2: MiniFloat = MiniFloat {
+    exponent_bits: 5,
+    mantissa_bits: 2,
+    bias: 15,
+    ieee_specials: true,
+    nan_all_ones: false,
+    nan_is_negative_zero: false,
+};
+const FLOAT8_E5M2FNUZ: MiniFloat = MiniFloat {
+    exponent_bits: 5,
+    mantissa_bits: 2,
+    bias: 16,
+    ieee_specials: false,
+    nan_all_ones: false,
+    nan_is_negative_zero: true,
+};
+const FLOAT4_E2M1FN: MiniFloat = MiniFloat {
+    exponent_bits: 2,
+    mantissa_bits: 1,
+    bias: 1,
+    ieee_specials: false,
+    nan_all_ones: false,
+    nan_is_negative_zero: false,
+};
+
+impl DType {
+    /// Every dtype, in a stable order.
+    pub const ALL: [DType; 28] = [
+        DType::Bool,
+        DType::UInt8,
+        DType::UInt16,
+        DType::UInt32,
+        DType::UInt64,
+        DType::Int8,
+        DType::Int16,
+        DType::Int32,
+        DType::Int64,
+        DType::Float16,
+        DType::BFloat16,
+        DType::Float32,
+        DType::Float64,
+        DType::Complex32,
+        DType::Complex64,
+        DType::Complex128,
+        DType::Float8E4M3Fn,
+        DType::Float8E4M3FnUz,
+        DType::Float8E5M2,
+        DType::Float8E5M2FnUz,
+        DType::Float8E8M0Fnu,
+        DType::Float4E2M1FnX2,
+        DType::BComplex32,
+        DType::Bits1x8,
+        DType::Bits2x4,
+        DType::Bits4x2,
+        DType::Bits8,
+        DType::Bits16,
+    ];
+
+    /// The torch name, as in `torch.<name>` and `str(dtype)` without the prefix.
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::Bool => "bool",
+            DType::UInt8 => "uint8",
+            DType::UInt16 => "uint16",
+            DType::UInt32 => "uint32",
+            DType::UInt64 => "uint64",
+            DType::Int8 => "int8",
+            DType::Int16 => "int16",
+            DType::Int32 => "int32",
+            DType::Int64 => "int64",
+            DType::Float16 => "float16",
+            DType::BFloat16 => "bfloat16",
+            DType::Float32 => "float32",
+            DType::Float64 => "float64",
+            DType::Complex32 => "complex32",
+            DType::Complex64 => "complex64",
+            DType::Complex128 => "complex128",
+            DType::Float8E4M3Fn => "float8_e4m3fn",
+            DType::Float8E4M3FnUz => "float8_e4m3fnuz",
+            DType::Float8E5M2 => "float8_e5m2",
+            DType::Float8E5M2FnUz => "float8_e5m2fnuz",
+            DType::Float8E8M0Fnu => "float8_e8m0fnu",
+            DType::Float4E2M1FnX2 => "float4_e2m1fn_x2",
+            DType::BComplex32 => "bcomplex32",
+            DType::Bits1x8 => "bits1x8",
+            DType::Bits2x4 => "bits2x4",
+            DType::Bits4x2 => "bits4x2",
+            DType::Bits8 => "bits8",
+            DType::Bits16 => "bits16",
+        }
+    }
+
+    /// The dtype for a torch name, accepting torch's aliases
+    /// (`float`, `half`, `long`, `cfloat`, ...).
+    pub fn from_name(name: &str) -> Option<DType> {
+        let canonical = match name {
+            "float" => "float32",
+            "double" => "float64",
+            "half" => "float16",
+            "long" => "int64",
+            "int" => "int32",
+            "short" => "int16",
+            "chalf" => "complex32",
+            "cfloat" => "complex64",
+            "cdouble" => "complex128",
+            other => other,
+        };
+        DType::ALL.into_iter().find(|d| d.name() == canonical)
+    }
+
+    /// Bytes per element.
+    pub fn element_size(self) -> usize {
+        match self {
+            DType::Bool
+            | DType::UInt8
+            | DType::Int8
+            | DType::Float8E4M3Fn
+            | DType::Float8E4M3FnUz
+            | DType::Float8E5M2
+            | DType::Float8E5M2FnUz
+            | DType::Float8E8M0Fnu
+            | DType::Float4E2M1FnX2
+            | DType::Bits1x8
+            | DType::Bits2x4
+            | DType::Bits4x2
+            | DType::Bits8 => 1,
+            DType::UInt16 | DType::Int16 | DType::Float16 | DType::BFloat16 | DType::Bits16 => 2,
+            DType::UInt32
+            | DType::Int32
+            | DType::Float32
+            | DType::Complex32
+            | DType::BComplex32 => 4,
+            DType::UInt64 | DType::Int64 | DType::Float64 | DType::Complex64 => 8,
+            DType::Complex128 => 16,
+        }
+    }
+
+    /// The legacy typed-storage class (`torch.FloatStorage`, ...), for the
+    /// dtypes that have one.
+    pub fn legacy_storage_class(self) -> Option<&'static str> {
+        Some(match self {
+            DType::Bool => "BoolStorage",
+            DType::UInt8 => "ByteStorage",
+            DType::Int8 => "CharStorage",
+            DType::Int16 => "ShortStorage",
+            DType::Int32 => "IntStorage",
+            DType::Int64 => "LongStorage",
+            DType::Float16 => "HalfStorage",
+            DType::BFloat16 => "BFloat16Storage",
+            DType::Float32 => "FloatStorage",
+            DType::Float64 => "DoubleStorage",
+            DType::Complex64 => "ComplexFloatStorage",
+            DType::Complex128 => "ComplexDoubleStorage",
+            _ => return None,
+        })
+    }
+
+    /// The dtype of a legacy typed-storage class name (`FloatStorage`, ...).
+    pub fn from_legacy_storage_class(class: &str) -> Option<DType> {
+        DType::ALL
+            .into_iter()
+            .find(|d| d.legacy_storage_class() == Some(class))
+    }
+
+    /// Decodes one element from its little-endian bytes.
+    ///
+    /// Returns `None` when `bytes` is not exactly [`element_size`](Self::element_size)
+    /// long, and for dtypes whose elements torch itself does not turn into
+    /// numbers (`bits*`, `bcomplex32`).
+    pub fn decode_element(self, bytes: &[u8]) -> Option<Scalar> {
+        if bytes.len() != self.element_size() {
+            return None;
+        }
+        let mut wide = [0u8; 8];
+        let word = |b: &[u8]| {
+            let mut w = [0u8; 8];
+            w[..b.len()].copy_from_slice(b);
+            u64::from_le_bytes(w)
+        };
+        wide[..bytes.len().min(8)].copy_from_slice(&bytes[..bytes.len().min(8)]);
+        let bits = u64::from_le_bytes(wide);
+        if matches!(
+            self,
+            DType::BComplex32
+                | DType::Bits1x8
+                | DType::Bits2x4
+                | DType::Bits4x2
+                | DType::Bits8
+                | DType::Bits16
+        ) {
+            return None;
+        }
+        let sign_extend = |bits: u64, width: u32| ((bits << (64 - width)) as i64) >> (64 - width);
+        Some(match self {
+            DType::Bool => Scalar::Bool(bits != 0),
+            DType::UInt8 | DType::UInt16 | DType::UInt32 | DType::UInt64 => Scalar::UInt(bits),
+            DType::Int8 => Scalar::Int(sign_extend(bits, 8)),
+            DType::Int16 => Scalar::Int(sign_extend(bits, 16)),
+            DType::Int32 => Scalar::Int(sign_extend(bits, 32)),
+            DType::Int64 => Scalar::Int(bits as i64),
+            DType::Float16 => Scalar::Float(FLOAT16.decode(bits as u32)),
+            DType::BFloat16 => Scalar::Float(f64::from(f32::from_bits((bits as u32) << 16))),
+            DType::Float32 => Scalar::Float(f64::from(f32::from_bits(bits as u32))),
+            DType::Float64 => Scalar::Float(f64::from_bits(bits)),
+            DType::Complex32 => Scalar::Complex(
+                FLOAT16.decode((bits & 0xffff) as u32),
+                FLOAT16.decode(((bits >> 16) & 0xffff) as u32),
+            ),
+            DType::Complex64 => Scalar::Complex(
+                f64::from(f32::from_bits(bits as u32)),
+                f64::from(f32::from_bits((bits >> 32) as u32)),
+            ),
+            DType::Complex128 => Scalar::Complex(
+                f64::from_bits(word(&bytes[..8])),
+                f64::from_bits(word(&bytes[8..])),
+            ),
+            DType::Float8E4M3Fn => Scalar::Float(FLOAT8_E4M3FN.decode(bits as u32)),
+            DType::Float8E4M3FnUz => Scalar::Float(FLOAT8_E4M3FNUZ.decode(bits as u32)),
+            DType::Float8E5M2 => Scalar::Float(FLOAT8_E5M2.decode(bits as u32)),
+            DType::Float8E5M2FnUz => Scalar::Float(FLOAT8_E5M2FNUZ.decode(bits as u32)),
+            DType::Float8E8M0Fnu => Scalar::Float(if bits == 0xff {
+                f64::NAN
+            } else {
+                2f64.powi(bits as i32 - 127)
+            }),
+            DType::Float4E2M1FnX2 => Scalar::PackedFloat4(
+                FLOAT4_E2M1FN.decode((bits & 0xf) as u32),
+                FLOAT4_E2M1FN.decode(((bits >> 4) & 0xf) as u32),
+            ),
+            DType::BComplex32
+            | DType::Bits1x8
+            | DType::Bits2x4
+            | DType::Bits4x2
+            | DType::Bits8
+            | DType::Bits16 => return None,
+        })
+    }
+}
+
+impl std::fmt::Display for DType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for dtype in DType::ALL {
+            assert_eq!(DType::from_name(dtype.name()), Some(dtype));
+        }
+        assert_eq!(DType::from_name("cfloat"), Some(DType::Complex64));
+        assert_eq!(DType::from_name("float7"), None);
+    }
+
+    #[test]
+    fn legacy_classes_round_trip() {
+        for dtype in DType::ALL {
+            if let Some(class) = dtype.legacy_storage_class() {
+                assert_eq!(DType::from_legacy_storage_class(class), Some(dtype));
+            }
+        }
+    }
+
+    #[test]
+    fn minifloats_decode_known_values() {
+        assert_eq!(
+            DType::Float16.decode_element(&[0x00, 0x3c]),
+            Some(Scalar::Float(1.0))
+        );
+        assert_eq!(
+            DType::Float16.decode_element(&[0x00, 0xfc]),
+            Some(Scalar::Float(f64::NEG_INFINITY))
+        );
+        assert_eq!(
+            DType::BFloat16.decode_element(&[0xc0, 0x3f]),
+            Some(Scalar::Float(1.5))
+        );
+        // e4m3fn: 0x7e is the largest finite value, 448; 0x7f is NaN.
+        assert_eq!(
+            DType::Float8E4M3Fn.decode_element(&[0x7e]),
+            Some(Scalar::Float(448.0))
+        );
+        assert!(
+            matches!(DType::Float8E4M3Fn.decode_element(&[0x7f]), Some(Scalar::Float(x)) if x.is_nan())
+        );
+        // e5m2: 0x7b is 57344, 0x7c is inf.
+        assert_eq!(
+            DType::Float8E5M2.decode_element(&[0x7b]),
+            Some(Scalar::Float(57344.0))
+        );
+        assert_eq!(
+            DType::Float8E5M2.decode_element(&[0x7c]),
+            Some(Scalar::Float(f64::INFINITY))
+        );
+        assert!(
+            matches!(DType::Float8E4M3FnUz.decode_element(&[0x80]), Some(Scalar::Float(x)) if x.is_nan())
+        );
+        assert_eq!(
+            DType::Float8E8M0Fnu.decode_element(&[127]),
+            Some(Scalar::Float(1.0))
+        );
+        assert_eq!(DType::Int8.decode_element(&[0xff]), Some(Scalar::Int(-1)));
+        assert_eq!(DType::Float32.decode_element(&[0; 3]), None);
+    }
+}

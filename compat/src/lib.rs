@@ -1,0 +1,18 @@
+//! PyTorch and CPython wire formats, with no OS sharing and no unsafe code.
+//!
+//! - [`pickle`]: a pickle decoder VM that executes nothing (globals resolve
+//!   only through an allowlist into inert [`pickle::Node::Global`] nodes) and
+//!   an encoder with memoization.
+//! - [`dtype`]: torch's dtypes with their wire names and element sizes.
+//! - [`torch_save`]: readers for `torch.save` files, zip and legacy.
+//!
+//! Every input byte is treated as hostile: sizes and depth are capped, and a
+//! malformed input is an error carrying the byte offset, never a panic.
+#![forbid(unsafe_code)]
+
+pub mod connection;
+pub mod dtype;
+pub mod pickle;
+pub mod torch_save;
+
+pub use dtype::DType;

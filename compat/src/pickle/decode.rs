@@ -1,0 +1,222 @@
+//! The decoder VM: reads pickles of protocols 0 to 5 into a [`Pickle`]
+//! arena and executes nothing. What it accepts, refuses and caps is
+//! documented on [`decode`], the entry point (this module is private; its
+//! items are re-exported from `pickle`).
+
+mod calls;
+mod error;
+mod machine;
+mod number;
+mod ops;
+mod text;
+
+pub use error::{DecodeError, DecodeErrorCode};
+
+use super::Pickle;
+
+/// Decides which globals a pickle may name.
+///
+/// Implemented for any `Fn(&str, &str) -> bool` taking `(module, name)`.
+///
+/// # Examples
+///
+/// ```
+/// use tensorshare_compat::pickle::{DecodeErrorCode, Limits, decode};
+///
+/// let only_ordered_dict = |module: &str, name: &str| {
+///     (module, name) == ("collections", "OrderedDict")
+/// };
+/// // pickle.dumps(os.system, protocol=2) on Linux
+/// let err = decode(b"\x80\x02cposix\nsystem\nq\x00.", &only_ordered_dict, &Limits::default())
+///     .unwrap_err();
+/// assert_eq!(err.to_string().split(';').next(), Some("at byte 2: global 'posix.system' is not allowed"));
+/// assert!(matches!(err.code, DecodeErrorCode::DisallowedGlobal { .. }));
+/// ```
+pub trait GlobalFilter {
+    /// Whether `module.name` may become a [`Node::Global`](super::Node::Global).
+    fn allows(&self, module: &str, name: &str) -> bool;
+}
+
+impl<F: Fn(&str, &str) -> bool> GlobalFilter for F {
+    fn allows(&self, module: &str, name: &str) -> bool {
+        self(module, name)
+    }
+}
+
+/// Caps on what one pickle may build; every field bounds memory or time on
+/// hostile input.
+///
+/// # Examples
+///
+/// ```
+/// use tensorshare_compat::pickle::Limits;
+///
+/// let strict = Limits { max_nodes: 10_000, ..Limits::default() };
+/// assert_eq!(strict.max_depth, 1000);
+/// let same = Limits::default().with_max_nodes(10_000);
+/// assert_eq!(strict, same);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Deepest nesting of containers and objects (default 1000, which is
+    /// deeper than CPython's recursion limit lets its pickler write).
+    pub max_depth: usize,
+    /// Most values the arena may hold (default 10 million; at most
+    /// `u32::MAX` is used whatever is set).
+    pub max_nodes: usize,
+    /// Most memo entries (default 10 million).
+    pub max_memo: usize,
+    /// Most stack entries, and separately most pending `MARK`s (default 10
+    /// million).
+    pub max_stack: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_depth: 1000,
+            max_nodes: 10_000_000,
+            max_memo: 10_000_000,
+            max_stack: 10_000_000,
+        }
+    }
+}
+
+impl Limits {
+    /// These limits with `max_depth` replaced.
+    #[must_use]
+    pub fn with_max_depth(self, max_depth: usize) -> Self {
+        Self { max_depth, ..self }
+    }
+
+    /// These limits with `max_nodes` replaced.
+    #[must_use]
+    pub fn with_max_nodes(self, max_nodes: usize) -> Self {
+        Self { max_nodes, ..self }
+    }
+
+    /// These limits with `max_memo` replaced.
+    #[must_use]
+    pub fn with_max_memo(self, max_memo: usize) -> Self {
+        Self { max_memo, ..self }
+    }
+
+    /// These limits with `max_stack` replaced.
+    #[must_use]
+    pub fn with_max_stack(self, max_stack: usize) -> Self {
+        Self { max_stack, ..self }
+    }
+}
+
+/// One decoded pickle and how many input bytes it took.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Decoded {
+    /// The arena; its root is what `pickle.loads` would return.
+    pub pickle: Pickle,
+    /// Bytes read, up to and including `STOP`.
+    pub consumed: usize,
+}
+
+/// Decodes the pickle at the start of `input`, stopping at its `STOP`;
+/// executes nothing.
+///
+/// Bytes after `STOP` are left alone: torch's legacy `torch.save` format
+/// concatenates pickles, and the caller continues at
+/// `input[decoded.consumed..]`. Use [`decode_all`] when the input is one
+/// pickle.
+///
+/// It runs the stack machine of CPython's `_pickle.c` (every opcode of
+/// protocols 0 to 5), with three differences that make it safe on hostile
+/// input:
+///
+/// - Globals (`GLOBAL`, `STACK_GLOBAL`, `INST`) become [`Node::Global`]
+///   only when `globals` allows them; anything else is
+///   [`DecodeErrorCode::DisallowedGlobal`]. Module and name are kept as
+///   sent: CPython's protocol < 3 name mapping (`fix_imports`,
+///   `__builtin__` → `builtins`) is not applied, because the pickles this
+///   crate meets (torch's, protocol 2 and up) carry Python 3 names. A
+///   filter that accepts Python 2 pickles must allow the Python 2 names.
+/// - Calls (`REDUCE`, `NEWOBJ`, `NEWOBJ_EX`, `INST`, `OBJ`) and `BUILD` are
+///   recorded in a [`Node::Object`] (`INST` and `OBJ` as
+///   [`Construction::Reduce`]); `APPEND(S)` and `SETITEM(S)` on an object
+///   fill its `list_items` and `dict_items`.
+/// - Everything is capped by [`Limits`], and a length field that claims
+///   more bytes than remain is [`DecodeErrorCode::Truncated`] before
+///   anything is allocated. Nothing recurses, so no input can overflow the
+///   native stack.
+///
+/// Python 2 `str` values (`STRING`, `BINSTRING`, `SHORT_BINSTRING`) decode
+/// to [`Node::Str`] and must be ASCII, as with CPython's default
+/// `encoding="ASCII"`. Values CPython keeps as singletons (`None`, `True`,
+/// `False`, `()`) are one node each however often they occur. Dicts and
+/// sets keep their items in pickled order, duplicates included. Refused by
+/// design: `EXT1`/`EXT2`/`EXT4` (the copyreg extension registry is state of
+/// the sending process) and `NEXT_BUFFER`/`READONLY_BUFFER` (out-of-band
+/// buffers).
+///
+/// # Nesting depth
+///
+/// A node's depth is 1 + the largest depth of what it holds (0 for scalars
+/// and globals), computed when the node is created and raised when it is
+/// filled. That bounds every value built in the order a pickler writes
+/// (children before the opcode that adds them). A pickle that fills a
+/// container after nesting it (possible only through the memo), or that
+/// builds a cycle, can hold longer paths: walk decoded pickles iteratively
+/// with a visited set.
+///
+/// # Examples
+///
+/// ```
+/// use tensorshare_compat::pickle::{Limits, Node, decode};
+///
+/// // pickle.dumps([1, "a"], protocol=2), then the next pickle
+/// let bytes = b"\x80\x02]q\x00(K\x01X\x01\x00\x00\x00aq\x01e.\x80\x02N.";
+/// let allow_none = |_: &str, _: &str| false;
+/// let decoded = decode(bytes, &allow_none, &Limits::default())?;
+/// let pickle = &decoded.pickle;
+/// let Node::List(items) = pickle.node(pickle.root()) else { panic!("not a list") };
+/// assert_eq!(pickle.node(items[0]), &Node::Int(1));
+/// assert_eq!(pickle.node(items[1]), &Node::Str("a".into()));
+/// assert_eq!(&bytes[decoded.consumed..], b"\x80\x02N.");
+/// # Ok::<(), tensorshare_compat::pickle::DecodeError>(())
+/// ```
+///
+/// # Errors
+///
+/// A [`DecodeError`] with the offset of the offending opcode: a global the
+/// filter refuses, a malformed or truncated pickle, a limit exceeded, or an
+/// opcode refused by design.
+///
+/// [`Node::Global`]: super::Node::Global
+/// [`Node::Object`]: super::Node::Object
+/// [`Node::Str`]: super::Node::Str
+/// [`Construction::Reduce`]: super::Construction::Reduce
+pub fn decode(
+    input: &[u8],
+    globals: &dyn GlobalFilter,
+    limits: &Limits,
+) -> Result<Decoded, DecodeError> {
+    machine::Machine::new(input, globals, limits).run()
+}
+
+/// Decodes `input` as exactly one pickle.
+///
+/// # Errors
+///
+/// Those of [`decode`], and [`DecodeErrorCode::TrailingBytes`] when bytes
+/// follow `STOP`.
+pub fn decode_all(
+    input: &[u8],
+    globals: &dyn GlobalFilter,
+    limits: &Limits,
+) -> Result<Decoded, DecodeError> {
+    let decoded = decode(input, globals, limits)?;
+    let count = input.len().saturating_sub(decoded.consumed);
+    if count > 0 {
+        return Err(DecodeError {
+            offset: decoded.consumed,
+            code: DecodeErrorCode::TrailingBytes { count },
+        });
+    }
+    Ok(decoded)
+}

@@ -1,0 +1,137 @@
+//! What can go wrong decoding a pickle, with the byte offset where it did.
+
+/// A pickle the decoder refused, and where.
+///
+/// `offset` is the position of the opcode being executed (for a stream that
+/// ends before `STOP`, the length of the input; for [`DecodeErrorCode::TrailingBytes`],
+/// the first byte after `STOP`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("at byte {offset}: {code}")]
+pub struct DecodeError {
+    /// Byte offset into the input.
+    pub offset: usize,
+    /// What went wrong.
+    pub code: DecodeErrorCode,
+}
+
+/// Why a pickle was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DecodeErrorCode {
+    /// The input ends before `STOP`, or a length field claims more bytes than
+    /// remain.
+    #[error(
+        "pickle truncated: the input ends before the pickle does; the file or message is incomplete"
+    )]
+    Truncated,
+    /// A byte that is no pickle opcode.
+    #[error("unknown opcode 0x{0:02x}: not a pickle, or a corrupted one")]
+    UnknownOpcode(u8),
+    /// `PROTO` names a protocol above 5.
+    #[error("unsupported pickle protocol {0}: protocols 0 to 5 are supported")]
+    UnsupportedProtocol(u8),
+    /// `GLOBAL`, `STACK_GLOBAL` or `INST` names a global the filter refuses.
+    #[error("global '{module}.{name}' is not allowed; allow it only if you trust what it means")]
+    DisallowedGlobal {
+        /// The module, as sent.
+        module: String,
+        /// The qualified name, as sent.
+        name: String,
+    },
+    /// An opcode needs more values than the stack holds above the last
+    /// `MARK`.
+    #[error("stack underflow: an opcode needs more values than were pushed since the last MARK")]
+    StackUnderflow,
+    /// An opcode that collects items since the last `MARK` found none.
+    #[error("could not find MARK: an opcode collects items since a MARK that was never pushed")]
+    MarkMissing,
+    /// `GET`, `BINGET` or `LONG_BINGET` names a memo key never stored.
+    #[error("memo key {0} was never stored")]
+    MemoMissing(u64),
+    /// Containers or objects nest deeper than [`Limits::max_depth`](super::Limits::max_depth).
+    #[error("nesting deeper than {limit}; raise Limits::max_depth if the pickle is trusted")]
+    NestingTooDeep {
+        /// The limit in force.
+        limit: usize,
+    },
+    /// The pickle builds more than [`Limits::max_nodes`](super::Limits::max_nodes) values.
+    #[error("more than {limit} values; raise Limits::max_nodes if the pickle is trusted")]
+    TooManyNodes {
+        /// The limit in force.
+        limit: usize,
+    },
+    /// The memo grows past [`Limits::max_memo`](super::Limits::max_memo) entries.
+    #[error("more than {limit} memo entries; raise Limits::max_memo if the pickle is trusted")]
+    TooManyMemoEntries {
+        /// The limit in force.
+        limit: usize,
+    },
+    /// The stack (or the mark stack) grows past [`Limits::max_stack`](super::Limits::max_stack).
+    #[error("stack deeper than {limit} entries; raise Limits::max_stack if the pickle is trusted")]
+    StackTooLarge {
+        /// The limit in force.
+        limit: usize,
+    },
+    /// A `str` or a global name is not valid UTF-8. CPython accepts lone
+    /// surrogates (`surrogatepass`) that no Rust string can hold: they land
+    /// here too.
+    #[error("invalid UTF-8 in a str (or a lone surrogate, which has no Rust form)")]
+    InvalidUtf8,
+    /// A Python 2 `str` (`STRING`, `BINSTRING`, `SHORT_BINSTRING`), a
+    /// protocol-0 persistent id or an `INST` name is not ASCII, which is
+    /// what CPython's default `encoding="ASCII"` requires too.
+    #[error("{opcode} argument is not ASCII (CPython's default encoding='ASCII' refuses it too)")]
+    NotAscii {
+        /// The opcode's name.
+        opcode: &'static str,
+    },
+    /// A text argument (`INT`, `LONG`, `FLOAT`, `STRING`, `UNICODE`, memo
+    /// keys) or a length field does not parse.
+    #[error("invalid literal: {0}")]
+    InvalidLiteral(String),
+    /// `DICT` or `SETITEMS` got an odd number of items since the `MARK`.
+    #[error("odd number of items for {opcode}: keys and values must pair up")]
+    OddItemCount {
+        /// The opcode's name.
+        opcode: &'static str,
+    },
+    /// An opcode found a value of the wrong kind on the stack.
+    #[error("{opcode} expects {expected}, found {found}")]
+    WrongType {
+        /// The opcode's name.
+        opcode: &'static str,
+        /// What it needs.
+        expected: &'static str,
+        /// What it found.
+        found: &'static str,
+    },
+    /// `BUILD` applied to an object that already has a state.
+    #[error("BUILD applied twice to one object; the decoder keeps one state per object")]
+    StateAlreadySet,
+    /// An opcode the decoder refuses by design.
+    #[error("opcode {opcode} is not supported: {}", unsupported_reason(opcode))]
+    Unsupported {
+        /// The opcode's name.
+        opcode: &'static str,
+    },
+    /// [`decode_all`](super::decode_all) found bytes after `STOP`.
+    #[error("{count} bytes after STOP; use decode() to read concatenated pickles")]
+    TrailingBytes {
+        /// How many bytes follow `STOP`.
+        count: usize,
+    },
+}
+
+/// Why an opcode is refused, and what the sender can do instead.
+fn unsupported_reason(opcode: &str) -> &'static str {
+    match opcode {
+        "EXT1" | "EXT2" | "EXT4" => {
+            "it names a global through the copyreg extension registry, which is state local to \
+             the sending process; pickle without copyreg.add_extension"
+        }
+        "NEXT_BUFFER" | "READONLY_BUFFER" => {
+            "out-of-band buffers need the sender's buffer list; pickle without buffer_callback"
+        }
+        _ => "the decoder does not implement it",
+    }
+}

@@ -1,0 +1,101 @@
+//! The output buffer, with CPython's protocol 4 framing.
+//!
+//! Mirrors `_Pickler_Write`, `_Pickler_CommitFrame`, `_Pickler_OpcodeBoundary`
+//! and `_Pickler_write_bytes` in CPython's `Modules/_pickle.c`, so that frame
+//! boundaries land where `pickle.dumps` puts them.
+
+use crate::pickle::opcodes::FRAME;
+
+/// CPython's `_FRAME_SIZE_TARGET`: a frame is closed at the first opcode
+/// boundary past this size, and payloads this large are written unframed.
+pub(super) const FRAME_SIZE_TARGET: usize = 64 * 1024;
+
+/// CPython drops a frame header whose frame holds fewer bytes than this: the
+/// header would cost more than it saves.
+const FRAME_SIZE_MIN: usize = 4;
+
+/// `FRAME` plus its 8-byte length.
+const FRAME_HEADER_SIZE: usize = 9;
+
+/// Appends opcodes to a caller's buffer, opening and closing frames.
+pub(super) struct FramedWriter<'o> {
+    out: &'o mut Vec<u8>,
+    framing: bool,
+    /// Where the header of the open frame starts, if a frame is open.
+    frame_start: Option<usize>,
+}
+
+impl<'o> FramedWriter<'o> {
+    /// A writer appending to `out`; framing starts off.
+    pub(super) fn new(out: &'o mut Vec<u8>) -> Self {
+        Self {
+            out,
+            framing: false,
+            frame_start: None,
+        }
+    }
+
+    /// Turns framing on (protocol 4 and up, after the `PROTO` opcode).
+    pub(super) fn start_framing(&mut self) {
+        self.framing = true;
+    }
+
+    /// Writes bytes, opening a frame first when framing and none is open.
+    pub(super) fn write(&mut self, bytes: &[u8]) {
+        if self.framing && self.frame_start.is_none() {
+            self.frame_start = Some(self.out.len());
+            self.out.extend_from_slice(&[0; FRAME_HEADER_SIZE]);
+        }
+        self.out.extend_from_slice(bytes);
+    }
+
+    /// Writes an opcode header and its payload; payloads of
+    /// [`FRAME_SIZE_TARGET`] or more go outside any frame, as CPython writes
+    /// them, so that a reader can copy them straight into place.
+    pub(super) fn write_payload(&mut self, header: &[u8], payload: &[u8]) {
+        if payload.len() >= FRAME_SIZE_TARGET {
+            self.commit_frame();
+            let framing = std::mem::replace(&mut self.framing, false);
+            self.write(header);
+            self.write(payload);
+            self.framing = framing;
+        } else {
+            self.write(header);
+            self.write(payload);
+        }
+    }
+
+    /// Closes the open frame once it has reached the target size; called
+    /// where CPython calls it, before saving each object.
+    pub(super) fn opcode_boundary(&mut self) {
+        if self
+            .open_frame_len()
+            .is_some_and(|len| len >= FRAME_SIZE_TARGET)
+        {
+            self.commit_frame();
+        }
+    }
+
+    /// Closes the open frame: fills in its header, or removes the header of
+    /// a frame too small to be worth one.
+    pub(super) fn commit_frame(&mut self) {
+        let (Some(start), Some(len)) = (self.frame_start, self.open_frame_len()) else {
+            return;
+        };
+        self.frame_start = None;
+        if len >= FRAME_SIZE_MIN {
+            let mut header = [0u8; FRAME_HEADER_SIZE];
+            header[0] = FRAME;
+            header[1..].copy_from_slice(&(len as u64).to_le_bytes());
+            self.out[start..start + FRAME_HEADER_SIZE].copy_from_slice(&header);
+        } else {
+            self.out.drain(start..start + FRAME_HEADER_SIZE);
+        }
+    }
+
+    /// Bytes written into the open frame so far.
+    fn open_frame_len(&self) -> Option<usize> {
+        self.frame_start
+            .map(|start| self.out.len() - start - FRAME_HEADER_SIZE)
+    }
+}

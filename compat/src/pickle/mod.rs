@@ -1,0 +1,16 @@
+//! The pickle format: an arena of inert nodes, a decoder VM and an encoder.
+//!
+//! The decoder never calls anything. `GLOBAL`/`STACK_GLOBAL` produce a
+//! [`Node::Global`] only when the caller's [`GlobalFilter`] allows the
+//! `(module, name)` pair; `REDUCE`, `NEWOBJ` and `BUILD` record what *would*
+//! have been called in a [`Node::Object`]. The runtime decides what, if
+//! anything, each allowed global means.
+
+mod decode;
+mod encode;
+pub mod opcodes;
+mod value;
+
+pub use decode::*;
+pub use encode::*;
+pub use value::{Construction, Global, Node, NodeId, Object, Pickle};

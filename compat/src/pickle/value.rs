@@ -1,0 +1,203 @@
+//! The decoded form of a pickle: an arena of nodes addressed by [`NodeId`].
+//!
+//! An arena rather than a tree of boxes because pickles share and mutate
+//! objects through the memo: one node referenced twice must stay one node (so
+//! that one storage used twice is rebuilt once), containers are filled after
+//! they are referenced (`EMPTY_LIST`, `MEMOIZE`, ..., `APPENDS`), and a
+//! hostile pickle can build cycles. Dropping an arena never recurses.
+
+/// Index of a node in a [`Pickle`] arena.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeId(u32);
+
+impl NodeId {
+    /// The position of this node in its arena.
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// A `module.name` reference, as `GLOBAL` or `STACK_GLOBAL` name it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Global {
+    /// The module, e.g. `torch._utils`.
+    pub module: String,
+    /// The qualified name within the module, e.g. `_rebuild_tensor_v2`.
+    pub name: String,
+}
+
+impl Global {
+    /// A global from its module and qualified name.
+    pub fn new(module: impl Into<String>, name: impl Into<String>) -> Self {
+        Self {
+            module: module.into(),
+            name: name.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for Global {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.module, self.name)
+    }
+}
+
+/// How an [`Object`] was constructed.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Construction {
+    /// `REDUCE`: `callable(*args)`; `args` is a tuple node.
+    Reduce {
+        /// The argument tuple.
+        args: NodeId,
+    },
+    /// `NEWOBJ`: `cls.__new__(cls, *args)`; `args` is a tuple node.
+    NewObj {
+        /// The argument tuple.
+        args: NodeId,
+    },
+    /// `NEWOBJ_EX`: `cls.__new__(cls, *args, **kwargs)`.
+    NewObjEx {
+        /// The argument tuple.
+        args: NodeId,
+        /// The keyword-argument dict.
+        kwargs: NodeId,
+    },
+}
+
+/// A call the pickle asks for, recorded and never made.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Object {
+    /// What is called: usually a [`Node::Global`], but any node (e.g. the
+    /// result of `getattr(cls, 'from_file')`).
+    pub callable: NodeId,
+    /// Which opcode built it, with its arguments.
+    pub construction: Construction,
+    /// The argument of `BUILD` (`__setstate__`), if any.
+    pub state: Option<NodeId>,
+    /// Items added by `APPEND`/`APPENDS` to this object.
+    pub list_items: Vec<NodeId>,
+    /// Items added by `SETITEM`/`SETITEMS` to this object (e.g. an
+    /// `OrderedDict` built by `REDUCE` and then filled).
+    pub dict_items: Vec<(NodeId, NodeId)>,
+}
+
+/// One value in a decoded pickle.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Node {
+    /// `None`.
+    None,
+    /// `True` or `False`.
+    Bool(bool),
+    /// An int that fits in 64 bits.
+    Int(i64),
+    /// A larger int: little-endian two's complement, as `LONG1`/`LONG4` carry it.
+    BigInt(Vec<u8>),
+    /// A float.
+    Float(f64),
+    /// A `str`.
+    Str(String),
+    /// A `bytes`.
+    Bytes(Vec<u8>),
+    /// A `bytearray`.
+    ByteArray(Vec<u8>),
+    /// A `tuple`.
+    Tuple(Vec<NodeId>),
+    /// A `list`.
+    List(Vec<NodeId>),
+    /// A `dict`, in insertion order (duplicate keys are kept as sent; the
+    /// consumer decides).
+    Dict(Vec<(NodeId, NodeId)>),
+    /// A `set`.
+    Set(Vec<NodeId>),
+    /// A `frozenset`.
+    FrozenSet(Vec<NodeId>),
+    /// An allowlisted global, unresolved.
+    Global(Global),
+    /// `PERSID`/`BINPERSID`: a reference whose meaning the container format
+    /// defines (torch.save storages); the node is the persistent id.
+    PersistentId(NodeId),
+    /// A recorded call.
+    Object(Object),
+}
+
+/// A decoded (or to-be-encoded) pickle: an arena and the root node.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Pickle {
+    nodes: Vec<Node>,
+    root: Option<NodeId>,
+}
+
+impl Pickle {
+    /// An empty arena with no root.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a node and returns its id.
+    ///
+    /// # Panics
+    ///
+    /// Panics if the arena already holds `u32::MAX` nodes; the decoder caps
+    /// node counts far below that, so only a program building one by hand
+    /// can get there.
+    pub fn push(&mut self, node: Node) -> NodeId {
+        let id = u32::try_from(self.nodes.len()).expect("pickle arena exceeds u32::MAX nodes");
+        self.nodes.push(node);
+        NodeId(id)
+    }
+
+    /// The node with this id.
+    ///
+    /// # Panics
+    ///
+    /// Panics if `id` came from another arena and is out of range here.
+    pub fn node(&self, id: NodeId) -> &Node {
+        &self.nodes[id.index()]
+    }
+
+    /// The node with this id, mutably (to fill containers after creation).
+    ///
+    /// # Panics
+    ///
+    /// Panics if `id` came from another arena and is out of range here.
+    pub fn node_mut(&mut self, id: NodeId) -> &mut Node {
+        &mut self.nodes[id.index()]
+    }
+
+    /// The node with this id, or `None` when it is not in this arena.
+    pub fn get(&self, id: NodeId) -> Option<&Node> {
+        self.nodes.get(id.index())
+    }
+
+    /// The root: what `pickle.loads` would return.
+    ///
+    /// # Panics
+    ///
+    /// Panics if no root was set; decoded pickles always have one.
+    pub fn root(&self) -> NodeId {
+        self.root.expect("pickle has no root")
+    }
+
+    /// Sets the root.
+    pub fn set_root(&mut self, id: NodeId) {
+        self.root = Some(id);
+    }
+
+    /// How many nodes the arena holds.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Whether the arena holds no nodes.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// Every node with its id, in creation order.
+    pub fn iter(&self) -> impl Iterator<Item = (NodeId, &Node)> {
+        self.nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (NodeId(i as u32), n))
+    }
+}

@@ -1,0 +1,20 @@
+//! Arbitrary bytes through the pickle VM (every global allowed, so the VM's
+//! own paths are reached) and through the full decode + rebuild with torch's
+//! allowlist. Neither may panic, hang or allocate past the limits.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use tensorshare::Registry;
+use tensorshare_compat::pickle::{Limits, decode};
+
+fuzz_target!(|data: &[u8]| {
+    let allow_all = |_: &str, _: &str| true;
+    let _ = decode(data, &allow_all, &Limits::default());
+    let registry = Registry::default();
+    if let Ok(value) = registry.loads(data) {
+        // Walk what was rebuilt, as a consumer would.
+        for tensor in value.tensors() {
+            let _ = tensor.to_contiguous_bytes();
+        }
+    }
+});

@@ -1,0 +1,141 @@
+//! `torch.save` archives (zip and legacy) rebuilt through the registry:
+//! whole `.pt` files, and the payload of `torch.storage._load_from_bytes`
+//! inside plain pickles.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+use tensorshare_compat::torch_save::{self, ReadOptions, TorchSaveArchive, TorchSaveFormat};
+
+use crate::registry::rebuild::{PersistentLoad, Walker};
+use crate::registry::{Call, RebuildError, Registry};
+use crate::{DType, Error, Storage, Value};
+
+/// Reads a `torch.save` file (zip or legacy) and rebuilds its object.
+///
+/// # Errors
+///
+/// [`Error::TorchSave`] for a malformed archive, [`Error::Decode`] or
+/// [`Error::Rebuild`] for its pickle.
+pub fn load_torch_save(
+    bytes: &[u8],
+    registry: &Registry,
+) -> Result<(TorchSaveFormat, Value), Error> {
+    load_archive(bytes, registry, 0)
+}
+
+fn load_archive(
+    bytes: &[u8],
+    registry: &Registry,
+    archive_depth: usize,
+) -> Result<(TorchSaveFormat, Value), Error> {
+    let options = ReadOptions {
+        limits: registry.options().limits,
+        max_total_bytes: registry.options().max_archive_bytes,
+        ..ReadOptions::default()
+    };
+    let archive = torch_save::read(bytes, registry, &options)?;
+    let storages = ArchiveStorages {
+        archive: &archive,
+        loaded: RefCell::new(HashMap::new()),
+    };
+    let value = Walker::new(registry, &archive.object, Some(&storages))
+        .in_archive(archive_depth + 1)
+        .run()?;
+    Ok((archive.format, value))
+}
+
+/// `torch.storage._load_from_bytes(b)`: a storage pickled as an embedded
+/// `torch.save` stream (what plain `pickle.dumps(tensor)` produces).
+pub(crate) fn load_from_bytes(call: Call<'_>) -> Result<Value, RebuildError> {
+    let [Value::Bytes(payload)] = call.reduce_args()? else {
+        return Err(call.wrong_arguments("(bytes,)"));
+    };
+    if call.archive_depth > 0 {
+        return Err(call.invalid(
+            "an embedded torch.save archive inside another one; torch never writes that",
+        ));
+    }
+    let (_, value) =
+        load_archive(payload, call.registry, call.archive_depth).map_err(|source| {
+            RebuildError::Archive {
+                callee: call.callee.clone(),
+                source: Box::new(source),
+            }
+        })?;
+    match value {
+        Value::Storage(_) | Value::TypedStorage(..) => Ok(value),
+        other => Err(call.invalid(format!(
+            "payload holds a {}, not a storage",
+            other.type_name()
+        ))),
+    }
+}
+
+/// Resolves `('storage', cls, key, location, numel, ...)` persistent ids to
+/// the archive's records, one [`Storage`] per key so views share it.
+struct ArchiveStorages<'a> {
+    archive: &'a TorchSaveArchive,
+    loaded: RefCell<HashMap<String, Storage>>,
+}
+
+impl PersistentLoad for ArchiveStorages<'_> {
+    fn load(&self, pid: &Value) -> Result<Value, RebuildError> {
+        let invalid = |message: String| RebuildError::Invalid {
+            callee: tensorshare_compat::pickle::Global::new(
+                "torch.serialization",
+                "persistent_load",
+            ),
+            message,
+        };
+        let Some(
+            [
+                Value::Str(tag),
+                cls,
+                Value::Str(key),
+                Value::Str(location),
+                _numel,
+                ..,
+            ],
+        ) = pid.as_sequence()
+        else {
+            return Err(invalid(
+                "persistent id is not ('storage', cls, key, location, numel)".into(),
+            ));
+        };
+        if tag != "storage" {
+            return Err(invalid(format!("unknown persistent id kind '{tag}'")));
+        }
+        if location != "cpu" && !location.starts_with("cpu:") {
+            return Err(invalid(format!(
+                "storage '{key}' was saved on '{location}'; only CPU storages can be shared: move it to CPU before saving"
+            )));
+        }
+        let record = self
+            .archive
+            .records
+            .get(key)
+            .ok_or_else(|| invalid(format!("storage '{key}' has no record in the archive")))?;
+        let storage = self
+            .loaded
+            .borrow_mut()
+            .entry(key.clone())
+            .or_insert_with(|| Storage::from_vec(record.data.clone()))
+            .clone();
+        let dtype = match cls {
+            Value::Global(class) if class.name == "UntypedStorage" => None,
+            Value::Global(class) => Some(
+                DType::from_legacy_storage_class(&class.name).ok_or_else(|| {
+                    invalid(format!(
+                        "storage '{key}' has class {class}, which is not a storage class"
+                    ))
+                })?,
+            ),
+            other => return Err(invalid(format!("storage class is a {}", other.type_name()))),
+        };
+        Ok(match dtype.or(record.dtype) {
+            Some(dtype) => Value::TypedStorage(storage, dtype),
+            None => Value::Storage(storage),
+        })
+    }
+}

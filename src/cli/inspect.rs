@@ -1,0 +1,54 @@
+//! `tensorshare inspect [--json] FILE|-`.
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+
+use clap::Args;
+use tensorshare::{Error, Registry};
+
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    /// Print JSON instead of a text tree.
+    #[arg(long)]
+    json: bool,
+    /// The file to read: a pickle (any strategy), or a torch.save file; `-` for stdin.
+    file: PathBuf,
+}
+
+pub fn run(args: InspectArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let bytes = read_input(&args.file)?;
+    let report = tensorshare::inspect::inspect(&bytes, &Registry::default())
+        .map_err(|e| format!("{}: {e}", args.file.display()))?;
+    let text = if args.json {
+        let mut json = serde_json::to_string_pretty(&report.to_json())?;
+        json.push('\n');
+        json
+    } else {
+        report.to_text()
+    };
+    let mut stdout = std::io::stdout().lock();
+    if let Err(e) = stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        // A closed pipe (`| head`) is not an error worth reporting.
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            return Err(e.into());
+        }
+    }
+    Ok(())
+}
+
+fn read_input(path: &PathBuf) -> Result<Vec<u8>, Error> {
+    let mut bytes = Vec::new();
+    if path.as_os_str() == "-" {
+        std::io::stdin()
+            .lock()
+            .read_to_end(&mut bytes)
+            .map_err(|e| Error::io("reading stdin", e))?;
+    } else {
+        bytes =
+            std::fs::read(path).map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+    }
+    Ok(bytes)
+}

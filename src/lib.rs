@@ -1,0 +1,21 @@
+#![doc = include_str!("../README.md")]
+#![deny(unsafe_code)]
+
+pub mod archive;
+mod error;
+pub mod inspect;
+pub mod registry;
+mod storage;
+mod tensor;
+mod value;
+
+pub use error::Error;
+pub use registry::Registry;
+pub use storage::{
+    CudaRef, DupFdRef, MemmapRef, Residence, SegmentRef, Storage, StorageKind, StorageWriter,
+};
+pub use tensor::{ElementOffsets, Tensor, TensorView, ViewError};
+pub use tensorshare_compat::DType;
+pub use tensorshare_compat::dtype::Scalar;
+pub use tensorshare_strategies::StrategyKind;
+pub use value::{Custom, Value};

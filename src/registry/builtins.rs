@@ -1,0 +1,85 @@
+//! Rebuilders for the builtin globals plain pickles use for containers.
+
+use super::{Call, CallKind, RebuildError, Registry};
+use crate::Value;
+
+pub(super) fn register(registry: &mut Registry) {
+    registry.register_rebuilder("collections", "OrderedDict", ordered_dict);
+    registry.register_rebuilder("builtins", "set", |call: Call<'_>| {
+        Ok(Value::Set(iterable_arg(&call)?))
+    });
+    registry.register_rebuilder("builtins", "frozenset", |call: Call<'_>| {
+        Ok(Value::FrozenSet(iterable_arg(&call)?))
+    });
+    registry.register_rebuilder("builtins", "bytearray", bytearray);
+    registry.register_rebuilder("_codecs", "encode", codecs_encode);
+}
+
+/// `collections.OrderedDict`: `REDUCE` with `()` (or a list of pairs), then
+/// `SETITEMS`, as `OrderedDict.__reduce__` pickles it. A `BUILD` state holds
+/// instance attributes (a state_dict's `_metadata` versions); they are not
+/// part of the mapping and are dropped.
+fn ordered_dict(call: Call<'_>) -> Result<Value, RebuildError> {
+    if call.kind != CallKind::Reduce || !call.list_items.is_empty() {
+        return Err(call.invalid("expected OrderedDict(), then items"));
+    }
+    if !matches!(call.state, None | Some(Value::Dict(_)) | Some(Value::None)) {
+        return Err(call.invalid("state must be a dict of attributes"));
+    }
+    let mut items = match call.args {
+        [] => Vec::new(),
+        [Value::List(pairs)] | [Value::Tuple(pairs)] => pairs
+            .iter()
+            .map(|pair| match pair.as_sequence() {
+                Some([k, v]) => Ok((k.clone(), v.clone())),
+                _ => Err(call.wrong_arguments("a sequence of (key, value) pairs")),
+            })
+            .collect::<Result<_, _>>()?,
+        _ => return Err(call.wrong_arguments("() or a list of (key, value) pairs")),
+    };
+    items.extend(call.dict_items.iter().cloned());
+    Ok(Value::OrderedDict(items))
+}
+
+fn iterable_arg(call: &Call<'_>) -> Result<Vec<Value>, RebuildError> {
+    match call.reduce_args()? {
+        [] => Ok(Vec::new()),
+        [Value::List(items)] | [Value::Tuple(items)] | [Value::Set(items)] => Ok(items.clone()),
+        _ => Err(call.wrong_arguments("one list of items")),
+    }
+}
+
+/// `bytearray(b)` or `bytearray(str, 'latin-1')`: how protocols 2-4 pickle a bytearray.
+fn bytearray(call: Call<'_>) -> Result<Value, RebuildError> {
+    match call.reduce_args()? {
+        [] => Ok(Value::ByteArray(Vec::new())),
+        [Value::Bytes(b)] => Ok(Value::ByteArray(b.clone())),
+        [Value::Str(s), Value::Str(encoding)] if is_latin1(encoding) => {
+            Ok(Value::ByteArray(latin1_bytes(&call, s)?))
+        }
+        _ => Err(call.wrong_arguments("(bytes,) or (str, 'latin-1')")),
+    }
+}
+
+/// `_codecs.encode(str, 'latin1')`: how protocol 2 pickles `bytes`.
+fn codecs_encode(call: Call<'_>) -> Result<Value, RebuildError> {
+    match call.reduce_args()? {
+        [Value::Str(s), Value::Str(encoding)] if is_latin1(encoding) => {
+            Ok(Value::Bytes(latin1_bytes(&call, s)?))
+        }
+        _ => Err(call.wrong_arguments("(str, 'latin1')")),
+    }
+}
+
+fn is_latin1(encoding: &str) -> bool {
+    matches!(
+        encoding,
+        "latin1" | "latin-1" | "latin_1" | "iso-8859-1" | "iso8859-1"
+    )
+}
+
+fn latin1_bytes(call: &Call<'_>, s: &str) -> Result<Vec<u8>, RebuildError> {
+    s.chars()
+        .map(|c| u8::try_from(u32::from(c)).map_err(|_| call.invalid("character outside latin-1")))
+        .collect()
+}

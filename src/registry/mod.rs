@@ -1,0 +1,225 @@
+//! The reducer/rebuilder registry: what each allowlisted global means.
+//!
+//! A pickle names globals (`torch._utils._rebuild_tensor_v2`,
+//! `torch.float32`, ...). The decoder refuses any global that is not
+//! registered here; the rebuilder then evaluates the decoded graph, calling
+//! the Rust function registered for each `(module, qualname)` where Python
+//! would have called the real one.
+//!
+//! # Examples
+//!
+//! Registering a rebuilder for a type of your own:
+//!
+//! ```
+//! use tensorshare::registry::{Call, RebuildError, Registry};
+//! use tensorshare::Value;
+//!
+//! let mut registry = Registry::default();
+//! // `mylib.Point(x, y)` rebuilds into a (x, y) tuple.
+//! registry.register_rebuilder("mylib", "Point", |call: Call<'_>| {
+//!     let [x, y] = call.args else {
+//!         return Err(call.wrong_arguments("2 arguments (x, y)"));
+//!     };
+//!     Ok(Value::Tuple(vec![x.clone(), y.clone()]))
+//! });
+//! // pickle.dumps(mylib.Point(1, 2), protocol=2) for a Point whose
+//! // __reduce__ returns (Point, (1, 2)):
+//! let bytes = b"\x80\x02cmylib\nPoint\nq\x00K\x01K\x02\x86q\x01Rq\x02.";
+//! let value = registry.loads(bytes)?;
+//! assert!(matches!(value, Value::Tuple(ref items) if items.len() == 2));
+//! # Ok::<(), tensorshare::Error>(())
+//! ```
+
+mod builtins;
+pub(crate) mod rebuild;
+mod torch;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+
+use tensorshare_compat::pickle::{self, Global, GlobalFilter, Limits};
+
+use crate::{Error, Value};
+
+pub use rebuild::{Call, CallKind, RebuildError, Rebuilder};
+
+/// Something a pickle can call: a registered rebuilder, or a value that a
+/// rebuilder returned as callable (such as a bound method).
+#[derive(Clone)]
+pub struct Callable {
+    name: Global,
+    function: Arc<dyn Rebuilder>,
+}
+
+impl Callable {
+    /// A callable named `name` that runs `function`.
+    pub fn new(name: Global, function: impl Rebuilder + 'static) -> Self {
+        Self {
+            name,
+            function: Arc::new(function),
+        }
+    }
+
+    /// The global this callable answers to.
+    pub fn name(&self) -> &Global {
+        &self.name
+    }
+
+    pub(crate) fn call(&self, call: Call<'_>) -> Result<Value, RebuildError> {
+        self.function.rebuild(call)
+    }
+}
+
+impl fmt::Debug for Callable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Callable({})", self.name)
+    }
+}
+
+/// What a registered global evaluates to when a pickle names it.
+#[derive(Clone, Debug)]
+enum Binding {
+    /// A value, such as `torch.float32` or the class `torch.Tensor`.
+    Constant(Value),
+    /// A function or class the pickle calls.
+    Callable(Callable),
+}
+
+/// Settings for decoding and rebuilding.
+#[derive(Clone, Debug)]
+pub struct LoadOptions {
+    /// Caps on the pickle decoder (depth, nodes, memo, stack).
+    pub limits: Limits,
+    /// Cap on the bytes of one embedded `torch.save` archive.
+    pub max_archive_bytes: u64,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        Self {
+            limits: Limits::default(),
+            max_archive_bytes: 64 << 30,
+        }
+    }
+}
+
+/// The table of allowlisted globals and what they rebuild into.
+///
+/// [`Registry::default`] knows every global torch's `torch.multiprocessing`
+/// reductions, plain pickles and `torch.save` use for CPU tensors, and the
+/// builtin containers. [`Registry::empty`] knows nothing: every global is
+/// refused until registered.
+#[derive(Clone, Debug)]
+pub struct Registry {
+    bindings: HashMap<Global, Binding>,
+    options: LoadOptions,
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        let mut registry = Self::empty();
+        builtins::register(&mut registry);
+        torch::register(&mut registry);
+        registry
+    }
+}
+
+impl Registry {
+    /// A registry that allows no global at all.
+    pub fn empty() -> Self {
+        Self {
+            bindings: HashMap::new(),
+            options: LoadOptions::default(),
+        }
+    }
+
+    /// Replaces the decode and rebuild settings.
+    pub fn with_options(mut self, options: LoadOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// The decode and rebuild settings.
+    pub fn options(&self) -> &LoadOptions {
+        &self.options
+    }
+
+    /// Allows `module.name` and makes calls to it run `rebuilder`.
+    ///
+    /// A later registration for the same global replaces the earlier one, so
+    /// users can override the built-in rebuilders.
+    pub fn register_rebuilder(
+        &mut self,
+        module: &str,
+        name: &str,
+        rebuilder: impl Rebuilder + 'static,
+    ) -> &mut Self {
+        let global = Global::new(module, name);
+        let callable = Callable::new(global.clone(), rebuilder);
+        self.bindings.insert(global, Binding::Callable(callable));
+        self
+    }
+
+    /// Allows `module.name` and makes it evaluate to `value` (for classes
+    /// passed as arguments and constants such as dtypes).
+    pub fn register_constant(&mut self, module: &str, name: &str, value: Value) -> &mut Self {
+        self.bindings
+            .insert(Global::new(module, name), Binding::Constant(value));
+        self
+    }
+
+    /// Refuses `module.name` from now on.
+    pub fn unregister(&mut self, module: &str, name: &str) -> &mut Self {
+        self.bindings.remove(&Global::new(module, name));
+        self
+    }
+
+    /// Whether a pickle may name `module.name`.
+    pub fn allows(&self, module: &str, name: &str) -> bool {
+        self.bindings.contains_key(&Global::new(module, name))
+    }
+
+    /// Every allowed global, sorted.
+    pub fn globals(&self) -> Vec<&Global> {
+        let mut globals: Vec<_> = self.bindings.keys().collect();
+        globals.sort();
+        globals
+    }
+
+    /// What `global` evaluates to, if it is registered.
+    pub(crate) fn resolve(&self, global: &Global) -> Option<Value> {
+        self.bindings.get(global).map(|binding| match binding {
+            Binding::Constant(value) => value.clone(),
+            Binding::Callable(callable) => Value::Callable(callable.clone()),
+        })
+    }
+
+    /// Decodes one pickle and rebuilds it, executing nothing that is not a
+    /// registered rebuilder.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Decode`] for a malformed pickle or a global that is not
+    /// allowed; [`Error::Rebuild`] when a rebuilder refuses its arguments.
+    pub fn loads(&self, bytes: &[u8]) -> Result<Value, Error> {
+        let decoded = pickle::decode_all(bytes, self, &self.options.limits)?;
+        Ok(self.rebuild(&decoded.pickle)?)
+    }
+
+    /// Rebuilds a decoded pickle.
+    ///
+    /// # Errors
+    ///
+    /// A [`RebuildError`] naming the global whose rebuilder refused, or the
+    /// structure that cannot be rebuilt (cycles, excessive depth).
+    pub fn rebuild(&self, pickle: &pickle::Pickle) -> Result<Value, RebuildError> {
+        rebuild::Walker::new(self, pickle, None).run()
+    }
+}
+
+impl GlobalFilter for Registry {
+    fn allows(&self, module: &str, name: &str) -> bool {
+        Registry::allows(self, module, name)
+    }
+}

@@ -1,0 +1,402 @@
+//! Evaluating a decoded pickle: each node once, calls through the registry.
+
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
+
+use tensorshare_compat::pickle::{Construction, Global, Node, NodeId, Object, Pickle};
+
+use super::Registry;
+use crate::{Storage, Value};
+
+/// What identifies a shared storage across references in one message, as
+/// torch's receiving side dedupes them.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum StorageKey {
+    /// A `file_system` segment, by name (torch's `storage_from_cache(cls, handle)`).
+    Segment(Vec<u8>),
+}
+
+/// How a pickle asked for a call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CallKind {
+    /// `REDUCE`: `f(*args)`.
+    Reduce,
+    /// `NEWOBJ`: `cls.__new__(cls, *args)`.
+    NewObj,
+    /// `NEWOBJ_EX`: `cls.__new__(cls, *args, **kwargs)`.
+    NewObjEx,
+}
+
+/// One call a pickle asks for, with its arguments already rebuilt.
+#[derive(Clone, Copy, Debug)]
+pub struct Call<'a> {
+    /// The global being called.
+    pub callee: &'a Global,
+    /// Which opcode asked for the call.
+    pub kind: CallKind,
+    /// Positional arguments.
+    pub args: &'a [Value],
+    /// Keyword arguments (`NEWOBJ_EX` only).
+    pub kwargs: &'a [(Value, Value)],
+    /// The `BUILD` state applied after the call, if any.
+    pub state: Option<&'a Value>,
+    /// Items appended to the result (`APPENDS`).
+    pub list_items: &'a [Value],
+    /// Items set on the result (`SETITEMS`).
+    pub dict_items: &'a [(Value, Value)],
+    /// The registry doing the rebuild, for rebuilders that decode nested
+    /// payloads.
+    pub registry: &'a Registry,
+    /// How many embedded archives enclose this call.
+    pub(crate) archive_depth: usize,
+    /// Storages already rebuilt in this message, so two references to one
+    /// shared object give one [`Storage`].
+    pub(crate) storages: &'a RefCell<HashMap<StorageKey, Storage>>,
+}
+
+impl Call<'_> {
+    /// The storage already rebuilt under `key` in this message, or a new one.
+    pub(crate) fn shared_storage(
+        &self,
+        key: StorageKey,
+        make: impl FnOnce() -> Storage,
+    ) -> Storage {
+        self.storages
+            .borrow_mut()
+            .entry(key)
+            .or_insert_with(make)
+            .clone()
+    }
+
+    /// An error saying the arguments were not what `expected` describes.
+    pub fn wrong_arguments(&self, expected: &str) -> RebuildError {
+        let got: Vec<&str> = self.args.iter().map(Value::type_name).collect();
+        RebuildError::WrongArguments {
+            callee: self.callee.clone(),
+            expected: expected.to_owned(),
+            got: format!("({})", got.join(", ")),
+        }
+    }
+
+    /// An error about this call with a specific message.
+    pub fn invalid(&self, message: impl Into<String>) -> RebuildError {
+        RebuildError::Invalid {
+            callee: self.callee.clone(),
+            message: message.into(),
+        }
+    }
+
+    /// The positional arguments of a plain `REDUCE` call, refusing `BUILD`
+    /// state and appended items that a function result cannot take.
+    ///
+    /// # Errors
+    ///
+    /// [`RebuildError::Invalid`] when the pickle did more than call.
+    pub fn reduce_args(&self) -> Result<&[Value], RebuildError> {
+        if self.kind != CallKind::Reduce {
+            return Err(self.invalid("expected a plain call (REDUCE), got NEWOBJ"));
+        }
+        if self.state.is_some() || !self.list_items.is_empty() || !self.dict_items.is_empty() {
+            return Err(self.invalid("unexpected state or items set on the result"));
+        }
+        Ok(self.args)
+    }
+}
+
+/// A function that rebuilds one global's calls.
+///
+/// Implemented for every `Fn(Call<'_>) -> Result<Value, RebuildError>`.
+pub trait Rebuilder: Send + Sync {
+    /// Rebuilds the value of `call`.
+    ///
+    /// # Errors
+    ///
+    /// A [`RebuildError`] when the arguments are not acceptable.
+    fn rebuild(&self, call: Call<'_>) -> Result<Value, RebuildError>;
+}
+
+impl<F> Rebuilder for F
+where
+    F: Fn(Call<'_>) -> Result<Value, RebuildError> + Send + Sync,
+{
+    fn rebuild(&self, call: Call<'_>) -> Result<Value, RebuildError> {
+        self(call)
+    }
+}
+
+/// Why a decoded pickle could not be rebuilt.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RebuildError {
+    /// The pickle names a global the registry does not know.
+    #[error("global '{0}' is not allowed; register a rebuilder for it if you trust its source")]
+    NotAllowed(Global),
+    /// The pickle calls something that is not callable.
+    #[error("a pickle calls a {0}, which is not callable")]
+    NotCallable(&'static str),
+    /// A rebuilder got arguments of the wrong shape.
+    #[error("{callee}: expected {expected}, got {got}")]
+    WrongArguments {
+        /// The global called.
+        callee: Global,
+        /// What it takes.
+        expected: String,
+        /// What it got.
+        got: String,
+    },
+    /// A rebuilder refused its arguments.
+    #[error("{callee}: {message}")]
+    Invalid {
+        /// The global called.
+        callee: Global,
+        /// Why.
+        message: String,
+    },
+    /// A tensor view that does not fit its storage.
+    #[error("{callee}: {source}")]
+    View {
+        /// The global called.
+        callee: Global,
+        /// The view problem.
+        #[source]
+        source: crate::ViewError,
+    },
+    /// An embedded `torch.save` archive could not be read.
+    #[error("{callee}: embedded torch.save archive: {source}")]
+    Archive {
+        /// The global called.
+        callee: Global,
+        /// The archive problem.
+        #[source]
+        source: Box<crate::Error>,
+    },
+    /// A persistent id appeared outside a `torch.save` archive.
+    #[error("persistent id outside a torch.save archive; plain pickles carry no persistent ids")]
+    UnexpectedPersistentId,
+    /// An object contains itself; Python allows it, tensor payloads never need it.
+    #[error("the pickle contains a reference cycle, which tensorshare does not rebuild")]
+    Cycle,
+    /// Containers nested deeper than the limit.
+    #[error("nesting deeper than {0} levels")]
+    TooDeep(usize),
+    /// A feature this machine cannot provide (CUDA without a GPU, ...).
+    #[error("{callee}: {message}")]
+    Unsupported {
+        /// The global called.
+        callee: Global,
+        /// What is missing and what to do.
+        message: String,
+    },
+}
+
+/// Resolves persistent ids (`torch.save` storages) while rebuilding an archive.
+pub(crate) trait PersistentLoad {
+    fn load(&self, pid: &Value) -> Result<Value, RebuildError>;
+}
+
+/// Evaluates a decoded pickle depth first, each shared node once.
+pub(crate) struct Walker<'a> {
+    registry: &'a Registry,
+    pickle: &'a Pickle,
+    persistent: Option<&'a dyn PersistentLoad>,
+    archive_depth: usize,
+    /// Nodes referenced more than once: their values are cached so identity
+    /// (one tensor twice, two views of one storage) survives the rebuild.
+    shared: HashSet<NodeId>,
+    cache: HashMap<NodeId, Value>,
+    in_progress: HashSet<NodeId>,
+    max_depth: usize,
+    storages: RefCell<HashMap<StorageKey, Storage>>,
+}
+
+impl<'a> Walker<'a> {
+    pub(crate) fn new(
+        registry: &'a Registry,
+        pickle: &'a Pickle,
+        persistent: Option<&'a dyn PersistentLoad>,
+    ) -> Self {
+        Self {
+            registry,
+            pickle,
+            persistent,
+            archive_depth: 0,
+            shared: shared_nodes(pickle),
+            cache: HashMap::new(),
+            in_progress: HashSet::new(),
+            max_depth: registry.options().limits.max_depth,
+            storages: RefCell::new(HashMap::new()),
+        }
+    }
+
+    pub(crate) fn in_archive(mut self, archive_depth: usize) -> Self {
+        self.archive_depth = archive_depth;
+        self
+    }
+
+    pub(crate) fn run(mut self) -> Result<Value, RebuildError> {
+        if self.pickle.is_empty() {
+            return Ok(Value::None);
+        }
+        self.eval(self.pickle.root(), 0)
+    }
+
+    fn eval(&mut self, id: NodeId, depth: usize) -> Result<Value, RebuildError> {
+        if depth > self.max_depth {
+            return Err(RebuildError::TooDeep(self.max_depth));
+        }
+        let shared = self.shared.contains(&id);
+        if shared {
+            if let Some(value) = self.cache.get(&id) {
+                return Ok(value.clone());
+            }
+        }
+        if !self.in_progress.insert(id) {
+            return Err(RebuildError::Cycle);
+        }
+        let value = self.eval_uncached(id, depth);
+        self.in_progress.remove(&id);
+        let value = value?;
+        if shared {
+            self.cache.insert(id, value.clone());
+        }
+        Ok(value)
+    }
+
+    fn eval_all(&mut self, ids: &[NodeId], depth: usize) -> Result<Vec<Value>, RebuildError> {
+        ids.iter().map(|&id| self.eval(id, depth + 1)).collect()
+    }
+
+    fn eval_pairs(
+        &mut self,
+        pairs: &[(NodeId, NodeId)],
+        depth: usize,
+    ) -> Result<Vec<(Value, Value)>, RebuildError> {
+        pairs
+            .iter()
+            .map(|&(k, v)| Ok((self.eval(k, depth + 1)?, self.eval(v, depth + 1)?)))
+            .collect()
+    }
+
+    fn eval_uncached(&mut self, id: NodeId, depth: usize) -> Result<Value, RebuildError> {
+        let pickle = self.pickle;
+        Ok(match pickle.node(id) {
+            Node::None => Value::None,
+            Node::Bool(b) => Value::Bool(*b),
+            Node::Int(i) => Value::Int(*i),
+            Node::BigInt(bytes) => Value::BigInt(bytes.clone()),
+            Node::Float(f) => Value::Float(*f),
+            Node::Str(s) => Value::Str(s.clone()),
+            Node::Bytes(b) => Value::Bytes(b.clone()),
+            Node::ByteArray(b) => Value::ByteArray(b.clone()),
+            Node::Tuple(items) => Value::Tuple(self.eval_all(items, depth)?),
+            Node::List(items) => Value::List(self.eval_all(items, depth)?),
+            Node::Set(items) => Value::Set(self.eval_all(items, depth)?),
+            Node::FrozenSet(items) => Value::FrozenSet(self.eval_all(items, depth)?),
+            Node::Dict(pairs) => Value::Dict(self.eval_pairs(pairs, depth)?),
+            Node::Global(global) => self
+                .registry
+                .resolve(global)
+                .ok_or_else(|| RebuildError::NotAllowed(global.clone()))?,
+            Node::PersistentId(pid) => {
+                let pid = self.eval(*pid, depth + 1)?;
+                let loader = self
+                    .persistent
+                    .ok_or(RebuildError::UnexpectedPersistentId)?;
+                loader.load(&pid)?
+            }
+            Node::Object(object) => self.eval_object(object, depth)?,
+        })
+    }
+
+    fn eval_object(&mut self, object: &Object, depth: usize) -> Result<Value, RebuildError> {
+        let callable = match self.eval(object.callable, depth + 1)? {
+            Value::Callable(callable) => callable,
+            other => return Err(RebuildError::NotCallable(other.type_name())),
+        };
+        let (kind, args, kwargs) = match &object.construction {
+            Construction::Reduce { args } => (CallKind::Reduce, *args, None),
+            Construction::NewObj { args } => (CallKind::NewObj, *args, None),
+            Construction::NewObjEx { args, kwargs } => (CallKind::NewObjEx, *args, Some(*kwargs)),
+        };
+        let args = match self.eval(args, depth + 1)? {
+            Value::Tuple(items) => items,
+            other => {
+                return Err(RebuildError::Invalid {
+                    callee: callable.name().clone(),
+                    message: format!("arguments must be a tuple, got {}", other.type_name()),
+                });
+            }
+        };
+        let kwargs = match kwargs {
+            None => Vec::new(),
+            Some(id) => match self.eval(id, depth + 1)? {
+                Value::Dict(pairs) => pairs,
+                other => {
+                    return Err(RebuildError::Invalid {
+                        callee: callable.name().clone(),
+                        message: format!(
+                            "keyword arguments must be a dict, got {}",
+                            other.type_name()
+                        ),
+                    });
+                }
+            },
+        };
+        let state = object.state.map(|s| self.eval(s, depth + 1)).transpose()?;
+        let list_items = self.eval_all(&object.list_items, depth)?;
+        let dict_items = self.eval_pairs(&object.dict_items, depth)?;
+        callable.call(Call {
+            callee: callable.name(),
+            kind,
+            args: &args,
+            kwargs: &kwargs,
+            state: state.as_ref(),
+            list_items: &list_items,
+            dict_items: &dict_items,
+            registry: self.registry,
+            archive_depth: self.archive_depth,
+            storages: &self.storages,
+        })
+    }
+}
+
+/// The nodes that more than one edge points at.
+fn shared_nodes(pickle: &Pickle) -> HashSet<NodeId> {
+    let mut seen = HashSet::new();
+    let mut shared = HashSet::new();
+    let mut visit = |id: NodeId| {
+        if !seen.insert(id) {
+            shared.insert(id);
+        }
+    };
+    for (_, node) in pickle.iter() {
+        match node {
+            Node::Tuple(items) | Node::List(items) | Node::Set(items) | Node::FrozenSet(items) => {
+                items.iter().copied().for_each(&mut visit)
+            }
+            Node::Dict(pairs) => pairs.iter().for_each(|&(k, v)| {
+                visit(k);
+                visit(v);
+            }),
+            Node::PersistentId(pid) => visit(*pid),
+            Node::Object(object) => {
+                visit(object.callable);
+                match object.construction {
+                    Construction::Reduce { args } | Construction::NewObj { args } => visit(args),
+                    Construction::NewObjEx { args, kwargs } => {
+                        visit(args);
+                        visit(kwargs);
+                    }
+                }
+                object.state.into_iter().for_each(&mut visit);
+                object.list_items.iter().copied().for_each(&mut visit);
+                object.dict_items.iter().for_each(|&(k, v)| {
+                    visit(k);
+                    visit(v);
+                });
+            }
+            _ => {}
+        }
+    }
+    shared
+}

@@ -1,0 +1,266 @@
+//! Storages: the flat bytes behind tensors, local or described by a handle.
+
+use std::fmt;
+use std::sync::Arc;
+
+use tensorshare_strategies::{AllocateError, Segment, StrategyKind, WritableSegment};
+
+/// Where a storage's bytes are, as `inspect` and the wire forms name it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StorageKind {
+    /// Shared through a file descriptor (`rebuild_storage_fd`).
+    FileDescriptor,
+    /// A named shared-memory segment (`rebuild_storage_filename`).
+    FileSystem,
+    /// The bytes themselves, inline (plain pickle, `torch.save`).
+    Bytes,
+    /// A file on disk mapped by every holder.
+    Memmap,
+    /// A storage of zero bytes (`rebuild_storage_empty`).
+    Empty,
+    /// A CUDA storage (`rebuild_cuda_tensor`); needs a GPU to attach.
+    Cuda,
+}
+
+impl StorageKind {
+    /// The name used on the command line and in `inspect --json`.
+    pub fn name(self) -> &'static str {
+        match self {
+            StorageKind::FileDescriptor => "file_descriptor",
+            StorageKind::FileSystem => "file_system",
+            StorageKind::Bytes => "bytes",
+            StorageKind::Memmap => "memmap",
+            StorageKind::Empty => "empty",
+            StorageKind::Cuda => "cuda",
+        }
+    }
+}
+
+impl fmt::Display for StorageKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A `multiprocessing.resource_sharer.DupFd` reference: where to fetch an fd.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct DupFdRef {
+    /// The resource sharer's address: an `AF_UNIX` path, or an abstract name
+    /// starting with NUL.
+    pub address: Vec<u8>,
+    /// The key the sharer registered the fd under.
+    pub key: i64,
+}
+
+/// A torch `file_system` segment reference.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SegmentRef {
+    /// The manager's socket path (`torch_shm_manager`), as sent.
+    pub manager_handle: Vec<u8>,
+    /// The shared-memory name, e.g. `/torch_1234_5678_0`.
+    pub name: Vec<u8>,
+}
+
+/// A file-backed storage reference.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct MemmapRef {
+    /// The file's path.
+    pub path: std::path::PathBuf,
+}
+
+/// The arguments of `rebuild_cuda_tensor`, decoded; attaching needs a GPU.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CudaRef {
+    /// The CUDA device index.
+    pub device: i64,
+    /// The IPC memory handle bytes.
+    pub handle: Vec<u8>,
+    /// Byte offset of the storage inside the IPC allocation.
+    pub storage_offset_bytes: i64,
+    /// The producer's reference-counter file handle.
+    pub ref_counter_handle: Vec<u8>,
+    /// Offset of this storage's counter in that file.
+    pub ref_counter_offset: i64,
+    /// The CUDA event handle, if the producer sent one.
+    pub event_handle: Option<Vec<u8>>,
+    /// Whether the producer asked for a synchronizing event.
+    pub event_sync_required: bool,
+}
+
+/// Where the bytes of a storage live.
+#[derive(Clone, Debug)]
+pub enum Residence {
+    /// Mapped or held in this process.
+    Local(Arc<dyn Segment>),
+    /// Sent by fd; the fd has not been fetched.
+    FileDescriptor(DupFdRef),
+    /// A named shared-memory segment, not opened.
+    FileSystem(SegmentRef),
+    /// A file on disk, not mapped.
+    Memmap(MemmapRef),
+    /// On a GPU.
+    Cuda(CudaRef),
+}
+
+/// An untyped storage: `nbytes` bytes, local or described by a handle.
+///
+/// Cloning is cheap and keeps identity: two clones are the same storage, as
+/// two Python references to one `UntypedStorage` are.
+#[derive(Clone)]
+pub struct Storage(Arc<StorageInner>);
+
+#[derive(Debug)]
+struct StorageInner {
+    nbytes: usize,
+    residence: Residence,
+}
+
+/// A storage being filled by its producer: allocated directly in shared
+/// memory (or on the heap for `bytes`), written in place, then frozen.
+///
+/// # Examples
+///
+/// ```
+/// use tensorshare::{DType, Storage, Tensor, TensorView};
+/// use tensorshare::StrategyKind;
+///
+/// let mut writer = Storage::allocate(StrategyKind::FileDescriptor, 4 * 4)?;
+/// for (i, chunk) in writer.as_bytes_mut().chunks_exact_mut(4).enumerate() {
+///     chunk.copy_from_slice(&(i as f32).to_le_bytes());
+/// }
+/// let storage = writer.freeze();
+/// let t = Tensor::new(storage, TensorView::contiguous(DType::Float32, &[4]))?;
+/// assert_eq!(t.storage().kind().name(), "file_descriptor");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct StorageWriter(Box<dyn WritableSegment>);
+
+impl StorageWriter {
+    /// The bytes, writable: nothing else in this process can see them yet.
+    pub fn as_bytes_mut(&mut self) -> &mut [u8] {
+        self.0.as_bytes_mut()
+    }
+
+    /// Ends writing; the storage can now be shared.
+    pub fn freeze(self) -> Storage {
+        Storage::from_segment(self.0.into_shared())
+    }
+}
+
+impl fmt::Debug for StorageWriter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("StorageWriter").field(&self.0).finish()
+    }
+}
+
+impl Storage {
+    /// Allocates `nbytes` zero-filled bytes with the strategy `kind`, to be
+    /// written in place.
+    ///
+    /// # Errors
+    ///
+    /// The strategy's [`AllocateError`]: out of memory, out of file
+    /// descriptors, a full `/dev/shm`; each says what to do.
+    pub fn allocate(kind: StrategyKind, nbytes: usize) -> Result<StorageWriter, AllocateError> {
+        tensorshare_strategies::allocate_writable(kind, nbytes).map(StorageWriter)
+    }
+
+    /// A heap storage holding `bytes` (the `bytes` strategy's segment).
+    pub fn from_vec(bytes: Vec<u8>) -> Self {
+        Self::from_segment(Arc::new(
+            tensorshare_strategies::bytes::BytesSegment::from_vec(bytes),
+        ))
+    }
+
+    /// A storage over a local segment, covering all of it.
+    pub fn from_segment(segment: Arc<dyn Segment>) -> Self {
+        let nbytes = segment.len();
+        Self(Arc::new(StorageInner {
+            nbytes,
+            residence: Residence::Local(segment),
+        }))
+    }
+
+    /// A storage described by a handle whose bytes are elsewhere.
+    pub fn remote(residence: Residence, nbytes: usize) -> Self {
+        Self(Arc::new(StorageInner { nbytes, residence }))
+    }
+
+    /// Size in bytes.
+    pub fn nbytes(&self) -> usize {
+        self.0.nbytes
+    }
+
+    /// Where the bytes are.
+    pub fn residence(&self) -> &Residence {
+        &self.0.residence
+    }
+
+    /// What kind of storage this is, as `inspect` reports it.
+    pub fn kind(&self) -> StorageKind {
+        if self.0.nbytes == 0 {
+            return StorageKind::Empty;
+        }
+        match &self.0.residence {
+            Residence::Local(segment) => match segment.kind() {
+                StrategyKind::FileDescriptor => StorageKind::FileDescriptor,
+                StrategyKind::FileSystem => StorageKind::FileSystem,
+                StrategyKind::Bytes => StorageKind::Bytes,
+                StrategyKind::Memmap => StorageKind::Memmap,
+            },
+            Residence::FileDescriptor(_) => StorageKind::FileDescriptor,
+            Residence::FileSystem(_) => StorageKind::FileSystem,
+            Residence::Memmap(_) => StorageKind::Memmap,
+            Residence::Cuda(_) => StorageKind::Cuda,
+        }
+    }
+
+    /// The bytes, when they are in this process.
+    pub fn bytes(&self) -> Option<&[u8]> {
+        match &self.0.residence {
+            Residence::Local(segment) => segment.as_bytes().get(..self.0.nbytes),
+            _ => None,
+        }
+    }
+
+    /// Whether two handles are the same storage (Python's `is`).
+    pub fn same_as(&self, other: &Storage) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
+    /// A reference that does not keep the storage alive.
+    pub fn downgrade(&self) -> WeakStorage {
+        WeakStorage(Arc::downgrade(&self.0))
+    }
+
+    /// A key that is equal for clones of one storage and different otherwise,
+    /// for maps that track identity (memo tables, `inspect` ids).
+    pub fn identity(&self) -> usize {
+        Arc::as_ptr(&self.0) as *const () as usize
+    }
+}
+
+/// A [`Storage`] reference that does not keep it alive (for caches).
+#[derive(Clone, Debug)]
+pub struct WeakStorage(std::sync::Weak<StorageInner>);
+
+impl WeakStorage {
+    /// The storage, if something still holds it.
+    pub fn upgrade(&self) -> Option<Storage> {
+        self.0.upgrade().map(Storage)
+    }
+
+    /// Whether something still holds the storage.
+    pub fn is_alive(&self) -> bool {
+        self.0.strong_count() > 0
+    }
+}
+
+impl fmt::Debug for Storage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Storage")
+            .field("kind", &self.kind())
+            .field("nbytes", &self.0.nbytes)
+            .finish()
+    }
+}

@@ -1,0 +1,264 @@
+//! Errors of the segment operations: one enum per operation, each keeping the
+//! errno and saying what to do.
+
+use nix::errno::Errno;
+
+use crate::StrategyKind;
+
+/// The largest segment any strategy accepts: the largest slice Rust allows,
+/// which is also the largest `off_t` on 64-bit Linux.
+pub const MAX_SEGMENT_BYTES: usize = isize::MAX as usize;
+
+/// What to tell the user for an errno of a failed create, map or dup.
+fn hint(errno: &Errno) -> &'static str {
+    match errno {
+        Errno::EMFILE | Errno::ENFILE => {
+            "too many open files: raise `ulimit -n` or use the file_system strategy"
+        }
+        Errno::ENOMEM => {
+            "out of memory or out of mappings: free memory, raise vm.max_map_count, or share fewer \
+             or smaller tensors"
+        }
+        Errno::ENOSPC => "no space left for shared memory: enlarge /dev/shm or free memory",
+        Errno::EFBIG | Errno::EINVAL => {
+            "the size is beyond what this system maps: split the tensor"
+        }
+        Errno::EACCES => "permission denied: the file is not open for reading and writing",
+        Errno::EPERM => "not permitted here (seccomp or sandbox): use the bytes strategy",
+        Errno::ENOSYS => "this kernel has no memfd_create or shm_open: use the bytes strategy",
+        _ => "if shared memory is unavailable on this system, use the bytes strategy",
+    }
+}
+
+/// Why [`SharingStrategy::allocate`](crate::SharingStrategy::allocate) failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AllocateError {
+    /// `nbytes` exceeds [`MAX_SEGMENT_BYTES`].
+    #[error(
+        "cannot allocate {nbytes} bytes: a segment holds at most {max} bytes; split the tensor",
+        max = MAX_SEGMENT_BYTES
+    )]
+    TooLarge {
+        /// The size asked for.
+        nbytes: usize,
+    },
+    /// The process (`EMFILE`) or the system (`ENFILE`) ran out of file descriptors.
+    #[error(
+        "cannot allocate a {nbytes}-byte segment: too many open files: raise `ulimit -n` or use \
+         the file_system strategy ({errno})"
+    )]
+    TooManyOpenFiles {
+        /// The size asked for.
+        nbytes: usize,
+        /// `EMFILE` or `ENFILE`.
+        errno: Errno,
+    },
+    /// Memory, shared memory space or address space ran out.
+    #[error(
+        "cannot allocate a {nbytes}-byte segment: out of memory ({errno}): free memory, enlarge \
+         /dev/shm, or share smaller tensors"
+    )]
+    OutOfMemory {
+        /// The size asked for.
+        nbytes: usize,
+        /// `ENOMEM` or `ENOSPC`.
+        errno: Errno,
+    },
+    /// Neither `memfd_create` nor `shm_open` made an object.
+    #[error("cannot create a shared memory object ({errno}): {}", hint(.errno))]
+    CreateObject {
+        /// What the last attempt failed with.
+        errno: Errno,
+    },
+    /// `ftruncate` refused the size.
+    #[error("cannot size a shared memory object to {nbytes} bytes ({errno}): {}", hint(.errno))]
+    Resize {
+        /// The size asked for.
+        nbytes: usize,
+        /// What `ftruncate` failed with.
+        errno: Errno,
+    },
+    /// `mmap` failed.
+    #[error("cannot map a {nbytes}-byte segment ({errno}): {}", hint(.errno))]
+    Map {
+        /// The size asked for.
+        nbytes: usize,
+        /// What `mmap` failed with.
+        errno: Errno,
+    },
+    /// The strategy cannot be allocated by name alone.
+    #[error(
+        "the {kind} strategy cannot be allocated by name in this version: use file_descriptor or \
+         bytes"
+    )]
+    Unsupported {
+        /// The strategy asked for.
+        kind: StrategyKind,
+    },
+}
+
+impl AllocateError {
+    /// Sorts an errno from creating, sizing or mapping into the variant a
+    /// caller can act on, `other` when none fits.
+    pub(crate) fn from_errno(nbytes: usize, errno: Errno, other: fn(usize, Errno) -> Self) -> Self {
+        match errno {
+            Errno::EMFILE | Errno::ENFILE => AllocateError::TooManyOpenFiles { nbytes, errno },
+            Errno::ENOMEM | Errno::ENOSPC => AllocateError::OutOfMemory { nbytes, errno },
+            _ => other(nbytes, errno),
+        }
+    }
+}
+
+/// Why [`SharingStrategy::export`](crate::SharingStrategy::export) failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ExportError {
+    /// Duplicating the fd hit the process's (`EMFILE`) or system's (`ENFILE`) limit.
+    #[error(
+        "cannot export the segment: too many open files: raise `ulimit -n` or use the \
+         file_system strategy ({errno})"
+    )]
+    TooManyOpenFiles {
+        /// `EMFILE` or `ENFILE`.
+        errno: Errno,
+    },
+    /// The copy of the bytes could not be allocated.
+    #[error(
+        "cannot copy a {nbytes}-byte segment for export: out of memory; free memory or use a \
+         strategy that shares memory (file_descriptor, file_system)"
+    )]
+    OutOfMemory {
+        /// The segment's size.
+        nbytes: usize,
+    },
+    /// Duplicating the fd failed for another reason.
+    #[error("cannot duplicate the segment's file descriptor ({errno}): {}", hint(.errno))]
+    Duplicate {
+        /// What `fcntl(F_DUPFD_CLOEXEC)` failed with.
+        errno: Errno,
+    },
+}
+
+impl ExportError {
+    /// Sorts an errno from duplicating an fd.
+    pub(crate) fn from_dup_errno(errno: Errno) -> Self {
+        match errno {
+            Errno::EMFILE | Errno::ENFILE => ExportError::TooManyOpenFiles { errno },
+            _ => ExportError::Duplicate { errno },
+        }
+    }
+}
+
+/// Why [`SharingStrategy::import`](crate::SharingStrategy::import) failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ImportError {
+    /// `nbytes` exceeds [`MAX_SEGMENT_BYTES`].
+    #[error(
+        "cannot import {nbytes} bytes: a segment holds at most {max} bytes; the message is corrupt",
+        max = MAX_SEGMENT_BYTES
+    )]
+    TooLarge {
+        /// The size the message announced.
+        nbytes: usize,
+    },
+    /// The shared object is smaller than the storage the message announced;
+    /// mapping it would fault on the missing pages.
+    #[error(
+        "the shared object holds {available} bytes but the message announces {nbytes}: the \
+         sender truncated it or the message does not belong to this handle; reject the message"
+    )]
+    HandleTooSmall {
+        /// The size the message announced.
+        nbytes: usize,
+        /// The size of the object behind the handle.
+        available: u64,
+    },
+    /// The handle is not something this strategy shares.
+    #[error("invalid handle: {reason}")]
+    InvalidHandle {
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// `fstat` on the received fd failed.
+    #[error("cannot inspect the received file descriptor ({errno}): {}", hint(.errno))]
+    Stat {
+        /// What `fstat` failed with.
+        errno: Errno,
+    },
+    /// The process (`EMFILE`) or the system (`ENFILE`) ran out of file descriptors.
+    #[error(
+        "cannot import a {nbytes}-byte segment: too many open files: raise `ulimit -n` or use \
+         the file_system strategy ({errno})"
+    )]
+    TooManyOpenFiles {
+        /// The size the message announced.
+        nbytes: usize,
+        /// `EMFILE` or `ENFILE`.
+        errno: Errno,
+    },
+    /// Memory or address space ran out.
+    #[error(
+        "cannot import a {nbytes}-byte segment: out of memory ({errno}): free memory or share \
+         smaller tensors"
+    )]
+    OutOfMemory {
+        /// The size the message announced.
+        nbytes: usize,
+        /// `ENOMEM` or `ENOSPC`.
+        errno: Errno,
+    },
+    /// `mmap` failed.
+    #[error("cannot map a received {nbytes}-byte segment ({errno}): {}", hint(.errno))]
+    Map {
+        /// The size the message announced.
+        nbytes: usize,
+        /// What `mmap` failed with.
+        errno: Errno,
+    },
+}
+
+impl ImportError {
+    /// Sorts an errno from mapping a received object.
+    pub(crate) fn from_map_errno(nbytes: usize, errno: Errno) -> Self {
+        match errno {
+            Errno::EMFILE | Errno::ENFILE => ImportError::TooManyOpenFiles { nbytes, errno },
+            Errno::ENOMEM | Errno::ENOSPC => ImportError::OutOfMemory { nbytes, errno },
+            _ => ImportError::Map { nbytes, errno },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fd_exhaustion_says_what_to_do() {
+        let err = AllocateError::from_errno(8, Errno::EMFILE, |nbytes, errno| AllocateError::Map {
+            nbytes,
+            errno,
+        });
+        assert!(matches!(
+            err,
+            AllocateError::TooManyOpenFiles { nbytes: 8, .. }
+        ));
+        let message = err.to_string();
+        assert!(message.contains("too many open files: raise `ulimit -n` or use the file_system"));
+        assert!(message.contains("EMFILE"), "{message}");
+    }
+
+    #[test]
+    fn map_failures_keep_the_errno() {
+        let err = ImportError::from_map_errno(4096, Errno::EACCES);
+        assert_eq!(
+            err,
+            ImportError::Map {
+                nbytes: 4096,
+                errno: Errno::EACCES
+            }
+        );
+        assert!(err.to_string().contains("not open for reading and writing"));
+    }
+}

@@ -1,0 +1,290 @@
+//! The `file_descriptor` strategy: an anonymous shared memory file whose fd
+//! travels to the other process.
+//!
+//! Allocation creates a memfd (`MFD_CLOEXEC | MFD_ALLOW_SEALING`), or an
+//! unlinked `shm_open` object where memfds are unavailable, sizes it with
+//! `ftruncate`, seals it against shrinking and growing, and maps it
+//! `MAP_SHARED` read-write. The handle is a duplicate of the fd
+//! ([`OwnedFd`]); it reaches the other process by `SCM_RIGHTS`
+//! ([`crate::fd_passing`]), which is how PyTorch's `file_descriptor`
+//! strategy moves it too. Data starts at offset 0.
+//!
+//! Import takes an fd from anywhere, including PyTorch (which sends
+//! unlinked `shm_open` objects), checks with `fstat` that it is a regular
+//! file at least as large as the storage, and maps it.
+//! [`FdSegment::identity`] gives `(st_dev, st_ino)`, the key PyTorch's
+//! receive cache uses to recognise the same storage arriving twice.
+//!
+//! # Safety
+//!
+//! This module opts in to `unsafe` only to call the private
+//! `SharedMapping::map`, whose contract is that the file covers the mapped
+//! range and cannot shrink under it:
+//!
+//! - after allocation, `ftruncate` has just sized the object and it is
+//!   sealed with `F_SEAL_SHRINK` (memfd), or no other process holds it yet
+//!   (the unlinked `shm_open` fallback);
+//! - on import, `fstat` has just shown the object covers the range and we
+//!   seal it where the kernel allows. An object that cannot be sealed (every
+//!   fd PyTorch sends) could still be shrunk by a hostile sender between
+//!   messages; that sender can only crash this process with `SIGBUS`, never
+//!   corrupt it, and PyTorch never resizes shared storages.
+#![allow(unsafe_code)]
+
+mod anonymous_object;
+
+use std::any::Any;
+use std::num::NonZeroUsize;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::Arc;
+
+use nix::errno::Errno;
+use nix::sys::stat::{FileStat, SFlag, fstat};
+use nix::unistd::ftruncate;
+
+use crate::error::MAX_SEGMENT_BYTES;
+use crate::mapping::SharedMapping;
+use crate::{
+    AllocateError, ExportError, ImportError, Segment, SharingStrategy, StrategyKind,
+    WritableSegment,
+};
+
+/// The `file_descriptor` strategy. It has no configuration.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FileDescriptorStrategy;
+
+/// Which file an fd refers to: `(st_dev, st_ino)` from `fstat`.
+///
+/// Two fds with the same identity share the same memory; the runtime's cache
+/// keys received storages by it, as PyTorch does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FileIdentity {
+    /// `st_dev`: the device holding the file.
+    pub dev: u64,
+    /// `st_ino`: the file's inode number on that device.
+    pub ino: u64,
+}
+
+impl FileIdentity {
+    fn of(stat: &FileStat) -> Self {
+        FileIdentity {
+            dev: stat.st_dev,
+            ino: stat.st_ino,
+        }
+    }
+}
+
+/// A shared memory file mapped in this process, with the fd that keeps it
+/// alive.
+///
+/// Dropping it unmaps the memory and closes the fd; the file itself lives on
+/// while any process holds an fd or a mapping of it.
+#[derive(Debug)]
+pub struct FdSegment {
+    // Field order is drop order: unmap before closing, as the mapping was
+    // made from the fd (either order is valid for the kernel).
+    mapping: SharedMapping,
+    fd: OwnedFd,
+    identity: FileIdentity,
+}
+
+impl FdSegment {
+    /// The fd of the shared memory file, borrowed; the segment keeps owning it.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// `(st_dev, st_ino)` of the shared memory file.
+    pub fn identity(&self) -> FileIdentity {
+        self.identity
+    }
+
+    /// A new close-on-exec fd for the same file (`F_DUPFD_CLOEXEC`).
+    ///
+    /// Unlike [`SharingStrategy::export`] it does not seal the file; export
+    /// is what to use before handing the fd to another process.
+    ///
+    /// # Errors
+    ///
+    /// [`ExportError::TooManyOpenFiles`] when the fd table is full, else
+    /// [`ExportError::Duplicate`].
+    pub fn try_clone_fd(&self) -> Result<OwnedFd, ExportError> {
+        self.fd.try_clone().map_err(|err| {
+            let errno = err
+                .raw_os_error()
+                .map_or(Errno::UnknownErrno, Errno::from_raw);
+            ExportError::from_dup_errno(errno)
+        })
+    }
+}
+
+impl Segment for FdSegment {
+    fn as_bytes(&self) -> &[u8] {
+        self.mapping.as_slice()
+    }
+
+    fn len(&self) -> usize {
+        self.mapping.len()
+    }
+
+    fn kind(&self) -> StrategyKind {
+        StrategyKind::FileDescriptor
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl WritableSegment for FdSegment {
+    fn as_bytes_mut(&mut self) -> &mut [u8] {
+        self.mapping.as_mut_slice()
+    }
+
+    fn into_shared(self: Box<Self>) -> Arc<dyn Segment> {
+        Arc::new(*self)
+    }
+}
+
+impl SharingStrategy for FileDescriptorStrategy {
+    const KIND: StrategyKind = StrategyKind::FileDescriptor;
+    type Segment = FdSegment;
+    /// A duplicate of the segment's fd, sealed against resizing where
+    /// possible; send it with [`crate::fd_passing`].
+    type Handle = OwnedFd;
+
+    fn allocate(&self, nbytes: usize) -> Result<FdSegment, AllocateError> {
+        let file_len = i64::try_from(nbytes)
+            .ok()
+            .filter(|_| nbytes <= MAX_SEGMENT_BYTES)
+            .ok_or(AllocateError::TooLarge { nbytes })?;
+        let fd = anonymous_object::create().map_err(|errno| {
+            AllocateError::from_errno(nbytes, errno, |_, errno| AllocateError::CreateObject {
+                errno,
+            })
+        })?;
+        ftruncate(&fd, file_len).map_err(|errno| {
+            AllocateError::from_errno(nbytes, errno, |nbytes, errno| AllocateError::Resize {
+                nbytes,
+                errno,
+            })
+        })?;
+        anonymous_object::seal_size(fd.as_fd());
+        let stat = fstat(&fd).map_err(|errno| AllocateError::CreateObject { errno })?;
+        let mapping = match NonZeroUsize::new(nbytes) {
+            None => SharedMapping::empty(),
+            // SAFETY: `ftruncate` just sized the object to exactly `nbytes`,
+            // and it cannot shrink: it is sealed (memfd) or no other process
+            // has an fd for it yet (unlinked shm); only this segment will.
+            Some(len) => unsafe { SharedMapping::map(fd.as_fd(), len) }.map_err(|errno| {
+                AllocateError::from_errno(nbytes, errno, |nbytes, errno| AllocateError::Map {
+                    nbytes,
+                    errno,
+                })
+            })?,
+        };
+        Ok(FdSegment {
+            mapping,
+            fd,
+            identity: FileIdentity::of(&stat),
+        })
+    }
+
+    fn export(&self, segment: &FdSegment) -> Result<OwnedFd, ExportError> {
+        // Sealed again here for segments that were imported: a memfd from
+        // another process may not be sealed yet, and our receivers rely on
+        // its size.
+        anonymous_object::seal_size(segment.fd());
+        segment.try_clone_fd()
+    }
+
+    fn import(&self, fd: OwnedFd, nbytes: usize) -> Result<FdSegment, ImportError> {
+        if nbytes > MAX_SEGMENT_BYTES {
+            return Err(ImportError::TooLarge { nbytes });
+        }
+        let stat = fstat(&fd).map_err(|errno| ImportError::Stat { errno })?;
+        let file_type = SFlag::from_bits_truncate(stat.st_mode & SFlag::S_IFMT.bits());
+        if file_type != SFlag::S_IFREG {
+            return Err(ImportError::InvalidHandle {
+                reason: format!(
+                    "the received file descriptor is not a shared memory file (file type {:o}); \
+                     the sender is not sharing a storage",
+                    file_type.bits()
+                ),
+            });
+        }
+        let available = u64::try_from(stat.st_size).unwrap_or(0);
+        if available < nbytes as u64 {
+            return Err(ImportError::HandleTooSmall { nbytes, available });
+        }
+        anonymous_object::seal_size(fd.as_fd());
+        let mapping = match NonZeroUsize::new(nbytes) {
+            None => SharedMapping::empty(),
+            // SAFETY: `fstat` just showed the file holds at least `nbytes`
+            // bytes and we sealed it against shrinking where the kernel
+            // allows; see the module's Safety section for unsealable files.
+            Some(len) => unsafe { SharedMapping::map(fd.as_fd(), len) }
+                .map_err(|errno| ImportError::from_map_errno(nbytes, errno))?,
+        };
+        Ok(FdSegment {
+            mapping,
+            fd,
+            identity: FileIdentity::of(&stat),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identity_is_shared_by_exported_fds() {
+        let strategy = FileDescriptorStrategy;
+        let segment = strategy.allocate(16).expect("allocate");
+        let other = strategy.allocate(16).expect("allocate");
+        let imported = strategy
+            .import(strategy.export(&segment).expect("export"), 16)
+            .expect("import");
+        assert_eq!(imported.identity(), segment.identity());
+        assert_ne!(other.identity(), segment.identity());
+    }
+
+    #[test]
+    fn importing_a_pipe_is_an_invalid_handle() {
+        let (reader, _writer) = nix::unistd::pipe().expect("pipe");
+        let err = FileDescriptorStrategy.import(reader, 1).unwrap_err();
+        assert!(matches!(err, ImportError::InvalidHandle { .. }), "{err}");
+    }
+
+    #[test]
+    fn importing_a_read_only_file_fails_to_map_with_eacces() {
+        let file = std::fs::File::open("/proc/self/exe").expect("open");
+        let err = FileDescriptorStrategy
+            .import(OwnedFd::from(file), 1)
+            .unwrap_err();
+        assert_eq!(
+            err,
+            ImportError::Map {
+                nbytes: 1,
+                errno: Errno::EACCES
+            }
+        );
+    }
+
+    #[test]
+    fn shm_object_serves_as_segment() {
+        // The fallback object goes through the same import path a torch fd does.
+        let fd = anonymous_object::create_unlinked_shm().expect("shm");
+        ftruncate(&fd, 100).expect("ftruncate");
+        let mut segment = FileDescriptorStrategy.import(fd, 100).expect("import");
+        segment.as_bytes_mut()[99] = 7;
+        let again = FileDescriptorStrategy
+            .import(
+                FileDescriptorStrategy.export(&segment).expect("export"),
+                100,
+            )
+            .expect("import");
+        assert_eq!(again.as_bytes()[99], 7);
+    }
+}

@@ -1,0 +1,96 @@
+//! Helpers shared by the integration tests: re-running this test binary as a
+//! child process, and counting this process's fds and mappings.
+
+// Each test crate includes this module and uses a subset of it.
+#![allow(dead_code)]
+
+use std::io::Read;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Set in a child process started by [`spawn_self`]: the test that runs there
+/// plays its child role.
+const CHILD_ENV: &str = "TENSORSHARE_TEST_CHILD_ROLE";
+
+/// Printed by a child role that ran to the end; proves the child ran the
+/// test asked for, not zero tests.
+pub const CHILD_DONE: &str = "tensorshare-test-child-role-done";
+
+/// Whether this process is a child started by [`spawn_self`].
+pub fn is_child() -> bool {
+    std::env::var_os(CHILD_ENV).is_some()
+}
+
+/// Starts this test binary again as a real process running only the test
+/// `test_name` (its full path inside the test crate), with extra `env`.
+pub fn spawn_self(test_name: &str, env: &[(&str, &str)]) -> Child {
+    let exe = std::env::current_exe().expect("path of the test binary");
+    Command::new(exe)
+        .args([test_name, "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, "1")
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the test binary as a child")
+}
+
+/// Waits for `child` and asserts it succeeded and ran its role to the end.
+pub fn expect_child_success(child: Child) -> Output {
+    let output = child.wait_with_output().expect("wait for the child");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success() && stdout.contains(CHILD_DONE),
+        "child failed ({}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+        output.status
+    );
+    output
+}
+
+/// Runs `test_name` in a child process and asserts it succeeded.
+pub fn run_self(test_name: &str) -> Output {
+    expect_child_success(spawn_self(test_name, &[]))
+}
+
+/// Calls `attempt` until it returns `Some`, failing if `child` exits first
+/// or a minute passes; the child's output is shown on failure.
+pub fn wait_for<T>(child: &mut Child, mut attempt: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(value) = attempt() {
+            return value;
+        }
+        let exited = child.try_wait().expect("poll the child");
+        if exited.is_some() || Instant::now() > deadline {
+            let _ = child.kill();
+            let mut stdout = String::new();
+            let mut stderr = String::new();
+            if let Some(out) = child.stdout.as_mut() {
+                let _ = out.read_to_string(&mut stdout);
+            }
+            if let Some(err) = child.stderr.as_mut() {
+                let _ = err.read_to_string(&mut stderr);
+            }
+            panic!("child gave up ({exited:?}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// How many fds this process has open (the directory listing's own fd is
+/// counted every time, so differences are exact).
+pub fn open_fd_count() -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .expect("list /proc/self/fd")
+        .count()
+}
+
+/// How many memory mappings this process has.
+pub fn mapping_count() -> usize {
+    std::fs::read_to_string("/proc/self/maps")
+        .expect("read /proc/self/maps")
+        .lines()
+        .count()
+}
