@@ -35,6 +35,15 @@ pub enum Error {
     /// A received segment could not be mapped.
     #[error("cannot map a received segment: {0}")]
     Import(#[from] ImportError),
+    /// This process's resource sharer could not start.
+    #[error("cannot start the resource sharer: {0}")]
+    Sharer(#[from] crate::resource_sharer::SharerError),
+    /// An fd could not be handed to the resource sharer.
+    #[error("cannot offer an fd through the resource sharer: {0}")]
+    Register(#[from] crate::resource_sharer::RegisterError),
+    /// A peer's fd could not be fetched from its resource sharer.
+    #[error("cannot fetch a shared fd: {0}")]
+    Fetch(#[from] crate::resource_sharer::FetchError),
     /// Something this build or this machine cannot do; the message says
     /// what to do instead.
     #[error("{0}")]

@@ -2,15 +2,21 @@
 #![deny(unsafe_code)]
 
 pub mod archive;
+pub mod connection;
 mod error;
 pub mod inspect;
+pub mod reduce;
 pub mod registry;
+pub mod resource_sharer;
+pub mod sharing;
 mod storage;
 mod tensor;
 mod value;
 
+pub use connection::{Address, Authkey, Client, Connection, Listener};
 pub use error::Error;
 pub use registry::Registry;
+pub use sharing::SharingContext;
 pub use storage::{
     CudaRef, DupFdRef, MemmapRef, Residence, SegmentRef, Storage, StorageKind, StorageWriter,
 };

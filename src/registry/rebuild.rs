@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use tensorshare_compat::pickle::{Construction, Global, Node, NodeId, Object, Pickle};
 
 use super::Registry;
-use crate::{Storage, Value};
+use crate::{SharingContext, Storage, Value};
 
 /// What identifies a shared storage across references in one message, as
 /// torch's receiving side dedupes them.
@@ -52,6 +52,9 @@ pub struct Call<'a> {
     /// Storages already rebuilt in this message, so two references to one
     /// shared object give one [`Storage`].
     pub(crate) storages: &'a RefCell<HashMap<StorageKey, Storage>>,
+    /// Set when received storages are to be attached (fds fetched and
+    /// mapped); `None` when only describing a pickle (`inspect`).
+    pub(crate) sharing: Option<&'a SharingContext>,
 }
 
 impl Call<'_> {
@@ -170,6 +173,15 @@ pub enum RebuildError {
         #[source]
         source: Box<crate::Error>,
     },
+    /// A shared storage could not be attached (fd fetch or mapping failed).
+    #[error("{callee}: {source}")]
+    Attach {
+        /// The global called.
+        callee: Global,
+        /// What failed.
+        #[source]
+        source: Box<crate::Error>,
+    },
     /// A persistent id appeared outside a `torch.save` archive.
     #[error("persistent id outside a torch.save archive; plain pickles carry no persistent ids")]
     UnexpectedPersistentId,
@@ -207,6 +219,7 @@ pub(crate) struct Walker<'a> {
     in_progress: HashSet<NodeId>,
     max_depth: usize,
     storages: RefCell<HashMap<StorageKey, Storage>>,
+    sharing: Option<&'a SharingContext>,
 }
 
 impl<'a> Walker<'a> {
@@ -225,7 +238,14 @@ impl<'a> Walker<'a> {
             in_progress: HashSet::new(),
             max_depth: registry.options().limits.max_depth,
             storages: RefCell::new(HashMap::new()),
+            sharing: None,
         }
+    }
+
+    /// Attaches received storages through `sharing` while rebuilding.
+    pub(crate) fn attaching(mut self, sharing: &'a SharingContext) -> Self {
+        self.sharing = Some(sharing);
+        self
     }
 
     pub(crate) fn in_archive(mut self, archive_depth: usize) -> Self {
@@ -356,6 +376,7 @@ impl<'a> Walker<'a> {
             registry: self.registry,
             archive_depth: self.archive_depth,
             storages: &self.storages,
+            sharing: self.sharing,
         })
     }
 }

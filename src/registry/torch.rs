@@ -155,6 +155,17 @@ fn rebuild_storage_fd(call: Call<'_>) -> Result<Value, RebuildError> {
         return Err(call.invalid("second argument must be a multiprocessing.resource_sharer.DupFd"));
     };
     let size = int(&call, size, "size")?;
+    if let Some(sharing) = call.sharing {
+        let nbytes =
+            usize::try_from(size).map_err(|_| call.invalid(format!("negative size {size}")))?;
+        let storage = sharing
+            .attach_fd(dup_fd, nbytes)
+            .map_err(|source| RebuildError::Attach {
+                callee: call.callee.clone(),
+                source: Box::new(source),
+            })?;
+        return storage_of_class(&call, cls, size, |_| storage);
+    }
     storage_of_class(&call, cls, size, |nbytes| {
         Storage::remote(Residence::FileDescriptor(dup_fd.clone()), nbytes)
     })

@@ -1,0 +1,479 @@
+//! `AF_UNIX` addresses as CPython writes them, and private directories for
+//! listener sockets.
+
+use std::ffi::OsStr;
+use std::fmt;
+use std::fs::DirBuilder;
+use std::io::{self, ErrorKind};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use super::{ConnectionError, random};
+
+/// The longest socket path or abstract name, in bytes: `sun_path` holds 108
+/// bytes, one of which is the path's terminating NUL or the abstract name's
+/// leading NUL.
+pub const MAX_ADDRESS_LEN: usize = 107;
+
+/// Random characters in generated directory and socket names, as CPython's
+/// `tempfile` uses.
+const RANDOM_NAME_LEN: usize = 8;
+
+/// How many names [`PrivateTempDir::create`] tries before giving up.
+const CREATE_ATTEMPTS: usize = 100;
+
+/// An `AF_UNIX` socket address: a filesystem path or a Linux abstract name.
+///
+/// Parsed from text as CPython shows addresses: `/tmp/x.sock` is a path;
+/// `"\0name"` (a leading NUL, as in Python's `Listener('\0name')`) or
+/// `@name` (for command lines) is the abstract name `name`. A path that
+/// really starts with `@` is written `./@name`. [`Display`](fmt::Display)
+/// writes abstract names as `@name`.
+///
+/// # Examples
+///
+/// ```
+/// use tensorshare::Address;
+///
+/// let path: Address = "/tmp/pymp-abc/listener-xyz".parse()?;
+/// assert_eq!(path.as_path().map(|p| p.to_str()), Some(Some("/tmp/pymp-abc/listener-xyz")));
+///
+/// let named: Address = "@tensorshare-echo".parse()?;
+/// assert_eq!(named, "\0tensorshare-echo".parse()?);
+/// assert_eq!(named.as_abstract_name(), Some(&b"tensorshare-echo"[..]));
+/// assert_eq!(named.to_string(), "@tensorshare-echo");
+/// // What a torch pickle carries in a DupFd's `_id`:
+/// assert_eq!(Address::from_bytes(b"\0tensorshare-echo")?, named);
+/// # Ok::<(), tensorshare::connection::ConnectionError>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Address(Repr);
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Repr {
+    Path(PathBuf),
+    Abstract(Vec<u8>),
+}
+
+impl Address {
+    /// The filesystem path `path`.
+    ///
+    /// # Errors
+    ///
+    /// [`ConnectionError::InvalidAddress`] for an empty path, a NUL byte in
+    /// it, or more than [`MAX_ADDRESS_LEN`] bytes.
+    pub fn path(path: impl Into<PathBuf>) -> Result<Self, ConnectionError> {
+        let path = path.into();
+        let bytes = path.as_os_str().as_bytes();
+        let invalid = |reason: String| invalid_address(bytes, reason);
+        if bytes.is_empty() {
+            return Err(invalid("the path is empty".into()));
+        }
+        if bytes.contains(&0) {
+            return Err(invalid(
+                "a socket path cannot contain a NUL byte (a leading NUL makes an abstract name)"
+                    .into(),
+            ));
+        }
+        if bytes.len() > MAX_ADDRESS_LEN {
+            return Err(invalid(format!(
+                "the path is {} bytes and the kernel allows at most {MAX_ADDRESS_LEN}; choose a \
+                 shorter path (for example under /tmp) or an abstract name (@name)",
+                bytes.len()
+            )));
+        }
+        Ok(Self(Repr::Path(path)))
+    }
+
+    /// The abstract name `name` (without the leading NUL).
+    ///
+    /// # Errors
+    ///
+    /// [`ConnectionError::InvalidAddress`] for an empty name or one of more
+    /// than [`MAX_ADDRESS_LEN`] bytes.
+    pub fn abstract_name(name: impl Into<Vec<u8>>) -> Result<Self, ConnectionError> {
+        let name = name.into();
+        if name.is_empty() {
+            return Err(invalid_address(
+                b"\0",
+                "the abstract name is empty; give a name after the NUL or @".into(),
+            ));
+        }
+        if name.len() > MAX_ADDRESS_LEN {
+            let mut shown = vec![0u8];
+            shown.extend_from_slice(&name);
+            return Err(invalid_address(
+                &shown,
+                format!(
+                    "the abstract name is {} bytes and the kernel allows at most \
+                     {MAX_ADDRESS_LEN}; choose a shorter name",
+                    name.len()
+                ),
+            ));
+        }
+        Ok(Self(Repr::Abstract(name)))
+    }
+
+    /// The address from the byte form a pickle carries (the `address` of a
+    /// `DupFd`'s `_id`, a Python `str` path or a `bytes` abstract name): a
+    /// leading NUL starts an abstract name, anything else is a path. `@` has
+    /// no special meaning here.
+    ///
+    /// # Errors
+    ///
+    /// As [`Address::path`] and [`Address::abstract_name`].
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, ConnectionError> {
+        match bytes.split_first() {
+            Some((0, name)) => Self::abstract_name(name),
+            _ => Self::path(OsStr::from_bytes(bytes)),
+        }
+    }
+
+    /// The byte form Python uses: the path's bytes, or NUL and the abstract
+    /// name. Python's `Client` accepts a path only as `str` and an abstract
+    /// name as `str` or `bytes`.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        match &self.0 {
+            Repr::Path(path) => path.as_os_str().as_bytes().to_vec(),
+            Repr::Abstract(name) => {
+                let mut bytes = Vec::with_capacity(name.len() + 1);
+                bytes.push(0);
+                bytes.extend_from_slice(name);
+                bytes
+            }
+        }
+    }
+
+    /// The address of a bound or connected socket.
+    ///
+    /// # Errors
+    ///
+    /// [`ConnectionError::InvalidAddress`] for an unnamed socket.
+    pub fn from_socket_addr(address: &SocketAddr) -> Result<Self, ConnectionError> {
+        if let Some(path) = address.as_pathname() {
+            Self::path(path)
+        } else if let Some(name) = address.as_abstract_name() {
+            Self::abstract_name(name)
+        } else {
+            Err(invalid_address(
+                b"",
+                "the socket is unnamed (not bound to a path or an abstract name)".into(),
+            ))
+        }
+    }
+
+    /// The address in the form the standard library binds and connects to.
+    ///
+    /// # Errors
+    ///
+    /// Whatever `SocketAddr::from_pathname` or `from_abstract_name` return;
+    /// an `Address` always meets their limits.
+    pub fn to_socket_addr(&self) -> io::Result<SocketAddr> {
+        match &self.0 {
+            Repr::Path(path) => SocketAddr::from_pathname(path),
+            Repr::Abstract(name) => SocketAddr::from_abstract_name(name),
+        }
+    }
+
+    /// A fresh socket path `dir/listener-XXXXXXXX`, as CPython's
+    /// `arbitrary_address('AF_UNIX')` makes. Nothing is created; use a
+    /// directory only this user can write to, such as a [`PrivateTempDir`].
+    ///
+    /// # Errors
+    ///
+    /// [`ConnectionError::InvalidAddress`] when the path would be too long
+    /// (choose a shorter directory, e.g. set `TMPDIR=/tmp`),
+    /// [`ConnectionError::Io`] when no random bytes can be read.
+    pub fn unique_in(dir: impl AsRef<Path>) -> Result<Self, ConnectionError> {
+        let suffix = random::name_suffix(RANDOM_NAME_LEN)
+            .map_err(|e| ConnectionError::io("reading /dev/urandom for a socket name", e))?;
+        Self::path(dir.as_ref().join(format!("listener-{suffix}")))
+    }
+
+    /// The path, for a filesystem address.
+    pub fn as_path(&self) -> Option<&Path> {
+        match &self.0 {
+            Repr::Path(path) => Some(path),
+            Repr::Abstract(_) => None,
+        }
+    }
+
+    /// The name without its leading NUL, for an abstract address.
+    pub fn as_abstract_name(&self) -> Option<&[u8]> {
+        match &self.0 {
+            Repr::Path(_) => None,
+            Repr::Abstract(name) => Some(name),
+        }
+    }
+
+    /// Whether this is an abstract name.
+    pub fn is_abstract(&self) -> bool {
+        matches!(self.0, Repr::Abstract(_))
+    }
+}
+
+impl FromStr for Address {
+    type Err = ConnectionError;
+
+    /// Parses a path, `"\0name"` or `@name`.
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text.strip_prefix('\0').or_else(|| text.strip_prefix('@')) {
+            Some(name) => Self::abstract_name(name.as_bytes()),
+            None => Self::path(text),
+        }
+    }
+}
+
+impl TryFrom<&[u8]> for Address {
+    type Error = ConnectionError;
+
+    /// As [`Address::from_bytes`].
+    fn try_from(bytes: &[u8]) -> Result<Self, Self::Error> {
+        Self::from_bytes(bytes)
+    }
+}
+
+impl TryFrom<&Path> for Address {
+    type Error = ConnectionError;
+
+    /// As [`Address::path`].
+    fn try_from(path: &Path) -> Result<Self, Self::Error> {
+        Self::path(path)
+    }
+}
+
+impl fmt::Display for Address {
+    /// A path as the path, an abstract name as `@name`, with control
+    /// characters and bytes that are not UTF-8 written `\xNN`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            Repr::Path(path) => write_escaped(f, path.as_os_str().as_bytes()),
+            Repr::Abstract(name) => {
+                f.write_str("@")?;
+                write_escaped(f, name)
+            }
+        }
+    }
+}
+
+fn write_escaped(f: &mut fmt::Formatter<'_>, bytes: &[u8]) -> fmt::Result {
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            if c.is_control() {
+                let mut encoded = [0u8; 4];
+                for byte in c.encode_utf8(&mut encoded).bytes() {
+                    write!(f, "\\x{byte:02x}")?;
+                }
+            } else {
+                write!(f, "{c}")?;
+            }
+        }
+        for byte in chunk.invalid() {
+            write!(f, "\\x{byte:02x}")?;
+        }
+    }
+    Ok(())
+}
+
+fn invalid_address(bytes: &[u8], reason: String) -> ConnectionError {
+    const SHOWN: usize = 160;
+    let shown = bytes.get(..SHOWN).unwrap_or(bytes);
+    let ellipsis = if bytes.len() > SHOWN { "..." } else { "" };
+    ConnectionError::InvalidAddress {
+        address: format!("{}{ellipsis}", shown.escape_ascii()),
+        reason,
+    }
+}
+
+/// A directory only this user can enter (mode 0700), made for listener
+/// sockets and removed with everything in it when dropped: CPython's
+/// `multiprocessing.util.get_temp_dir()` (`$TMPDIR/pymp-XXXXXXXX`).
+///
+/// # Examples
+///
+/// ```
+/// use tensorshare::connection::PrivateTempDir;
+///
+/// let dir = PrivateTempDir::create()?;
+/// let address = dir.unique_address()?;
+/// assert!(address.as_path().is_some_and(|p| p.starts_with(dir.path())));
+/// # Ok::<(), tensorshare::connection::ConnectionError>(())
+/// ```
+#[derive(Debug)]
+pub struct PrivateTempDir {
+    path: PathBuf,
+}
+
+impl PrivateTempDir {
+    /// Creates `pymp-XXXXXXXX` in the system temporary directory, or in
+    /// `/tmp` when that one is too deep for socket paths inside it.
+    ///
+    /// # Errors
+    ///
+    /// [`ConnectionError::Io`] when the directory cannot be created.
+    pub fn create() -> Result<Self, ConnectionError> {
+        // The socket path inside must fit in sun_path: "/pymp-X{8}/listener-X{8}".
+        const INNER_LEN: usize = 1 + 5 + RANDOM_NAME_LEN + 1 + 9 + RANDOM_NAME_LEN;
+        let temp = std::env::temp_dir();
+        let parent = if temp.as_os_str().len() + INNER_LEN > MAX_ADDRESS_LEN {
+            PathBuf::from("/tmp")
+        } else {
+            temp
+        };
+        Self::create_in(parent)
+    }
+
+    /// Creates `pymp-XXXXXXXX` in `parent`.
+    ///
+    /// # Errors
+    ///
+    /// [`ConnectionError::Io`] when the directory cannot be created.
+    pub fn create_in(parent: impl AsRef<Path>) -> Result<Self, ConnectionError> {
+        let parent = parent.as_ref();
+        let context = || {
+            format!(
+                "creating a private socket directory in {}",
+                parent.display()
+            )
+        };
+        for _ in 0..CREATE_ATTEMPTS {
+            let suffix = random::name_suffix(RANDOM_NAME_LEN)
+                .map_err(|e| ConnectionError::io(context(), e))?;
+            let path = parent.join(format!("pymp-{suffix}"));
+            // The mode is applied at creation, so no other user ever sees the
+            // directory open; the umask can only narrow it.
+            match DirBuilder::new().mode(0o700).create(&path) {
+                Ok(()) => return Ok(Self { path }),
+                Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(ConnectionError::io(context(), e)),
+            }
+        }
+        Err(ConnectionError::io(
+            context(),
+            io::Error::new(
+                ErrorKind::AlreadyExists,
+                format!("{CREATE_ATTEMPTS} random names were all taken"),
+            ),
+        ))
+    }
+
+    /// The directory's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A fresh socket path inside: [`Address::unique_in`] this directory.
+    ///
+    /// # Errors
+    ///
+    /// As [`Address::unique_in`].
+    pub fn unique_address(&self) -> Result<Address, ConnectionError> {
+        Address::unique_in(&self.path)
+    }
+}
+
+impl Drop for PrivateTempDir {
+    fn drop(&mut self) {
+        // Nothing to do about a failure here: the directory only holds our
+        // sockets and the system's temporary-file cleaning will get it.
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_paths_and_both_abstract_spellings() {
+        let path: Address = "/tmp/x.sock".parse().expect("path");
+        assert_eq!(path.as_path(), Some(Path::new("/tmp/x.sock")));
+        assert!(!path.is_abstract());
+        assert_eq!(path.to_string(), "/tmp/x.sock");
+        assert_eq!(path.to_bytes(), b"/tmp/x.sock");
+
+        let relative: Address = "./@name".parse().expect("relative path");
+        assert_eq!(relative.as_path(), Some(Path::new("./@name")));
+
+        let nul: Address = "\0name".parse().expect("abstract");
+        let at: Address = "@name".parse().expect("abstract");
+        assert_eq!(nul, at);
+        assert_eq!(at.as_abstract_name(), Some(&b"name"[..]));
+        assert_eq!(at.to_bytes(), b"\0name");
+        assert_eq!(at.to_string(), "@name");
+        assert_eq!(Address::from_bytes(b"\0name").expect("bytes"), at);
+        assert_eq!(
+            Address::from_bytes(b"@name").expect("a path").as_path(),
+            Some(Path::new("@name"))
+        );
+    }
+
+    #[test]
+    fn display_escapes_what_a_terminal_would_mangle() {
+        let odd = Address::abstract_name(&b"a\0b\xffc\n"[..]).expect("abstract");
+        assert_eq!(odd.to_string(), "@a\\x00b\\xffc\\x0a");
+        let unicode = Address::path("/tmp/é").expect("path");
+        assert_eq!(unicode.to_string(), "/tmp/é");
+    }
+
+    #[test]
+    fn refuses_what_the_kernel_would() {
+        let longest = format!("/{}", "a".repeat(MAX_ADDRESS_LEN - 1));
+        assert!(Address::path(&longest).is_ok());
+        let error = Address::path(format!("{longest}a"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("108 bytes") && error.contains("at most 107"),
+            "{error}"
+        );
+        assert!(Address::abstract_name(vec![b'n'; MAX_ADDRESS_LEN]).is_ok());
+        assert!(Address::abstract_name(vec![b'n'; MAX_ADDRESS_LEN + 1]).is_err());
+        assert!("".parse::<Address>().is_err());
+        assert!("@".parse::<Address>().is_err());
+        assert!("\0".parse::<Address>().is_err());
+        assert!(Address::from_bytes(b"/tmp/a\0b").is_err());
+        assert!(Address::from_bytes(b"").is_err());
+    }
+
+    #[test]
+    fn converts_to_and_from_std_socket_addresses() {
+        for text in ["/tmp/x.sock", "@name"] {
+            let address: Address = text.parse().expect("address");
+            let std_address = address.to_socket_addr().expect("std address");
+            assert_eq!(
+                Address::from_socket_addr(&std_address).expect("back"),
+                address
+            );
+        }
+    }
+
+    #[test]
+    fn private_dirs_are_0700_and_removed_on_drop() {
+        use std::os::unix::fs::PermissionsExt;
+
+        let dir = PrivateTempDir::create().expect("private dir");
+        let path = dir.path().to_path_buf();
+        let mode = std::fs::metadata(&path)
+            .expect("metadata")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o700);
+        let name = path.file_name().and_then(OsStr::to_str).expect("name");
+        assert!(name.starts_with("pymp-") && name.len() == 13, "{name}");
+        let address = dir.unique_address().expect("address");
+        let file = address
+            .as_path()
+            .and_then(Path::file_name)
+            .and_then(OsStr::to_str);
+        assert!(file.is_some_and(|f| f.starts_with("listener-") && f.len() == 17));
+        assert_ne!(address, dir.unique_address().expect("address"));
+        std::fs::write(path.join("left-behind"), b"x").expect("write");
+        drop(dir);
+        assert!(!path.exists());
+    }
+}

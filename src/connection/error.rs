@@ -1,0 +1,231 @@
+//! What can go wrong listening, connecting, authenticating and exchanging
+//! messages.
+
+use std::io::{self, ErrorKind};
+use std::time::Duration;
+
+use tensorshare_compat::connection::{AuthError, FramingError};
+
+use super::Address;
+
+/// Why a listener, client or connection operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConnectionError {
+    /// A string or byte string is not a usable `AF_UNIX` address.
+    #[error("invalid socket address {address:?}: {reason}")]
+    InvalidAddress {
+        /// The address as given, escaped.
+        address: String,
+        /// What is wrong with it and what to do instead.
+        reason: String,
+    },
+    /// An authkey could not be parsed or made. The message never contains
+    /// key material.
+    #[error("invalid authkey: {0}")]
+    InvalidAuthkey(String),
+    /// The listening socket could not be created.
+    #[error("cannot listen on {address}: {source}{hint}", hint = bind_hint(source))]
+    Bind {
+        /// Where we tried to listen.
+        address: Address,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// The listener could not be reached.
+    #[error("cannot connect to {address}: {source}{hint}", hint = connect_hint(source))]
+    Connect {
+        /// Where we tried to connect.
+        address: Address,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// Waiting for the next connection failed. With a non-blocking listener
+    /// the source is [`ErrorKind::WouldBlock`] when no peer is waiting.
+    #[error(
+        "accepting a connection on {address} failed: {source}{hint}",
+        hint = accept_hint(source)
+    )]
+    Accept {
+        /// The listener's address.
+        address: Address,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// The authkey handshake with one peer failed: different authkeys, or a
+    /// peer that does not speak the handshake. Only that connection is
+    /// closed; a listener keeps serving.
+    #[error("handshake with a peer on {address} failed: {source}")]
+    Auth {
+        /// The listener's address.
+        address: Address,
+        /// What the handshake saw.
+        #[source]
+        source: AuthError,
+    },
+    /// The authkey handshake did not finish in time. Only that connection is
+    /// closed; a listener keeps serving.
+    #[error(
+        "handshake with a peer on {address} did not finish within {timeout:?}: the peer is \
+         stuck or is not a multiprocessing.connection endpoint with an authkey; raise \
+         ConnectionOptions::handshake_timeout if it is only slow"
+    )]
+    HandshakeTimeout {
+        /// The listener's address.
+        address: Address,
+        /// The deadline that passed.
+        timeout: Duration,
+    },
+    /// The peer announced a message above
+    /// [`ConnectionOptions::max_message_bytes`](super::ConnectionOptions::max_message_bytes).
+    /// Nothing was allocated for it; its payload is still unread, so the
+    /// connection cannot be used any more.
+    #[error(
+        "the peer announced a {claimed}-byte message, above the limit of {limit} bytes; raise \
+         ConnectionOptions::max_message_bytes if messages that large are expected (this \
+         connection is no longer usable)"
+    )]
+    MessageTooLarge {
+        /// The length the peer announced.
+        claimed: u64,
+        /// The limit in force.
+        limit: u64,
+    },
+    /// The peer closed the connection between two messages (Python's
+    /// `EOFError`).
+    #[error("the peer closed the connection")]
+    Closed,
+    /// No message arrived before the read timeout set with
+    /// [`Connection::set_read_timeout`](super::Connection::set_read_timeout).
+    #[error(
+        "no complete message arrived within the read timeout; if part of a message had \
+         arrived the connection is out of step and must be closed"
+    )]
+    ReadTimeout,
+    /// A message could not be read: it was cut short or malformed, or the
+    /// socket failed. The connection cannot be used any more.
+    #[error("receiving a message failed: {0}")]
+    Receive(#[source] FramingError),
+    /// A message could not be sent.
+    #[error("sending a {len}-byte message failed: {source}{hint}", hint = send_hint(source))]
+    Send {
+        /// The payload length.
+        len: usize,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// Another socket or file operation failed.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl ConnectionError {
+    /// Whether only one peer's connection failed during its handshake
+    /// ([`Auth`](Self::Auth) or [`HandshakeTimeout`](Self::HandshakeTimeout)):
+    /// a server logs it and accepts the next connection.
+    pub fn is_handshake_failure(&self) -> bool {
+        matches!(self, Self::Auth { .. } | Self::HandshakeTimeout { .. })
+    }
+
+    /// Whether this is a non-blocking listener reporting that no peer is
+    /// waiting.
+    pub fn is_would_block(&self) -> bool {
+        matches!(self, Self::Accept { source, .. } if source.kind() == ErrorKind::WouldBlock)
+    }
+
+    pub(crate) fn io(context: impl Into<String>, source: io::Error) -> Self {
+        Self::Io {
+            context: context.into(),
+            source,
+        }
+    }
+
+    /// A receive failure, with end of stream, timeouts and the size limit
+    /// told apart so that callers can act on them.
+    pub(crate) fn from_receive(error: FramingError) -> Self {
+        match error {
+            FramingError::Closed => Self::Closed,
+            FramingError::TooLarge { claimed, limit } => Self::MessageTooLarge { claimed, limit },
+            FramingError::Io(source) if is_timeout(&source) => Self::ReadTimeout,
+            other => Self::Receive(other),
+        }
+    }
+
+    /// A handshake failure on a connection to or from `address`.
+    pub(crate) fn from_handshake(address: &Address, timeout: Duration, error: AuthError) -> Self {
+        match error {
+            AuthError::Io(FramingError::Io(source)) if is_timeout(&source) => {
+                Self::HandshakeTimeout {
+                    address: address.clone(),
+                    timeout,
+                }
+            }
+            source => Self::Auth {
+                address: address.clone(),
+                source,
+            },
+        }
+    }
+}
+
+/// Whether a socket error is an expired `SO_RCVTIMEO` / `SO_SNDTIMEO` (Linux
+/// reports `EAGAIN`) or our own handshake deadline.
+pub(crate) fn is_timeout(error: &io::Error) -> bool {
+    matches!(error.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut)
+}
+
+fn bind_hint(error: &io::Error) -> &'static str {
+    match error.kind() {
+        ErrorKind::AddrInUse => {
+            "; another process is listening there, or a stale socket file is left behind: \
+             remove the file if no process uses it, or choose another address"
+        }
+        ErrorKind::PermissionDenied => "; choose a directory this user may create files in",
+        ErrorKind::NotFound => "; the directory does not exist: create it first",
+        _ => "",
+    }
+}
+
+fn connect_hint(error: &io::Error) -> &'static str {
+    match error.kind() {
+        ErrorKind::NotFound | ErrorKind::ConnectionRefused => {
+            "; is the listener running at that address? (a listener on a path removes its \
+             socket file when it stops)"
+        }
+        ErrorKind::PermissionDenied => "; this user may not open the socket file",
+        _ => "",
+    }
+}
+
+fn accept_hint(error: &io::Error) -> &'static str {
+    if error.raw_os_error() == Some(EMFILE) || error.raw_os_error() == Some(ENFILE) {
+        "; too many open files: close connections you no longer need, or raise `ulimit -n`"
+    } else {
+        ""
+    }
+}
+
+fn send_hint(error: &io::Error) -> &'static str {
+    match error.kind() {
+        ErrorKind::BrokenPipe | ErrorKind::ConnectionReset => "; the peer closed the connection",
+        ErrorKind::WouldBlock | ErrorKind::TimedOut => {
+            "; the peer did not read within the write timeout"
+        }
+        _ => "",
+    }
+}
+
+/// Linux's errno for "too many open files in this process".
+const EMFILE: i32 = 24;
+/// Linux's errno for "too many open files in the system".
+const ENFILE: i32 = 23;

@@ -1,0 +1,211 @@
+//! The listening side: Python's `multiprocessing.connection.Listener`.
+
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::net::UnixListener;
+use std::path::PathBuf;
+
+use super::stream::{Role, authenticate};
+use super::{Address, Authkey, Connection, ConnectionError, ConnectionOptions, PrivateTempDir};
+
+/// Linux's errno for a connection that was reset while waiting in the
+/// accept queue: that peer is gone, the next one is not affected.
+const ECONNABORTED: i32 = 103;
+
+/// A listening `AF_UNIX` socket that authenticates every connection, as
+/// Python's `Listener(address, authkey=...)`.
+///
+/// Dropping it closes the socket and removes the socket file it created
+/// (and the directory, for [`Listener::bind_in_private_dir`]).
+///
+/// # Examples
+///
+/// A server loop that survives peers with the wrong key:
+///
+/// ```no_run
+/// use tensorshare::connection::ConnectionOptions;
+/// use tensorshare::{Address, Authkey, Listener};
+///
+/// let address: Address = "@tensorshare-example".parse()?;
+/// let authkey = Authkey::from_hex("00ff")?;
+/// let listener = Listener::bind(&address, &authkey, ConnectionOptions::default())?;
+/// loop {
+///     match listener.accept() {
+///         Ok(mut connection) => {
+///             let message = connection.recv_bytes()?;
+///             connection.send_bytes(&message)?;
+///         }
+///         Err(refused) if refused.is_handshake_failure() => eprintln!("{refused}"),
+///         Err(fatal) => return Err(fatal.into()),
+///     }
+/// }
+/// # #[allow(unreachable_code)]
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct Listener {
+    socket: UnixListener,
+    address: Address,
+    authkey: Authkey,
+    options: ConnectionOptions,
+    socket_file: Option<SocketFile>,
+    /// Declared after everything else so it is removed last, once the
+    /// socket file inside it is gone.
+    private_dir: Option<PrivateTempDir>,
+}
+
+/// The socket file `bind` created, identified so that `Drop` removes only
+/// that file and not one another process has since put at the same path.
+#[derive(Debug)]
+struct SocketFile {
+    path: PathBuf,
+    device: u64,
+    inode: u64,
+}
+
+impl Listener {
+    /// Listens on `address`; connections must prove they hold `authkey`.
+    ///
+    /// # Errors
+    ///
+    /// [`ConnectionError::Bind`] when the socket cannot be bound, e.g. the
+    /// path exists already (CPython does not replace it either) or the
+    /// abstract name is taken.
+    pub fn bind(
+        address: &Address,
+        authkey: &Authkey,
+        options: ConnectionOptions,
+    ) -> Result<Self, ConnectionError> {
+        let bind_error = |source| ConnectionError::Bind {
+            address: address.clone(),
+            source,
+        };
+        let socket_address = address.to_socket_addr().map_err(bind_error)?;
+        let socket = UnixListener::bind_addr(&socket_address).map_err(bind_error)?;
+        // If the new file cannot even be inspected, it is not removed on drop:
+        // leaving a stale file is better than removing one we cannot identify.
+        let socket_file = address.as_path().and_then(|path| {
+            let metadata = std::fs::symlink_metadata(path).ok()?;
+            Some(SocketFile {
+                path: path.to_path_buf(),
+                device: metadata.dev(),
+                inode: metadata.ino(),
+            })
+        });
+        Ok(Self {
+            socket,
+            address: address.clone(),
+            authkey: authkey.clone(),
+            options,
+            socket_file,
+            private_dir: None,
+        })
+    }
+
+    /// Listens on a fresh path in a new [`PrivateTempDir`]
+    /// (`$TMPDIR/pymp-XXXXXXXX/listener-XXXXXXXX`), as CPython's `Listener()`
+    /// without an address; [`Listener::address`] tells where.
+    ///
+    /// # Errors
+    ///
+    /// As [`PrivateTempDir::create`], [`Address::unique_in`] and
+    /// [`Listener::bind`].
+    pub fn bind_in_private_dir(
+        authkey: &Authkey,
+        options: ConnectionOptions,
+    ) -> Result<Self, ConnectionError> {
+        let dir = PrivateTempDir::create()?;
+        let address = dir.unique_address()?;
+        let mut listener = Self::bind(&address, authkey, options)?;
+        listener.private_dir = Some(dir);
+        Ok(listener)
+    }
+
+    /// Waits for the next peer and runs the authkey handshake with it,
+    /// within [`ConnectionOptions::handshake_timeout`].
+    ///
+    /// # Errors
+    ///
+    /// For one failed peer, [`ConnectionError::Auth`] (wrong authkey or not
+    /// a `multiprocessing.connection` peer) or
+    /// [`ConnectionError::HandshakeTimeout`]: that connection is closed and
+    /// the listener stays usable
+    /// ([`ConnectionError::is_handshake_failure`]).
+    /// [`ConnectionError::Accept`] when the socket itself fails (e.g. out of
+    /// file descriptors), or, on a non-blocking listener, when no peer is
+    /// waiting ([`ConnectionError::is_would_block`]).
+    pub fn accept(&self) -> Result<Connection, ConnectionError> {
+        let stream = loop {
+            match self.socket.accept() {
+                Ok((stream, _)) => break stream,
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::Interrupted
+                        || e.raw_os_error() == Some(ECONNABORTED) => {}
+                Err(source) => {
+                    return Err(ConnectionError::Accept {
+                        address: self.address.clone(),
+                        source,
+                    });
+                }
+            }
+        };
+        // The handshake relies on blocking reads with timeouts, whatever
+        // mode the listening socket is in.
+        stream
+            .set_nonblocking(false)
+            .map_err(|e| ConnectionError::io("making an accepted socket blocking", e))?;
+        authenticate(
+            stream,
+            Role::Server,
+            &self.address,
+            &self.authkey,
+            self.options,
+        )
+    }
+
+    /// Makes [`Listener::accept`] return at once when no peer is waiting,
+    /// for servers that poll the socket ([`AsFd`]) or check for shutdown
+    /// between attempts.
+    ///
+    /// # Errors
+    ///
+    /// [`ConnectionError::Io`] when the socket refuses the change.
+    pub fn set_nonblocking(&self, nonblocking: bool) -> Result<(), ConnectionError> {
+        self.socket
+            .set_nonblocking(nonblocking)
+            .map_err(|e| ConnectionError::io("changing the listener's blocking mode", e))
+    }
+
+    /// Where this listener listens.
+    pub fn address(&self) -> &Address {
+        &self.address
+    }
+
+    /// The options every accepted connection gets.
+    pub fn options(&self) -> &ConnectionOptions {
+        &self.options
+    }
+}
+
+impl AsFd for Listener {
+    /// The listening socket, readable when a peer is waiting.
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.socket.as_fd()
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        let Some(file) = &self.socket_file else {
+            return;
+        };
+        // Another process may have removed our file and bound its own at the
+        // same path: that one is not ours to remove. A failure to remove only
+        // leaves a stale file, which the next bind reports with advice.
+        let still_ours = std::fs::symlink_metadata(&file.path)
+            .is_ok_and(|metadata| metadata.dev() == file.device && metadata.ino() == file.inode);
+        if still_ours {
+            let _ = std::fs::remove_file(&file.path);
+        }
+    }
+}

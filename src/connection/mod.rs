@@ -1,0 +1,93 @@
+//! `multiprocessing.connection` over `AF_UNIX` sockets: a [`Listener`] that
+//! Python's `multiprocessing.connection.Client` connects to, a [`Client`]
+//! that connects to Python's `Listener`, and the [`Connection`] both give.
+//!
+//! Messages are byte strings framed as CPython frames them (a 4-byte
+//! big-endian length, or `-1` and an 8-byte length); [`Connection::send_bytes`]
+//! is Python's `conn.send_bytes` and [`Connection::recv_bytes`] its
+//! `conn.recv_bytes`. Python's `conn.send(obj)` is `send_bytes` of a pickle,
+//! so decode what arrives with [`Registry::loads`](crate::Registry::loads)
+//! and send pickles the Python side can `conn.recv()`.
+//!
+//! # Agreeing on the authkey
+//!
+//! Every connection starts with CPython's HMAC challenge and response in both
+//! directions; the two sides must hold the same [`Authkey`]. Python
+//! processes inherit theirs from the parent (`multiprocessing.current_process().authkey`,
+//! 32 random bytes by default), and torch workers started through
+//! `torch.multiprocessing` inherit it too. Two ways to share it with a Rust
+//! program:
+//!
+//! - The Rust side chooses: make one with [`Authkey::random`], hand its
+//!   [`Authkey::to_hex`] to Python (command line or environment), and set it
+//!   there before any queue, pool or process is created:
+//!   `multiprocessing.current_process().authkey = bytes.fromhex(KEY)`.
+//! - The Python side chooses: print or pass on
+//!   `multiprocessing.current_process().authkey.hex()` from the Python
+//!   parent and give it to the Rust program, which reads it with
+//!   [`Authkey::from_hex`], or from the `TENSORSHARE_AUTHKEY` environment
+//!   variable with [`Authkey::from_env`].
+//!
+//! An empty authkey is still an authkey here: the handshake always runs.
+//! CPython 3.12 skips authentication when the key is empty and CPython 3.13
+//! does not; a Rust endpoint with an empty key therefore talks to 3.13 (and
+//! to 3.11 and older, which also always authenticate) but not to a 3.12 peer
+//! with an empty key. Skipping authentication would let any local process
+//! that can reach the socket send pickles, so there is no switch for it.
+//!
+//! # Dialects
+//!
+//! CPython <= 3.11 challenges with 20 random bytes answered by HMAC-MD5;
+//! CPython >= 3.12 with `{sha256}` and 40 bytes. Both are answered whatever
+//! [`ConnectionOptions::dialect`] says; the dialect only chooses the
+//! challenge this side sends, and the default ([`Dialect::Modern`]) is
+//! accepted by every CPython.
+//!
+//! # Timeouts and buffering
+//!
+//! The handshake has a deadline ([`ConnectionOptions::handshake_timeout`]):
+//! a peer that connects and says nothing costs the listener at most that
+//! long. After the handshake there is no timeout until you set one with
+//! [`Connection::set_read_timeout`].
+//!
+//! Reads are not buffered: a read never takes bytes past the end of the
+//! current message, so the socket can be handed to
+//! `tensorshare_strategies::fd_passing` (through [`AsFd`](std::os::fd::AsFd))
+//! between messages, as `multiprocessing.resource_sharer` does, without a
+//! buffer swallowing the byte that carries the file descriptors.
+//!
+//! # Examples
+//!
+//! ```
+//! use tensorshare::connection::ConnectionOptions;
+//! use tensorshare::{Authkey, Client, Listener};
+//!
+//! let authkey = Authkey::random()?;
+//! let options = ConnectionOptions::default();
+//! let listener = Listener::bind_in_private_dir(&authkey, options)?;
+//! let address = listener.address().clone();
+//! let server = std::thread::spawn(move || listener.accept()?.recv_bytes());
+//!
+//! let mut connection = Client::connect(&address, &authkey, options)?;
+//! connection.send_bytes(b"\x80\x04K\x07.")?; // pickle.dumps(7)
+//! assert_eq!(server.join().expect("server thread")?, b"\x80\x04K\x07.");
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod address;
+mod authkey;
+mod client;
+mod error;
+mod listener;
+mod options;
+mod random;
+mod stream;
+
+pub use address::{Address, MAX_ADDRESS_LEN, PrivateTempDir};
+pub use authkey::{AUTHKEY_ENV, Authkey, RANDOM_AUTHKEY_LEN};
+pub use client::Client;
+pub use error::ConnectionError;
+pub use listener::Listener;
+pub use options::{ConnectionOptions, DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_MAX_MESSAGE_BYTES};
+pub use stream::Connection;
+pub use tensorshare_compat::connection::Dialect;

@@ -1,0 +1,222 @@
+//! An authenticated connection, and the handshake that makes one.
+
+use std::io::{self, ErrorKind, Read, Write};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
+
+use tensorshare_compat::connection::{
+    AuthError, NegotiatedDigests, client_handshake, read_message_into, server_handshake,
+    write_message,
+};
+
+use super::{Address, Authkey, ConnectionError, ConnectionOptions};
+
+/// One end of a `multiprocessing.connection` connection: length-framed
+/// byte messages over a Unix stream socket.
+///
+/// Made by [`Listener::accept`](super::Listener::accept) and
+/// [`Client::connect`](super::Client::connect) after the authkey handshake,
+/// or by [`Connection::from_stream`] for a socket that needs none.
+/// Reads are unbuffered (see the [module docs](super)); every send is
+/// written out before it returns.
+#[derive(Debug)]
+pub struct Connection {
+    stream: UnixStream,
+    options: ConnectionOptions,
+}
+
+impl Connection {
+    /// Wraps a connected socket without any handshake, e.g. one end of
+    /// `UnixStream::pair()`, or a socket authenticated elsewhere.
+    pub fn from_stream(stream: UnixStream, options: ConnectionOptions) -> Self {
+        Self { stream, options }
+    }
+
+    /// Sends one message: Python's `conn.send_bytes(payload)`. Send a pickle
+    /// for Python's `conn.recv()`.
+    ///
+    /// # Errors
+    ///
+    /// [`ConnectionError::Send`] if the socket fails, the peer has gone, or
+    /// a write timeout expires.
+    pub fn send_bytes(&mut self, payload: &[u8]) -> Result<(), ConnectionError> {
+        let send_error = |source| ConnectionError::Send {
+            len: payload.len(),
+            source,
+        };
+        write_message(&mut &self.stream, payload).map_err(send_error)?;
+        (&self.stream).flush().map_err(send_error)
+    }
+
+    /// Receives one message: Python's `conn.recv_bytes()`. Decode what
+    /// Python's `conn.send(obj)` sent with
+    /// [`Registry::loads`](crate::Registry::loads).
+    ///
+    /// # Errors
+    ///
+    /// [`ConnectionError::Closed`] when the peer closed the connection
+    /// between messages, [`ConnectionError::MessageTooLarge`] above
+    /// [`ConnectionOptions::max_message_bytes`],
+    /// [`ConnectionError::ReadTimeout`] when a read timeout expires, and
+    /// [`ConnectionError::Receive`] for a cut-short or malformed message or a
+    /// socket failure.
+    pub fn recv_bytes(&mut self) -> Result<Vec<u8>, ConnectionError> {
+        let mut payload = Vec::new();
+        self.recv_bytes_into(&mut payload)?;
+        Ok(payload)
+    }
+
+    /// Receives one message into `buf`, replacing its contents and reusing
+    /// its capacity; returns the message length.
+    ///
+    /// # Errors
+    ///
+    /// As [`Connection::recv_bytes`]; `buf` then holds whatever part of the
+    /// message arrived.
+    pub fn recv_bytes_into(&mut self, buf: &mut Vec<u8>) -> Result<usize, ConnectionError> {
+        read_message_into(&mut &self.stream, buf, self.options.max_message_bytes)
+            .map_err(ConnectionError::from_receive)
+    }
+
+    /// Sets how long a receive may wait for data; `None` waits forever.
+    ///
+    /// # Errors
+    ///
+    /// [`ConnectionError::Io`] for a zero duration or a failing socket.
+    pub fn set_read_timeout(&self, timeout: Option<Duration>) -> Result<(), ConnectionError> {
+        self.stream
+            .set_read_timeout(timeout)
+            .map_err(|e| ConnectionError::io("setting the connection's read timeout", e))
+    }
+
+    /// Sets how long a send may wait for the peer to read; `None` waits
+    /// forever.
+    ///
+    /// # Errors
+    ///
+    /// [`ConnectionError::Io`] for a zero duration or a failing socket.
+    pub fn set_write_timeout(&self, timeout: Option<Duration>) -> Result<(), ConnectionError> {
+        self.stream
+            .set_write_timeout(timeout)
+            .map_err(|e| ConnectionError::io("setting the connection's write timeout", e))
+    }
+
+    /// The options this connection was made with.
+    pub fn options(&self) -> &ConnectionOptions {
+        &self.options
+    }
+
+    /// Another handle to the same socket, e.g. to send from one thread and
+    /// receive in another.
+    ///
+    /// # Errors
+    ///
+    /// [`ConnectionError::Io`] when the descriptor cannot be duplicated.
+    pub fn try_clone(&self) -> Result<Self, ConnectionError> {
+        let stream = self
+            .stream
+            .try_clone()
+            .map_err(|e| ConnectionError::io("duplicating the connection's socket", e))?;
+        Ok(Self {
+            stream,
+            options: self.options,
+        })
+    }
+
+    /// The socket itself.
+    pub fn into_stream(self) -> UnixStream {
+        self.stream
+    }
+
+    /// The socket, for calls this type does not wrap.
+    pub fn stream(&self) -> &UnixStream {
+        &self.stream
+    }
+}
+
+impl AsFd for Connection {
+    /// The socket, e.g. for `tensorshare_strategies::fd_passing` between
+    /// messages.
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.stream.as_fd()
+    }
+}
+
+/// Which side of the handshake we are.
+#[derive(Clone, Copy)]
+pub(crate) enum Role {
+    /// `Listener.accept`: challenge first.
+    Server,
+    /// `Client`: answer first.
+    Client,
+}
+
+/// Runs the handshake on `stream` within `options.handshake_timeout`, then
+/// clears the socket's timeouts and makes the connection.
+pub(crate) fn authenticate(
+    stream: UnixStream,
+    role: Role,
+    address: &Address,
+    authkey: &Authkey,
+    options: ConnectionOptions,
+) -> Result<Connection, ConnectionError> {
+    let timeout = options.handshake_timeout;
+    let mut bounded = DeadlineStream {
+        stream: &stream,
+        deadline: Instant::now().checked_add(timeout),
+    };
+    let result: Result<NegotiatedDigests, AuthError> = match role {
+        Role::Server => server_handshake(&mut bounded, authkey.as_bytes(), options.dialect),
+        Role::Client => client_handshake(&mut bounded, authkey.as_bytes(), options.dialect),
+    };
+    result.map_err(|error| ConnectionError::from_handshake(address, timeout, error))?;
+    let clear = |e| ConnectionError::io("clearing the socket timeouts after the handshake", e);
+    stream.set_read_timeout(None).map_err(clear)?;
+    stream.set_write_timeout(None).map_err(clear)?;
+    Ok(Connection::from_stream(stream, options))
+}
+
+/// A socket whose every read and write must finish by one deadline, so a
+/// peer trickling one byte at a time cannot stretch the handshake.
+struct DeadlineStream<'a> {
+    stream: &'a UnixStream,
+    /// `None` when the timeout is too long to represent: no deadline.
+    deadline: Option<Instant>,
+}
+
+impl DeadlineStream<'_> {
+    /// The time left, or a `TimedOut` error once the deadline has passed.
+    fn remaining(&self) -> io::Result<Option<Duration>> {
+        let Some(deadline) = self.deadline else {
+            return Ok(None);
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            Err(io::Error::new(
+                ErrorKind::TimedOut,
+                "the handshake deadline passed",
+            ))
+        } else {
+            Ok(Some(left))
+        }
+    }
+}
+
+impl Read for DeadlineStream<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.stream.set_read_timeout(self.remaining()?)?;
+        self.stream.read(buf)
+    }
+}
+
+impl Write for DeadlineStream<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.stream.set_write_timeout(self.remaining()?)?;
+        self.stream.write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}

@@ -1,0 +1,233 @@
+//! Turning rebuilt values back into pickles torch rebuilds: the reducer half
+//! of the registry.
+//!
+//! Tensors and storages are memoized by identity, so a tensor sent twice is
+//! one object on the other side and two views of one storage share it, as
+//! with torch's own `ForkingPickler`.
+
+use std::collections::HashMap;
+
+use tensorshare_compat::pickle::{Construction, Global, Node, NodeId, Object, Pickle};
+
+use crate::{Error, Storage, Tensor, Value};
+
+/// How one storage is written into a pickle: the part that differs per
+/// sharing strategy.
+pub trait StorageReducer {
+    /// Appends the nodes that rebuild `storage` as a `torch.UntypedStorage`
+    /// and returns the node that stands for it.
+    ///
+    /// # Errors
+    ///
+    /// When the storage cannot be shared this way (no fds left, not local, ...).
+    fn reduce_storage(&self, storage: &Storage, out: &mut PickleBuilder) -> Result<NodeId, Error>;
+}
+
+/// A pickle arena under construction, with helpers for the shapes torch's
+/// reducers produce.
+#[derive(Debug, Default)]
+pub struct PickleBuilder {
+    pickle: Pickle,
+}
+
+impl PickleBuilder {
+    /// Adds a node.
+    pub fn push(&mut self, node: Node) -> NodeId {
+        self.pickle.push(node)
+    }
+
+    /// Adds a reference to `module.name`.
+    pub fn global(&mut self, module: &str, name: &str) -> NodeId {
+        self.push(Node::Global(Global::new(module, name)))
+    }
+
+    /// Adds a tuple of `items`.
+    pub fn tuple(&mut self, items: Vec<NodeId>) -> NodeId {
+        self.push(Node::Tuple(items))
+    }
+
+    /// Adds an int.
+    pub fn int(&mut self, value: usize) -> NodeId {
+        self.push(Node::Int(i64::try_from(value).unwrap_or(i64::MAX)))
+    }
+
+    /// Adds `callable(*args)` (`REDUCE`).
+    pub fn call(&mut self, callable: NodeId, args: Vec<NodeId>) -> NodeId {
+        let args = self.tuple(args);
+        self.push(Node::Object(Object {
+            callable,
+            construction: Construction::Reduce { args },
+            state: None,
+            list_items: Vec::new(),
+            dict_items: Vec::new(),
+        }))
+    }
+
+    /// Adds `cls.__new__(cls)` followed by `BUILD` with `state` (`NEWOBJ`).
+    pub fn new_object_with_state(&mut self, class: NodeId, state: NodeId) -> NodeId {
+        let args = self.tuple(Vec::new());
+        self.push(Node::Object(Object {
+            callable: class,
+            construction: Construction::NewObj { args },
+            state: Some(state),
+            list_items: Vec::new(),
+            dict_items: Vec::new(),
+        }))
+    }
+
+    /// Finishes with `root` as the result.
+    pub fn finish(mut self, root: NodeId) -> Pickle {
+        self.pickle.set_root(root);
+        self.pickle
+    }
+}
+
+/// Depth past which a value graph is refused rather than risk the stack.
+const MAX_DEPTH: usize = 1000;
+
+/// Writes `value` into a pickle, storages through `storages`.
+pub(crate) fn reduce_value(value: &Value, storages: &dyn StorageReducer) -> Result<Pickle, Error> {
+    let mut reducer = Reducer {
+        out: PickleBuilder::default(),
+        storages,
+        tensors: HashMap::new(),
+        seen_storages: HashMap::new(),
+    };
+    let root = reducer.value(value, 0)?;
+    Ok(reducer.out.finish(root))
+}
+
+struct Reducer<'a> {
+    out: PickleBuilder,
+    storages: &'a dyn StorageReducer,
+    tensors: HashMap<usize, NodeId>,
+    seen_storages: HashMap<usize, NodeId>,
+}
+
+impl Reducer<'_> {
+    fn value(&mut self, value: &Value, depth: usize) -> Result<NodeId, Error> {
+        if depth > MAX_DEPTH {
+            return Err(Error::Unsupported(format!(
+                "values nested deeper than {MAX_DEPTH} levels"
+            )));
+        }
+        let all = |items: &[Value], this: &mut Self| -> Result<Vec<NodeId>, Error> {
+            items.iter().map(|v| this.value(v, depth + 1)).collect()
+        };
+        Ok(match value {
+            Value::None => self.out.push(Node::None),
+            Value::Bool(b) => self.out.push(Node::Bool(*b)),
+            Value::Int(i) => self.out.push(Node::Int(*i)),
+            Value::BigInt(bytes) => self.out.push(Node::BigInt(bytes.clone())),
+            Value::Float(f) => self.out.push(Node::Float(*f)),
+            Value::Str(s) => self.out.push(Node::Str(s.clone())),
+            Value::Bytes(b) => self.out.push(Node::Bytes(b.clone())),
+            Value::ByteArray(b) => self.out.push(Node::ByteArray(b.clone())),
+            Value::Tuple(items) => {
+                let items = all(items, self)?;
+                self.out.push(Node::Tuple(items))
+            }
+            Value::List(items) => {
+                let items = all(items, self)?;
+                self.out.push(Node::List(items))
+            }
+            Value::Set(items) => {
+                let items = all(items, self)?;
+                self.out.push(Node::Set(items))
+            }
+            Value::FrozenSet(items) => {
+                let items = all(items, self)?;
+                self.out.push(Node::FrozenSet(items))
+            }
+            Value::Dict(pairs) => {
+                let pairs = self.pairs(pairs, depth)?;
+                self.out.push(Node::Dict(pairs))
+            }
+            Value::OrderedDict(pairs) => {
+                let pairs = self.pairs(pairs, depth)?;
+                let class = self.out.global("collections", "OrderedDict");
+                let node = self.out.call(class, Vec::new());
+                if let Node::Object(object) = self.out.pickle.node_mut(node) {
+                    object.dict_items = pairs;
+                }
+                node
+            }
+            Value::Tensor(t) => self.tensor(t)?,
+            Value::Storage(s) => self.storage(s)?,
+            Value::TypedStorage(s, dtype) => {
+                let untyped = self.storage(s)?;
+                let rebuild = self.out.global(REDUCTIONS, "rebuild_typed_storage");
+                let dtype = self.out.global("torch", dtype.name());
+                self.out.call(rebuild, vec![untyped, dtype])
+            }
+            Value::DType(dtype) => self.out.global("torch", dtype.name()),
+            Value::Size(dims) => {
+                let dims = dims.iter().map(|&d| self.out.push(Node::Int(d))).collect();
+                let dims = self.out.tuple(dims);
+                let size = self.out.global("torch", "Size");
+                self.out.call(size, vec![dims])
+            }
+            Value::Global(g) => self.out.global(&g.module, &g.name),
+            Value::Callable(c) => self.out.global(&c.name().module, &c.name().name),
+            Value::Custom(c) => {
+                return Err(Error::Unsupported(format!(
+                    "no reducer for a {} value; send its parts as plain values",
+                    c.global
+                )));
+            }
+        })
+    }
+
+    fn pairs(
+        &mut self,
+        pairs: &[(Value, Value)],
+        depth: usize,
+    ) -> Result<Vec<(NodeId, NodeId)>, Error> {
+        pairs
+            .iter()
+            .map(|(k, v)| Ok((self.value(k, depth + 1)?, self.value(v, depth + 1)?)))
+            .collect()
+    }
+
+    fn storage(&mut self, storage: &Storage) -> Result<NodeId, Error> {
+        if let Some(&node) = self.seen_storages.get(&storage.identity()) {
+            return Ok(node);
+        }
+        let node = self.storages.reduce_storage(storage, &mut self.out)?;
+        self.seen_storages.insert(storage.identity(), node);
+        Ok(node)
+    }
+
+    /// `rebuild_tensor(cls, rebuild_typed_storage(storage, dtype),
+    /// (storage_offset, torch.Size(sizes), strides, requires_grad))`, as
+    /// torch's `reduce_tensor` writes it.
+    fn tensor(&mut self, t: &Tensor) -> Result<NodeId, Error> {
+        if let Some(&node) = self.tensors.get(&t.identity()) {
+            return Ok(node);
+        }
+        let rebuild = self.out.global(REDUCTIONS, "rebuild_tensor");
+        let class = if t.is_parameter() {
+            self.out.global("torch.nn.parameter", "Parameter")
+        } else {
+            self.out.global("torch", "Tensor")
+        };
+        let untyped = self.storage(t.storage())?;
+        let rebuild_typed = self.out.global(REDUCTIONS, "rebuild_typed_storage");
+        let dtype = self.out.global("torch", t.dtype().name());
+        let typed = self.out.call(rebuild_typed, vec![untyped, dtype]);
+        let offset = self.out.int(t.storage_offset());
+        let sizes: Vec<NodeId> = t.sizes().iter().map(|&s| self.out.int(s)).collect();
+        let sizes = self.out.tuple(sizes);
+        let size_class = self.out.global("torch", "Size");
+        let size = self.out.call(size_class, vec![sizes]);
+        let strides: Vec<NodeId> = t.strides().iter().map(|&s| self.out.int(s)).collect();
+        let strides = self.out.tuple(strides);
+        let requires_grad = self.out.push(Node::Bool(t.requires_grad()));
+        let metadata = self.out.tuple(vec![offset, size, strides, requires_grad]);
+        let node = self.out.call(rebuild, vec![class, typed, metadata]);
+        self.tensors.insert(t.identity(), node);
+        Ok(node)
+    }
+}
+
+const REDUCTIONS: &str = "torch.multiprocessing.reductions";

@@ -1,0 +1,339 @@
+//! The receiving side: `DupFd.detach()` as a function.
+
+use std::ffi::OsStr;
+use std::fmt;
+use std::io::{self, ErrorKind};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::Duration;
+
+use tensorshare_compat::connection::{AuthError, Dialect, client_handshake, write_message};
+use tensorshare_compat::pickle::EncodeError;
+use tensorshare_strategies::Errno;
+use tensorshare_strategies::fd_passing::{RecvFdsError, recv_fd_batch};
+
+use super::deadline::{DeadlineStream, is_timeout};
+use super::request::DupFdRequest;
+
+/// Which step of a fetch failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum FetchStage {
+    /// Connecting to the sharer's socket.
+    Connect,
+    /// The authkey handshake.
+    Handshake,
+    /// Sending the `(key, pid)` request.
+    Request,
+    /// Receiving the fd.
+    Receive,
+}
+
+impl fmt::Display for FetchStage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Connect => "while connecting",
+            Self::Handshake => "during the authkey handshake",
+            Self::Request => "while sending the request",
+            Self::Receive => "while waiting for the fd",
+        })
+    }
+}
+
+/// Why an fd could not be fetched from a resource sharer.
+///
+/// `address` fields hold the address with non-printable bytes escaped.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FetchError {
+    /// The address is not a usable Unix socket address.
+    #[error("invalid resource sharer address {address:?}: {reason}")]
+    InvalidAddress {
+        /// The address, escaped.
+        address: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// Nothing listens at the address any more.
+    #[error(
+        "no resource sharer is listening at {address} ({source}): the sending process exited or \
+         stopped sharing; a DupFd can only be fetched while its sender runs"
+    )]
+    SharerGone {
+        /// The address, escaped.
+        address: String,
+        /// What `connect` failed with.
+        #[source]
+        source: io::Error,
+    },
+    /// The sharer refused our authkey.
+    #[error(
+        "the resource sharer at {address} rejected our authkey: both processes must share \
+         multiprocessing.current_process().authkey; pass it with --authkey"
+    )]
+    WrongAuthkey {
+        /// The address, escaped.
+        address: String,
+    },
+    /// The handshake failed for a reason other than the authkey.
+    #[error("authkey handshake with the resource sharer at {address} failed: {source}")]
+    Handshake {
+        /// The address, escaped.
+        address: String,
+        /// What went wrong.
+        #[source]
+        source: AuthError,
+    },
+    /// The sharer closed the connection instead of sending the fd.
+    #[error(
+        "the resource sharer at {address} closed the connection without sending fd {key}: the \
+         sending process exited or already handed out this fd; each DupFd can be fetched once"
+    )]
+    NotServed {
+        /// The address, escaped.
+        address: String,
+        /// The key asked for.
+        key: i64,
+    },
+    /// The sharer did not finish within the timeout.
+    #[error(
+        "the resource sharer at {address} did not answer within {timeout:?} ({stage}): the \
+         sending process may be stalled or busy; retry, or raise the timeout"
+    )]
+    TimedOut {
+        /// The address, escaped.
+        address: String,
+        /// The timeout in force.
+        timeout: Duration,
+        /// Where it ran out.
+        stage: FetchStage,
+    },
+    /// This process has no free fd for the socket or the received fd.
+    #[error(
+        "too many open files fetching fd {key} from {address} ({stage}): raise `ulimit -n` or \
+         use the file_system strategy"
+    )]
+    TooManyOpenFiles {
+        /// The address, escaped.
+        address: String,
+        /// The key asked for.
+        key: i64,
+        /// Which step ran out of fds.
+        stage: FetchStage,
+    },
+    /// The sharer answered with something other than one fd.
+    #[error("the resource sharer at {address} did not hand over the fd properly: {source}")]
+    Transfer {
+        /// The address, escaped.
+        address: String,
+        /// What arrived instead.
+        #[source]
+        source: RecvFdsError,
+    },
+    /// The request could not be encoded.
+    #[error("could not encode the (key, pid) request: {0}")]
+    EncodeRequest(#[from] EncodeError),
+    /// The socket failed.
+    #[error("talking to the resource sharer at {address} failed {stage}: {source}")]
+    Io {
+        /// The address, escaped.
+        address: String,
+        /// Which step failed.
+        stage: FetchStage,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// Fetches the fd registered under `key` with the resource sharer at
+/// `address`, as `multiprocessing.resource_sharer.DupFd(...).detach()` does.
+///
+/// `address` is the first item of the `DupFd`'s `_id`: a socket path, or on
+/// Linux an abstract name starting with NUL. `authkey` is the sending
+/// process's `multiprocessing.current_process().authkey` (children started
+/// by `multiprocessing` inherit their parent's). The steps: connect, answer
+/// and deliver the authkey challenge, send the pickled `(key, pid)`, receive
+/// one fd by `SCM_RIGHTS`. The returned fd is close-on-exec.
+///
+/// `timeout` bounds the handshake, request and receive together.
+/// Connecting to a Unix socket does not block unless the sharer's backlog
+/// is full.
+///
+/// # Errors
+///
+/// [`FetchError::SharerGone`] when nothing listens at `address`,
+/// [`FetchError::WrongAuthkey`] when the authkeys differ,
+/// [`FetchError::NotServed`] when the sharer has no such key (fetched
+/// before, or the sender exited), [`FetchError::TimedOut`],
+/// [`FetchError::TooManyOpenFiles`], [`FetchError::InvalidAddress`],
+/// and [`FetchError::Handshake`], [`FetchError::Transfer`] or
+/// [`FetchError::Io`] for a peer that does not follow the protocol or a
+/// failing socket.
+pub fn fetch_fd(
+    address: &[u8],
+    key: i64,
+    authkey: &[u8],
+    timeout: Duration,
+) -> Result<OwnedFd, FetchError> {
+    let shown = address.escape_ascii().to_string();
+    let stream = connect(address, &shown, key)?;
+    let mut io = DeadlineStream::new(&stream, timeout);
+    let io_error = |stage: FetchStage, source: io::Error| {
+        if is_timeout(&source) {
+            FetchError::TimedOut {
+                address: shown.clone(),
+                timeout,
+                stage,
+            }
+        } else {
+            FetchError::Io {
+                address: shown.clone(),
+                stage,
+                source,
+            }
+        }
+    };
+
+    if let Err(error) = client_handshake(&mut io, authkey, Dialect::Modern) {
+        return Err(match error {
+            AuthError::WrongAuthkey(_) => FetchError::WrongAuthkey { address: shown },
+            AuthError::Io(tensorshare_compat::connection::FramingError::Io(source)) => {
+                io_error(FetchStage::Handshake, source)
+            }
+            source => FetchError::Handshake {
+                address: shown,
+                source,
+            },
+        });
+    }
+
+    let pid = i64::from(std::process::id());
+    let request = DupFdRequest { key, pid }.to_pickle()?;
+    if let Err(source) = write_message(&mut io, &request) {
+        return Err(match source.raw_os_error() {
+            // The sharer hung up after the handshake: it is shutting down.
+            Some(code) if code == Errno::EPIPE as i32 || code == Errno::ECONNRESET as i32 => {
+                FetchError::NotServed {
+                    address: shown,
+                    key,
+                }
+            }
+            _ => io_error(FetchStage::Request, source),
+        });
+    }
+
+    io.arm_read_timeout()
+        .map_err(|source| io_error(FetchStage::Receive, source))?;
+    let fds = recv_fd_batch(stream.as_fd(), 1).map_err(|error| match error {
+        RecvFdsError::EndOfStream
+        | RecvFdsError::Os {
+            errno: Errno::ECONNRESET,
+        } => FetchError::NotServed {
+            address: shown.clone(),
+            key,
+        },
+        RecvFdsError::Os {
+            errno: Errno::EAGAIN,
+        } => FetchError::TimedOut {
+            address: shown.clone(),
+            timeout,
+            stage: FetchStage::Receive,
+        },
+        // Only one fd was sent and one was asked for: the kernel drops it
+        // when this process's fd table is full.
+        RecvFdsError::ControlTruncated { .. } => FetchError::TooManyOpenFiles {
+            address: shown.clone(),
+            key,
+            stage: FetchStage::Receive,
+        },
+        source => FetchError::Transfer {
+            address: shown.clone(),
+            source,
+        },
+    })?;
+    let mut fds = fds.into_iter();
+    match (fds.next(), fds.next()) {
+        (Some(fd), None) => Ok(fd),
+        // `recv_fd_batch` was told to accept one; refuse anything else
+        // rather than trust that.
+        _ => Err(FetchError::Transfer {
+            address: shown,
+            source: RecvFdsError::TooManyFds { arrived: 2, max: 1 },
+        }),
+    }
+}
+
+fn connect(address: &[u8], shown: &str, key: i64) -> Result<UnixStream, FetchError> {
+    let invalid = |reason| FetchError::InvalidAddress {
+        address: shown.to_owned(),
+        reason,
+    };
+    let result = if let Some(name) = address.strip_prefix(b"\0") {
+        connect_abstract(name).map_err(invalid)?
+    } else {
+        if address.is_empty() {
+            return Err(invalid("the address is empty"));
+        }
+        if address.contains(&0) {
+            return Err(invalid("a socket path cannot contain NUL bytes"));
+        }
+        UnixStream::connect(Path::new(OsStr::from_bytes(address)))
+    };
+    result.map_err(|source| {
+        if is_fd_exhaustion(&source) {
+            FetchError::TooManyOpenFiles {
+                address: shown.to_owned(),
+                key,
+                stage: FetchStage::Connect,
+            }
+        } else if matches!(
+            source.kind(),
+            ErrorKind::NotFound | ErrorKind::ConnectionRefused
+        ) {
+            FetchError::SharerGone {
+                address: shown.to_owned(),
+                source,
+            }
+        } else if source.kind() == ErrorKind::InvalidInput {
+            FetchError::InvalidAddress {
+                address: shown.to_owned(),
+                reason: "too long for a Unix socket address (at most 107 bytes)",
+            }
+        } else {
+            FetchError::Io {
+                address: shown.to_owned(),
+                stage: FetchStage::Connect,
+                source,
+            }
+        }
+    })
+}
+
+/// Connects to a Linux abstract socket; the error says why the name is not
+/// a valid address, the inner result is the connection.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn connect_abstract(name: &[u8]) -> Result<io::Result<UnixStream>, &'static str> {
+    #[cfg(target_os = "android")]
+    use std::os::android::net::SocketAddrExt;
+    #[cfg(target_os = "linux")]
+    use std::os::linux::net::SocketAddrExt;
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name)
+        .map_err(|_| "the abstract name is too long (at most 107 bytes)")?;
+    Ok(UnixStream::connect_addr(&addr))
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn connect_abstract(_name: &[u8]) -> Result<io::Result<UnixStream>, &'static str> {
+    Err("abstract socket addresses exist only on Linux")
+}
+
+/// Whether `error` is `EMFILE` or `ENFILE`.
+pub(crate) fn is_fd_exhaustion(error: &io::Error) -> bool {
+    matches!(
+        error.raw_os_error(),
+        Some(code) if code == Errno::EMFILE as i32 || code == Errno::ENFILE as i32
+    )
+}

@@ -1,0 +1,134 @@
+//! The serving threads: one accepts, a few workers each serve one connection
+//! at a time, as CPython's `_ResourceSharer._serve` does on its one thread.
+
+use std::io::ErrorKind;
+use std::os::fd::AsFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::Receiver;
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use tensorshare_compat::connection::{AuthError, FramingError, read_message, server_handshake};
+use tensorshare_strategies::fd_passing::send_fd_batch;
+
+use super::deadline::{DeadlineStream, is_timeout};
+use super::request::{DupFdRequest, MAX_REQUEST_LEN};
+use super::server::{Shared, lock};
+
+/// How long the accept thread waits after a failed `accept` (such as
+/// `EMFILE`, which persists until some fd is closed) before trying again.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(10);
+
+/// How one connection ended; each is counted in `SharerStats`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Served,
+    WrongAuthkey,
+    BadHandshake,
+    MalformedRequest,
+    UnknownKey,
+    TimedOut,
+    Disconnected,
+    SendFailed,
+}
+
+/// Accepts connections and queues them for the workers until shutdown.
+pub(crate) fn accept_loop(shared: &Shared, listener: &UnixListener) {
+    while !shared.stopping.load(Ordering::SeqCst) {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                if shared.stopping.load(Ordering::SeqCst) {
+                    return;
+                }
+                // Cloned per connection so that taking the sender out at
+                // shutdown closes the channel even while this thread sits in
+                // `accept`.
+                let Some(sender) = lock(&shared.queue).clone() else {
+                    return;
+                };
+                if sender.send(stream).is_err() {
+                    return;
+                }
+            }
+            Err(error) if error.kind() == ErrorKind::Interrupted => {}
+            Err(_) if shared.stopping.load(Ordering::SeqCst) => return,
+            Err(_) => {
+                shared.counters.record_accept_failure();
+                thread::sleep(ACCEPT_BACKOFF);
+            }
+        }
+    }
+}
+
+/// Serves queued connections until the queue closes.
+pub(crate) fn worker_loop(shared: &Shared, receiver: &Mutex<Receiver<UnixStream>>, slot: usize) {
+    loop {
+        let next = lock(receiver).recv();
+        let Ok(stream) = next else {
+            return;
+        };
+        let stream = Arc::new(stream);
+        let in_flight = shared.in_flight.get(slot);
+        if let Some(in_flight) = in_flight {
+            *lock(in_flight) = Some(Arc::clone(&stream));
+        }
+        // Checked after publishing the stream: shutdown sets the flag before
+        // it cuts off published streams, so one of the two sees the other.
+        if !shared.stopping.load(Ordering::SeqCst) {
+            shared.counters.record(serve_connection(shared, &stream));
+        }
+        if let Some(in_flight) = in_flight {
+            *lock(in_flight) = None;
+        }
+    }
+}
+
+/// One connection, as CPython's `_serve` loop body: handshake, read
+/// `(key, pid)`, pop the key, send its fd, close our copy.
+fn serve_connection(shared: &Shared, stream: &UnixStream) -> Outcome {
+    let mut io = DeadlineStream::new(stream, shared.options.connection_timeout());
+    if let Err(error) = server_handshake(&mut io, &shared.authkey, shared.options.dialect()) {
+        return handshake_outcome(&error);
+    }
+    let payload = match read_message(&mut io, MAX_REQUEST_LEN) {
+        Ok(payload) => payload,
+        Err(error) => return framing_outcome(&error),
+    };
+    let Ok(request) = DupFdRequest::from_pickle(&payload) else {
+        return Outcome::MalformedRequest;
+    };
+    // CPython pops before sending: whatever happens next, the key is spent.
+    let Some(fd) = shared.take(request.key) else {
+        return Outcome::UnknownKey;
+    };
+    if io.arm_write_timeout().is_err() {
+        return Outcome::TimedOut;
+    }
+    match send_fd_batch(stream.as_fd(), &[fd.as_fd()]) {
+        Ok(()) => Outcome::Served,
+        Err(_) => Outcome::SendFailed,
+    }
+}
+
+fn handshake_outcome(error: &AuthError) -> Outcome {
+    match error {
+        AuthError::WrongAuthkey(_) => Outcome::WrongAuthkey,
+        AuthError::Io(framing) => match framing_outcome(framing) {
+            Outcome::MalformedRequest => Outcome::BadHandshake,
+            other => other,
+        },
+        _ => Outcome::BadHandshake,
+    }
+}
+
+fn framing_outcome(error: &FramingError) -> Outcome {
+    match error {
+        FramingError::Io(io) if is_timeout(io) => Outcome::TimedOut,
+        FramingError::Closed | FramingError::Truncated { .. } | FramingError::Io(_) => {
+            Outcome::Disconnected
+        }
+        _ => Outcome::MalformedRequest,
+    }
+}

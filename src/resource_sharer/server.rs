@@ -1,0 +1,374 @@
+//! The serving side: [`ResourceSharer`], its threads' shared state, and
+//! shutdown.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::io;
+use std::net::Shutdown;
+use std::os::fd::OwnedFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use super::options::SharerOptions;
+use super::private_dir;
+use super::registration::{DupFdId, Registration};
+use super::serve::{accept_loop, worker_loop};
+use super::stats::{Counters, SharerStats};
+
+/// How long shutdown waits for a thread before leaving it behind.
+const JOIN_GRACE: Duration = Duration::from_secs(2);
+
+/// Why a sharer could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SharerError {
+    /// The private directory for the socket could not be made.
+    #[error(
+        "could not create a private directory for the resource sharer's socket: {source}; \
+         point TMPDIR at a writable directory"
+    )]
+    TempDir {
+        /// What `mkdir` failed with.
+        #[source]
+        source: io::Error,
+    },
+    /// The socket could not be bound.
+    #[error("could not listen on {}: {source}{}", .path.display(), fd_hint(.source))]
+    Bind {
+        /// The socket path.
+        path: PathBuf,
+        /// What `bind` failed with.
+        #[source]
+        source: io::Error,
+    },
+    /// A serving thread could not be started.
+    #[error(
+        "could not start the resource sharer's threads: {source}; the process may be at its \
+         thread limit (ulimit -u)"
+    )]
+    Spawn {
+        /// What spawning failed with.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// Why an fd could not be registered. The fd has been closed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RegisterError {
+    /// The sharer was shut down.
+    #[error("the resource sharer has shut down: start a new one to share more fds")]
+    ShutDown,
+    /// Every positive 64-bit key has been used.
+    #[error("the resource sharer has used every key: start a new one")]
+    KeysExhausted,
+}
+
+fn fd_hint(error: &io::Error) -> &'static str {
+    if super::client::is_fd_exhaustion(error) {
+        ": too many open files; raise `ulimit -n` or use the file_system strategy"
+    } else {
+        ""
+    }
+}
+
+/// Registered fds, keyed as CPython's `_ResourceSharer._cache`.
+#[derive(Default)]
+pub(crate) struct Table {
+    fds: HashMap<i64, OwnedFd>,
+    last_key: i64,
+    closed: bool,
+}
+
+/// State the serving threads share with the [`ResourceSharer`].
+pub(crate) struct Shared {
+    pub(crate) authkey: Vec<u8>,
+    pub(crate) options: SharerOptions,
+    pub(crate) stopping: AtomicBool,
+    pub(crate) counters: Counters,
+    /// Where the accept thread hands connections to workers; `None` once
+    /// shutting down, so that workers see the channel close.
+    pub(crate) queue: Mutex<Option<SyncSender<UnixStream>>>,
+    /// The connection each worker is serving, to cut it short at shutdown.
+    pub(crate) in_flight: Vec<Mutex<Option<Arc<UnixStream>>>>,
+    table: Mutex<Table>,
+}
+
+impl Shared {
+    /// Removes `key`'s fd: the one serving of a key, or its withdrawal.
+    pub(crate) fn take(&self, key: i64) -> Option<OwnedFd> {
+        lock(&self.table).fds.remove(&key)
+    }
+}
+
+/// Locks `mutex`, carrying on if a thread panicked while holding it: every
+/// critical section leaves the data consistent.
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+struct Threads {
+    /// The listening socket as a stream, to wake `accept` with `shutdown(2)`.
+    listener_waker: UnixStream,
+    acceptor: Option<JoinHandle<()>>,
+    workers: Vec<JoinHandle<()>>,
+}
+
+/// A `multiprocessing.resource_sharer`-compatible server: hands registered
+/// fds, once each, to processes that present the authkey.
+///
+/// It listens on a socket in a fresh private directory (mode 0700,
+/// `$TMPDIR/tensorshare-XXXXXXXX/sharer-XXXXXXXX`, as CPython's
+/// `/tmp/pymp-*/listener-*`) and serves on background threads. Dropping the
+/// last `Arc` (the owner's and every [`Registration`]'s) shuts it down, as
+/// does [`ResourceSharer::shutdown`]: the threads stop, the socket and
+/// directory are removed, and every fd still registered is closed.
+pub struct ResourceSharer {
+    shared: Arc<Shared>,
+    address: String,
+    socket_path: PathBuf,
+    dir: PathBuf,
+    threads: Mutex<Option<Threads>>,
+}
+
+impl ResourceSharer {
+    /// Starts a sharer with [`SharerOptions::default`]; clients must present
+    /// `authkey` (in CPython, `multiprocessing.current_process().authkey`).
+    ///
+    /// # Errors
+    ///
+    /// As [`ResourceSharer::start_with`].
+    pub fn start(authkey: &[u8]) -> Result<Arc<Self>, SharerError> {
+        Self::start_with(authkey, SharerOptions::default())
+    }
+
+    /// Starts a sharer with `options`.
+    ///
+    /// # Errors
+    ///
+    /// [`SharerError::TempDir`] when no private directory can be made,
+    /// [`SharerError::Bind`] when the socket cannot be bound,
+    /// [`SharerError::Spawn`] when a thread cannot be started. Nothing is
+    /// left behind on error.
+    pub fn start_with(authkey: &[u8], options: SharerOptions) -> Result<Arc<Self>, SharerError> {
+        let dir = private_dir::create().map_err(|source| SharerError::TempDir { source })?;
+        let socket_path = private_dir::socket_path(&dir);
+        let listener = match UnixListener::bind(&socket_path) {
+            Ok(listener) => listener,
+            Err(source) => {
+                let _ = std::fs::remove_dir(&dir);
+                return Err(SharerError::Bind {
+                    path: socket_path,
+                    source,
+                });
+            }
+        };
+        let listener_waker = match listener.try_clone() {
+            Ok(clone) => UnixStream::from(OwnedFd::from(clone)),
+            Err(source) => {
+                drop(listener);
+                let _ = std::fs::remove_file(&socket_path);
+                let _ = std::fs::remove_dir(&dir);
+                return Err(SharerError::Bind {
+                    path: socket_path,
+                    source,
+                });
+            }
+        };
+        let (sender, receiver) = std::sync::mpsc::sync_channel(options.workers());
+        let shared = Arc::new(Shared {
+            authkey: authkey.to_vec(),
+            options,
+            stopping: AtomicBool::new(false),
+            counters: Counters::default(),
+            queue: Mutex::new(Some(sender)),
+            in_flight: (0..options.workers()).map(|_| Mutex::new(None)).collect(),
+            table: Mutex::new(Table::default()),
+        });
+        // From here on, dropping `sharer` on error undoes everything.
+        let sharer = Arc::new(Self {
+            shared: Arc::clone(&shared),
+            address: socket_path.to_string_lossy().into_owned(),
+            socket_path: socket_path.clone(),
+            dir,
+            threads: Mutex::new(None),
+        });
+        *lock(&sharer.threads) = Some(Threads {
+            listener_waker,
+            acceptor: None,
+            workers: Vec::with_capacity(options.workers()),
+        });
+        let receiver: Arc<Mutex<Receiver<UnixStream>>> = Arc::new(Mutex::new(receiver));
+        for slot in 0..options.workers() {
+            let shared = Arc::clone(&shared);
+            let receiver = Arc::clone(&receiver);
+            let worker = thread::Builder::new()
+                .name("resource-sharer-worker".into())
+                .spawn(move || worker_loop(&shared, &receiver, slot))
+                .map_err(|source| SharerError::Spawn { source })?;
+            if let Some(threads) = lock(&sharer.threads).as_mut() {
+                threads.workers.push(worker);
+            }
+        }
+        let acceptor = thread::Builder::new()
+            .name("resource-sharer".into())
+            .spawn(move || accept_loop(&shared, &listener))
+            .map_err(|source| SharerError::Spawn { source })?;
+        if let Some(threads) = lock(&sharer.threads).as_mut() {
+            threads.acceptor = Some(acceptor);
+        }
+        Ok(sharer)
+    }
+
+    /// Registers `fd` to be handed out once, and returns the guard that
+    /// names it.
+    ///
+    /// The fd stays registered until a receiver fetches it (the sharer then
+    /// closes it after sending, as CPython does), the [`Registration`] is
+    /// dropped or withdrawn (closing it unfetched), or the sharer shuts down.
+    /// Callable from any thread.
+    ///
+    /// # Errors
+    ///
+    /// [`RegisterError::ShutDown`] after [`ResourceSharer::shutdown`]; the fd
+    /// is closed.
+    pub fn register(self: &Arc<Self>, fd: OwnedFd) -> Result<Registration, RegisterError> {
+        let key = {
+            let mut table = lock(&self.shared.table);
+            if table.closed {
+                return Err(RegisterError::ShutDown);
+            }
+            let key = table
+                .last_key
+                .checked_add(1)
+                .ok_or(RegisterError::KeysExhausted)?;
+            table.last_key = key;
+            table.fds.insert(key, fd);
+            key
+        };
+        let id = DupFdId {
+            address: self.address.clone(),
+            key,
+        };
+        Ok(Registration::new(Arc::clone(self), id))
+    }
+
+    /// The socket address as bytes, as [`fetch_fd`] takes it.
+    pub fn address(&self) -> &[u8] {
+        self.address.as_bytes()
+    }
+
+    /// The socket address as the `str` that goes into a `DupFd`'s `_id`.
+    pub fn address_str(&self) -> &str {
+        &self.address
+    }
+
+    /// The socket's filesystem path.
+    pub fn socket_path(&self) -> &Path {
+        &self.socket_path
+    }
+
+    /// The options the sharer was started with.
+    pub fn options(&self) -> SharerOptions {
+        self.shared.options
+    }
+
+    /// Counts of what the sharer has served and refused so far.
+    pub fn stats(&self) -> SharerStats {
+        self.shared
+            .counters
+            .snapshot(lock(&self.shared.table).fds.len())
+    }
+
+    /// Stops serving: closes every registered fd, cuts off connections in
+    /// progress, stops the threads and removes the socket and its directory.
+    /// Later [`ResourceSharer::register`] calls fail. Idempotent; dropping
+    /// the last `Arc` does the same.
+    ///
+    /// A thread that does not stop within two seconds is left to finish on
+    /// its own rather than blocking the caller; that takes an `accept` that
+    /// neither `shutdown(2)` nor a connection can wake, which Linux does not
+    /// do.
+    pub fn shutdown(&self) {
+        let Some(threads) = lock(&self.threads).take() else {
+            return;
+        };
+        let shared = &self.shared;
+        shared.stopping.store(true, Ordering::SeqCst);
+        {
+            let mut table = lock(&shared.table);
+            table.closed = true;
+            table.fds.clear();
+        }
+        drop(lock(&shared.queue).take());
+        // Cut off connections in progress first: with every worker stalled,
+        // the accept thread may be waiting to queue one more.
+        for slot in &shared.in_flight {
+            if let Some(stream) = lock(slot).as_ref() {
+                let _ = stream.shutdown(Shutdown::Both);
+            }
+        }
+        // Linux wakes a blocked `accept` with EINVAL on `shutdown(2)` of the
+        // listening socket; the connection is there for kernels that do not.
+        let _ = threads.listener_waker.shutdown(Shutdown::Both);
+        if let Some(acceptor) = threads.acceptor {
+            if !acceptor.is_finished() {
+                let _ = UnixStream::connect(&self.socket_path);
+            }
+            join_within(acceptor, JOIN_GRACE);
+        }
+        for worker in threads.workers {
+            join_within(worker, JOIN_GRACE);
+        }
+        drop(threads.listener_waker);
+        // Failures leave only an empty directory or a dead socket file in
+        // our private temp dir; there is no one to report them to in Drop.
+        let _ = std::fs::remove_file(&self.socket_path);
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+
+    /// Withdraws `key`: the fd if it was still registered.
+    pub(crate) fn withdraw(&self, key: i64) -> Option<OwnedFd> {
+        self.shared.take(key)
+    }
+
+    pub(crate) fn is_registered(&self, key: i64) -> bool {
+        lock(&self.shared.table).fds.contains_key(&key)
+    }
+}
+
+/// Joins `handle` if it finishes within `grace`; otherwise leaves it running.
+fn join_within(handle: JoinHandle<()>, grace: Duration) {
+    let start = Instant::now();
+    while !handle.is_finished() && start.elapsed() < grace {
+        thread::sleep(Duration::from_millis(1));
+    }
+    if handle.is_finished() {
+        // A panic in a serving thread has already been reported by the
+        // panic hook; shutdown has nothing to add.
+        let _ = handle.join();
+    }
+}
+
+impl Drop for ResourceSharer {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+impl fmt::Debug for ResourceSharer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The authkey is left out on purpose.
+        f.debug_struct("ResourceSharer")
+            .field("address", &self.address)
+            .field("options", &self.shared.options)
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}

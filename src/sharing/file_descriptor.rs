@@ -1,0 +1,125 @@
+//! The `file_descriptor` strategy in torch's form: storages live in memfds
+//! whose fds travel through the resource sharer (`rebuild_storage_fd` with a
+//! `DupFd`).
+
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::MetadataExt;
+use std::sync::Arc;
+
+use tensorshare_compat::pickle::{Node, NodeId};
+use tensorshare_strategies::file_descriptor::{FdSegment, FileDescriptorStrategy, FileIdentity};
+use tensorshare_strategies::{SharingStrategy, WritableSegment};
+
+use super::{SharingContext, lock};
+use crate::reduce::{PickleBuilder, StorageReducer};
+use crate::{DupFdRef, Error, Residence, Storage};
+
+const REDUCTIONS: &str = "torch.multiprocessing.reductions";
+
+/// Writes storages as `rebuild_storage_fd(UntypedStorage, DupFd, nbytes)`.
+pub(super) struct FdReducer<'a> {
+    pub(super) context: &'a SharingContext,
+}
+
+impl StorageReducer for FdReducer<'_> {
+    fn reduce_storage(&self, storage: &Storage, out: &mut PickleBuilder) -> Result<NodeId, Error> {
+        let class = out.global("torch.storage", "UntypedStorage");
+        if storage.nbytes() == 0 {
+            // torch's reduce_storage: an empty storage cannot be mapped.
+            let rebuild = out.global(REDUCTIONS, "rebuild_storage_empty");
+            return Ok(out.call(rebuild, vec![class]));
+        }
+        let shared = self.context.shared_copy(storage)?;
+        let fd = match shared.residence() {
+            Residence::Local(segment) => segment.downcast_ref::<FdSegment>(),
+            _ => None,
+        }
+        .ok_or_else(|| Error::Unsupported("storage did not move into a memfd".into()))
+        .and_then(|segment| Ok(FileDescriptorStrategy.export(segment)?))?;
+        let registration = self.context.resource_sharer()?.register(fd)?;
+        let id = registration.id().clone();
+        self.context.keep_registration(registration);
+
+        // CPython reports abstract socket names as bytes, paths as str.
+        let address = if id.address.starts_with('\0') {
+            out.push(Node::Bytes(id.address.clone().into_bytes()))
+        } else {
+            out.push(Node::Str(id.address.clone()))
+        };
+        let key = out.push(Node::Int(id.key));
+        let address_key = out.tuple(vec![address, key]);
+        let id_name = out.push(Node::Str("_id".into()));
+        let state = out.push(Node::Dict(vec![(id_name, address_key)]));
+        let dup_fd_class = out.global("multiprocessing.resource_sharer", "DupFd");
+        let dup_fd = out.new_object_with_state(dup_fd_class, state);
+        let nbytes = out.int(storage.nbytes());
+        let rebuild = out.global(REDUCTIONS, "rebuild_storage_fd");
+        Ok(out.call(rebuild, vec![class, dup_fd, nbytes]))
+    }
+}
+
+impl SharingContext {
+    /// `storage` itself when it already lives in a memfd, else its copy in
+    /// one, made once per storage (torch's `share_memory_()`).
+    fn shared_copy(&self, storage: &Storage) -> Result<Storage, Error> {
+        let Residence::Local(segment) = storage.residence() else {
+            return Err(Error::Unsupported(format!(
+                "a {} storage whose bytes are not in this process cannot be sent; receive it with a SharingContext to attach it first",
+                storage.kind()
+            )));
+        };
+        if segment.downcast_ref::<FdSegment>().is_some() {
+            return Ok(storage.clone());
+        }
+        let mut exported = lock(&self.exported);
+        exported.retain(|(source, _)| source.is_alive());
+        if let Some((_, copy)) = exported
+            .iter()
+            .find(|(source, _)| source.upgrade().is_some_and(|s| s.same_as(storage)))
+        {
+            return Ok(copy.clone());
+        }
+        let mut copy = FileDescriptorStrategy.allocate(storage.nbytes())?;
+        copy.as_bytes_mut()
+            .copy_from_slice(&segment.as_bytes()[..storage.nbytes()]);
+        let copy = Storage::from_segment(Box::new(copy).into_shared());
+        exported.push((storage.downgrade(), copy.clone()));
+        Ok(copy)
+    }
+
+    /// Fetches the fd a `DupFd` names and maps `nbytes` of it, once per
+    /// shared object while it lives (torch's `storage_from_cache` by inode).
+    pub(crate) fn attach_fd(&self, dup_fd: &DupFdRef, nbytes: usize) -> Result<Storage, Error> {
+        let fd = crate::resource_sharer::fetch_fd(
+            &dup_fd.address,
+            dup_fd.key,
+            &self.authkey,
+            self.fetch_timeout,
+        )?;
+        let (fd, identity) = identity_of(fd)?;
+        let import = |fd: OwnedFd| -> Result<Storage, Error> {
+            let segment = FileDescriptorStrategy.import(fd, nbytes)?;
+            Ok(Storage::from_segment(Arc::new(segment)))
+        };
+        match self.received.get(&identity) {
+            Some(cached) if cached.nbytes() >= nbytes => Ok(cached),
+            // A later message may describe more of the object than an
+            // earlier one mapped: map it again rather than read past the end.
+            Some(_) => import(fd),
+            None => self.received.get_or_try_insert(&identity, || import(fd)),
+        }
+    }
+}
+
+/// The `(st_dev, st_ino)` of an fd, as torch's `fd_id` computes it.
+fn identity_of(fd: OwnedFd) -> Result<(OwnedFd, FileIdentity), Error> {
+    let file = std::fs::File::from(fd);
+    let metadata = file
+        .metadata()
+        .map_err(|e| Error::io("fstat of a received fd", e))?;
+    let identity = FileIdentity {
+        dev: metadata.dev(),
+        ino: metadata.ino(),
+    };
+    Ok((OwnedFd::from(file), identity))
+}

@@ -1,0 +1,203 @@
+//! Sending and receiving tensors: the registry joined with a sharing
+//! strategy, the resource sharer and the caches.
+//!
+//! A [`SharingContext`] is what a process needs to exchange tensors with
+//! torch's `ForkingPickler` format: [`dumps`](SharingContext::dumps) writes
+//! a value as torch's reducers would, moving storages into shared memory
+//! and handing out their fds through this process's resource sharer;
+//! [`loads`](SharingContext::loads) rebuilds a pickle and attaches every
+//! storage it names, fetching fds from the sender's resource sharer.
+
+mod cache;
+mod file_descriptor;
+
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use tensorshare_compat::pickle::{EncodeOptions, encode};
+use tensorshare_strategies::file_descriptor::FileIdentity;
+
+pub use cache::WeakStorageCache;
+
+use crate::registry::rebuild::Walker;
+use crate::resource_sharer::{Registration, ResourceSharer};
+use crate::storage::WeakStorage;
+use crate::{Error, Registry, StrategyKind, Value};
+
+/// How long to wait for a peer's resource sharer to hand over an fd.
+const DEFAULT_FETCH_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long an fd handed to the resource sharer waits for its receiver.
+///
+/// torch keeps an unfetched `DupFd` until the process exits; a receiver that
+/// never unpickles its message would leak it. Receivers fetch while
+/// unpickling, within moments of receipt, so a generous deadline loses
+/// nothing and bounds the fds a vanished peer can pin.
+const DEFAULT_UNFETCHED_LIFETIME: Duration = Duration::from_secs(300);
+
+/// Everything a process needs to send and receive tensors in torch's format.
+///
+/// One per process is typical (it owns the resource sharer that hands out
+/// this process's fds); it is `Send + Sync` and cheap to share by reference.
+///
+/// # Examples
+///
+/// ```
+/// use tensorshare::{DType, SharingContext, Storage, StrategyKind, Tensor, TensorView, Value};
+///
+/// let sharing = SharingContext::new(b"secret".to_vec());
+/// let mut writer = Storage::allocate(StrategyKind::FileDescriptor, 8)?;
+/// writer.as_bytes_mut().copy_from_slice(&[1, 0, 0, 0, 2, 0, 0, 0]);
+/// let t = Tensor::new(writer.freeze(), TensorView::contiguous(DType::Int32, &[2]))?;
+///
+/// let bytes = sharing.dumps(&Value::List(vec![t.clone().into(), t.into()]))?;
+/// // Any process holding the same authkey rebuilds it, here this one:
+/// let back = sharing.loads(&bytes)?;
+/// let tensors = back.tensors();
+/// assert!(tensors[0].same_as(tensors[1]), "one tensor sent twice is one tensor");
+/// assert_eq!(tensors[0].storage().bytes(), Some(&[1, 0, 0, 0, 2, 0, 0, 0][..]));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct SharingContext {
+    registry: Registry,
+    authkey: Vec<u8>,
+    strategy: StrategyKind,
+    fetch_timeout: Duration,
+    unfetched_lifetime: Duration,
+    sharer: OnceLock<Arc<ResourceSharer>>,
+    /// Received fd storages by inode, as torch's `storage_from_cache` keys
+    /// them: one mapping per shared object while it lives.
+    received: WeakStorageCache<FileIdentity>,
+    /// Heap storages already copied into shared memory for sending, so one
+    /// storage sent many times is one segment.
+    exported: Mutex<Vec<(WeakStorage, crate::Storage)>>,
+    /// Fds handed to the resource sharer and not yet fetched, with the time
+    /// after which they are closed unfetched.
+    registrations: Mutex<Vec<(Instant, Registration)>>,
+}
+
+impl SharingContext {
+    /// A context with torch's default registry, sharing by file descriptor.
+    ///
+    /// `authkey` must equal the peers' `multiprocessing.current_process().authkey`.
+    pub fn new(authkey: Vec<u8>) -> Self {
+        Self {
+            registry: Registry::default(),
+            authkey,
+            strategy: StrategyKind::FileDescriptor,
+            fetch_timeout: DEFAULT_FETCH_TIMEOUT,
+            unfetched_lifetime: DEFAULT_UNFETCHED_LIFETIME,
+            sharer: OnceLock::new(),
+            received: WeakStorageCache::new(),
+            exported: Mutex::new(Vec::new()),
+            registrations: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Uses `registry` to rebuild received pickles.
+    pub fn with_registry(mut self, registry: Registry) -> Self {
+        self.registry = registry;
+        self
+    }
+
+    /// Sends storages with `strategy`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unsupported`] for strategies this build cannot send with yet.
+    pub fn with_strategy(mut self, strategy: StrategyKind) -> Result<Self, Error> {
+        if strategy != StrategyKind::FileDescriptor {
+            return Err(Error::Unsupported(format!(
+                "sending with the {strategy} strategy is not available yet; use file_descriptor"
+            )));
+        }
+        self.strategy = strategy;
+        Ok(self)
+    }
+
+    /// Waits at most `timeout` for a peer's resource sharer.
+    pub fn with_fetch_timeout(mut self, timeout: Duration) -> Self {
+        self.fetch_timeout = timeout;
+        self
+    }
+
+    /// Closes fds that no receiver fetched within `lifetime` (default 5 minutes).
+    pub fn with_unfetched_lifetime(mut self, lifetime: Duration) -> Self {
+        self.unfetched_lifetime = lifetime;
+        self
+    }
+
+    /// The registry used for rebuilding.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// The strategy storages are sent with.
+    pub fn strategy(&self) -> StrategyKind {
+        self.strategy
+    }
+
+    /// The process authkey.
+    pub fn authkey(&self) -> &[u8] {
+        &self.authkey
+    }
+
+    /// Pickles `value` as torch's `ForkingPickler` would, sharing every
+    /// storage with this context's strategy.
+    ///
+    /// # Errors
+    ///
+    /// When a storage cannot be shared (out of fds or memory, a storage whose
+    /// bytes are not in this process) or the value has no pickled form.
+    pub fn dumps(&self, value: &Value) -> Result<Vec<u8>, Error> {
+        let pickle =
+            crate::reduce::reduce_value(value, &file_descriptor::FdReducer { context: self })?;
+        encode(&pickle, &EncodeOptions::new()).map_err(|e| Error::Unsupported(e.to_string()))
+    }
+
+    /// Rebuilds a pickle and attaches every shared storage it names.
+    ///
+    /// # Errors
+    ///
+    /// Any decoding or rebuilding error; a storage whose fd cannot be fetched
+    /// (sender gone, wrong authkey).
+    pub fn loads(&self, bytes: &[u8]) -> Result<Value, Error> {
+        let limits = self.registry.options().limits;
+        let decoded = tensorshare_compat::pickle::decode_all(bytes, &self.registry, &limits)?;
+        Ok(Walker::new(&self.registry, &decoded.pickle, None)
+            .attaching(self)
+            .run()?)
+    }
+
+    /// This process's resource sharer, started on first use.
+    pub(crate) fn resource_sharer(&self) -> Result<&Arc<ResourceSharer>, Error> {
+        if let Some(sharer) = self.sharer.get() {
+            return Ok(sharer);
+        }
+        let started = ResourceSharer::start(&self.authkey)?;
+        Ok(self.sharer.get_or_init(|| started))
+    }
+
+    /// Keeps `registration` until its fd is fetched or its deadline passes.
+    pub(crate) fn keep_registration(&self, registration: Registration) {
+        let now = Instant::now();
+        let mut registrations = lock(&self.registrations);
+        registrations
+            .retain(|(deadline, registration)| *deadline > now && registration.is_pending());
+        registrations.push((now + self.unfetched_lifetime, registration));
+    }
+
+    /// How many shared fds are waiting for their receivers.
+    pub fn unfetched_shares(&self) -> usize {
+        let mut registrations = lock(&self.registrations);
+        registrations.retain(|(_, registration)| registration.is_pending());
+        registrations.len()
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
