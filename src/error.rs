@@ -44,6 +44,9 @@ pub enum Error {
     /// A peer's fd could not be fetched from its resource sharer.
     #[error("cannot fetch a shared fd: {0}")]
     Fetch(#[from] crate::resource_sharer::FetchError),
+    /// A `multiprocessing.connection` connection failed.
+    #[error(transparent)]
+    Connection(#[from] crate::connection::ConnectionError),
     /// Something this build or this machine cannot do; the message says
     /// what to do instead.
     #[error("{0}")]

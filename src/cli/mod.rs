@@ -1,6 +1,8 @@
 //! Command-line parsing and dispatch.
 
+mod echo;
 mod inspect;
+mod shutdown;
 
 use clap::{Parser, Subcommand};
 
@@ -16,11 +18,30 @@ pub struct Cli {
 enum Command {
     /// Decode a torch pickle or .pt file without executing anything.
     Inspect(inspect::InspectArgs),
+    /// Listen for multiprocessing.connection peers and send every message back
+    /// re-pickled; prints `listening ADDRESS` once ready.
+    Echo(echo::EchoArgs),
 }
 
 /// Runs the parsed command.
 pub fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     match cli.command {
         Command::Inspect(args) => inspect::run(args),
+        Command::Echo(args) => echo::run(args),
     }
+}
+
+/// An error and its causes on one line, each cause once.
+pub fn one_line(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut message = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !message.contains(&cause_text) {
+            message.push_str(": ");
+            message.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    message.replace('\n', " ")
 }

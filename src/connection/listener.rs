@@ -2,7 +2,7 @@
 
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::fs::MetadataExt;
-use std::os::unix::net::UnixListener;
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 
 use super::stream::{Role, authenticate};
@@ -135,6 +135,17 @@ impl Listener {
     /// file descriptors), or, on a non-blocking listener, when no peer is
     /// waiting ([`ConnectionError::is_would_block`]).
     pub fn accept(&self) -> Result<Connection, ConnectionError> {
+        self.accept_unauthenticated()?.authenticate()
+    }
+
+    /// Takes the next peer without authenticating it yet, so that a server
+    /// can run each handshake on the peer's own thread and one slow peer
+    /// does not hold up the others.
+    ///
+    /// # Errors
+    ///
+    /// [`ConnectionError::Accept`] as for [`Listener::accept`].
+    pub fn accept_unauthenticated(&self) -> Result<IncomingConnection, ConnectionError> {
         let stream = loop {
             match self.socket.accept() {
                 Ok((stream, _)) => break stream,
@@ -149,18 +160,12 @@ impl Listener {
                 }
             }
         };
-        // The handshake relies on blocking reads with timeouts, whatever
-        // mode the listening socket is in.
-        stream
-            .set_nonblocking(false)
-            .map_err(|e| ConnectionError::io("making an accepted socket blocking", e))?;
-        authenticate(
+        Ok(IncomingConnection {
             stream,
-            Role::Server,
-            &self.address,
-            &self.authkey,
-            self.options,
-        )
+            address: self.address.clone(),
+            authkey: self.authkey.clone(),
+            options: self.options,
+        })
     }
 
     /// Makes [`Listener::accept`] return at once when no peer is waiting,
@@ -207,5 +212,40 @@ impl Drop for Listener {
         if still_ours {
             let _ = std::fs::remove_file(&file.path);
         }
+    }
+}
+
+/// A peer accepted by [`Listener::accept_unauthenticated`] that has not
+/// proved it holds the authkey yet. Nothing may be read from or sent to it
+/// before [`IncomingConnection::authenticate`].
+#[derive(Debug)]
+pub struct IncomingConnection {
+    stream: UnixStream,
+    address: Address,
+    authkey: Authkey,
+    options: ConnectionOptions,
+}
+
+impl IncomingConnection {
+    /// Runs the authkey handshake, within
+    /// [`ConnectionOptions::handshake_timeout`].
+    ///
+    /// # Errors
+    ///
+    /// [`ConnectionError::Auth`] or [`ConnectionError::HandshakeTimeout`]
+    /// as for [`Listener::accept`]; the connection is closed.
+    pub fn authenticate(self) -> Result<Connection, ConnectionError> {
+        // The handshake relies on blocking reads with timeouts, whatever
+        // mode the listening socket is in.
+        self.stream
+            .set_nonblocking(false)
+            .map_err(|e| ConnectionError::io("making an accepted socket blocking", e))?;
+        authenticate(
+            self.stream,
+            Role::Server,
+            &self.address,
+            &self.authkey,
+            self.options,
+        )
     }
 }

@@ -87,7 +87,7 @@ pub use address::{Address, MAX_ADDRESS_LEN, PrivateTempDir};
 pub use authkey::{AUTHKEY_ENV, Authkey, RANDOM_AUTHKEY_LEN};
 pub use client::Client;
 pub use error::ConnectionError;
-pub use listener::Listener;
+pub use listener::{IncomingConnection, Listener};
 pub use options::{ConnectionOptions, DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_MAX_MESSAGE_BYTES};
 pub use stream::Connection;
 pub use tensorshare_compat::connection::Dialect;

@@ -11,6 +11,7 @@ use tensorshare_compat::connection::{
 };
 
 use super::{Address, Authkey, ConnectionError, ConnectionOptions};
+use crate::{Error, SharingContext, Value};
 
 /// One end of a `multiprocessing.connection` connection: length-framed
 /// byte messages over a Unix stream socket.
@@ -65,6 +66,31 @@ impl Connection {
         let mut payload = Vec::new();
         self.recv_bytes_into(&mut payload)?;
         Ok(payload)
+    }
+
+    /// Sends `value` as Python's `conn.send(value)` would from a torch
+    /// process: pickled by `sharing`, storages shared with its strategy.
+    ///
+    /// # Errors
+    ///
+    /// When a storage cannot be shared, or [`Error::Connection`] when the
+    /// send fails.
+    pub fn send(&mut self, value: &Value, sharing: &SharingContext) -> Result<(), Error> {
+        let pickle = sharing.dumps(value)?;
+        Ok(self.send_bytes(&pickle)?)
+    }
+
+    /// Receives one message as Python's `conn.recv()` would in a torch
+    /// process: rebuilt by `sharing`, shared storages attached.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Connection`] when receiving fails (see
+    /// [`recv_bytes`](Self::recv_bytes)); any error of
+    /// [`SharingContext::loads`].
+    pub fn recv(&mut self, sharing: &SharingContext) -> Result<Value, Error> {
+        let pickle = self.recv_bytes()?;
+        sharing.loads(&pickle)
     }
 
     /// Receives one message into `buf`, replacing its contents and reusing

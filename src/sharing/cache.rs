@@ -38,6 +38,16 @@ impl<K: Eq + Hash + Clone> Default for WeakStorageCache<K> {
     }
 }
 
+impl<K: Eq + Hash> CacheInner<K> {
+    fn insert(&mut self, key: K, storage: &Storage) {
+        self.entries.insert(key, storage.downgrade());
+        if self.entries.len() > self.limit {
+            self.entries.retain(|_, weak| weak.is_alive());
+            self.limit = MIN_LIMIT.max(2 * self.entries.len());
+        }
+    }
+}
+
 impl<K: Eq + Hash + Clone> WeakStorageCache<K> {
     /// An empty cache.
     pub fn new() -> Self {
@@ -61,12 +71,13 @@ impl<K: Eq + Hash + Clone> WeakStorageCache<K> {
             return Ok(storage);
         }
         let storage = make()?;
-        inner.entries.insert(key.clone(), storage.downgrade());
-        if inner.entries.len() > inner.limit {
-            inner.entries.retain(|_, weak| weak.is_alive());
-            inner.limit = MIN_LIMIT.max(2 * inner.entries.len());
-        }
+        inner.insert(key.clone(), &storage);
         Ok(storage)
+    }
+
+    /// Caches `storage` under `key`, replacing what was there.
+    pub fn insert(&self, key: K, storage: &Storage) {
+        self.lock().insert(key, storage);
     }
 
     /// The live storage under `key`, if any.

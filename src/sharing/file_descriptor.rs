@@ -30,12 +30,13 @@ impl StorageReducer for FdReducer<'_> {
             return Ok(out.call(rebuild, vec![class]));
         }
         let shared = self.context.shared_copy(storage)?;
-        let fd = match shared.residence() {
+        let segment = match shared.residence() {
             Residence::Local(segment) => segment.downcast_ref::<FdSegment>(),
             _ => None,
         }
-        .ok_or_else(|| Error::Unsupported("storage did not move into a memfd".into()))
-        .and_then(|segment| Ok(FileDescriptorStrategy.export(segment)?))?;
+        .ok_or_else(|| Error::Unsupported("storage did not move into a memfd".into()))?;
+        self.context.by_inode.insert(segment.identity(), &shared);
+        let fd = FileDescriptorStrategy.export(segment)?;
         let registration = self.context.resource_sharer()?.register(fd)?;
         let id = registration.id().clone();
         self.context.keep_registration(registration);
@@ -93,7 +94,7 @@ impl SharingContext {
         let fd = crate::resource_sharer::fetch_fd(
             &dup_fd.address,
             dup_fd.key,
-            &self.authkey,
+            self.authkey.as_bytes(),
             self.fetch_timeout,
         )?;
         let (fd, identity) = identity_of(fd)?;
@@ -101,12 +102,12 @@ impl SharingContext {
             let segment = FileDescriptorStrategy.import(fd, nbytes)?;
             Ok(Storage::from_segment(Arc::new(segment)))
         };
-        match self.received.get(&identity) {
+        match self.by_inode.get(&identity) {
             Some(cached) if cached.nbytes() >= nbytes => Ok(cached),
             // A later message may describe more of the object than an
             // earlier one mapped: map it again rather than read past the end.
             Some(_) => import(fd),
-            None => self.received.get_or_try_insert(&identity, || import(fd)),
+            None => self.by_inode.get_or_try_insert(&identity, || import(fd)),
         }
     }
 }

@@ -22,7 +22,7 @@ pub use cache::WeakStorageCache;
 use crate::registry::rebuild::Walker;
 use crate::resource_sharer::{Registration, ResourceSharer};
 use crate::storage::WeakStorage;
-use crate::{Error, Registry, StrategyKind, Value};
+use crate::{Authkey, Error, Registry, StrategyKind, Value};
 
 /// How long to wait for a peer's resource sharer to hand over an fd.
 const DEFAULT_FETCH_TIMEOUT: Duration = Duration::from_secs(30);
@@ -43,9 +43,9 @@ const DEFAULT_UNFETCHED_LIFETIME: Duration = Duration::from_secs(300);
 /// # Examples
 ///
 /// ```
-/// use tensorshare::{DType, SharingContext, Storage, StrategyKind, Tensor, TensorView, Value};
+/// use tensorshare::{Authkey, DType, SharingContext, Storage, StrategyKind, Tensor, TensorView, Value};
 ///
-/// let sharing = SharingContext::new(b"secret".to_vec());
+/// let sharing = SharingContext::new(Authkey::new(b"secret".to_vec()));
 /// let mut writer = Storage::allocate(StrategyKind::FileDescriptor, 8)?;
 /// writer.as_bytes_mut().copy_from_slice(&[1, 0, 0, 0, 2, 0, 0, 0]);
 /// let t = Tensor::new(writer.freeze(), TensorView::contiguous(DType::Int32, &[2]))?;
@@ -61,14 +61,15 @@ const DEFAULT_UNFETCHED_LIFETIME: Duration = Duration::from_secs(300);
 #[derive(Debug)]
 pub struct SharingContext {
     registry: Registry,
-    authkey: Vec<u8>,
+    authkey: Authkey,
     strategy: StrategyKind,
     fetch_timeout: Duration,
     unfetched_lifetime: Duration,
     sharer: OnceLock<Arc<ResourceSharer>>,
-    /// Received fd storages by inode, as torch's `storage_from_cache` keys
-    /// them: one mapping per shared object while it lives.
-    received: WeakStorageCache<FileIdentity>,
+    /// Sent and received fd storages by inode, as torch's `shared_cache`
+    /// keys them: one mapping per shared object while it lives, and a
+    /// storage that comes back is the one that was sent.
+    by_inode: WeakStorageCache<FileIdentity>,
     /// Heap storages already copied into shared memory for sending, so one
     /// storage sent many times is one segment.
     exported: Mutex<Vec<(WeakStorage, crate::Storage)>>,
@@ -80,8 +81,9 @@ pub struct SharingContext {
 impl SharingContext {
     /// A context with torch's default registry, sharing by file descriptor.
     ///
-    /// `authkey` must equal the peers' `multiprocessing.current_process().authkey`.
-    pub fn new(authkey: Vec<u8>) -> Self {
+    /// `authkey` must equal the peers' `multiprocessing.current_process().authkey`
+    /// (see [`connection`](crate::connection#agreeing-on-the-authkey)).
+    pub fn new(authkey: Authkey) -> Self {
         Self {
             registry: Registry::default(),
             authkey,
@@ -89,7 +91,7 @@ impl SharingContext {
             fetch_timeout: DEFAULT_FETCH_TIMEOUT,
             unfetched_lifetime: DEFAULT_UNFETCHED_LIFETIME,
             sharer: OnceLock::new(),
-            received: WeakStorageCache::new(),
+            by_inode: WeakStorageCache::new(),
             exported: Mutex::new(Vec::new()),
             registrations: Mutex::new(Vec::new()),
         }
@@ -139,7 +141,7 @@ impl SharingContext {
     }
 
     /// The process authkey.
-    pub fn authkey(&self) -> &[u8] {
+    pub fn authkey(&self) -> &Authkey {
         &self.authkey
     }
 
@@ -175,7 +177,7 @@ impl SharingContext {
         if let Some(sharer) = self.sharer.get() {
             return Ok(sharer);
         }
-        let started = ResourceSharer::start(&self.authkey)?;
+        let started = ResourceSharer::start(self.authkey.as_bytes())?;
         Ok(self.sharer.get_or_init(|| started))
     }
 
@@ -186,6 +188,16 @@ impl SharingContext {
         registrations
             .retain(|(deadline, registration)| *deadline > now && registration.is_pending());
         registrations.push((now + self.unfetched_lifetime, registration));
+    }
+
+    /// Stops handing out fds: closes every fd no receiver has fetched yet
+    /// and removes the resource sharer's socket. Later sends of shared
+    /// storages fail; storages already received stay mapped.
+    pub fn shutdown(&self) {
+        lock(&self.registrations).clear();
+        if let Some(sharer) = self.sharer.get() {
+            sharer.shutdown();
+        }
     }
 
     /// How many shared fds are waiting for their receivers.

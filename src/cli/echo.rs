@@ -1,0 +1,88 @@
+//! `tensorshare echo --listen ADDRESS --authkey HEX --strategy NAME`: rebuild
+//! every message and send it back re-pickled, for as many peers as connect.
+
+use std::io::Write;
+use std::sync::Arc;
+
+use clap::Args;
+use tensorshare::connection::{ConnectionError, ConnectionOptions, IncomingConnection};
+use tensorshare::{Address, Authkey, Error, Listener, SharingContext, StrategyKind};
+
+use super::shutdown::{ShutdownSignal, Wake};
+
+#[derive(Debug, Args)]
+pub struct EchoArgs {
+    /// Where to listen: a socket path, or `@name` for the abstract namespace.
+    #[arg(long, value_name = "ADDRESS")]
+    listen: Address,
+    /// The peers' `multiprocessing.current_process().authkey`, in hex.
+    #[arg(long, value_name = "HEX", value_parser = Authkey::from_hex)]
+    authkey: Authkey,
+    /// How storages are sent back.
+    #[arg(long, value_name = "NAME", default_value = "file_descriptor")]
+    strategy: StrategyKind,
+    /// Refuse messages longer than this many bytes before reading them.
+    #[arg(long, value_name = "BYTES", default_value_t = ConnectionOptions::default().max_message_bytes)]
+    max_message_bytes: usize,
+}
+
+pub fn run(args: EchoArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let sharing = Arc::new(SharingContext::new(args.authkey.clone()).with_strategy(args.strategy)?);
+    let options = ConnectionOptions::default().with_max_message_bytes(args.max_message_bytes);
+    let shutdown = ShutdownSignal::install()?;
+    let listener = Listener::bind(&args.listen, &args.authkey, options)?;
+    listener.set_nonblocking(true)?;
+    println!("listening {}", listener.address());
+    std::io::stdout().flush()?;
+
+    let mut next_peer = 0_u64;
+    loop {
+        if shutdown.wait(&listener)? == Wake::Shutdown {
+            break;
+        }
+        let incoming = match listener.accept_unauthenticated() {
+            Ok(incoming) => incoming,
+            Err(e) if e.is_would_block() => continue,
+            Err(e) => {
+                // Out of fds, most likely: this peer is lost, the next may not be.
+                eprintln!("tensorshare echo: {}", super::one_line(&e));
+                continue;
+            }
+        };
+        next_peer += 1;
+        let peer = next_peer;
+        let sharing = Arc::clone(&sharing);
+        let spawned = std::thread::Builder::new()
+            .name(format!("echo-peer-{peer}"))
+            .spawn(move || {
+                if let Err(reason) = serve_peer(incoming, &sharing) {
+                    eprintln!(
+                        "tensorshare echo: peer {peer}: {}; closed its connection",
+                        super::one_line(&reason)
+                    );
+                }
+            });
+        if let Err(e) = spawned {
+            eprintln!("tensorshare echo: peer {peer}: cannot start a thread for it: {e}");
+        }
+    }
+    // Peers' threads end with the process; what they hold is released with
+    // it. Unfetched fds and both sockets go now, explicitly.
+    sharing.shutdown();
+    drop(listener);
+    Ok(())
+}
+
+/// Echoes every message until the peer hangs up; the first bad one ends it.
+fn serve_peer(incoming: IncomingConnection, sharing: &SharingContext) -> Result<(), Error> {
+    let mut connection = incoming.authenticate()?;
+    loop {
+        let message = match connection.recv_bytes() {
+            Ok(message) => message,
+            Err(ConnectionError::Closed) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        };
+        let value = sharing.loads(&message)?;
+        connection.send(&value, sharing)?;
+    }
+}

@@ -1,0 +1,265 @@
+//! `tensorshare echo` driven from Rust: every case comes back intact and on
+//! the same memory, thousands of messages leak nothing, bad peers lose only
+//! their own connection, and SIGTERM/SIGINT clean up.
+
+mod support;
+
+use std::time::Duration;
+
+use tensorshare::connection::ConnectionOptions;
+use tensorshare::{Authkey, Client, DType, SharingContext, Value};
+use tensorshare_strategies::file_descriptor::FdSegment;
+
+use support::{Server, cases, open_fds, shared_mappings};
+
+/// The dtypes whose elements this crate can lay out (all but the bit-packed
+/// and bcomplex32 kinds torch cannot share either).
+fn sharable_dtypes() -> Vec<DType> {
+    DType::ALL
+        .into_iter()
+        .filter(|d| !d.name().starts_with("bits") && *d != DType::BComplex32)
+        .collect()
+}
+
+fn connect(server: &Server, authkey: &Authkey) -> tensorshare::Connection {
+    Client::connect(&server.address, authkey, ConnectionOptions::default())
+        .expect("connect to echo")
+}
+
+#[test]
+fn every_case_comes_back_intact() {
+    let authkey = Authkey::random().unwrap();
+    let mut server = Server::echo(&authkey, "file_descriptor");
+    let sharing = SharingContext::new(authkey.clone());
+    let mut connection = connect(&server, &authkey);
+    let mut failures = Vec::new();
+    for case in cases::all(&sharable_dtypes()) {
+        connection.send(&case.value, &sharing).expect("send");
+        let echoed = connection.recv(&sharing).expect("receive the echo");
+        if let Err(why) = cases::check_echo(&case.value, &echoed) {
+            failures.push(format!("{}: {why}", case.name));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{failures:#?}\nserver stderr: {}",
+        server.stop_and_read_stderr()
+    );
+}
+
+#[test]
+fn an_echoed_storage_is_the_storage_sent() {
+    let authkey = Authkey::random().unwrap();
+    let server = Server::echo(&authkey, "file_descriptor");
+    let sharing = SharingContext::new(authkey.clone());
+    let mut connection = connect(&server, &authkey);
+    let sent = cases::contiguous(DType::Float32, &[1024], 1, true);
+    connection
+        .send(&Value::Tensor(sent.clone()), &sharing)
+        .unwrap();
+    let echoed = connection.recv(&sharing).unwrap();
+    let echoed = echoed.as_tensor().expect("a tensor");
+    // torch's shared_cache semantics: the fd that comes back names the
+    // memfd that was sent, so it resolves to the very same storage.
+    assert!(echoed.storage().same_as(sent.storage()));
+
+    // A heap storage is moved into shared memory once, however often it is sent.
+    let heap = cases::contiguous(DType::Int32, &[64], 2, false);
+    let mut inodes = Vec::new();
+    for _ in 0..3 {
+        connection
+            .send(&Value::Tensor(heap.clone()), &sharing)
+            .unwrap();
+        let back = connection.recv(&sharing).unwrap();
+        let storage = back.as_tensor().unwrap().storage().clone();
+        let tensorshare::Residence::Local(segment) = storage.residence() else {
+            panic!("echoed storage not mapped here");
+        };
+        inodes.push(
+            segment
+                .downcast_ref::<FdSegment>()
+                .expect("a memfd")
+                .identity(),
+        );
+    }
+    assert!(inodes.windows(2).all(|w| w[0] == w[1]), "{inodes:?}");
+}
+
+#[test]
+fn thousands_of_messages_leak_no_fds_or_mappings() {
+    let authkey = Authkey::random().unwrap();
+    let server = Server::echo(&authkey, "file_descriptor");
+    let sharing = SharingContext::new(authkey.clone());
+    let mut connection = connect(&server, &authkey);
+    let same = Value::Tensor(cases::contiguous(DType::Float32, &[256], 3, true));
+    let mut round = |n: usize| {
+        for i in 0..n {
+            // Alternate one storage sent again and again with fresh ones.
+            let value = if i % 2 == 0 {
+                same.clone()
+            } else {
+                Value::Tensor(cases::contiguous(DType::UInt8, &[4096], i as u8, true))
+            };
+            connection.send(&value, &sharing).unwrap();
+            let echoed = connection.recv(&sharing).unwrap();
+            cases::check_echo(&value, &echoed).unwrap();
+        }
+    };
+    round(200);
+    let (fds, maps) = (open_fds(server.pid()), shared_mappings(server.pid()));
+    let (own_fds, own_maps) = (
+        open_fds(std::process::id()),
+        shared_mappings(std::process::id()),
+    );
+    round(3000);
+    let (fds_after, maps_after) = (open_fds(server.pid()), shared_mappings(server.pid()));
+    assert!(
+        fds_after <= fds + 4,
+        "echo fds grew from {fds} to {fds_after}"
+    );
+    assert!(
+        maps_after <= maps + 4,
+        "echo mappings grew from {maps} to {maps_after}"
+    );
+    let own_after = open_fds(std::process::id());
+    assert!(
+        own_after <= own_fds + 8,
+        "client fds grew from {own_fds} to {own_after}"
+    );
+    let own_maps_after = shared_mappings(std::process::id());
+    assert!(
+        own_maps_after <= own_maps + 8,
+        "client mappings grew from {own_maps} to {own_maps_after}"
+    );
+    assert_eq!(sharing.unfetched_shares(), 0, "every shared fd was fetched");
+}
+
+/// Sends `payload` as one message on a fresh connection and expects the
+/// server to hang up instead of answering.
+fn expect_refusal(server: &Server, authkey: &Authkey, payload: &[u8], name: &str) {
+    let mut connection = connect(server, authkey);
+    connection.send_bytes(payload).unwrap();
+    connection
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let answer = connection.recv_bytes();
+    assert!(
+        matches!(
+            answer,
+            Err(tensorshare::connection::ConnectionError::Closed)
+        ),
+        "{name}: expected the echo to close the connection, got {answer:?}"
+    );
+}
+
+fn still_serves(server: &Server, authkey: &Authkey, sharing: &SharingContext) {
+    let mut connection = connect(server, authkey);
+    let value = Value::Tensor(cases::contiguous(DType::Int16, &[8], 5, false));
+    connection.send(&value, sharing).unwrap();
+    let echoed = connection.recv(sharing).unwrap();
+    cases::check_echo(&value, &echoed).unwrap();
+}
+
+#[test]
+fn bad_messages_close_only_their_connection() {
+    let authkey = Authkey::random().unwrap();
+    let mut server = Server::echo(&authkey, "file_descriptor");
+    let sharing = SharingContext::new(authkey.clone());
+    let marker = tempfile::tempdir().unwrap().path().join("pwned");
+    let mut system = b"\x80\x04cposix\nsystem\n(Vtouch ".to_vec();
+    system.extend(marker.to_str().unwrap().as_bytes());
+    system.extend(b"\ntR.");
+    let forged_fd = b"\x80\x02ctorch.multiprocessing.reductions\nrebuild_storage_fd\n(\
+        ctorch.storage\nUntypedStorage\ncmultiprocessing.resource_sharer\nDupFd\n)\x81\
+        }V_id\nV/nonexistent/socket\nK\x01\x86sbK\x10tR.";
+    let mut deep = vec![0x80, 4];
+    // 200k empty lists, then APPENDs that put each inside the one below it.
+    deep.extend(std::iter::repeat_n(b']', 200_000));
+    deep.extend(std::iter::repeat_n(b'a', 199_999));
+    deep.push(b'.');
+    let payloads: Vec<(&str, Vec<u8>)> = vec![
+        ("garbage", b"\x00\x01not a pickle at all".to_vec()),
+        ("os.system", system),
+        (
+            "builtins.eval",
+            b"\x80\x04cbuiltins\neval\n(V1+1\ntR.".to_vec(),
+        ),
+        (
+            "truncated",
+            b"\x80\x04\x95\x10\x00\x00\x00\x00\x00\x00\x00]\x94(K\x01K\x02".to_vec(),
+        ),
+        ("forged DupFd", forged_fd.to_vec()),
+        ("200k-deep nesting", deep),
+    ];
+    for (name, payload) in &payloads {
+        expect_refusal(&server, &authkey, payload, name);
+        still_serves(&server, &authkey, &sharing);
+        assert!(!marker.exists(), "{name}: code ran");
+    }
+    let wrong = Authkey::new(b"not the key".to_vec());
+    assert!(Client::connect(&server.address, &wrong, ConnectionOptions::default()).is_err());
+    still_serves(&server, &authkey, &sharing);
+
+    let stderr = server.stop_and_read_stderr();
+    for reason in ["not allowed", "truncated", "cannot fetch"] {
+        assert!(
+            stderr.contains(reason),
+            "stderr lacks {reason:?}:\n{stderr}"
+        );
+    }
+    assert!(
+        stderr.lines().all(|l| l.starts_with("tensorshare echo: ")),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn sigterm_and_sigint_remove_the_socket() {
+    for signal in ["TERM", "INT"] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("echo.sock");
+        let authkey = Authkey::random().unwrap();
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_tensorshare"));
+        command
+            .args(["echo", "--listen"])
+            .arg(&path)
+            .args(["--authkey", &authkey.to_hex()]);
+        let mut server = Server::start(command, path.to_str().unwrap().parse().unwrap());
+        // Leave an fd unfetched in the echo: a message whose echo is never read.
+        let sharing = SharingContext::new(authkey.clone());
+        let mut connection = connect(&server, &authkey);
+        connection
+            .send(
+                &Value::Tensor(cases::contiguous(DType::Float32, &[16], 1, true)),
+                &sharing,
+            )
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        let status = server.signal_and_wait(signal, Duration::from_secs(10));
+        assert!(
+            status.success(),
+            "SIG{signal}: {status:?}: {}",
+            server.read_stderr()
+        );
+        assert!(!path.exists(), "SIG{signal} left the socket behind");
+    }
+}
+
+#[test]
+fn an_unknown_strategy_is_refused_with_advice() {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_tensorshare"))
+        .args([
+            "echo",
+            "--listen",
+            "@tensorshare-never",
+            "--authkey",
+            "00",
+            "--strategy",
+            "carrier_pigeon",
+        ])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("file_descriptor"), "{stderr}");
+}

@@ -1,0 +1,273 @@
+//! The object graphs an echo must return intact, and the check that it did:
+//! every dtype, views with unusual strides and offsets, Parameter and
+//! requires_grad, nested containers with plain values, and aliasing.
+
+use std::collections::HashMap;
+
+use tensorshare::{DType, Storage, StrategyKind, Tensor, TensorView, Value};
+
+/// One message to echo.
+pub struct Case {
+    pub name: String,
+    pub value: Value,
+}
+
+/// A storage of `nbytes` with a pattern that differs per `seed`: on the
+/// heap, or written straight into shared memory.
+pub fn patterned_storage(nbytes: usize, seed: u8, shared: bool) -> Storage {
+    let byte = |i: usize| (i as u8).wrapping_mul(31).wrapping_add(seed);
+    if shared {
+        let mut writer =
+            Storage::allocate(StrategyKind::FileDescriptor, nbytes).expect("allocate a memfd");
+        for (i, b) in writer.as_bytes_mut().iter_mut().enumerate() {
+            *b = byte(i);
+        }
+        writer.freeze()
+    } else {
+        Storage::from_vec((0..nbytes).map(byte).collect())
+    }
+}
+
+/// A view of `dtype` with the given geometry (in elements).
+pub fn view(dtype: DType, offset: i64, sizes: &[i64], strides: &[i64]) -> TensorView {
+    TensorView {
+        dtype,
+        storage_offset: offset,
+        sizes: sizes.to_vec(),
+        strides: strides.to_vec(),
+        requires_grad: false,
+        parameter: false,
+    }
+}
+
+fn tensor(storage: Storage, view: TensorView) -> Value {
+    Value::Tensor(Tensor::new(storage, view).expect("valid test view"))
+}
+
+/// A contiguous tensor of `elements` values of `dtype` (bools kept to 0/1).
+pub fn contiguous(dtype: DType, sizes: &[usize], seed: u8, shared: bool) -> Tensor {
+    let elements: usize = sizes.iter().product();
+    let storage = if dtype == DType::Bool {
+        Storage::from_vec(
+            (0..elements)
+                .map(|i| u8::from((i + seed as usize) % 3 == 0))
+                .collect(),
+        )
+    } else {
+        patterned_storage(elements * dtype.element_size(), seed, shared)
+    };
+    Tensor::new(storage, TensorView::contiguous(dtype, sizes)).expect("valid contiguous view")
+}
+
+/// Every case, with tensors of each of `dtypes`.
+pub fn all(dtypes: &[DType]) -> Vec<Case> {
+    let mut cases = Vec::new();
+    let mut add = |name: &str, value: Value| {
+        cases.push(Case {
+            name: name.to_string(),
+            value,
+        })
+    };
+    for (i, &dtype) in dtypes.iter().enumerate() {
+        let seed = i as u8;
+        add(
+            &format!("dtype {}", dtype.name()),
+            Value::Tensor(contiguous(dtype, &[3, 4], seed, i % 2 == 0)),
+        );
+    }
+
+    let f32 = DType::Float32;
+    let grid = patterned_storage(6 * 7 * 4, 7, true);
+    add(
+        "transpose",
+        tensor(grid.clone(), view(f32, 0, &[7, 6], &[1, 7])),
+    );
+    add(
+        "stepped slice",
+        tensor(grid.clone(), view(f32, 1, &[3, 2], &[14, 3])),
+    );
+    add(
+        "offset view",
+        tensor(grid.clone(), view(f32, 3, &[39], &[1])),
+    );
+    add(
+        "expand (stride 0)",
+        tensor(
+            patterned_storage(12, 3, false),
+            view(f32, 0, &[4, 3], &[0, 1]),
+        ),
+    );
+    add("0-d", tensor(grid.clone(), view(f32, 5, &[], &[])));
+    add(
+        "zero elements, empty storage",
+        tensor(Storage::from_vec(Vec::new()), view(f32, 0, &[0], &[1])),
+    );
+    add(
+        "zero elements (3, 0)",
+        tensor(
+            Storage::from_vec(Vec::new()),
+            view(f32, 0, &[3, 0], &[1, 1]),
+        ),
+    );
+    add(
+        "zero elements on a storage",
+        tensor(grid.clone(), view(f32, 4, &[0, 5], &[5, 1])),
+    );
+    add(
+        "storage bigger than the view",
+        tensor(grid, view(f32, 0, &[2], &[1])),
+    );
+
+    for (name, requires_grad, parameter) in [
+        ("parameter", true, true),
+        ("parameter without grad", false, true),
+        ("leaf requiring grad", true, false),
+    ] {
+        let mut v = TensorView::contiguous(DType::Float32, &[2, 2]);
+        v.requires_grad = requires_grad;
+        v.parameter = parameter;
+        add(name, tensor(patterned_storage(16, 9, false), v));
+    }
+
+    let t = Value::Tensor(contiguous(DType::Int64, &[5], 11, true));
+    add("same tensor twice", Value::List(vec![t.clone(), t.clone()]));
+    let rows = patterned_storage(2 * 3 * 8, 13, false);
+    add(
+        "two views of one storage",
+        Value::List(vec![
+            tensor(rows.clone(), view(DType::Float64, 0, &[3], &[1])),
+            tensor(rows, view(DType::Float64, 3, &[3], &[1])),
+        ]),
+    );
+
+    let s = |text: &str| Value::Str(text.to_string());
+    // 2**70 + 5, little-endian two's complement, as pickle's LONG1 carries it.
+    let big = Value::BigInt(vec![5, 0, 0, 0, 0, 0, 0, 0, 0x40]);
+    add(
+        "nested containers",
+        Value::Dict(vec![
+            (s("tensor"), t.clone()),
+            (
+                s("list"),
+                Value::List(vec![
+                    Value::Int(-3),
+                    Value::Float(2.5),
+                    Value::Tuple(vec![Value::None, Value::Bool(true), Value::Bool(false), t]),
+                ]),
+            ),
+            (
+                s("ordered"),
+                Value::OrderedDict(vec![
+                    (s("zeta"), Value::Bytes(b"\x00\xffbytes".to_vec())),
+                    (
+                        s("alpha ✓"),
+                        Value::List(vec![Value::Dict(vec![(Value::Int(1), big)])]),
+                    ),
+                ]),
+            ),
+        ]),
+    );
+    cases
+}
+
+/// Checks that `got` is what an echo of `sent` must be: the same structure
+/// and values, tensors with the same metadata and elements, and the same
+/// aliasing (each sent tensor and storage maps to exactly one received one).
+pub fn check_echo(sent: &Value, got: &Value) -> Result<(), String> {
+    Checker::default().value(sent, got, "$")
+}
+
+#[derive(Default)]
+struct Checker {
+    tensors: HashMap<usize, usize>,
+    tensors_back: HashMap<usize, usize>,
+    storages: HashMap<usize, usize>,
+    storages_back: HashMap<usize, usize>,
+}
+
+impl Checker {
+    fn value(&mut self, sent: &Value, got: &Value, path: &str) -> Result<(), String> {
+        match (sent, got) {
+            (Value::Tensor(a), Value::Tensor(b)) => self.tensor(a, b, path),
+            (Value::List(a), Value::List(b)) | (Value::Tuple(a), Value::Tuple(b)) => {
+                if a.len() != b.len() {
+                    return Err(format!("{path}: {} items sent, {} back", a.len(), b.len()));
+                }
+                for (i, (x, y)) in a.iter().zip(b).enumerate() {
+                    self.value(x, y, &format!("{path}[{i}]"))?;
+                }
+                Ok(())
+            }
+            (Value::Dict(a), Value::Dict(b)) | (Value::OrderedDict(a), Value::OrderedDict(b)) => {
+                if a.len() != b.len() {
+                    return Err(format!(
+                        "{path}: {} entries sent, {} back",
+                        a.len(),
+                        b.len()
+                    ));
+                }
+                for (i, ((k1, v1), (k2, v2))) in a.iter().zip(b).enumerate() {
+                    self.value(k1, k2, &format!("{path}.key{i}"))?;
+                    self.value(v1, v2, &format!("{path}.value{i}"))?;
+                }
+                Ok(())
+            }
+            (Value::Float(a), Value::Float(b)) if a.to_bits() == b.to_bits() => Ok(()),
+            (Value::Float(_), Value::Float(_)) => Err(format!("{path}: {sent:?} became {got:?}")),
+            _ if format!("{sent:?}") == format!("{got:?}") => Ok(()),
+            _ => Err(format!("{path}: {sent:?} became {got:?}")),
+        }
+    }
+
+    fn tensor(&mut self, a: &Tensor, b: &Tensor, path: &str) -> Result<(), String> {
+        same_mapping(
+            &mut self.tensors,
+            &mut self.tensors_back,
+            a.identity(),
+            b.identity(),
+        )
+        .map_err(|e| format!("{path}: tensor aliasing differs: {e}"))?;
+        same_mapping(
+            &mut self.storages,
+            &mut self.storages_back,
+            a.storage().identity(),
+            b.storage().identity(),
+        )
+        .map_err(|e| format!("{path}: storage aliasing differs: {e}"))?;
+        let meta = |t: &Tensor| {
+            (
+                t.dtype(),
+                t.sizes().to_vec(),
+                t.strides().to_vec(),
+                t.storage_offset(),
+                t.requires_grad(),
+                t.is_parameter(),
+            )
+        };
+        if meta(a) != meta(b) {
+            return Err(format!("{path}: {:?} came back as {:?}", meta(a), meta(b)));
+        }
+        let (Some(x), Some(y)) = (a.to_contiguous_bytes(), b.to_contiguous_bytes()) else {
+            return Err(format!("{path}: tensor data is not in this process"));
+        };
+        if x != y {
+            return Err(format!("{path}: elements differ"));
+        }
+        Ok(())
+    }
+}
+
+fn same_mapping(
+    forward: &mut HashMap<usize, usize>,
+    back: &mut HashMap<usize, usize>,
+    a: usize,
+    b: usize,
+) -> Result<(), String> {
+    let there = *forward.entry(a).or_insert(b);
+    let here = *back.entry(b).or_insert(a);
+    if there == b && here == a {
+        Ok(())
+    } else {
+        Err("one object on one side is two on the other".into())
+    }
+}

@@ -1,0 +1,163 @@
+//! What the integration tests share: finding the test Python, running
+//! `tensorshare` servers, looking at another process's fds and mappings.
+#![allow(dead_code)] // each test binary uses its own part of this
+
+pub mod cases;
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStderr, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tensorshare::{Address, Authkey};
+
+/// The Python with the pinned torch, or `None` (with a loud notice) when the
+/// tests run without one. Under `TENSORSHARE_REQUIRE_INTEROP=1`, as
+/// `scripts/test` sets, a missing interpreter fails the test instead.
+pub fn torch_python(test: &str) -> Option<PathBuf> {
+    match std::env::var_os("TENSORSHARE_TEST_PYTHON") {
+        Some(python) => Some(PathBuf::from(python)),
+        None => {
+            let required = std::env::var("TENSORSHARE_REQUIRE_INTEROP").as_deref() == Ok("1");
+            assert!(
+                !required,
+                "{test}: TENSORSHARE_REQUIRE_INTEROP=1 but TENSORSHARE_TEST_PYTHON is not set"
+            );
+            eprintln!(
+                "SKIPPED: {test} needs torch: set TENSORSHARE_TEST_PYTHON (scripts/test does)"
+            );
+            None
+        }
+    }
+}
+
+/// A script in `compat/python/`.
+pub fn python_script(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("compat/python")
+        .join(name)
+}
+
+/// A unique abstract socket address for this test process.
+pub fn unique_address(tag: &str) -> Address {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    format!("@tensorshare-test-{tag}-{}-{n}", std::process::id())
+        .parse()
+        .expect("valid abstract address")
+}
+
+/// A server process that prints `listening ADDRESS` once ready, killed on drop.
+pub struct Server {
+    pub child: Child,
+    pub address: Address,
+    stderr: Option<ChildStderr>,
+}
+
+impl Server {
+    /// Starts `command` and waits for its `listening` line.
+    pub fn start(mut command: Command, address: Address) -> Server {
+        let mut child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn server");
+        let stdout = child.stdout.take().expect("stdout piped");
+        let mut line = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("read the server's first line");
+        let stderr = child.stderr.take();
+        let mut server = Server {
+            child,
+            address,
+            stderr,
+        };
+        assert_eq!(
+            line.trim_end(),
+            format!("listening {}", server.address),
+            "server did not start; stderr: {}",
+            server.stop_and_read_stderr()
+        );
+        server
+    }
+
+    /// `tensorshare echo` on a fresh address.
+    pub fn echo(authkey: &Authkey, strategy: &str) -> Server {
+        let address = unique_address("echo");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_tensorshare"));
+        command.args([
+            "echo",
+            "--listen",
+            &address.to_string(),
+            "--authkey",
+            &authkey.to_hex(),
+            "--strategy",
+            strategy,
+        ]);
+        Server::start(command, address)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Kills the server (if still running) and returns everything it wrote
+    /// to stderr.
+    pub fn stop_and_read_stderr(&mut self) -> String {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.read_stderr()
+    }
+
+    /// Everything the (exited) server wrote to stderr.
+    pub fn read_stderr(&mut self) -> String {
+        let mut text = String::new();
+        if let Some(mut stderr) = self.stderr.take() {
+            let _ = stderr.read_to_string(&mut text);
+        }
+        text
+    }
+
+    /// Sends `signal` and waits up to `limit` for the process to exit.
+    pub fn signal_and_wait(&mut self, signal: &str, limit: Duration) -> std::process::ExitStatus {
+        let status = Command::new("kill")
+            .args([format!("-{signal}"), self.pid().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{signal} failed");
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait for server") {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "server ignored SIG{signal}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// How many fds `pid` has open.
+pub fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("read /proc/PID/fd")
+        .count()
+}
+
+/// How many shared-memory mappings (memfds and /dev/shm files) `pid` has.
+pub fn shared_mappings(pid: u32) -> usize {
+    std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        .expect("read /proc/PID/maps")
+        .lines()
+        .filter(|line| line.contains("/memfd:") || line.contains("/dev/shm/"))
+        .count()
+}
