@@ -1,8 +1,11 @@
 //! Command-line parsing and dispatch.
 
+mod demo;
 mod echo;
+mod format;
 mod inspect;
 mod shutdown;
+mod workload;
 
 use clap::{Parser, Subcommand};
 
@@ -16,6 +19,12 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Two processes stream tensors both ways over every strategy, verify
+    /// every byte and print what it cost. Needs no Python.
+    Demo(demo::DemoArgs),
+    /// The second process of `demo`.
+    #[command(hide = true)]
+    DemoPeer(demo::DemoPeerArgs),
     /// Decode a torch pickle or .pt file without executing anything.
     Inspect(inspect::InspectArgs),
     /// Listen for multiprocessing.connection peers and send every message back
@@ -26,6 +35,8 @@ enum Command {
 /// Runs the parsed command.
 pub fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     match cli.command {
+        Command::Demo(args) => demo::run(args),
+        Command::DemoPeer(args) => demo::run_peer(args),
         Command::Inspect(args) => inspect::run(args),
         Command::Echo(args) => echo::run(args),
     }

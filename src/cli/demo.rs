@@ -1,0 +1,357 @@
+//! `tensorshare demo`: two Rust processes stream tensors to each other over
+//! every strategy this build can send with, verify every byte, and print
+//! what it cost.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use tensorshare::connection::ConnectionOptions;
+use tensorshare::{
+    Address, Authkey, Client, Connection, DType, Listener, SharingContext, StrategyKind, Value,
+};
+
+use super::workload::{TensorSpec, shared_identity};
+
+/// Every strategy, in the order the table shows them.
+const STRATEGIES: [StrategyKind; 4] = [
+    StrategyKind::FileDescriptor,
+    StrategyKind::FileSystem,
+    StrategyKind::Bytes,
+    StrategyKind::Memmap,
+];
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// How many tensors each process sends per strategy.
+    #[arg(long, default_value_t = 64)]
+    tensors: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct DemoPeerArgs {
+    /// The demo's listener; the authkey comes in TENSORSHARE_AUTHKEY.
+    #[arg(long)]
+    connect: Address,
+    #[arg(long)]
+    tensors: usize,
+}
+
+/// One direction's figures.
+struct Leg {
+    strategy: StrategyKind,
+    direction: &'static str,
+    tensors: usize,
+    bytes: usize,
+    elapsed: Duration,
+    zero_copy: bool,
+}
+
+pub fn run(args: DemoArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let workload = workload(args.tensors);
+    let authkey = Authkey::random()?;
+    let listener = Listener::bind_in_private_dir(&authkey, ConnectionOptions::default())?;
+    let mut peer = PeerProcess::spawn(listener.address(), &authkey, args.tensors)?;
+    let mut connection = listener.accept()?;
+    println!(
+        "tensorshare demo: process {} and process {} exchange {} tensors each way per strategy\n",
+        std::process::id(),
+        peer.0.id(),
+        workload.len()
+    );
+
+    let available: Vec<StrategyKind> = STRATEGIES
+        .into_iter()
+        .filter(|&kind| {
+            SharingContext::new(authkey.clone())
+                .with_strategy(kind)
+                .is_ok()
+        })
+        .collect();
+    let per_leg: usize = workload.iter().map(TensorSpec::nbytes).sum();
+    let progress = progress_bar((per_leg * 2 * available.len()) as u64);
+    let mut legs = Vec::new();
+    for &strategy in &available {
+        let sharing = SharingContext::new(authkey.clone()).with_strategy(strategy)?;
+        connection.send(
+            &message("begin", Value::Str(strategy.to_string())),
+            &sharing,
+        )?;
+        let (elapsed, zero_copy) =
+            send_stream(&mut connection, &sharing, strategy, &workload, &progress)?;
+        legs.push(Leg {
+            strategy,
+            direction: "A -> B",
+            tensors: workload.len(),
+            bytes: per_leg,
+            elapsed,
+            zero_copy,
+        });
+        receive_stream(&mut connection, &sharing, &workload, &progress)?;
+        let (elapsed, zero_copy) = read_report(connection.recv(&sharing)?)?;
+        legs.push(Leg {
+            strategy,
+            direction: "B -> A",
+            tensors: workload.len(),
+            bytes: per_leg,
+            elapsed,
+            zero_copy,
+        });
+    }
+    let sharing = SharingContext::new(authkey.clone());
+    connection.send(&message("quit", Value::None), &sharing)?;
+    progress.finish_and_clear();
+    peer.wait()?;
+
+    print_table(&legs);
+    let missing: Vec<String> = STRATEGIES
+        .into_iter()
+        .filter(|kind| !available.contains(kind))
+        .map(|kind| kind.to_string())
+        .collect();
+    if !missing.is_empty() {
+        println!("\nnot in this build yet: {}", missing.join(", "));
+    }
+    println!("\nevery byte of every tensor verified on the receiving side");
+    Ok(())
+}
+
+/// The second process: mirrors [`run`].
+pub fn run_peer(args: DemoPeerArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let authkey = Authkey::from_env()?.ok_or("TENSORSHARE_AUTHKEY is not set")?;
+    let workload = workload(args.tensors);
+    let mut connection = Client::connect(&args.connect, &authkey, ConnectionOptions::default())?;
+    let hidden = ProgressBar::hidden();
+    loop {
+        let control = SharingContext::new(authkey.clone());
+        let (tag, argument) = read_message(connection.recv(&control)?)?;
+        match (tag.as_str(), argument) {
+            ("quit", _) => return Ok(()),
+            ("begin", Value::Str(name)) => {
+                let strategy: StrategyKind = name.parse()?;
+                let sharing = SharingContext::new(authkey.clone()).with_strategy(strategy)?;
+                receive_stream(&mut connection, &sharing, &workload, &hidden)?;
+                let (elapsed, zero_copy) =
+                    send_stream(&mut connection, &sharing, strategy, &workload, &hidden)?;
+                let report = Value::Tuple(vec![
+                    Value::Float(elapsed.as_secs_f64()),
+                    Value::Bool(zero_copy),
+                ]);
+                connection.send(&message("report", report), &sharing)?;
+            }
+            (other, _) => return Err(format!("unexpected demo message {other:?}").into()),
+        }
+    }
+}
+
+/// Several dtypes, shapes and sizes, from a few KiB to 16 MiB, some of them
+/// non-contiguous views.
+fn workload(count: usize) -> Vec<TensorSpec> {
+    let shapes: [(DType, &[usize], bool); 8] = [
+        (DType::Float32, &[1024], false),
+        (DType::Float64, &[256, 128], true),
+        (DType::Int64, &[32, 64, 64], false),
+        (DType::BFloat16, &[512, 512], false),
+        (DType::UInt8, &[16 << 20], false),
+        (DType::Complex64, &[300, 700], true),
+        (DType::Bool, &[4096], false),
+        (DType::Int32, &[1 << 20], false),
+    ];
+    (0..count)
+        .map(|i| {
+            let (dtype, sizes, transposed) = shapes[i % shapes.len()];
+            TensorSpec {
+                dtype,
+                sizes: sizes.to_vec(),
+                transposed,
+            }
+        })
+        .collect()
+}
+
+/// Sends the workload, written in place in shared memory; returns the time
+/// until the receiver acknowledged it and whether every tensor arrived on
+/// the memory it was written to.
+fn send_stream(
+    connection: &mut Connection,
+    sharing: &SharingContext,
+    kind: StrategyKind,
+    workload: &[TensorSpec],
+    progress: &ProgressBar,
+) -> Result<(Duration, bool), Box<dyn std::error::Error>> {
+    let start = Instant::now();
+    let mut identities = Vec::with_capacity(workload.len());
+    for (index, spec) in workload.iter().enumerate() {
+        let tensor = spec.build(kind, index as u64)?;
+        identities.push(shared_identity(tensor.storage()));
+        let item = Value::Tuple(vec![Value::Int(index as i64), Value::Tensor(tensor)]);
+        connection.send(&item, sharing)?;
+        progress.inc(spec.nbytes() as u64);
+    }
+    connection.send(&message("end", Value::Int(workload.len() as i64)), sharing)?;
+    let (tag, received) = read_message(connection.recv(sharing)?)?;
+    let elapsed = start.elapsed();
+    if tag != "ack" {
+        return Err(format!("expected an ack, got {tag:?}").into());
+    }
+    let zero_copy =
+        identities.iter().all(Option::is_some) && parse_identities(&received) == identities;
+    Ok((elapsed, zero_copy))
+}
+
+/// Receives and verifies the workload, then acknowledges it with what each
+/// received storage maps.
+fn receive_stream(
+    connection: &mut Connection,
+    sharing: &SharingContext,
+    workload: &[TensorSpec],
+    progress: &ProgressBar,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let mut identities = Vec::with_capacity(workload.len());
+    for (index, spec) in workload.iter().enumerate() {
+        let item = connection.recv(sharing)?;
+        let tensor = match item.as_sequence() {
+            Some([Value::Int(i), Value::Tensor(t)]) if *i == index as i64 => t.clone(),
+            _ => return Err(format!("expected tensor {index}, got {item:?}").into()),
+        };
+        spec.verify(&tensor, index as u64)?;
+        identities.push(shared_identity(tensor.storage()));
+        progress.inc(spec.nbytes() as u64);
+    }
+    let (tag, _) = read_message(connection.recv(sharing)?)?;
+    if tag != "end" {
+        return Err(format!("expected the end of the stream, got {tag:?}").into());
+    }
+    connection.send(&message("ack", identities_value(&identities)), sharing)?;
+    Ok(())
+}
+
+fn identities_value(identities: &[Option<(u64, u64)>]) -> Value {
+    Value::List(
+        identities
+            .iter()
+            .map(|identity| match identity {
+                // Bit patterns, not numbers: only equality matters.
+                Some((dev, ino)) => {
+                    Value::Tuple(vec![Value::Int(*dev as i64), Value::Int(*ino as i64)])
+                }
+                None => Value::None,
+            })
+            .collect(),
+    )
+}
+
+fn parse_identities(value: &Value) -> Vec<Option<(u64, u64)>> {
+    let items = value.as_sequence().unwrap_or_default();
+    items
+        .iter()
+        .map(|item| match item.as_sequence() {
+            Some([Value::Int(dev), Value::Int(ino)]) => Some((*dev as u64, *ino as u64)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn message(tag: &str, argument: Value) -> Value {
+    Value::Tuple(vec![Value::Str(tag.to_string()), argument])
+}
+
+fn read_message(value: Value) -> Result<(String, Value), String> {
+    match value {
+        Value::Tuple(mut items) if items.len() == 2 => {
+            let argument = items.pop().unwrap_or(Value::None);
+            match items.pop() {
+                Some(Value::Str(tag)) => Ok((tag, argument)),
+                other => Err(format!("malformed demo message tag {other:?}")),
+            }
+        }
+        other => Err(format!("malformed demo message {other:?}")),
+    }
+}
+
+fn read_report(value: Value) -> Result<(Duration, bool), String> {
+    match read_message(value)? {
+        (tag, Value::Tuple(items)) if tag == "report" => match items.as_slice() {
+            [Value::Float(seconds), Value::Bool(zero_copy)]
+                if seconds.is_finite() && *seconds >= 0.0 =>
+            {
+                Ok((Duration::from_secs_f64(*seconds), *zero_copy))
+            }
+            _ => Err(format!("malformed report {items:?}")),
+        },
+        (tag, _) => Err(format!("expected a report, got {tag:?}")),
+    }
+}
+
+fn progress_bar(total: u64) -> ProgressBar {
+    let bar = ProgressBar::new(total);
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} {bytes}/{total_bytes} [{bar:40}] {bytes_per_sec}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    // Drawn only when the run outlasts a moment, and only on a terminal.
+    bar.enable_steady_tick(Duration::from_millis(250));
+    bar
+}
+
+fn print_table(legs: &[Leg]) {
+    println!(
+        "{:<16} {:<9} {:>7} {:>10} {:>12} {:>8} {:>9}",
+        "strategy", "direction", "tensors", "bytes", "per tensor", "GB/s", "zero-copy"
+    );
+    for leg in legs {
+        let seconds = leg.elapsed.as_secs_f64();
+        println!(
+            "{:<16} {:<9} {:>7} {:>10} {:>12} {:>8.2} {:>9}",
+            leg.strategy.to_string(),
+            leg.direction,
+            leg.tensors,
+            super::format::bytes(leg.bytes as u64),
+            super::format::duration(seconds / leg.tensors.max(1) as f64),
+            leg.bytes as f64 / seconds.max(f64::MIN_POSITIVE) / 1e9,
+            if leg.zero_copy { "yes" } else { "no" },
+        );
+    }
+}
+
+/// The second process, killed if the demo fails before it finishes.
+struct PeerProcess(Child);
+
+impl PeerProcess {
+    fn spawn(address: &Address, authkey: &Authkey, tensors: usize) -> std::io::Result<Self> {
+        let child = Command::new(std::env::current_exe()?)
+            .args([
+                "demo-peer",
+                "--connect",
+                &address.to_string(),
+                "--tensors",
+                &tensors.to_string(),
+            ])
+            .env(tensorshare::connection::AUTHKEY_ENV, authkey.to_hex())
+            .stdin(Stdio::null())
+            .spawn()?;
+        Ok(Self(child))
+    }
+
+    fn wait(&mut self) -> Result<(), String> {
+        let status = self
+            .0
+            .wait()
+            .map_err(|e| format!("waiting for the second process: {e}"))?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(format!("the second process failed: {status}"))
+        }
+    }
+}
+
+impl Drop for PeerProcess {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
