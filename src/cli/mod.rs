@@ -1,5 +1,7 @@
 //! Command-line parsing and dispatch.
 
+mod bench;
+mod bench_stream;
 mod demo;
 mod echo;
 mod format;
@@ -19,6 +21,12 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// torch's tensor sharing and ours side by side: per-tensor cost, GB/s
+    /// and our ratio to torch's best (needs a Python with torch).
+    Bench(bench::BenchArgs),
+    /// The consumer of a Rust-to-Rust `bench` run.
+    #[command(hide = true)]
+    BenchPeer(bench::BenchPeerArgs),
     /// Two processes stream tensors both ways over every strategy, verify
     /// every byte and print what it cost. Needs no Python.
     Demo(demo::DemoArgs),
@@ -35,6 +43,8 @@ enum Command {
 /// Runs the parsed command.
 pub fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     match cli.command {
+        Command::Bench(args) => bench::run(args),
+        Command::BenchPeer(args) => bench::run_peer(args),
         Command::Demo(args) => demo::run(args),
         Command::DemoPeer(args) => demo::run_peer(args),
         Command::Inspect(args) => inspect::run(args),

@@ -1,0 +1,362 @@
+//! `tensorshare bench`: torch's tensor sharing and ours side by side, one
+//! way, on the same machine in one run. The torch side is
+//! `compat/python/bench_peer.py`, built into this binary.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use tensorshare::connection::{AUTHKEY_ENV, ConnectionOptions, PrivateTempDir};
+use tensorshare::{Address, Authkey, Client, Listener, SharingContext};
+
+use super::bench_stream::{Workload, consume, produce};
+
+const BENCH_PEER: &str = include_str!("../../compat/python/bench_peer.py");
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// A Python with torch installed (default: $TENSORSHARE_PYTHON, else python3).
+    #[arg(long)]
+    python: Option<PathBuf>,
+    /// Tensor sizes, comma-separated, e.g. 4KiB,1MiB,64MiB.
+    #[arg(long, value_delimiter = ',', value_parser = parse_size, default_value = "4KiB,1MiB,64MiB")]
+    sizes: Vec<usize>,
+    /// Timed rounds per path; the table shows the median.
+    #[arg(long, default_value_t = 5)]
+    rounds: usize,
+    /// A quarter of the tensors per round, for a quick look.
+    #[arg(long)]
+    quick: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchPeerArgs {
+    /// The producer's listener; the authkey comes in TENSORSHARE_AUTHKEY.
+    #[arg(long)]
+    connect: Address,
+}
+
+/// The paths compared, in table order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Route {
+    TorchToTorch(&'static str),
+    RustToRust,
+    RustToTorch,
+    TorchToRust,
+}
+
+impl Route {
+    const ALL: [Route; 5] = [
+        Route::TorchToTorch("file_descriptor"),
+        Route::TorchToTorch("file_system"),
+        Route::RustToRust,
+        Route::RustToTorch,
+        Route::TorchToRust,
+    ];
+
+    fn label(self) -> String {
+        match self {
+            Route::TorchToTorch(strategy) => format!("torch -> torch  {strategy}"),
+            Route::RustToRust => "Rust  -> Rust   file_descriptor".into(),
+            Route::RustToTorch => "Rust  -> torch  file_descriptor".into(),
+            Route::TorchToRust => "torch -> Rust   file_descriptor".into(),
+        }
+    }
+
+    fn is_torch_only(self) -> bool {
+        matches!(self, Route::TorchToTorch(_))
+    }
+}
+
+struct Row {
+    path: Route,
+    workload: Workload,
+    /// Median seconds per tensor over the rounds.
+    per_tensor: f64,
+}
+
+pub fn run(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let python = args
+        .python
+        .or_else(|| std::env::var_os("TENSORSHARE_PYTHON").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("python3"));
+    let scratch = PrivateTempDir::create()?;
+    let script = scratch.path().join("bench_peer.py");
+    std::fs::write(&script, BENCH_PEER)
+        .map_err(|e| format!("writing {}: {e}", script.display()))?;
+    let torch = TorchPeer { python, script };
+    torch.check()?;
+
+    println!(
+        "tensorshare bench: uint8 tensors streamed one way, the producer writing every byte; \
+         median of {} rounds\n",
+        args.rounds
+    );
+    println!(
+        "{:<9} {:<32} {:>7} {:>12} {:>8} {:>14}",
+        "size", "path", "tensors", "per tensor", "GB/s", "vs torch best"
+    );
+    let spinner = ProgressBar::new_spinner();
+    spinner.set_style(
+        ProgressStyle::with_template("{spinner} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+    );
+    spinner.enable_steady_tick(Duration::from_millis(200));
+    for &size in &args.sizes {
+        let workload = workload_for(size, args.rounds, args.quick);
+        let mut rows = Vec::new();
+        for path in Route::ALL {
+            spinner.set_message(format!(
+                "{} {}",
+                super::format::bytes(size as u64),
+                path.label()
+            ));
+            let rounds = run_path(path, workload, &torch)?;
+            rows.push(Row {
+                path,
+                workload,
+                per_tensor: median(rounds) / workload.count as f64,
+            });
+        }
+        spinner.suspend(|| print_rows(&rows));
+    }
+    spinner.finish_and_clear();
+    Ok(())
+}
+
+/// The consumer of a Rust-to-Rust run.
+pub fn run_peer(args: BenchPeerArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let authkey = Authkey::from_env()?.ok_or("TENSORSHARE_AUTHKEY is not set")?;
+    let sharing = SharingContext::new(authkey.clone());
+    let mut connection = Client::connect(&args.connect, &authkey, ConnectionOptions::default())?;
+    consume(&mut connection, &sharing)?;
+    Ok(())
+}
+
+/// Enough tensors per round to outlast timer noise, without writing more
+/// than about 512 MiB a round.
+fn workload_for(size: usize, rounds: usize, quick: bool) -> Workload {
+    let count = ((512 << 20) / size.max(1)).clamp(12, 2000);
+    let count = if quick { (count / 4).max(4) } else { count };
+    Workload {
+        size,
+        count,
+        rounds: rounds.max(1),
+        warmup: (count / 10).max(2),
+    }
+}
+
+/// Seconds per round for one path.
+fn run_path(
+    path: Route,
+    workload: Workload,
+    torch: &TorchPeer,
+) -> Result<Vec<f64>, Box<dyn std::error::Error>> {
+    let authkey = Authkey::random()?;
+    let sharing = SharingContext::new(authkey.clone());
+    if let Route::TorchToTorch(strategy) = path {
+        let output = torch.run(
+            &["torch-to-torch", "--strategy", strategy],
+            Some(workload),
+            None,
+        )?;
+        return torch.seconds(output);
+    }
+    let listener = Listener::bind_in_private_dir(&authkey, ConnectionOptions::default())?;
+    let address = listener.address().to_string();
+    let peer = match path {
+        Route::RustToRust => Command::new(std::env::current_exe()?)
+            .args(["bench-peer", "--connect", &address])
+            .env(AUTHKEY_ENV, authkey.to_hex())
+            .stdin(Stdio::null())
+            .spawn()?,
+        Route::RustToTorch => torch.spawn(&["consume"], None, Some((&address, &authkey)))?,
+        _ => torch.spawn(
+            &["produce", "--strategy", "file_descriptor"],
+            Some(workload),
+            Some((&address, &authkey)),
+        )?,
+    };
+    let mut peer = Peer(Some(peer));
+    let mut connection = listener.accept()?;
+    if path == Route::TorchToRust {
+        consume(&mut connection, &sharing)?;
+        return torch.seconds(peer.finish()?);
+    }
+    let rounds = produce(&mut connection, &sharing, workload)?;
+    peer.finish()?;
+    Ok(rounds.iter().map(Duration::as_secs_f64).collect())
+}
+
+fn print_rows(rows: &[Row]) {
+    let torch_best = rows
+        .iter()
+        .filter(|row| row.path.is_torch_only())
+        .map(|row| row.per_tensor)
+        .fold(f64::INFINITY, f64::min);
+    for row in rows {
+        let size = row.workload.size;
+        println!(
+            "{:<9} {:<32} {:>7} {:>12} {:>8.2} {:>13.2}x",
+            super::format::bytes(size as u64),
+            row.path.label(),
+            row.workload.count,
+            super::format::duration(row.per_tensor),
+            size as f64 / row.per_tensor / 1e9,
+            torch_best / row.per_tensor,
+        );
+    }
+    println!();
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    match values.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => values[n / 2],
+        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}
+
+/// `4096`, `4KiB`, `1MiB`, `64MiB`, `1GiB`.
+fn parse_size(text: &str) -> Result<usize, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let number: usize = digits
+        .parse()
+        .map_err(|_| format!("{text:?} is not a size like 4KiB"))?;
+    let scale = match unit.trim() {
+        "" | "B" => 1,
+        "KiB" | "K" | "k" => 1 << 10,
+        "MiB" | "M" => 1 << 20,
+        "GiB" | "G" => 1 << 30,
+        other => return Err(format!("unknown unit {other:?}: use B, KiB, MiB or GiB")),
+    };
+    number
+        .checked_mul(scale)
+        .filter(|&n| n > 0)
+        .ok_or_else(|| format!("{text:?} is not a positive size that fits in memory"))
+}
+
+/// The Python side: an interpreter with torch, and the script.
+struct TorchPeer {
+    python: PathBuf,
+    script: PathBuf,
+}
+
+impl TorchPeer {
+    fn check(&self) -> Result<(), String> {
+        let status = Command::new(&self.python)
+            .args(["-c", "import torch"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        match status {
+            Ok(status) if status.success() => Ok(()),
+            _ => Err(format!(
+                "{} cannot import torch; pass --python (or set TENSORSHARE_PYTHON) to a Python \
+                 with torch installed, e.g. the one scripts/python-env prints",
+                self.python.display()
+            )),
+        }
+    }
+
+    fn command(
+        &self,
+        args: &[&str],
+        workload: Option<Workload>,
+        connect: Option<(&str, &Authkey)>,
+    ) -> Command {
+        let mut command = Command::new(&self.python);
+        command.arg(&self.script).args(args);
+        if let Some((address, authkey)) = connect {
+            command.args(["--address", address, "--authkey", &authkey.to_hex()]);
+        }
+        if let Some(w) = workload {
+            for (flag, value) in [
+                ("--size", w.size),
+                ("--count", w.count),
+                ("--rounds", w.rounds),
+                ("--warmup", w.warmup),
+            ] {
+                command.args([flag, &value.to_string()]);
+            }
+        }
+        command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        command
+    }
+
+    fn spawn(
+        &self,
+        args: &[&str],
+        workload: Option<Workload>,
+        connect: Option<(&str, &Authkey)>,
+    ) -> std::io::Result<Child> {
+        self.command(args, workload, connect).spawn()
+    }
+
+    fn run(
+        &self,
+        args: &[&str],
+        workload: Option<Workload>,
+        connect: Option<(&str, &Authkey)>,
+    ) -> Result<String, String> {
+        Peer(Some(self.spawn(args, workload, connect).map_err(|e| {
+            format!("starting {}: {e}", self.python.display())
+        })?))
+        .finish()
+    }
+
+    /// The `seconds` list of the script's JSON result.
+    fn seconds(&self, output: String) -> Result<Vec<f64>, Box<dyn std::error::Error>> {
+        let line = output.lines().last().unwrap_or_default();
+        let result: serde_json::Value = serde_json::from_str(line)
+            .map_err(|e| format!("bench_peer.py printed {line:?}: {e}"))?;
+        let seconds = result["seconds"]
+            .as_array()
+            .ok_or_else(|| format!("bench_peer.py result lacks seconds: {line}"))?;
+        Ok(seconds
+            .iter()
+            .filter_map(serde_json::Value::as_f64)
+            .collect())
+    }
+}
+
+/// A peer process, killed if the run fails before it finishes.
+struct Peer(Option<Child>);
+
+impl Peer {
+    /// Waits for the peer; its stdout when it succeeded, its stderr when not.
+    fn finish(&mut self) -> Result<String, String> {
+        let child = self.0.take().ok_or("peer already finished")?;
+        let output = child
+            .wait_with_output()
+            .map_err(|e| format!("waiting for a bench peer: {e}"))?;
+        if output.status.success() {
+            Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+        } else {
+            Err(format!(
+                "a bench peer failed ({}): {}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr).trim()
+            ))
+        }
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}

@@ -1,0 +1,146 @@
+//! The streaming workload `bench` times, in Rust, speaking the protocol of
+//! `compat/python/bench_peer.py` so that either end can be torch:
+//!
+//! ```text
+//! producer -> consumer   {"size": BYTES, "count": N, "rounds": R, "warmup": W}
+//! producer -> consumer   W tensors, then consumer -> producer  W
+//! R times:  producer -> consumer  N tensors, then consumer -> producer  N
+//! ```
+//!
+//! Tensor `i` of a run is `size` bytes of uint8, every byte `i % 251`,
+//! written by the producer straight into shared memory.
+
+use std::time::{Duration, Instant};
+
+use tensorshare::{
+    Connection, DType, SharingContext, Storage, StrategyKind, Tensor, TensorView, Value,
+};
+
+const FILL_MODULUS: usize = 251;
+
+/// What the producer announces.
+#[derive(Clone, Copy, Debug)]
+pub struct Workload {
+    pub size: usize,
+    pub count: usize,
+    pub rounds: usize,
+    pub warmup: usize,
+}
+
+impl Workload {
+    fn to_value(self) -> Value {
+        let entry = |key: &str, value: usize| (Value::Str(key.into()), Value::Int(value as i64));
+        Value::Dict(vec![
+            entry("size", self.size),
+            entry("count", self.count),
+            entry("rounds", self.rounds),
+            entry("warmup", self.warmup),
+        ])
+    }
+
+    fn from_value(value: &Value) -> Result<Self, String> {
+        let Value::Dict(entries) = value else {
+            return Err(format!("expected the workload header, got {value:?}"));
+        };
+        let field = |name: &str| {
+            entries
+                .iter()
+                .find(|(key, _)| matches!(key, Value::Str(k) if k == name))
+                .and_then(|(_, value)| value.as_int())
+                .and_then(|n| usize::try_from(n).ok())
+                .ok_or_else(|| format!("workload header lacks a count for {name:?}"))
+        };
+        Ok(Self {
+            size: field("size")?,
+            count: field("count")?,
+            rounds: field("rounds")?,
+            warmup: field("warmup")?,
+        })
+    }
+}
+
+/// Produces the workload; returns each timed round's duration.
+pub fn produce(
+    connection: &mut Connection,
+    sharing: &SharingContext,
+    workload: Workload,
+) -> Result<Vec<Duration>, Box<dyn std::error::Error>> {
+    connection.send(&workload.to_value(), sharing)?;
+    send_run(connection, sharing, workload.size, workload.warmup)?;
+    (0..workload.rounds)
+        .map(|_| send_run(connection, sharing, workload.size, workload.count))
+        .collect()
+}
+
+fn send_run(
+    connection: &mut Connection,
+    sharing: &SharingContext,
+    size: usize,
+    count: usize,
+) -> Result<Duration, Box<dyn std::error::Error>> {
+    let start = Instant::now();
+    for index in 0..count {
+        let mut writer = Storage::allocate(StrategyKind::FileDescriptor, size)?;
+        writer.as_bytes_mut().fill((index % FILL_MODULUS) as u8);
+        let tensor = Tensor::new(
+            writer.freeze(),
+            TensorView::contiguous(DType::UInt8, &[size]),
+        )?;
+        connection.send(&Value::Tensor(tensor), sharing)?;
+    }
+    let ack = connection.recv(sharing)?;
+    if ack.as_int() != Some(count as i64) {
+        return Err(format!("the consumer acknowledged {ack:?}, expected {count}").into());
+    }
+    Ok(start.elapsed())
+}
+
+/// Consumes a workload; returns how many tensors arrived.
+pub fn consume(
+    connection: &mut Connection,
+    sharing: &SharingContext,
+) -> Result<usize, Box<dyn std::error::Error>> {
+    let workload = Workload::from_value(&connection.recv(sharing)?)?;
+    receive_run(connection, sharing, workload.size, workload.warmup)?;
+    for _ in 0..workload.rounds {
+        receive_run(connection, sharing, workload.size, workload.count)?;
+    }
+    Ok(workload.warmup + workload.count * workload.rounds)
+}
+
+fn receive_run(
+    connection: &mut Connection,
+    sharing: &SharingContext,
+    size: usize,
+    count: usize,
+) -> Result<(), Box<dyn std::error::Error>> {
+    for index in 0..count {
+        let received = connection.recv(sharing)?;
+        check(&received, size, index)?;
+    }
+    connection.send(&Value::Int(count as i64), sharing)?;
+    Ok(())
+}
+
+fn check(received: &Value, size: usize, index: usize) -> Result<(), String> {
+    let tensor = received
+        .as_tensor()
+        .ok_or_else(|| format!("tensor {index}: received {}", received.type_name()))?;
+    let expected = (index % FILL_MODULUS) as u8;
+    let bytes = tensor
+        .storage()
+        .bytes()
+        .ok_or_else(|| format!("tensor {index}: its bytes are not in this process"))?;
+    let fits = tensor.dtype() == DType::UInt8 && tensor.numel() == size && bytes.len() >= size;
+    if !fits {
+        return Err(format!(
+            "tensor {index}: expected {size} uint8 elements, got {tensor:?}"
+        ));
+    }
+    if bytes.first() != Some(&expected) || bytes.get(size.saturating_sub(1)) != Some(&expected) {
+        return Err(format!(
+            "tensor {index}: first or last byte is not {expected}"
+        ));
+    }
+    Ok(())
+}

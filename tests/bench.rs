@@ -1,0 +1,63 @@
+//! `tensorshare bench` runs every path, torch's and ours, and prints one
+//! row each with a ratio to torch's best.
+
+mod support;
+
+use std::process::Command;
+
+#[test]
+fn bench_runs_every_path_side_by_side() {
+    let Some(python) = support::torch_python("bench_runs_every_path_side_by_side") else {
+        return;
+    };
+    let output = Command::new(env!("CARGO_BIN_EXE_tensorshare"))
+        .args([
+            "bench", "--sizes", "64KiB", "--rounds", "1", "--quick", "--python",
+        ])
+        .arg(python)
+        .output()
+        .expect("run tensorshare bench");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "bench failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let rows: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("64.0 KiB"))
+        .collect();
+    assert_eq!(rows.len(), 5, "{stdout}");
+    for path in [
+        "torch -> torch  file_descriptor",
+        "torch -> torch  file_system",
+        "Rust  -> Rust",
+        "Rust  -> torch",
+        "torch -> Rust",
+    ] {
+        assert!(
+            rows.iter().any(|row| row.contains(path)),
+            "no {path} row:\n{stdout}"
+        );
+    }
+    // Exactly one torch path is torch's best.
+    let best = rows
+        .iter()
+        .filter(|row| row.contains("torch -> torch") && row.ends_with(" 1.00x"))
+        .count();
+    assert_eq!(best, 1, "{stdout}");
+}
+
+#[test]
+fn bench_without_torch_says_what_to_do() {
+    let output = Command::new(env!("CARGO_BIN_EXE_tensorshare"))
+        .args(["bench", "--python", "/nonexistent/python"])
+        .output()
+        .expect("run tensorshare bench");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--python") && stderr.contains("scripts/python-env"),
+        "{stderr}"
+    );
+}

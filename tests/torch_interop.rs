@@ -1,0 +1,205 @@
+//! Stock PyTorch on the other end, both ways: torch drives `tensorshare
+//! echo`, Rust drives a torch echo server, and a torch multiprocessing
+//! worker pool is fed by a Rust producer. Needs the pinned torch in
+//! `TENSORSHARE_TEST_PYTHON`; `scripts/test` makes it a hard requirement.
+
+mod support;
+
+use std::process::Command;
+use std::time::Duration;
+
+use tensorshare::connection::ConnectionOptions;
+use tensorshare::{Authkey, Client, DType, Listener, SharingContext, Value};
+
+use support::{Server, cases, open_fds, python_script, torch_python, unique_address};
+
+/// The dtypes torch 2.15 creates and shares (it has no bit-packed or
+/// bcomplex32 tensors to rebuild them into).
+fn torch_dtypes() -> Vec<DType> {
+    DType::ALL
+        .into_iter()
+        .filter(|d| !d.name().starts_with("bits") && *d != DType::BComplex32)
+        .collect()
+}
+
+#[test]
+fn stock_torch_drives_tensorshare_echo() {
+    let Some(python) = torch_python("stock_torch_drives_tensorshare_echo") else {
+        return;
+    };
+    let authkey = Authkey::random().unwrap();
+    let mut server = Server::echo(&authkey, "file_descriptor");
+    let fds_before = open_fds(server.pid());
+    let output = Command::new(python)
+        .arg(python_script("echo_peer.py"))
+        .args(["drive", "--hostile", "--repeat", "3000"])
+        .args([
+            "--address",
+            &server.address.to_string(),
+            "--authkey",
+            &authkey.to_hex(),
+        ])
+        .output()
+        .expect("run echo_peer.py drive");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "torch's checks of tensorshare echo failed:\n{stdout}\n{}\nserver stderr:\n{}",
+        String::from_utf8_lossy(&output.stderr),
+        server.stop_and_read_stderr()
+    );
+    assert!(!stdout.contains("skip "), "a case was skipped:\n{stdout}");
+    assert!(stdout.contains(" cases passed, 0 failed"), "{stdout}");
+    let fds_after = open_fds(server.pid());
+    assert!(
+        fds_after <= fds_before + 4,
+        "echo fds grew from {fds_before} to {fds_after}"
+    );
+}
+
+#[test]
+fn tensorshare_drives_a_stock_torch_echo() {
+    let Some(python) = torch_python("tensorshare_drives_a_stock_torch_echo") else {
+        return;
+    };
+    let authkey = Authkey::random().unwrap();
+    let address = unique_address("torch-echo");
+    let mut command = Command::new(python);
+    command.arg(python_script("echo_peer.py")).args([
+        "serve",
+        "--address",
+        &address.to_string(),
+        "--authkey",
+        &authkey.to_hex(),
+    ]);
+    let mut server = Server::start(command, address);
+    let sharing = SharingContext::new(authkey.clone());
+    let mut connection =
+        Client::connect(&server.address, &authkey, ConnectionOptions::default()).unwrap();
+    let mut failures = Vec::new();
+    for case in cases::all(&torch_dtypes()) {
+        connection.send(&case.value, &sharing).unwrap();
+        let echoed = connection.recv(&sharing).unwrap();
+        if let Err(why) = cases::check_echo(&case.value, &echoed) {
+            failures.push(format!("{}: {why}", case.name));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{failures:#?}\ntorch: {}",
+        server.stop_and_read_stderr()
+    );
+
+    // torch keeps what it received in its shared cache and sends the same
+    // fd back: the storage returns as the very one sent.
+    let sent = cases::contiguous(DType::Float32, &[64], 4, true);
+    connection
+        .send(&Value::Tensor(sent.clone()), &sharing)
+        .unwrap();
+    let echoed = connection.recv(&sharing).unwrap();
+    assert!(
+        echoed
+            .as_tensor()
+            .unwrap()
+            .storage()
+            .same_as(sent.storage())
+    );
+
+    // One storage sent many times: no fds pile up on either side.
+    let own_before = open_fds(std::process::id());
+    let torch_before = open_fds(server.pid());
+    for _ in 0..1000 {
+        connection
+            .send(&Value::Tensor(sent.clone()), &sharing)
+            .unwrap();
+        let echoed = connection.recv(&sharing).unwrap();
+        cases::check_echo(&Value::Tensor(sent.clone()), &echoed).unwrap();
+    }
+    assert!(open_fds(std::process::id()) <= own_before + 8);
+    assert!(open_fds(server.pid()) <= torch_before + 8);
+    assert_eq!(sharing.unfetched_shares(), 0);
+}
+
+#[test]
+fn a_torch_worker_pool_fed_by_a_rust_producer() {
+    let Some(python) = torch_python("a_torch_worker_pool_fed_by_a_rust_producer") else {
+        return;
+    };
+    const ITEMS: usize = 40;
+    let authkey = Authkey::random().unwrap();
+    let sharing = SharingContext::new(authkey.clone());
+    let listener = Listener::bind_in_private_dir(&authkey, ConnectionOptions::default()).unwrap();
+    let mut pool = Command::new(python)
+        .arg(python_script("echo_peer.py"))
+        .args(["pool", "--workers", "3"])
+        .args([
+            "--address",
+            &listener.address().to_string(),
+            "--authkey",
+            &authkey.to_hex(),
+        ])
+        .spawn()
+        .expect("start the torch pool");
+    let mut connection = listener.accept().unwrap();
+    connection
+        .set_read_timeout(Some(Duration::from_secs(120)))
+        .unwrap();
+    let mut reader = connection.try_clone().unwrap();
+
+    let inputs: Vec<Vec<f32>> = (0..ITEMS)
+        .map(|i| (0..100 + i).map(|j| (i * 1000 + j) as f32).collect())
+        .collect();
+    let (results, pids) = std::thread::scope(|scope| {
+        let receiving = scope.spawn(|| {
+            let mut results = Vec::new();
+            loop {
+                let message = reader.recv(&sharing).expect("a result from the pool");
+                let items = message.as_sequence().expect("a tuple").to_vec();
+                if let [Value::Str(done), Value::Int(pids)] = items.as_slice() {
+                    assert_eq!(done, "done");
+                    return (results, *pids);
+                }
+                results.push(items);
+            }
+        });
+        for (index, values) in inputs.iter().enumerate() {
+            let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+            let storage = tensorshare::Storage::from_vec(bytes);
+            let tensor = tensorshare::Tensor::new(
+                storage,
+                tensorshare::TensorView::contiguous(DType::Float32, &[values.len()]),
+            )
+            .unwrap();
+            let item = Value::Tuple(vec![Value::Int(index as i64), Value::Tensor(tensor)]);
+            connection.send(&item, &sharing).unwrap();
+        }
+        connection.send(&Value::None, &sharing).unwrap();
+        receiving.join().expect("receiving thread")
+    });
+    drop(connection);
+    assert!(pool.wait().unwrap().success(), "the torch pool failed");
+
+    assert_eq!(results.len(), ITEMS);
+    for (index, result) in results.iter().enumerate() {
+        let [
+            Value::Int(i),
+            Value::Float(sum),
+            Value::Tensor(doubled),
+            Value::Int(_pid),
+        ] = result.as_slice()
+        else {
+            panic!("malformed result {result:?}");
+        };
+        assert_eq!(*i, index as i64, "imap keeps order");
+        let expected: f64 = inputs[index].iter().map(|&v| f64::from(v)).sum();
+        assert_eq!(*sum, expected);
+        let got: Vec<f32> = doubled
+            .elements()
+            .expect("result bytes mapped here")
+            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+            .collect();
+        let want: Vec<f32> = inputs[index].iter().map(|v| v * 2.0).collect();
+        assert_eq!(got, want);
+    }
+    assert!(pids >= 1);
+}
