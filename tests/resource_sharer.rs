@@ -130,12 +130,12 @@ fn socket_lives_in_a_private_directory() {
         .file_name()
         .and_then(|name| name.to_str())
         .expect("dir name");
-    assert!(dir_name.starts_with("tensorshare-"), "{dir_name}");
+    assert!(dir_name.starts_with("pymp-"), "{dir_name}");
     let socket_name = path
         .file_name()
         .and_then(|name| name.to_str())
         .expect("name");
-    assert!(socket_name.starts_with("sharer-"), "{socket_name}");
+    assert!(socket_name.starts_with("listener-"), "{socket_name}");
     let mode = std::fs::metadata(&dir)
         .expect("stat dir")
         .permissions()

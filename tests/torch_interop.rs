@@ -176,7 +176,8 @@ fn a_torch_worker_pool_fed_by_a_rust_producer() {
         connection.send(&Value::None, &sharing).unwrap();
         receiving.join().expect("receiving thread")
     });
-    drop(connection);
+    // Both ends closed: the pool sees the producer leave.
+    drop((connection, reader));
     assert!(pool.wait().unwrap().success(), "the torch pool failed");
 
     assert_eq!(results.len(), ITEMS);

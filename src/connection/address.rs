@@ -319,11 +319,13 @@ impl PrivateTempDir {
         // The socket path inside must fit in sun_path: "/pymp-X{8}/listener-X{8}".
         const INNER_LEN: usize = 1 + 5 + RANDOM_NAME_LEN + 1 + 9 + RANDOM_NAME_LEN;
         let temp = std::env::temp_dir();
-        let parent = if temp.as_os_str().len() + INNER_LEN > MAX_ADDRESS_LEN {
-            PathBuf::from("/tmp")
-        } else {
-            temp
-        };
+        // Socket paths travel in pickles as `str`: the parent must be UTF-8.
+        let parent =
+            if temp.as_os_str().len() + INNER_LEN > MAX_ADDRESS_LEN || temp.to_str().is_none() {
+                PathBuf::from("/tmp")
+            } else {
+                temp
+            };
         Self::create_in(parent)
     }
 

@@ -56,7 +56,6 @@
 mod client;
 mod deadline;
 mod options;
-mod private_dir;
 mod registration;
 mod request;
 mod serve;

@@ -15,10 +15,10 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use super::options::SharerOptions;
-use super::private_dir;
 use super::registration::{DupFdId, Registration};
 use super::serve::{accept_loop, worker_loop};
 use super::stats::{Counters, SharerStats};
+use crate::connection::{ConnectionError, PrivateTempDir};
 
 /// How long shutdown waits for a thread before leaving it behind.
 const JOIN_GRACE: Duration = Duration::from_secs(2);
@@ -33,9 +33,9 @@ pub enum SharerError {
          point TMPDIR at a writable directory"
     )]
     TempDir {
-        /// What `mkdir` failed with.
+        /// What creating it failed with.
         #[source]
-        source: io::Error,
+        source: ConnectionError,
     },
     /// The socket could not be bound.
     #[error("could not listen on {}: {source}{}", .path.display(), fd_hint(.source))]
@@ -133,7 +133,7 @@ pub struct ResourceSharer {
     shared: Arc<Shared>,
     address: String,
     socket_path: PathBuf,
-    dir: PathBuf,
+    dir: PrivateTempDir,
     threads: Mutex<Option<Threads>>,
 }
 
@@ -157,12 +157,17 @@ impl ResourceSharer {
     /// [`SharerError::Spawn`] when a thread cannot be started. Nothing is
     /// left behind on error.
     pub fn start_with(authkey: &[u8], options: SharerOptions) -> Result<Arc<Self>, SharerError> {
-        let dir = private_dir::create().map_err(|source| SharerError::TempDir { source })?;
-        let socket_path = private_dir::socket_path(&dir);
+        // Dropping `dir` on an early return removes it and what is inside.
+        let dir = PrivateTempDir::create().map_err(|source| SharerError::TempDir { source })?;
+        let socket_path = dir
+            .unique_address()
+            .map_err(|source| SharerError::TempDir { source })?
+            .as_path()
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
         let listener = match UnixListener::bind(&socket_path) {
             Ok(listener) => listener,
             Err(source) => {
-                let _ = std::fs::remove_dir(&dir);
                 return Err(SharerError::Bind {
                     path: socket_path,
                     source,
@@ -172,9 +177,6 @@ impl ResourceSharer {
         let listener_waker = match listener.try_clone() {
             Ok(clone) => UnixStream::from(OwnedFd::from(clone)),
             Err(source) => {
-                drop(listener);
-                let _ = std::fs::remove_file(&socket_path);
-                let _ = std::fs::remove_dir(&dir);
                 return Err(SharerError::Bind {
                     path: socket_path,
                     source,
@@ -330,7 +332,7 @@ impl ResourceSharer {
         // Failures leave only an empty directory or a dead socket file in
         // our private temp dir; there is no one to report them to in Drop.
         let _ = std::fs::remove_file(&self.socket_path);
-        let _ = std::fs::remove_dir(&self.dir);
+        let _ = std::fs::remove_dir(self.dir.path());
     }
 
     /// Withdraws `key`: the fd if it was still registered.
