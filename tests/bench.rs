@@ -7,7 +7,7 @@ use std::process::Command;
 
 #[test]
 fn bench_runs_every_path_side_by_side() {
-    let Some(python) = support::torch_python("bench_runs_every_path_side_by_side") else {
+    let Some(python) = support::test_python("bench_runs_every_path_side_by_side") else {
         return;
     };
     let output = Command::new(env!("CARGO_BIN_EXE_tensorshare"))

@@ -7,12 +7,13 @@
 //! CPython 3.8+; no torch). Without it they print a notice and pass, unless
 //! `TENSORSHARE_REQUIRE_INTEROP=1`, as `scripts/test` sets.
 
+mod support;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -20,22 +21,10 @@ use tensorshare::connection::{ConnectionError, ConnectionOptions, Dialect};
 use tensorshare::{Address, Authkey, Client, Connection, Listener, Registry, Value};
 use tensorshare_compat::connection::{AuthError, Rejection};
 
+use support::{test_python, unique_address};
+
 /// `pickle.dumps(7, protocol=4)`.
 const PICKLED_SEVEN: &[u8] = b"\x80\x04K\x07.";
-
-/// An abstract name no other test (or test run) uses.
-fn unique_abstract_address() -> Address {
-    static COUNTER: AtomicUsize = AtomicUsize::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |elapsed| elapsed.subsec_nanos());
-    let name = format!(
-        "tensorshare-test-{}-{nanos}-{}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    );
-    Address::abstract_name(name).expect("abstract name")
-}
 
 fn key(hex: &str) -> Authkey {
     Authkey::from_hex(hex).expect("authkey hex")
@@ -82,7 +71,7 @@ fn rust_to_rust_over_a_path() {
 
 #[test]
 fn rust_to_rust_over_an_abstract_name() {
-    echo_round_trip(&unique_abstract_address());
+    echo_round_trip(&unique_address("connection"));
 }
 
 #[test]
@@ -107,7 +96,7 @@ fn rust_to_rust_in_a_private_directory() {
 
 #[test]
 fn large_and_empty_messages_in_both_directions() {
-    let address = unique_abstract_address();
+    let address = unique_address("connection");
     let authkey = Authkey::random().expect("random authkey");
     let listener =
         Listener::bind(&address, &authkey, ConnectionOptions::default()).expect("bind listener");
@@ -138,7 +127,7 @@ fn large_and_empty_messages_in_both_directions() {
 #[test]
 fn wrong_authkey_is_refused_and_the_listener_keeps_serving() {
     for dialect in [Dialect::Modern, Dialect::Legacy] {
-        let address = unique_abstract_address();
+        let address = unique_address("connection");
         let options = ConnectionOptions::default().with_dialect(dialect);
         let right = key("0123456789abcdef");
         let wrong = key("fedcba9876543210");
@@ -191,7 +180,7 @@ fn wrong_authkey_is_refused_and_the_listener_keeps_serving() {
 fn a_client_refuses_a_listener_with_another_key() {
     // The listener holds the wrong key this time: the client's own check
     // (the second half of the handshake) must not be skipped either.
-    let address = unique_abstract_address();
+    let address = unique_address("connection");
     let listener =
         Listener::bind(&address, &key("aa"), ConnectionOptions::default()).expect("bind listener");
     let server = thread::spawn(move || listener.accept().map(|_| ()));
@@ -203,7 +192,7 @@ fn a_client_refuses_a_listener_with_another_key() {
 
 #[test]
 fn empty_authkeys_still_authenticate() {
-    let address = unique_abstract_address();
+    let address = unique_address("connection");
     let empty = Authkey::new(Vec::new());
     let listener =
         Listener::bind(&address, &empty, ConnectionOptions::default()).expect("bind listener");
@@ -223,7 +212,7 @@ fn empty_authkeys_still_authenticate() {
 
 #[test]
 fn a_silent_peer_hits_the_handshake_timeout() {
-    let address = unique_abstract_address();
+    let address = unique_address("connection");
     let authkey = Authkey::random().expect("random authkey");
     let timeout = Duration::from_millis(300);
     let options = ConnectionOptions::default().with_handshake_timeout(timeout);
@@ -264,7 +253,7 @@ fn a_silent_peer_hits_the_handshake_timeout() {
 fn a_trickling_peer_cannot_stretch_the_handshake() {
     // The deadline covers the whole handshake, not each read: one byte every
     // 100 ms would otherwise keep a 300 ms timeout from ever firing.
-    let address = unique_abstract_address();
+    let address = unique_address("connection");
     let timeout = Duration::from_millis(300);
     let options = ConnectionOptions::default().with_handshake_timeout(timeout);
     let listener = Listener::bind(&address, &key("00"), options).expect("bind listener");
@@ -487,27 +476,6 @@ else:
     sys.exit('unknown role ' + role)
 "#;
 
-/// The interpreter to test against, or `None` (after a loud notice) when
-/// none is configured and interop is not required.
-fn test_python() -> Option<String> {
-    match std::env::var("TENSORSHARE_TEST_PYTHON") {
-        Ok(python) if !python.is_empty() => Some(python),
-        _ => {
-            let required = std::env::var("TENSORSHARE_REQUIRE_INTEROP").as_deref() == Ok("1");
-            assert!(
-                !required,
-                "TENSORSHARE_REQUIRE_INTEROP=1 but TENSORSHARE_TEST_PYTHON is not set"
-            );
-            // Through the handle, not eprintln!, so that test capture does not hide it.
-            let _ = writeln!(
-                std::io::stderr(),
-                "SKIPPED: set TENSORSHARE_TEST_PYTHON (scripts/test does)"
-            );
-            None
-        }
-    }
-}
-
 fn spawn_python(python: &str, role: &str, address: &Address, authkey: &Authkey) -> Child {
     Command::new(python)
         .args([
@@ -629,7 +597,9 @@ fn rust_client_talks_to_python_listener(python: &str, address: &Address) {
 
 #[test]
 fn python_client_to_rust_listener_over_a_path() {
-    let Some(python) = test_python() else { return };
+    let Some(python) = test_python(file!()) else {
+        return;
+    };
     let dir = tempfile::tempdir().expect("temporary directory");
     for (name, dialect) in [
         ("modern.sock", Dialect::Modern),
@@ -642,13 +612,17 @@ fn python_client_to_rust_listener_over_a_path() {
 
 #[test]
 fn python_client_to_rust_listener_over_an_abstract_name() {
-    let Some(python) = test_python() else { return };
-    python_client_talks_to_rust_listener(&python, &unique_abstract_address(), Dialect::Modern);
+    let Some(python) = test_python(file!()) else {
+        return;
+    };
+    python_client_talks_to_rust_listener(&python, &unique_address("connection"), Dialect::Modern);
 }
 
 #[test]
 fn rust_client_to_python_listener_over_a_path() {
-    let Some(python) = test_python() else { return };
+    let Some(python) = test_python(file!()) else {
+        return;
+    };
     let dir = tempfile::tempdir().expect("temporary directory");
     let path = dir.path().join("python.sock");
     let address = Address::path(&path).expect("address");
@@ -661,19 +635,23 @@ fn rust_client_to_python_listener_over_a_path() {
 
 #[test]
 fn rust_client_to_python_listener_over_an_abstract_name() {
-    let Some(python) = test_python() else { return };
-    rust_client_talks_to_python_listener(&python, &unique_abstract_address());
+    let Some(python) = test_python(file!()) else {
+        return;
+    };
+    rust_client_talks_to_python_listener(&python, &unique_address("connection"));
 }
 
 #[test]
 fn python_with_a_wrong_key_is_refused_both_ways() {
-    let Some(python) = test_python() else { return };
+    let Some(python) = test_python(file!()) else {
+        return;
+    };
     let ours = key("00112233");
     let theirs = key("33221100");
 
     // Python's Client with the wrong key against our listener, which then
     // serves a right one.
-    let address = unique_abstract_address();
+    let address = unique_address("connection");
     let listener =
         Listener::bind(&address, &ours, ConnectionOptions::default()).expect("bind listener");
     let mut child = spawn_python(&python, "client-wrong-key", &address, &theirs);
@@ -688,7 +666,7 @@ fn python_with_a_wrong_key_is_refused_both_ways() {
     assert_eq!(python_output(child).trim(), "7");
 
     // Our Client with the wrong key against Python's listener.
-    let address = unique_abstract_address();
+    let address = unique_address("connection");
     let mut child = spawn_python(&python, "listener-wrong-key", &address, &theirs);
     let _stdout = wait_until_ready(&mut child);
     let error =

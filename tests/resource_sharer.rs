@@ -13,6 +13,8 @@
 //! `TENSORSHARE_REQUIRE_INTEROP=1` (as `scripts/test` sets); then torch must
 //! be importable too.
 
+mod support;
+
 use std::collections::HashSet;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -31,6 +33,8 @@ use tensorshare::resource_sharer::{
 use tensorshare_compat::connection::{Dialect, client_handshake, write_message};
 use tensorshare_strategies::file_descriptor::{FdSegment, FileDescriptorStrategy};
 use tensorshare_strategies::{SharingStrategy, WritableSegment};
+
+use support::{interop_required, test_python};
 
 const AUTHKEY: &[u8] = b"resource sharer test authkey";
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -545,30 +549,6 @@ fn no_fd_leaks() {
     line_after(&output, "LEAKCHECK OK");
 }
 
-/// The interpreter to test against, or `None` (after a loud notice) when
-/// none is configured and interop is not required.
-fn test_python() -> Option<String> {
-    match std::env::var("TENSORSHARE_TEST_PYTHON") {
-        Ok(python) if !python.is_empty() => Some(python),
-        _ => {
-            assert!(
-                !interop_required(),
-                "TENSORSHARE_REQUIRE_INTEROP=1 but TENSORSHARE_TEST_PYTHON is not set"
-            );
-            // Through the handle, not eprintln!, so that test capture does not hide it.
-            let _ = writeln!(
-                std::io::stderr(),
-                "SKIPPED: set TENSORSHARE_TEST_PYTHON (scripts/test does)"
-            );
-            None
-        }
-    }
-}
-
-fn interop_required() -> bool {
-    std::env::var("TENSORSHARE_REQUIRE_INTEROP").as_deref() == Ok("1")
-}
-
 fn run_python(python: &str, script: &str, args: &[&str]) -> Output {
     let output = Command::new(python)
         .arg("-c")
@@ -651,7 +631,7 @@ fn python_fetches_from_rust(python: &str, how: &str) {
 
 #[test]
 fn cpython_fetches_from_rust_sharer() {
-    let Some(python) = test_python() else {
+    let Some(python) = test_python(file!()) else {
         return;
     };
     python_fetches_from_rust(&python, "pread");
@@ -659,7 +639,7 @@ fn cpython_fetches_from_rust_sharer() {
 
 #[test]
 fn torch_maps_an_fd_from_rust_sharer() {
-    let Some(python) = test_python() else {
+    let Some(python) = test_python(file!()) else {
         return;
     };
     let has_torch = Command::new(&python)
@@ -704,7 +684,7 @@ sys.stdin.read()
 
 #[test]
 fn rust_fetches_from_cpython_sharer() {
-    let Some(python) = test_python() else {
+    let Some(python) = test_python(file!()) else {
         return;
     };
     let contents = b"served by CPython's resource sharer";

@@ -11,7 +11,7 @@ use std::time::Duration;
 use tensorshare::connection::ConnectionOptions;
 use tensorshare::{Authkey, Client, DType, Listener, SharingContext, Value};
 
-use support::{Server, cases, open_fds, python_script, torch_python, unique_address};
+use support::{Server, cases, open_fds, python_script, test_python, unique_address};
 
 /// The dtypes torch 2.15 creates and shares (it has no bit-packed or
 /// bcomplex32 tensors to rebuild them into).
@@ -24,7 +24,7 @@ fn torch_dtypes() -> Vec<DType> {
 
 #[test]
 fn stock_torch_drives_tensorshare_echo() {
-    let Some(python) = torch_python("stock_torch_drives_tensorshare_echo") else {
+    let Some(python) = test_python("stock_torch_drives_tensorshare_echo") else {
         return;
     };
     let authkey = Authkey::random().unwrap();
@@ -59,7 +59,7 @@ fn stock_torch_drives_tensorshare_echo() {
 
 #[test]
 fn tensorshare_drives_a_stock_torch_echo() {
-    let Some(python) = torch_python("tensorshare_drives_a_stock_torch_echo") else {
+    let Some(python) = test_python("tensorshare_drives_a_stock_torch_echo") else {
         return;
     };
     let authkey = Authkey::random().unwrap();
@@ -122,7 +122,7 @@ fn tensorshare_drives_a_stock_torch_echo() {
 
 #[test]
 fn a_torch_worker_pool_fed_by_a_rust_producer() {
-    let Some(python) = torch_python("a_torch_worker_pool_fed_by_a_rust_producer") else {
+    let Some(python) = test_python("a_torch_worker_pool_fed_by_a_rust_producer") else {
         return;
     };
     const ITEMS: usize = 40;

@@ -89,7 +89,7 @@ impl DupFdRequest {
         let root = pickle.get(pickle.root());
         let Some(Node::Tuple(items)) = root else {
             return Err(RequestError::NotKeyAndPid {
-                found: root.map_or("nothing", kind_of),
+                found: root.map_or("nothing", Node::kind_name),
             });
         };
         let [key, pid] = items.as_slice() else {
@@ -106,25 +106,6 @@ impl DupFdRequest {
                 found: "a 2-tuple holding something other than two 64-bit ints",
             }),
         }
-    }
-}
-
-fn kind_of(node: &Node) -> &'static str {
-    match node {
-        Node::None => "None",
-        Node::Bool(_) => "a bool",
-        Node::Int(_) | Node::BigInt(_) => "an int",
-        Node::Float(_) => "a float",
-        Node::Str(_) => "a str",
-        Node::Bytes(_) => "bytes",
-        Node::ByteArray(_) => "a bytearray",
-        Node::Tuple(_) => "a tuple",
-        Node::List(_) => "a list",
-        Node::Dict(_) => "a dict",
-        Node::Set(_) | Node::FrozenSet(_) => "a set",
-        Node::Global(_) => "a global",
-        Node::PersistentId(_) => "a persistent id",
-        Node::Object(_) => "an object",
     }
 }
 

@@ -73,18 +73,16 @@ impl SharingContext {
             return Ok(storage.clone());
         }
         let mut exported = lock(&self.exported);
-        exported.retain(|(source, _)| source.is_alive());
-        if let Some((_, copy)) = exported
-            .iter()
-            .find(|(source, _)| source.upgrade().is_some_and(|s| s.same_as(storage)))
-        {
-            return Ok(copy.clone());
+        if let Some(copy) = exported.get(storage) {
+            return Ok(copy);
         }
-        let mut copy = FileDescriptorStrategy.allocate(storage.nbytes())?;
-        copy.as_bytes_mut()
-            .copy_from_slice(&segment.as_bytes()[..storage.nbytes()]);
+        let bytes = storage.bytes().ok_or_else(|| {
+            Error::Unsupported("the storage claims more bytes than its segment holds".into())
+        })?;
+        let mut copy = FileDescriptorStrategy.allocate(bytes.len())?;
+        copy.as_bytes_mut().copy_from_slice(bytes);
         let copy = Storage::from_segment(Box::new(copy).into_shared());
-        exported.push((storage.downgrade(), copy.clone()));
+        exported.insert(storage, &copy);
         Ok(copy)
     }
 

@@ -11,6 +11,7 @@
 mod cache;
 mod file_descriptor;
 
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -22,7 +23,7 @@ pub use cache::WeakStorageCache;
 use crate::registry::rebuild::Walker;
 use crate::resource_sharer::{Registration, ResourceSharer};
 use crate::storage::WeakStorage;
-use crate::{Authkey, Error, Registry, StrategyKind, Value};
+use crate::{Authkey, Error, Registry, Storage, StrategyKind, Value};
 
 /// How long to wait for a peer's resource sharer to hand over an fd.
 const DEFAULT_FETCH_TIMEOUT: Duration = Duration::from_secs(30);
@@ -72,10 +73,10 @@ pub struct SharingContext {
     by_inode: WeakStorageCache<FileIdentity>,
     /// Heap storages already copied into shared memory for sending, so one
     /// storage sent many times is one segment.
-    exported: Mutex<Vec<(WeakStorage, crate::Storage)>>,
+    exported: Mutex<SharedCopies>,
     /// Fds handed to the resource sharer and not yet fetched, with the time
     /// after which they are closed unfetched.
-    registrations: Mutex<Vec<(Instant, Registration)>>,
+    registrations: Mutex<VecDeque<(Instant, Registration)>>,
 }
 
 impl SharingContext {
@@ -92,8 +93,8 @@ impl SharingContext {
             unfetched_lifetime: DEFAULT_UNFETCHED_LIFETIME,
             sharer: OnceLock::new(),
             by_inode: WeakStorageCache::new(),
-            exported: Mutex::new(Vec::new()),
-            registrations: Mutex::new(Vec::new()),
+            exported: Mutex::new(SharedCopies::default()),
+            registrations: Mutex::new(VecDeque::new()),
         }
     }
 
@@ -185,9 +186,16 @@ impl SharingContext {
     pub(crate) fn keep_registration(&self, registration: Registration) {
         let now = Instant::now();
         let mut registrations = lock(&self.registrations);
-        registrations
-            .retain(|(deadline, registration)| *deadline > now && registration.is_pending());
-        registrations.push((now + self.unfetched_lifetime, registration));
+        // Deadlines grow in push order, and receivers fetch in about send
+        // order: dropping from the front keeps this O(1) per send. A fetched
+        // entry behind a pending one holds no fd, only its key.
+        while registrations
+            .front()
+            .is_some_and(|(deadline, registration)| *deadline <= now || !registration.is_pending())
+        {
+            registrations.pop_front();
+        }
+        registrations.push_back((now + self.unfetched_lifetime, registration));
     }
 
     /// Stops handing out fds: closes every fd no receiver has fetched yet
@@ -205,6 +213,44 @@ impl SharingContext {
         let mut registrations = lock(&self.registrations);
         registrations.retain(|(_, registration)| registration.is_pending());
         registrations.len()
+    }
+}
+
+/// Heap storages and their copies in shared memory, each copy kept while its
+/// source lives, keyed by the source's identity.
+#[derive(Debug)]
+struct SharedCopies {
+    copies: HashMap<usize, (WeakStorage, Storage)>,
+    /// Dead entries are dropped when the map outgrows this, as in
+    /// [`WeakStorageCache`].
+    limit: usize,
+}
+
+impl Default for SharedCopies {
+    fn default() -> Self {
+        Self {
+            copies: HashMap::new(),
+            limit: 128,
+        }
+    }
+}
+
+impl SharedCopies {
+    /// The copy of `source`, if it has one. An entry whose source died is
+    /// not it, even when a new storage now has the same identity.
+    fn get(&self, source: &Storage) -> Option<Storage> {
+        let (weak, copy) = self.copies.get(&source.identity())?;
+        let alive = weak.upgrade()?;
+        alive.same_as(source).then(|| copy.clone())
+    }
+
+    fn insert(&mut self, source: &Storage, copy: &Storage) {
+        self.copies
+            .insert(source.identity(), (source.downgrade(), copy.clone()));
+        if self.copies.len() > self.limit {
+            self.copies.retain(|_, (weak, _)| weak.is_alive());
+            self.limit = 128.max(2 * self.copies.len());
+        }
     }
 }
 

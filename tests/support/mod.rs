@@ -4,31 +4,39 @@
 
 pub mod cases;
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStderr, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use tensorshare::{Address, Authkey};
 
-/// The Python with the pinned torch, or `None` (with a loud notice) when the
-/// tests run without one. Under `TENSORSHARE_REQUIRE_INTEROP=1`, as
-/// `scripts/test` sets, a missing interpreter fails the test instead.
-pub fn torch_python(test: &str) -> Option<PathBuf> {
-    match std::env::var_os("TENSORSHARE_TEST_PYTHON") {
-        Some(python) => Some(PathBuf::from(python)),
-        None => {
-            let required = std::env::var("TENSORSHARE_REQUIRE_INTEROP").as_deref() == Ok("1");
+/// The test Python (`TENSORSHARE_TEST_PYTHON`: any CPython for the
+/// `multiprocessing` tests, the venv with the pinned torch under
+/// `scripts/test`), or `None` after a loud notice when the tests run without
+/// one. Under `TENSORSHARE_REQUIRE_INTEROP=1`, as `scripts/test` sets, a
+/// missing interpreter fails the test instead.
+pub fn test_python(test: &str) -> Option<String> {
+    match std::env::var("TENSORSHARE_TEST_PYTHON") {
+        Ok(python) if !python.is_empty() => Some(python),
+        _ => {
             assert!(
-                !required,
+                !interop_required(),
                 "{test}: TENSORSHARE_REQUIRE_INTEROP=1 but TENSORSHARE_TEST_PYTHON is not set"
             );
-            eprintln!(
-                "SKIPPED: {test} needs torch: set TENSORSHARE_TEST_PYTHON (scripts/test does)"
+            // Through the handle, not eprintln!, so that test capture does not hide it.
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIPPED: {test} needs Python: set TENSORSHARE_TEST_PYTHON (scripts/test does)"
             );
             None
         }
     }
+}
+
+/// Whether the interop tests must run (`scripts/test`) rather than skip.
+pub fn interop_required() -> bool {
+    std::env::var("TENSORSHARE_REQUIRE_INTEROP").as_deref() == Ok("1")
 }
 
 /// A script in `compat/python/`.

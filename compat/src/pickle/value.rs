@@ -120,6 +120,29 @@ pub enum Node {
     Object(Object),
 }
 
+impl Node {
+    /// What the node is, as error messages name it ("a tuple", "bytes").
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            Node::None => "None",
+            Node::Bool(_) => "a bool",
+            Node::Int(_) | Node::BigInt(_) => "an int",
+            Node::Float(_) => "a float",
+            Node::Str(_) => "a str",
+            Node::Bytes(_) => "bytes",
+            Node::ByteArray(_) => "a bytearray",
+            Node::Tuple(_) => "a tuple",
+            Node::List(_) => "a list",
+            Node::Dict(_) => "a dict",
+            Node::Set(_) => "a set",
+            Node::FrozenSet(_) => "a frozenset",
+            Node::Global(_) => "a global",
+            Node::PersistentId(_) => "a persistent id",
+            Node::Object(_) => "an object",
+        }
+    }
+}
+
 /// A decoded (or to-be-encoded) pickle: an arena and the root node.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Pickle {

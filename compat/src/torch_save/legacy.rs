@@ -206,29 +206,9 @@ fn describe_root(pickle: &Pickle) -> String {
     match pickle.get(pickle.root()) {
         Some(node) => match int_of(node) {
             Some(value) => value.to_string(),
-            None => format!("(not an int: {})", node_kind(node)),
+            None => format!("(not an int: {})", node.kind_name()),
         },
         None => "(nothing)".to_owned(),
-    }
-}
-
-fn node_kind(node: &Node) -> &'static str {
-    match node {
-        Node::None => "None",
-        Node::Bool(_) => "a bool",
-        Node::Int(_) | Node::BigInt(_) => "an int",
-        Node::Float(_) => "a float",
-        Node::Str(_) => "a str",
-        Node::Bytes(_) => "bytes",
-        Node::ByteArray(_) => "a bytearray",
-        Node::Tuple(_) => "a tuple",
-        Node::List(_) => "a list",
-        Node::Dict(_) => "a dict",
-        Node::Set(_) => "a set",
-        Node::FrozenSet(_) => "a frozenset",
-        Node::Global(_) => "a global",
-        Node::PersistentId(_) => "a persistent id",
-        Node::Object(_) => "an object",
     }
 }
 
@@ -249,7 +229,7 @@ fn storage_keys(keys: &Pickle) -> Result<Vec<String>, TorchSaveError> {
     let root = keys.get(keys.root());
     let items = match root {
         Some(Node::List(items) | Node::Tuple(items)) => items,
-        Some(other) => return Err(invalid(format!("found {}", node_kind(other)))),
+        Some(other) => return Err(invalid(format!("found {}", other.kind_name()))),
         None => return Err(invalid("found nothing".to_owned())),
     };
     items
@@ -257,7 +237,7 @@ fn storage_keys(keys: &Pickle) -> Result<Vec<String>, TorchSaveError> {
         .enumerate()
         .map(|(index, &item)| {
             string_of(keys, item).ok_or_else(|| {
-                let kind = keys.get(item).map_or("nothing", node_kind);
+                let kind = keys.get(item).map_or("nothing", Node::kind_name);
                 invalid(format!("item {index} is {kind}"))
             })
         })

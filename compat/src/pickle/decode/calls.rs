@@ -3,7 +3,7 @@
 //! persistent ids.
 
 use super::error::{DecodeError, DecodeErrorCode as Code};
-use super::machine::{Machine, kind_name};
+use super::machine::Machine;
 use crate::pickle::opcodes::*;
 use crate::pickle::{Construction, Node, NodeId, Object};
 
@@ -120,7 +120,7 @@ impl Machine<'_> {
         self.error(Code::WrongType {
             opcode,
             expected,
-            found: kind_name(self.node(id)),
+            found: self.node(id).kind_name(),
         })
     }
 }

@@ -316,24 +316,3 @@ impl<'a> Machine<'a> {
         self.add(Node::Global(Global { module, name }), 0)
     }
 }
-
-/// What a node is, as error messages name it.
-pub(super) fn kind_name(node: &Node) -> &'static str {
-    match node {
-        Node::None => "None",
-        Node::Bool(_) => "a bool",
-        Node::Int(_) | Node::BigInt(_) => "an int",
-        Node::Float(_) => "a float",
-        Node::Str(_) => "a str",
-        Node::Bytes(_) => "bytes",
-        Node::ByteArray(_) => "a bytearray",
-        Node::Tuple(_) => "a tuple",
-        Node::List(_) => "a list",
-        Node::Dict(_) => "a dict",
-        Node::Set(_) => "a set",
-        Node::FrozenSet(_) => "a frozenset",
-        Node::Global(_) => "a global",
-        Node::PersistentId(_) => "a persistent id",
-        Node::Object(_) => "an object",
-    }
-}
