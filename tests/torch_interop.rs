@@ -118,6 +118,11 @@ fn tensorshare_drives_a_stock_torch_echo() {
     assert!(open_fds(std::process::id()) <= own_before + 8);
     assert!(open_fds(server.pid()) <= torch_before + 8);
     assert_eq!(sharing.unfetched_shares(), 0);
+    let stats = sharing.sharer_stats().expect("a sharer");
+    assert!(
+        stats.served >= 1000 && stats.released == 0,
+        "torch ignores attached fds and fetches every one: {stats:?}"
+    );
 }
 
 #[test]

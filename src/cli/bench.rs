@@ -29,6 +29,15 @@ pub struct BenchArgs {
     /// A quarter of the tensors per round, for a quick look.
     #[arg(long)]
     quick: bool,
+    /// The paths to run, comma-separated (default: all). The ratio column
+    /// needs a torch -> torch path.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_enum,
+        default_value = "torch-fd,torch-fs,rust-to-rust,rust-to-torch,torch-to-rust"
+    )]
+    paths: Vec<Route>,
 }
 
 #[derive(Debug, Args)]
@@ -39,34 +48,42 @@ pub struct BenchPeerArgs {
 }
 
 /// The paths compared, in table order.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum Route {
-    TorchToTorch(&'static str),
+    /// torch producer, torch consumer, file_descriptor.
+    TorchFd,
+    /// torch producer, torch consumer, file_system.
+    TorchFs,
+    /// Rust producer, Rust consumer.
     RustToRust,
+    /// Rust producer, torch consumer.
     RustToTorch,
+    /// torch producer, Rust consumer.
     TorchToRust,
 }
 
 impl Route {
-    const ALL: [Route; 5] = [
-        Route::TorchToTorch("file_descriptor"),
-        Route::TorchToTorch("file_system"),
-        Route::RustToRust,
-        Route::RustToTorch,
-        Route::TorchToRust,
-    ];
-
-    fn label(self) -> String {
+    fn label(self) -> &'static str {
         match self {
-            Route::TorchToTorch(strategy) => format!("torch -> torch  {strategy}"),
-            Route::RustToRust => "Rust  -> Rust   file_descriptor".into(),
-            Route::RustToTorch => "Rust  -> torch  file_descriptor".into(),
-            Route::TorchToRust => "torch -> Rust   file_descriptor".into(),
+            Route::TorchFd => "torch -> torch  file_descriptor",
+            Route::TorchFs => "torch -> torch  file_system",
+            Route::RustToRust => "Rust  -> Rust   file_descriptor",
+            Route::RustToTorch => "Rust  -> torch  file_descriptor",
+            Route::TorchToRust => "torch -> Rust   file_descriptor",
         }
     }
 
-    fn is_torch_only(self) -> bool {
-        matches!(self, Route::TorchToTorch(_))
+    /// The strategy of a torch-to-torch path.
+    fn torch_only_strategy(self) -> Option<&'static str> {
+        match self {
+            Route::TorchFd => Some("file_descriptor"),
+            Route::TorchFs => Some("file_system"),
+            _ => None,
+        }
+    }
+
+    fn needs_torch(self) -> bool {
+        self != Route::RustToRust
     }
 }
 
@@ -87,7 +104,9 @@ pub fn run(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
     std::fs::write(&script, BENCH_PEER)
         .map_err(|e| format!("writing {}: {e}", script.display()))?;
     let torch = TorchPeer { python, script };
-    torch.check()?;
+    if args.paths.iter().any(|path| path.needs_torch()) {
+        torch.check()?;
+    }
 
     println!(
         "tensorshare bench: uint8 tensors streamed one way, the producer writing every byte; \
@@ -107,7 +126,7 @@ pub fn run(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
     for &size in &args.sizes {
         let workload = workload_for(size, args.rounds, args.quick);
         let mut rows = Vec::new();
-        for path in Route::ALL {
+        for &path in &args.paths {
             spinner.set_message(format!(
                 "{} {}",
                 super::format::bytes(size as u64),
@@ -156,7 +175,7 @@ fn run_path(
 ) -> Result<Vec<f64>, Box<dyn std::error::Error>> {
     let authkey = Authkey::random()?;
     let sharing = SharingContext::new(authkey.clone());
-    if let Route::TorchToTorch(strategy) = path {
+    if let Some(strategy) = path.torch_only_strategy() {
         let output = torch.run(
             &["torch-to-torch", "--strategy", strategy],
             Some(workload),
@@ -193,19 +212,24 @@ fn run_path(
 fn print_rows(rows: &[Row]) {
     let torch_best = rows
         .iter()
-        .filter(|row| row.path.is_torch_only())
+        .filter(|row| row.path.torch_only_strategy().is_some())
         .map(|row| row.per_tensor)
         .fold(f64::INFINITY, f64::min);
     for row in rows {
         let size = row.workload.size;
+        let ratio = if torch_best.is_finite() {
+            format!("{:.2}x", torch_best / row.per_tensor)
+        } else {
+            "-".into()
+        };
         println!(
-            "{:<9} {:<32} {:>7} {:>12} {:>8.2} {:>13.2}x",
+            "{:<9} {:<32} {:>7} {:>12} {:>8.2} {:>14}",
             super::format::bytes(size as u64),
             row.path.label(),
             row.workload.count,
             super::format::duration(row.per_tensor),
             size as f64 / row.per_tensor / 1e9,
-            torch_best / row.per_tensor,
+            ratio,
         );
     }
     println!();

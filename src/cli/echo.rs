@@ -77,12 +77,11 @@ pub fn run(args: EchoArgs) -> Result<(), Box<dyn std::error::Error>> {
 fn serve_peer(incoming: IncomingConnection, sharing: &SharingContext) -> Result<(), Error> {
     let mut connection = incoming.authenticate()?;
     loop {
-        let message = match connection.recv_bytes() {
-            Ok(message) => message,
-            Err(ConnectionError::Closed) => return Ok(()),
-            Err(e) => return Err(e.into()),
+        let value = match connection.recv(sharing) {
+            Ok(value) => value,
+            Err(Error::Connection(ConnectionError::Closed)) => return Ok(()),
+            Err(e) => return Err(e),
         };
-        let value = sharing.loads(&message)?;
         connection.send(&value, sharing)?;
     }
 }

@@ -75,6 +75,7 @@
 //! ```
 
 mod address;
+mod attached;
 mod authkey;
 mod client;
 mod error;

@@ -1,7 +1,7 @@
 //! An authenticated connection, and the handshake that makes one.
 
 use std::io::{self, ErrorKind, Read, Write};
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
@@ -10,6 +10,7 @@ use tensorshare_compat::connection::{
     write_message,
 };
 
+use super::attached::{AttachingWriter, CollectingReader};
 use super::{Address, Authkey, ConnectionError, ConnectionOptions};
 use crate::{Error, SharingContext, Value};
 
@@ -68,16 +69,64 @@ impl Connection {
         Ok(payload)
     }
 
+    /// Sends one message with `fds` attached by `SCM_RIGHTS` (at most
+    /// [`MAX_FDS_PER_MESSAGE`](tensorshare_strategies::fd_passing::MAX_FDS_PER_MESSAGE)). The bytes on the wire are those of
+    /// [`send_bytes`](Self::send_bytes); a reader that does not collect fds
+    /// (any Python peer) gets the message, and its kernel closes the fds.
+    ///
+    /// # Errors
+    ///
+    /// As [`send_bytes`](Self::send_bytes); too many fds are a
+    /// [`ConnectionError::Send`] of kind `InvalidInput`.
+    pub fn send_bytes_with_fds(
+        &mut self,
+        payload: &[u8],
+        fds: &[BorrowedFd<'_>],
+    ) -> Result<(), ConnectionError> {
+        let send_error = |source| ConnectionError::Send {
+            len: payload.len(),
+            source,
+        };
+        let mut writer = AttachingWriter {
+            stream: &self.stream,
+            fds,
+        };
+        write_message(&mut writer, payload).map_err(send_error)
+    }
+
+    /// Receives one message into `buf` (as
+    /// [`recv_bytes_into`](Self::recv_bytes_into)) and the fds attached to
+    /// it, close-on-exec. A message that carried more than
+    /// [`MAX_FDS_PER_MESSAGE`](tensorshare_strategies::fd_passing::MAX_FDS_PER_MESSAGE) fds, or lost some to a full fd table, comes
+    /// with none: every one that arrived is closed.
+    ///
+    /// # Errors
+    ///
+    /// As [`recv_bytes_into`](Self::recv_bytes_into); fds that arrived are
+    /// closed.
+    pub fn recv_bytes_with_fds(
+        &mut self,
+        buf: &mut Vec<u8>,
+    ) -> Result<Vec<OwnedFd>, ConnectionError> {
+        let mut reader = CollectingReader::new(&self.stream);
+        read_message_into(&mut reader, buf, self.options.max_message_bytes)
+            .map_err(ConnectionError::from_receive)?;
+        Ok(reader.into_fds())
+    }
+
     /// Sends `value` as Python's `conn.send(value)` would from a torch
     /// process: pickled by `sharing`, storages shared with its strategy.
+    ///
+    /// The fds of shared storages also ride on the message itself (see
+    /// [`SharingContext::with_inline_fds`]); Python peers ignore them.
     ///
     /// # Errors
     ///
     /// When a storage cannot be shared, or [`Error::Connection`] when the
     /// send fails.
     pub fn send(&mut self, value: &Value, sharing: &SharingContext) -> Result<(), Error> {
-        let pickle = sharing.dumps(value)?;
-        Ok(self.send_bytes(&pickle)?)
+        let outgoing = sharing.dumps_outgoing(value)?;
+        Ok(self.send_bytes_with_fds(outgoing.pickle(), &outgoing.attached_fds())?)
     }
 
     /// Receives one message as Python's `conn.recv()` would in a torch
@@ -89,8 +138,9 @@ impl Connection {
     /// [`recv_bytes`](Self::recv_bytes)); any error of
     /// [`SharingContext::loads`].
     pub fn recv(&mut self, sharing: &SharingContext) -> Result<Value, Error> {
-        let pickle = self.recv_bytes()?;
-        sharing.loads(&pickle)
+        let mut pickle = Vec::new();
+        let fds = self.recv_bytes_with_fds(&mut pickle)?;
+        sharing.loads_with_fds(&pickle, fds)
     }
 
     /// Receives one message into `buf`, replacing its contents and reusing

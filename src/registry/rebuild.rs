@@ -6,7 +6,8 @@ use std::collections::{HashMap, HashSet};
 use tensorshare_compat::pickle::{Construction, Global, Node, NodeId, Object, Pickle};
 
 use super::Registry;
-use crate::{SharingContext, Storage, Value};
+use crate::sharing::Receipt;
+use crate::{Storage, Value};
 
 /// What identifies a shared storage across references in one message, as
 /// torch's receiving side dedupes them.
@@ -54,7 +55,7 @@ pub struct Call<'a> {
     pub(crate) storages: &'a RefCell<HashMap<StorageKey, Storage>>,
     /// Set when received storages are to be attached (fds fetched and
     /// mapped); `None` when only describing a pickle (`inspect`).
-    pub(crate) sharing: Option<&'a SharingContext>,
+    pub(crate) sharing: Option<&'a Receipt<'a>>,
 }
 
 impl Call<'_> {
@@ -219,7 +220,7 @@ pub(crate) struct Walker<'a> {
     in_progress: HashSet<NodeId>,
     max_depth: usize,
     storages: RefCell<HashMap<StorageKey, Storage>>,
-    sharing: Option<&'a SharingContext>,
+    sharing: Option<&'a Receipt<'a>>,
 }
 
 impl<'a> Walker<'a> {
@@ -242,10 +243,28 @@ impl<'a> Walker<'a> {
         }
     }
 
-    /// Attaches received storages through `sharing` while rebuilding.
-    pub(crate) fn attaching(mut self, sharing: &'a SharingContext) -> Self {
-        self.sharing = Some(sharing);
+    /// Attaches received storages through `receipt` while rebuilding.
+    pub(crate) fn attaching(mut self, receipt: &'a Receipt<'a>) -> Self {
+        self.sharing = Some(receipt);
         self
+    }
+
+    /// Rebuilds every object the pickle makes by calling `global`, in arena
+    /// order, without evaluating anything else: e.g. the `DupFd`s of a
+    /// message, before any storage is attached. Run it on a walker that is
+    /// not attaching, so that nothing it evaluates fetches or maps.
+    pub(crate) fn objects_built_by(&mut self, global: &Global) -> Result<Vec<Value>, RebuildError> {
+        let pickle = self.pickle;
+        pickle
+            .iter()
+            .filter(|(_, node)| match node {
+                Node::Object(object) => {
+                    matches!(pickle.get(object.callable), Some(Node::Global(g)) if g == global)
+                }
+                _ => false,
+            })
+            .map(|(id, _)| self.eval(id, 0))
+            .collect()
     }
 
     pub(crate) fn in_archive(mut self, archive_depth: usize) -> Self {

@@ -15,7 +15,7 @@ use tensorshare_strategies::Errno;
 use tensorshare_strategies::fd_passing::{RecvFdsError, recv_fd_batch};
 
 use super::deadline::{DeadlineStream, is_timeout};
-use super::request::DupFdRequest;
+use super::request::{DupFdRequest, ReleaseRequest};
 
 /// Which step of a fetch failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -181,52 +181,12 @@ pub fn fetch_fd(
     let shown = address.escape_ascii().to_string();
     let stream = connect(address, &shown, key)?;
     let mut io = DeadlineStream::new(&stream, timeout);
-    let io_error = |stage: FetchStage, source: io::Error| {
-        if is_timeout(&source) {
-            FetchError::TimedOut {
-                address: shown.clone(),
-                timeout,
-                stage,
-            }
-        } else {
-            FetchError::Io {
-                address: shown.clone(),
-                stage,
-                source,
-            }
-        }
-    };
-
-    if let Err(error) = client_handshake(&mut io, authkey, Dialect::Modern) {
-        return Err(match error {
-            AuthError::WrongAuthkey(_) => FetchError::WrongAuthkey { address: shown },
-            AuthError::Io(tensorshare_compat::connection::FramingError::Io(source)) => {
-                io_error(FetchStage::Handshake, source)
-            }
-            source => FetchError::Handshake {
-                address: shown,
-                source,
-            },
-        });
-    }
-
+    handshake(&mut io, &shown, authkey, timeout)?;
     let pid = i64::from(std::process::id());
     let request = DupFdRequest { key, pid }.to_pickle()?;
-    if let Err(source) = write_message(&mut io, &request) {
-        return Err(match source.raw_os_error() {
-            // The sharer hung up after the handshake: it is shutting down.
-            Some(code) if code == Errno::EPIPE as i32 || code == Errno::ECONNRESET as i32 => {
-                FetchError::NotServed {
-                    address: shown,
-                    key,
-                }
-            }
-            _ => io_error(FetchStage::Request, source),
-        });
-    }
-
+    send_request(&mut io, &request, &shown, key, timeout)?;
     io.arm_read_timeout()
-        .map_err(|source| io_error(FetchStage::Receive, source))?;
+        .map_err(|source| io_failure(&shown, timeout, FetchStage::Receive, source))?;
     let fds = recv_fd_batch(stream.as_fd(), 1).map_err(|error| match error {
         RecvFdsError::EndOfStream
         | RecvFdsError::Os {
@@ -263,6 +223,95 @@ pub fn fetch_fd(
             address: shown,
             source: RecvFdsError::TooManyFds { arrived: 2, max: 1 },
         }),
+    }
+}
+
+/// Gives `keys` back to the tensorshare sharer at `address`: their fds
+/// reached this process attached to the messages that named them, so the
+/// sharer may close its copies (a [`ReleaseRequest`]). At most
+/// [`MAX_RELEASE_KEYS`](super::MAX_RELEASE_KEYS) keys per call; the sharer answers nothing.
+///
+/// Only a tensorshare sharer understands this; CPython's counts it as a
+/// malformed request and closes the connection.
+///
+/// # Errors
+///
+/// As [`fetch_fd`] up to the request; errors name the first key.
+pub fn release_fds(
+    address: &[u8],
+    keys: &[i64],
+    authkey: &[u8],
+    timeout: Duration,
+) -> Result<(), FetchError> {
+    let first = keys.first().copied().unwrap_or_default();
+    let shown = address.escape_ascii().to_string();
+    let stream = connect(address, &shown, first)?;
+    let mut io = DeadlineStream::new(&stream, timeout);
+    handshake(&mut io, &shown, authkey, timeout)?;
+    let request = ReleaseRequest {
+        keys: keys.to_vec(),
+    }
+    .to_pickle()?;
+    send_request(&mut io, &request, &shown, first, timeout)
+}
+
+/// Answers and delivers the authkey challenge, as `Client(address, authkey)`.
+fn handshake(
+    io: &mut DeadlineStream<'_>,
+    shown: &str,
+    authkey: &[u8],
+    timeout: Duration,
+) -> Result<(), FetchError> {
+    client_handshake(io, authkey, Dialect::Modern)
+        .map(drop)
+        .map_err(|error| match error {
+            AuthError::WrongAuthkey(_) => FetchError::WrongAuthkey {
+                address: shown.to_owned(),
+            },
+            AuthError::Io(tensorshare_compat::connection::FramingError::Io(source)) => {
+                io_failure(shown, timeout, FetchStage::Handshake, source)
+            }
+            source => FetchError::Handshake {
+                address: shown.to_owned(),
+                source,
+            },
+        })
+}
+
+/// Writes one request message.
+fn send_request(
+    io: &mut DeadlineStream<'_>,
+    request: &[u8],
+    shown: &str,
+    key: i64,
+    timeout: Duration,
+) -> Result<(), FetchError> {
+    write_message(io, request).map_err(|source| match source.raw_os_error() {
+        // The sharer hung up after the handshake: it is shutting down.
+        Some(code) if code == Errno::EPIPE as i32 || code == Errno::ECONNRESET as i32 => {
+            FetchError::NotServed {
+                address: shown.to_owned(),
+                key,
+            }
+        }
+        _ => io_failure(shown, timeout, FetchStage::Request, source),
+    })
+}
+
+/// A socket error at `stage`: a timeout when the deadline ran out.
+fn io_failure(shown: &str, timeout: Duration, stage: FetchStage, source: io::Error) -> FetchError {
+    if is_timeout(&source) {
+        FetchError::TimedOut {
+            address: shown.to_owned(),
+            timeout,
+            stage,
+        }
+    } else {
+        FetchError::Io {
+            address: shown.to_owned(),
+            stage,
+            source,
+        }
     }
 }
 

@@ -16,6 +16,11 @@
 //! - [`fetch_fd`] is the receiving side; it fetches from a CPython sharer or
 //!   from a [`ResourceSharer`].
 //! - [`DupFdRequest`] is the `(key, pid)` message both sides exchange.
+//! - [`release_fds`] and [`ReleaseRequest`] are tensorshare's addition: a
+//!   tensorshare sender also attaches each fd to the message that names it
+//!   (see [`Connection::send`](crate::Connection::send)), and a tensorshare
+//!   receiver that got it that way tells the sharer to close its copy.
+//!   CPython's side of the protocol is untouched.
 //!
 //! The wire behaviour is that of CPython 3.8 to 3.13, whose
 //! `resource_sharer.py` and `reduction.send_handle` / `recv_handle` have not
@@ -62,9 +67,11 @@ mod serve;
 mod server;
 mod stats;
 
-pub use client::{FetchError, FetchStage, fetch_fd};
+pub use client::{FetchError, FetchStage, fetch_fd, release_fds};
 pub use options::SharerOptions;
 pub use registration::{DupFdId, Registration};
-pub use request::{DupFdRequest, MAX_REQUEST_LEN, RequestError};
+pub use request::{
+    DupFdRequest, MAX_RELEASE_KEYS, MAX_REQUEST_LEN, ReleaseRequest, RequestError, SharerRequest,
+};
 pub use server::{RegisterError, ResourceSharer, SharerError};
 pub use stats::SharerStats;

@@ -4,17 +4,24 @@ use tensorshare_compat::pickle::{
     DecodeError, EncodeError, EncodeOptions, Limits, Node, Pickle, decode_all, encode,
 };
 
-/// The longest request the sharer reads. CPython's is under 40 bytes; the
-/// cap keeps a hostile client from making the sharer allocate.
-pub const MAX_REQUEST_LEN: usize = 4096;
+/// The longest request the sharer reads. CPython's is under 40 bytes and a
+/// full [`ReleaseRequest`] under 10 KiB; the cap keeps a hostile client from
+/// making the sharer allocate.
+pub const MAX_REQUEST_LEN: usize = 16 * 1024;
 
-/// Caps for decoding a request: a tuple of two ints needs a handful of nodes.
+/// The most keys one [`ReleaseRequest`] gives back.
+pub const MAX_RELEASE_KEYS: usize = 1024;
+
+/// Caps for decoding a request: a release's keys and a few nodes more.
 const REQUEST_LIMITS: Limits = Limits {
     max_depth: 4,
-    max_nodes: 16,
+    max_nodes: MAX_RELEASE_KEYS + 8,
     max_memo: 16,
-    max_stack: 16,
+    max_stack: MAX_RELEASE_KEYS + 8,
 };
+
+/// The tag that starts a [`ReleaseRequest`].
+const RELEASE_TAG: &str = "tensorshare.release";
 
 /// What `DupFd.detach()` sends after the handshake: the pickled tuple
 /// `(key, os.getpid())`.
@@ -83,6 +90,77 @@ impl DupFdRequest {
     /// values within tight limits, [`RequestError::NotKeyAndPid`] for any
     /// value other than a tuple of two ints.
     pub fn from_pickle(bytes: &[u8]) -> Result<Self, RequestError> {
+        match SharerRequest::from_pickle(bytes)? {
+            SharerRequest::Fetch(request) => Ok(request),
+            SharerRequest::Release(_) => Err(RequestError::NotKeyAndPid {
+                found: "a tensorshare release",
+            }),
+        }
+    }
+}
+
+/// What a tensorshare receiver sends a tensorshare sharer after the
+/// handshake to give back keys whose fds arrived attached to the message
+/// itself: the pickled tuple `("tensorshare.release", [key, ...])`. The
+/// sharer closes those fds and answers nothing. CPython never sends it; its
+/// sharer would refuse it like any malformed request.
+///
+/// # Examples
+///
+/// ```
+/// use tensorshare::resource_sharer::{ReleaseRequest, SharerRequest};
+///
+/// let release = ReleaseRequest { keys: vec![3, 4, 5] };
+/// let bytes = release.to_pickle()?;
+/// assert_eq!(SharerRequest::from_pickle(&bytes)?, SharerRequest::Release(release));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ReleaseRequest {
+    /// The keys, at most [`MAX_RELEASE_KEYS`].
+    pub keys: Vec<i64>,
+}
+
+impl ReleaseRequest {
+    /// The request's pickle (protocol 4).
+    ///
+    /// # Errors
+    ///
+    /// Only if the encoder refuses a tuple of a str and ints, which it does
+    /// not.
+    pub fn to_pickle(&self) -> Result<Vec<u8>, EncodeError> {
+        let mut pickle = Pickle::new();
+        let tag = pickle.push(Node::Str(RELEASE_TAG.into()));
+        let keys = self
+            .keys
+            .iter()
+            .map(|&key| pickle.push(Node::Int(key)))
+            .collect();
+        let keys = pickle.push(Node::List(keys));
+        let tuple = pickle.push(Node::Tuple(vec![tag, keys]));
+        pickle.set_root(tuple);
+        encode(&pickle, &EncodeOptions::new())
+    }
+}
+
+/// Any request a [`ResourceSharer`](super::ResourceSharer) serves.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum SharerRequest {
+    /// CPython's `(key, pid)`: send the fd.
+    Fetch(DupFdRequest),
+    /// tensorshare's release: close the fds, they arrived another way.
+    Release(ReleaseRequest),
+}
+
+impl SharerRequest {
+    /// Decodes either request: exactly one pickle, no globals.
+    ///
+    /// # Errors
+    ///
+    /// [`RequestError::Decode`] for anything that is not a pickle of plain
+    /// values within tight limits, [`RequestError::NotKeyAndPid`] for a
+    /// value that is neither request.
+    pub fn from_pickle(bytes: &[u8]) -> Result<Self, RequestError> {
         let no_globals = |_: &str, _: &str| false;
         let decoded = decode_all(bytes, &no_globals, &REQUEST_LIMITS)?;
         let pickle = &decoded.pickle;
@@ -92,16 +170,30 @@ impl DupFdRequest {
                 found: root.map_or("nothing", Node::kind_name),
             });
         };
-        let [key, pid] = items.as_slice() else {
+        let [first, second] = items.as_slice() else {
             return Err(RequestError::NotKeyAndPid {
                 found: "a tuple whose length is not 2",
             });
         };
-        match (pickle.get(*key), pickle.get(*pid)) {
-            (Some(Node::Int(key)), Some(Node::Int(pid))) => Ok(Self {
+        match (pickle.get(*first), pickle.get(*second)) {
+            (Some(Node::Int(key)), Some(Node::Int(pid))) => Ok(Self::Fetch(DupFdRequest {
                 key: *key,
                 pid: *pid,
-            }),
+            })),
+            (Some(Node::Str(tag)), Some(Node::List(keys))) if tag == RELEASE_TAG => {
+                let keys = keys
+                    .iter()
+                    .map(|&id| match pickle.get(id) {
+                        Some(Node::Int(key)) => Some(*key),
+                        _ => None,
+                    })
+                    .collect::<Option<Vec<i64>>>()
+                    .filter(|keys| keys.len() <= MAX_RELEASE_KEYS)
+                    .ok_or(RequestError::NotKeyAndPid {
+                        found: "a release whose keys are not at most 1024 64-bit ints",
+                    })?;
+                Ok(Self::Release(ReleaseRequest { keys }))
+            }
             _ => Err(RequestError::NotKeyAndPid {
                 found: "a 2-tuple holding something other than two 64-bit ints",
             }),
@@ -124,6 +216,24 @@ mod tests {
         };
         assert_eq!(request.to_pickle().unwrap(), expected);
         assert_eq!(DupFdRequest::from_pickle(expected).unwrap(), request);
+    }
+
+    #[test]
+    fn release_round_trips_and_is_not_a_fetch() {
+        let release = ReleaseRequest {
+            keys: (1..=MAX_RELEASE_KEYS as i64).map(|k| k << 40).collect(),
+        };
+        let bytes = release.to_pickle().unwrap();
+        assert!(bytes.len() <= MAX_REQUEST_LEN);
+        assert_eq!(
+            SharerRequest::from_pickle(&bytes).unwrap(),
+            SharerRequest::Release(release)
+        );
+        assert!(DupFdRequest::from_pickle(&bytes).is_err());
+        let too_many = ReleaseRequest {
+            keys: vec![1; MAX_RELEASE_KEYS + 1],
+        };
+        assert!(SharerRequest::from_pickle(&too_many.to_pickle().unwrap()).is_err());
     }
 
     #[test]

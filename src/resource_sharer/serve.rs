@@ -14,7 +14,7 @@ use tensorshare_compat::connection::{AuthError, FramingError, read_message, serv
 use tensorshare_strategies::fd_passing::send_fd_batch;
 
 use super::deadline::{DeadlineStream, is_timeout};
-use super::request::{DupFdRequest, MAX_REQUEST_LEN};
+use super::request::{MAX_REQUEST_LEN, SharerRequest};
 use super::server::{Shared, lock};
 
 /// How long the accept thread waits after a failed `accept` (such as
@@ -25,6 +25,8 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(10);
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Outcome {
     Served,
+    /// A tensorshare receiver gave back this many keys.
+    Released(usize),
     WrongAuthkey,
     BadHandshake,
     MalformedRequest,
@@ -86,7 +88,9 @@ pub(crate) fn worker_loop(shared: &Shared, receiver: &Mutex<Receiver<UnixStream>
 }
 
 /// One connection, as CPython's `_serve` loop body: handshake, read
-/// `(key, pid)`, pop the key, send its fd, close our copy.
+/// `(key, pid)`, pop the key, send its fd, close our copy. A tensorshare
+/// receiver's [`ReleaseRequest`](super::ReleaseRequest) instead closes the
+/// fds it names, which reached it attached to their message.
 fn serve_connection(shared: &Shared, stream: &UnixStream) -> Outcome {
     let mut io = DeadlineStream::new(stream, shared.options.connection_timeout());
     if let Err(error) = server_handshake(&mut io, &shared.authkey, shared.options.dialect()) {
@@ -96,8 +100,17 @@ fn serve_connection(shared: &Shared, stream: &UnixStream) -> Outcome {
         Ok(payload) => payload,
         Err(error) => return framing_outcome(&error),
     };
-    let Ok(request) = DupFdRequest::from_pickle(&payload) else {
-        return Outcome::MalformedRequest;
+    let request = match SharerRequest::from_pickle(&payload) {
+        Ok(SharerRequest::Fetch(request)) => request,
+        Ok(SharerRequest::Release(release)) => {
+            let released = release
+                .keys
+                .iter()
+                .filter(|&&key| shared.take(key).is_some())
+                .count();
+            return Outcome::Released(released);
+        }
+        Err(_) => return Outcome::MalformedRequest,
     };
     // CPython pops before sending: whatever happens next, the key is spent.
     let Some(fd) = shared.take(request.key) else {

@@ -13,6 +13,9 @@ use super::serve::Outcome;
 pub struct SharerStats {
     /// Fds sent to a receiver.
     pub served: u64,
+    /// Fds closed at their receiver's request because they reached it
+    /// attached to the message itself.
+    pub released: u64,
     /// Clients whose authkey differs from the sharer's.
     pub wrong_authkey: u64,
     /// Clients that did not follow the authkey handshake.
@@ -38,6 +41,7 @@ pub struct SharerStats {
 #[derive(Default)]
 pub(crate) struct Counters {
     served: AtomicU64,
+    released: AtomicU64,
     wrong_authkey: AtomicU64,
     bad_handshake: AtomicU64,
     malformed_request: AtomicU64,
@@ -52,6 +56,10 @@ impl Counters {
     pub(crate) fn record(&self, outcome: Outcome) {
         let counter = match outcome {
             Outcome::Served => &self.served,
+            Outcome::Released(keys) => {
+                self.released.fetch_add(keys as u64, Ordering::Relaxed);
+                return;
+            }
             Outcome::WrongAuthkey => &self.wrong_authkey,
             Outcome::BadHandshake => &self.bad_handshake,
             Outcome::MalformedRequest => &self.malformed_request,
@@ -68,6 +76,7 @@ impl Counters {
         let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
         SharerStats {
             served: read(&self.served),
+            released: read(&self.released),
             wrong_authkey: read(&self.wrong_authkey),
             bad_handshake: read(&self.bad_handshake),
             malformed_request: read(&self.malformed_request),

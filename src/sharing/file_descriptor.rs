@@ -2,6 +2,7 @@
 //! whose fds travel through the resource sharer (`rebuild_storage_fd` with a
 //! `DupFd`).
 
+use std::cell::RefCell;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::MetadataExt;
 use std::sync::Arc;
@@ -12,13 +13,37 @@ use tensorshare_strategies::{SharingStrategy, WritableSegment};
 
 use super::{SharingContext, lock};
 use crate::reduce::{PickleBuilder, StorageReducer};
-use crate::{DupFdRef, Error, Residence, Storage};
+use crate::{Error, Residence, Storage};
 
 const REDUCTIONS: &str = "torch.multiprocessing.reductions";
 
-/// Writes storages as `rebuild_storage_fd(UntypedStorage, DupFd, nbytes)`.
+/// Writes storages as `rebuild_storage_fd(UntypedStorage, DupFd, nbytes)`,
+/// and keeps each shared storage with its registration key.
 pub(super) struct FdReducer<'a> {
-    pub(super) context: &'a SharingContext,
+    context: &'a SharingContext,
+    shared: RefCell<Vec<(i64, Storage)>>,
+}
+
+impl<'a> FdReducer<'a> {
+    pub(super) fn new(context: &'a SharingContext) -> Self {
+        Self {
+            context,
+            shared: RefCell::new(Vec::new()),
+        }
+    }
+
+    /// The storages shared so far, each with the key its `DupFd` names.
+    pub(super) fn into_shared(self) -> Vec<(i64, Storage)> {
+        self.shared.into_inner()
+    }
+}
+
+/// The memfd segment `storage` lives in, if it does.
+pub(super) fn fd_segment(storage: &Storage) -> Option<&FdSegment> {
+    match storage.residence() {
+        Residence::Local(segment) => segment.downcast_ref::<FdSegment>(),
+        _ => None,
+    }
 }
 
 impl StorageReducer for FdReducer<'_> {
@@ -30,16 +55,14 @@ impl StorageReducer for FdReducer<'_> {
             return Ok(out.call(rebuild, vec![class]));
         }
         let shared = self.context.shared_copy(storage)?;
-        let segment = match shared.residence() {
-            Residence::Local(segment) => segment.downcast_ref::<FdSegment>(),
-            _ => None,
-        }
-        .ok_or_else(|| Error::Unsupported("storage did not move into a memfd".into()))?;
+        let segment = fd_segment(&shared)
+            .ok_or_else(|| Error::Unsupported("storage did not move into a memfd".into()))?;
         self.context.by_inode.insert(segment.identity(), &shared);
         let fd = FileDescriptorStrategy.export(segment)?;
         let registration = self.context.resource_sharer()?.register(fd)?;
         let id = registration.id().clone();
         self.context.keep_registration(registration);
+        self.shared.borrow_mut().push((id.key, shared.clone()));
 
         // CPython reports abstract socket names as bytes, paths as str.
         let address = if id.address.starts_with('\0') {
@@ -86,15 +109,9 @@ impl SharingContext {
         Ok(copy)
     }
 
-    /// Fetches the fd a `DupFd` names and maps `nbytes` of it, once per
-    /// shared object while it lives (torch's `storage_from_cache` by inode).
-    pub(crate) fn attach_fd(&self, dup_fd: &DupFdRef, nbytes: usize) -> Result<Storage, Error> {
-        let fd = crate::resource_sharer::fetch_fd(
-            &dup_fd.address,
-            dup_fd.key,
-            self.authkey.as_bytes(),
-            self.fetch_timeout,
-        )?;
+    /// Maps `nbytes` of a received fd, once per shared object while it
+    /// lives (torch's `storage_from_cache` by inode).
+    pub(super) fn map_fd(&self, fd: OwnedFd, nbytes: usize) -> Result<Storage, Error> {
         let (fd, identity) = identity_of(fd)?;
         let import = |fd: OwnedFd| -> Result<Storage, Error> {
             let segment = FileDescriptorStrategy.import(fd, nbytes)?;

@@ -10,15 +10,20 @@
 
 mod cache;
 mod file_descriptor;
+mod receipt;
+mod release;
 
 use std::collections::{HashMap, VecDeque};
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use tensorshare_compat::pickle::{EncodeOptions, encode};
+use tensorshare_strategies::fd_passing::MAX_FDS_PER_MESSAGE;
 use tensorshare_strategies::file_descriptor::FileIdentity;
 
 pub use cache::WeakStorageCache;
+pub(crate) use receipt::Receipt;
 
 use crate::registry::rebuild::Walker;
 use crate::resource_sharer::{Registration, ResourceSharer};
@@ -77,6 +82,11 @@ pub struct SharingContext {
     /// Fds handed to the resource sharer and not yet fetched, with the time
     /// after which they are closed unfetched.
     registrations: Mutex<VecDeque<(Instant, Registration)>>,
+    /// Whether [`Connection::send`](crate::Connection::send) attaches fds to
+    /// the message.
+    inline_fds: bool,
+    /// Keys of fds that arrived attached, to give back to their senders.
+    releases: release::Releases,
 }
 
 impl SharingContext {
@@ -87,7 +97,6 @@ impl SharingContext {
     pub fn new(authkey: Authkey) -> Self {
         Self {
             registry: Registry::default(),
-            authkey,
             strategy: StrategyKind::FileDescriptor,
             fetch_timeout: DEFAULT_FETCH_TIMEOUT,
             unfetched_lifetime: DEFAULT_UNFETCHED_LIFETIME,
@@ -95,6 +104,9 @@ impl SharingContext {
             by_inode: WeakStorageCache::new(),
             exported: Mutex::new(SharedCopies::default()),
             registrations: Mutex::new(VecDeque::new()),
+            inline_fds: true,
+            releases: release::Releases::new(authkey.as_bytes()),
+            authkey,
         }
     }
 
@@ -131,6 +143,20 @@ impl SharingContext {
         self
     }
 
+    /// Whether [`Connection::send`](crate::Connection::send) attaches each
+    /// shared storage's fd to the message itself (default: yes).
+    ///
+    /// A tensorshare receiver then maps the storage at once, instead of
+    /// connecting to this process's resource sharer for each one; it gives
+    /// the keys back in batches so that the sharer closes its copies. The
+    /// bytes on the wire do not change and every storage is still
+    /// registered with the resource sharer: a Python receiver never sees the
+    /// attached fds (its kernel closes them) and fetches as always.
+    pub fn with_inline_fds(mut self, inline: bool) -> Self {
+        self.inline_fds = inline;
+        self
+    }
+
     /// The registry used for rebuilding.
     pub fn registry(&self) -> &Registry {
         &self.registry
@@ -154,9 +180,26 @@ impl SharingContext {
     /// When a storage cannot be shared (out of fds or memory, a storage whose
     /// bytes are not in this process) or the value has no pickled form.
     pub fn dumps(&self, value: &Value) -> Result<Vec<u8>, Error> {
-        let pickle =
-            crate::reduce::reduce_value(value, &file_descriptor::FdReducer { context: self })?;
-        encode(&pickle, &EncodeOptions::new()).map_err(|e| Error::Unsupported(e.to_string()))
+        Ok(self.dumps_outgoing(value)?.pickle)
+    }
+
+    /// Pickles `value` as [`dumps`](Self::dumps) does, keeping the storages
+    /// whose fds may ride on the message.
+    pub(crate) fn dumps_outgoing(&self, value: &Value) -> Result<Outgoing, Error> {
+        let reducer = file_descriptor::FdReducer::new(self);
+        let pickle = crate::reduce::reduce_value(value, &reducer)?;
+        let pickle = encode(&pickle, &EncodeOptions::new())
+            .map_err(|e| Error::Unsupported(e.to_string()))?;
+        let mut shared = reducer.into_shared();
+        if !self.inline_fds || shared.len() > MAX_FDS_PER_MESSAGE {
+            shared.clear();
+        }
+        // The receiver pairs fds with DupFds by ascending key.
+        shared.sort_unstable_by_key(|(key, _)| *key);
+        Ok(Outgoing {
+            pickle,
+            attached: shared.into_iter().map(|(_, storage)| storage).collect(),
+        })
     }
 
     /// Rebuilds a pickle and attaches every shared storage it names.
@@ -166,10 +209,19 @@ impl SharingContext {
     /// Any decoding or rebuilding error; a storage whose fd cannot be fetched
     /// (sender gone, wrong authkey).
     pub fn loads(&self, bytes: &[u8]) -> Result<Value, Error> {
+        self.loads_with_fds(bytes, Vec::new())
+    }
+
+    /// Rebuilds a pickle that arrived with `fds` attached (see
+    /// [`with_inline_fds`](Self::with_inline_fds)), mapping storages from
+    /// them where they pair with the message's `DupFd`s and fetching the
+    /// rest.
+    pub(crate) fn loads_with_fds(&self, bytes: &[u8], fds: Vec<OwnedFd>) -> Result<Value, Error> {
         let limits = self.registry.options().limits;
         let decoded = tensorshare_compat::pickle::decode_all(bytes, &self.registry, &limits)?;
+        let receipt = Receipt::new(self, &decoded.pickle, fds);
         Ok(Walker::new(&self.registry, &decoded.pickle, None)
-            .attaching(self)
+            .attaching(&receipt)
             .run()?)
     }
 
@@ -208,11 +260,40 @@ impl SharingContext {
         }
     }
 
+    /// What this process's resource sharer has done: fds fetched by
+    /// receivers (`served`) and given back by tensorshare receivers that got
+    /// them attached to the message (`released`). `None` before the first
+    /// storage is sent.
+    pub fn sharer_stats(&self) -> Option<crate::resource_sharer::SharerStats> {
+        self.sharer.get().map(|sharer| sharer.stats())
+    }
+
     /// How many shared fds are waiting for their receivers.
     pub fn unfetched_shares(&self) -> usize {
         let mut registrations = lock(&self.registrations);
         registrations.retain(|(_, registration)| registration.is_pending());
         registrations.len()
+    }
+}
+
+/// A pickled message and the storages whose fds go with it, in the order
+/// the receiver expects them.
+pub(crate) struct Outgoing {
+    pickle: Vec<u8>,
+    attached: Vec<Storage>,
+}
+
+impl Outgoing {
+    pub(crate) fn pickle(&self) -> &[u8] {
+        &self.pickle
+    }
+
+    /// The fds to attach: each storage's memfd.
+    pub(crate) fn attached_fds(&self) -> Vec<BorrowedFd<'_>> {
+        self.attached
+            .iter()
+            .filter_map(|storage| file_descriptor::fd_segment(storage).map(|segment| segment.fd()))
+            .collect()
     }
 }
 

@@ -3,6 +3,8 @@
 //! [`send_with_fds`] and [`recv_with_fds`] are the general calls: some bytes
 //! plus some fds, borrowed on the way out ([`BorrowedFd`]) and owned on the
 //! way in ([`OwnedFd`], close-on-exec), so no fd can leak or be closed twice.
+//! [`recv_some`] is the lenient form for stream readers that must not lose
+//! bytes when a peer attaches more fds than expected.
 //!
 //! [`send_fd_batch`] and [`recv_fd_batch`] speak CPython's convention, used
 //! by `multiprocessing.reduction.sendfds` / `recvfds` and so by
@@ -183,28 +185,39 @@ pub fn send_with_fds(
     }
 }
 
-/// Receives data into `buf` and up to `max_fds` fds (capped at
-/// [`MAX_FDS_PER_MESSAGE`]), close-on-exec (`MSG_CMSG_CLOEXEC`).
+/// What one `recvmsg` brought: bytes, fds, and whether the kernel dropped
+/// fds that did not fit.
+#[derive(Debug)]
+pub struct Received {
+    /// How many bytes were written into the buffer; 0 at end of stream.
+    pub bytes: usize,
+    /// The fds that arrived, owned and close-on-exec.
+    pub fds: Vec<OwnedFd>,
+    /// The kernel dropped (and closed) fds that did not fit (`MSG_CTRUNC`):
+    /// the peer sent more than asked for, or this process's fd table is full.
+    pub fds_truncated: bool,
+}
+
+/// One `recvmsg` into `buf` with room for `max_fds` fds (capped at
+/// [`MAX_FDS_PER_MESSAGE`]), close-on-exec (`MSG_CMSG_CLOEXEC`); an
+/// interrupted call (`EINTR`) is retried.
 ///
-/// Returns the number of bytes received and the fds. `(0, [])` means the
-/// peer closed the connection. An interrupted call (`EINTR`) is retried.
+/// Unlike [`recv_with_fds`] it reports fds lost to truncation instead of
+/// failing, so the bytes that came with them are never lost: a stream reader
+/// that must stay in step with its peer reads with this. A few more than
+/// `max_fds` fds may arrive (alignment padding); the caller decides.
 ///
 /// # Errors
 ///
-/// Every fd that arrived is closed before an error returns:
-/// [`RecvFdsError::ControlTruncated`] when the kernel dropped fds (the peer
-/// sent far more than `max_fds`, or this process's fd table is full),
-/// [`RecvFdsError::TooManyFds`] when more than `max_fds` arrived, and
-/// [`RecvFdsError::Os`] for the errno of `recvmsg`.
-pub fn recv_with_fds(
+/// [`RecvFdsError::Os`] with the errno of `recvmsg` (`EAGAIN` when a receive
+/// timeout expires).
+pub fn recv_some(
     socket: BorrowedFd<'_>,
     buf: &mut [u8],
     max_fds: usize,
-) -> Result<(usize, Vec<OwnedFd>), RecvFdsError> {
+) -> Result<Received, RecvFdsError> {
     let max_fds = max_fds.min(MAX_FDS_PER_MESSAGE);
-    // Room for the alignment `RecvAncillaryBuffer::new` may skip. Any extra
-    // room lets a few more fds arrive than asked; they are counted and
-    // closed below.
+    // Room for the alignment `RecvAncillaryBuffer::new` may skip.
     let space_len = if max_fds == 0 {
         0
     } else {
@@ -229,18 +242,47 @@ pub fn recv_with_fds(
                 fds.extend(arrived);
             }
         }
-        // Returning drops `fds`, closing them, on every error path.
-        if received.flags.contains(ReturnFlags::CTRUNC) {
-            return Err(RecvFdsError::ControlTruncated { arrived: fds.len() });
-        }
-        if fds.len() > max_fds {
-            return Err(RecvFdsError::TooManyFds {
-                arrived: fds.len(),
-                max: max_fds,
-            });
-        }
-        return Ok((received.bytes, fds));
+        return Ok(Received {
+            bytes: received.bytes,
+            fds,
+            fds_truncated: received.flags.contains(ReturnFlags::CTRUNC),
+        });
     }
+}
+
+/// Receives data into `buf` and up to `max_fds` fds (capped at
+/// [`MAX_FDS_PER_MESSAGE`]), close-on-exec (`MSG_CMSG_CLOEXEC`).
+///
+/// Returns the number of bytes received and the fds. `(0, [])` means the
+/// peer closed the connection. An interrupted call (`EINTR`) is retried.
+///
+/// # Errors
+///
+/// Every fd that arrived is closed before an error returns:
+/// [`RecvFdsError::ControlTruncated`] when the kernel dropped fds (the peer
+/// sent far more than `max_fds`, or this process's fd table is full),
+/// [`RecvFdsError::TooManyFds`] when more than `max_fds` arrived, and
+/// [`RecvFdsError::Os`] for the errno of `recvmsg`.
+pub fn recv_with_fds(
+    socket: BorrowedFd<'_>,
+    buf: &mut [u8],
+    max_fds: usize,
+) -> Result<(usize, Vec<OwnedFd>), RecvFdsError> {
+    let max_fds = max_fds.min(MAX_FDS_PER_MESSAGE);
+    let received = recv_some(socket, buf, max_fds)?;
+    // Returning drops `received.fds`, closing them, on every error path.
+    if received.fds_truncated {
+        return Err(RecvFdsError::ControlTruncated {
+            arrived: received.fds.len(),
+        });
+    }
+    if received.fds.len() > max_fds {
+        return Err(RecvFdsError::TooManyFds {
+            arrived: received.fds.len(),
+            max: max_fds,
+        });
+    }
+    Ok((received.bytes, received.fds))
 }
 
 /// Sends `fds` as one batch the way CPython's

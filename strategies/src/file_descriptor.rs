@@ -3,8 +3,11 @@
 //!
 //! Allocation creates a memfd (`MFD_CLOEXEC | MFD_ALLOW_SEALING`), or an
 //! unlinked `shm_open` object where memfds are unavailable, sizes it with
-//! `ftruncate`, seals it against shrinking and growing, and maps it
-//! `MAP_SHARED` read-write. The handle is a duplicate of the fd
+//! `ftruncate`, reserves its pages with `fallocate` (as PyTorch's
+//! `MapAllocator` does), seals it against shrinking and growing, and maps it
+//! `MAP_SHARED` read-write. Reserving first turns "shared memory is full"
+//! into an allocation error instead of a `SIGBUS` when a page is first
+//! written, and moves the page allocation out of the writer's page faults. The handle is a duplicate of the fd
 //! ([`OwnedFd`]); it reaches the other process by `SCM_RIGHTS`
 //! ([`crate::fd_passing`]), which is how PyTorch's `file_descriptor`
 //! strategy moves it too. Data starts at offset 0.
@@ -164,6 +167,12 @@ impl SharingStrategy for FileDescriptorStrategy {
             })
         })?;
         ftruncate(&fd, file_len).map_err(|errno| {
+            AllocateError::from_errno(nbytes, errno, |nbytes, errno| AllocateError::Resize {
+                nbytes,
+                errno,
+            })
+        })?;
+        anonymous_object::reserve(fd.as_fd(), file_len).map_err(|errno| {
             AllocateError::from_errno(nbytes, errno, |nbytes, errno| AllocateError::Resize {
                 nbytes,
                 errno,

@@ -169,3 +169,17 @@ pub fn shared_mappings(pid: u32) -> usize {
         .filter(|line| line.contains("/memfd:") || line.contains("/dev/shm/"))
         .count()
 }
+
+/// Waits up to five seconds for every fd `sharing` sent to be fetched or
+/// given back (receivers that got them attached give keys back in batches),
+/// and returns how many are still waiting.
+pub fn settle_unfetched(sharing: &tensorshare::SharingContext) -> usize {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let waiting = sharing.unfetched_shares();
+        if waiting == 0 || std::time::Instant::now() > deadline {
+            return waiting;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}

@@ -7,7 +7,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use nix::errno::Errno;
-use nix::fcntl::{FcntlArg, OFlag, SealFlag, fcntl};
+use nix::fcntl::{FallocateFlags, FcntlArg, OFlag, SealFlag, fallocate, fcntl};
 use nix::sys::memfd::{MFdFlags, memfd_create};
 use nix::sys::mman::{shm_open, shm_unlink};
 use nix::sys::stat::Mode;
@@ -76,6 +76,24 @@ fn random_shm_name() -> String {
         counter,
         hasher.finish()
     )
+}
+
+/// Allocates the pages of the first `len` bytes now, so that running out of
+/// memory is an error here rather than a `SIGBUS` on first write.
+///
+/// Filesystems that cannot reserve (`EOPNOTSUPP`) are left as they are: the
+/// pages are then allocated on first write, as without this call.
+pub(super) fn reserve(fd: BorrowedFd<'_>, len: i64) -> Result<(), Errno> {
+    if len == 0 {
+        return Ok(());
+    }
+    loop {
+        match fallocate(fd, FallocateFlags::empty(), 0, len) {
+            Err(Errno::EINTR) => continue,
+            Err(Errno::EOPNOTSUPP) => return Ok(()),
+            other => return other,
+        }
+    }
 }
 
 /// Forbids the object from shrinking or growing, where the kernel allows.

@@ -1,0 +1,131 @@
+//! Messages with fds attached by `SCM_RIGHTS`, on the same framing.
+//!
+//! A tensorshare sender attaches each shared storage's fd to the message
+//! that names it, so that a tensorshare receiver maps it at once instead of
+//! fetching it from the sender's resource sharer (a connection, a handshake
+//! and a round trip per storage). The bytes on the wire are unchanged:
+//! CPython reads them with plain `read`, and the kernel closes fds that a
+//! reader does not ask for, so a Python peer sees an ordinary message and
+//! fetches through the resource sharer as always.
+//!
+//! On a stream socket the fds travel with the first bytes of the `sendmsg`
+//! that carries them, and a `recvmsg` never reads past the bytes they came
+//! with; the writer attaches them to the header's write, and the reader
+//! collects whatever arrives while it reads one message.
+
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+
+use tensorshare_strategies::fd_passing::{
+    MAX_FDS_PER_MESSAGE, RecvFdsError, SendFdsError, recv_some, send_with_fds,
+};
+
+/// Writes to a stream, attaching `fds` to the first write.
+pub(super) struct AttachingWriter<'a> {
+    pub(super) stream: &'a UnixStream,
+    pub(super) fds: &'a [BorrowedFd<'a>],
+}
+
+impl Write for AttachingWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if self.fds.is_empty() || buf.is_empty() {
+            return self.stream.write(buf);
+        }
+        let sent = send_with_fds(self.stream.as_fd(), buf, self.fds).map_err(send_error)?;
+        self.fds = &[];
+        Ok(sent)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+fn send_error(error: SendFdsError) -> io::Error {
+    match error {
+        SendFdsError::PeerClosed { errno } | SendFdsError::Os { errno } => {
+            io::Error::from_raw_os_error(errno as i32)
+        }
+        other => io::Error::new(io::ErrorKind::InvalidInput, other),
+    }
+}
+
+/// Reads from a stream with `recvmsg`, keeping the fds that arrive.
+///
+/// At most [`MAX_FDS_PER_MESSAGE`] fds are kept; if more arrive, or the
+/// kernel drops some, the whole set is spoiled and closed: a receiver
+/// cannot tell which storage a partial set belongs to.
+pub(super) struct CollectingReader<'a> {
+    stream: &'a UnixStream,
+    fds: Vec<OwnedFd>,
+    spoiled: bool,
+}
+
+impl<'a> CollectingReader<'a> {
+    pub(super) fn new(stream: &'a UnixStream) -> Self {
+        Self {
+            stream,
+            fds: Vec::new(),
+            spoiled: false,
+        }
+    }
+
+    /// The fds that arrived, unless some were lost or too many came.
+    pub(super) fn into_fds(self) -> Vec<OwnedFd> {
+        if self.spoiled { Vec::new() } else { self.fds }
+    }
+}
+
+impl Read for CollectingReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let room = MAX_FDS_PER_MESSAGE.saturating_sub(self.fds.len());
+        let received = recv_some(self.stream.as_fd(), buf, room).map_err(|error| match error {
+            RecvFdsError::Os { errno } => io::Error::from_raw_os_error(errno as i32),
+            other => io::Error::other(other),
+        })?;
+        if received.fds_truncated || received.fds.len() > room {
+            self.spoiled = true;
+        }
+        if self.spoiled {
+            self.fds.clear();
+        } else {
+            self.fds.extend(received.fds);
+        }
+        Ok(received.bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tensorshare_compat::connection::{read_message, write_message};
+
+    #[test]
+    fn fds_ride_with_the_message_and_plain_readers_see_only_bytes() {
+        let (left, right) = UnixStream::pair().expect("socketpair");
+        let file = std::fs::File::open("/proc/self/exe").expect("open");
+        let fds = [file.as_fd()];
+        let mut writer = AttachingWriter {
+            stream: &left,
+            fds: &fds,
+        };
+        write_message(&mut writer, b"first").expect("write");
+        write_message(&mut &left, b"second").expect("write");
+
+        let mut reader = CollectingReader::new(&right);
+        assert_eq!(read_message(&mut reader, 64).expect("read"), b"first");
+        assert_eq!(reader.into_fds().len(), 1);
+        let mut reader = CollectingReader::new(&right);
+        assert_eq!(read_message(&mut reader, 64).expect("read"), b"second");
+        assert!(reader.into_fds().is_empty());
+
+        // A reader that does not ask for fds gets the same bytes.
+        let mut writer = AttachingWriter {
+            stream: &left,
+            fds: &fds,
+        };
+        write_message(&mut writer, b"third").expect("write");
+        assert_eq!(read_message(&mut &right, 64).expect("read"), b"third");
+    }
+}

@@ -1,0 +1,125 @@
+//! One received message being rebuilt: the context that attaches its
+//! storages, and the fds that arrived attached to it.
+//!
+//! A tensorshare sender attaches the fd of every storage it shares to the
+//! message itself, in ascending key order, and registers each with its
+//! resource sharer as torch does (a Python receiver never sees the attached
+//! fds and fetches). The receiver pairs the fds with the message's `DupFd`s
+//! by sorted key, maps them without a round trip, and gives the keys back to
+//! the sender's sharer ([`Releases`](super::release::Releases)) so that it
+//! closes its copies. If anything about the pairing is off (another count,
+//! several sharers, a repeated key) the attached fds are closed and every
+//! storage is fetched as from torch; an attached fd that does not map as the
+//! storage (not shared memory, too small) is closed and that storage
+//! fetched. The sender chooses the bytes either way: an attached fd is
+//! trusted exactly as far as the sharer the same sender names.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::os::fd::OwnedFd;
+
+use tensorshare_compat::pickle::{Global, Pickle};
+
+use super::SharingContext;
+use crate::registry::rebuild::Walker;
+use crate::{DupFdRef, Error, Storage, Value};
+
+/// A message's storages being attached through `context`.
+pub(crate) struct Receipt<'a> {
+    context: &'a SharingContext,
+    attached: Option<AttachedFds>,
+}
+
+/// Fds that arrived with a message, by the key of the `DupFd` they stand
+/// for.
+struct AttachedFds {
+    address: Vec<u8>,
+    keys: Vec<i64>,
+    by_key: RefCell<HashMap<i64, OwnedFd>>,
+}
+
+impl<'a> Receipt<'a> {
+    /// A receipt for `pickle`, which arrived with `fds`.
+    pub(crate) fn new(context: &'a SharingContext, pickle: &Pickle, fds: Vec<OwnedFd>) -> Self {
+        let attached = if fds.is_empty() {
+            None
+        } else {
+            let dup_fd = Global::new("multiprocessing.resource_sharer", "DupFd");
+            Walker::new(context.registry(), pickle, None)
+                .objects_built_by(&dup_fd)
+                .ok()
+                .and_then(|values| pair(&values, fds))
+        };
+        Self { context, attached }
+    }
+
+    /// The storage a `DupFd` names, `nbytes` long: mapped from the attached
+    /// fd when one came for it, else fetched from the sender's sharer.
+    pub(crate) fn attach_fd(&self, dup_fd: &DupFdRef, nbytes: usize) -> Result<Storage, Error> {
+        let attached = self
+            .attached
+            .as_ref()
+            .filter(|attached| attached.address == dup_fd.address)
+            .and_then(|attached| attached.by_key.borrow_mut().remove(&dup_fd.key));
+        // An attached fd that cannot be what the DupFd names (not shared
+        // memory, too small, not writable) is not trusted over the sharer.
+        if let Some(Ok(storage)) = attached.map(|fd| self.context.map_fd(fd, nbytes)) {
+            return Ok(storage);
+        }
+        let fd = crate::resource_sharer::fetch_fd(
+            &dup_fd.address,
+            dup_fd.key,
+            self.context.authkey().as_bytes(),
+            self.context.fetch_timeout,
+        )?;
+        self.context.map_fd(fd, nbytes)
+    }
+}
+
+impl std::fmt::Debug for Receipt<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Receipt")
+            .field("attached", &self.attached.as_ref().map(|a| a.keys.len()))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Receipt<'_> {
+    /// Gives every attached key back, used or not: the fds arrived, so the
+    /// sender's copies are no longer needed, whatever became of the rebuild.
+    fn drop(&mut self) {
+        if let Some(attached) = self.attached.take() {
+            self.context
+                .releases
+                .release(attached.address, attached.keys);
+        }
+    }
+}
+
+/// Pairs `fds` with the `DupFd`s of a message by ascending key, the order
+/// the sender attached them in; `None` (closing the fds) unless every
+/// `DupFd` names the same sharer, no key repeats, and the counts agree.
+fn pair(values: &[Value], fds: Vec<OwnedFd>) -> Option<AttachedFds> {
+    let dup_fds: Vec<&DupFdRef> = values
+        .iter()
+        .map(|value| match value {
+            Value::Custom(custom) => custom.value.downcast_ref::<DupFdRef>(),
+            _ => None,
+        })
+        .collect::<Option<_>>()?;
+    let address = dup_fds.first()?.address.clone();
+    if dup_fds.len() != fds.len() || dup_fds.iter().any(|d| d.address != address) {
+        return None;
+    }
+    let mut keys: Vec<i64> = dup_fds.iter().map(|d| d.key).collect();
+    keys.sort_unstable();
+    if keys.windows(2).any(|pair| pair[0] == pair[1]) {
+        return None;
+    }
+    let by_key = keys.iter().copied().zip(fds).collect();
+    Some(AttachedFds {
+        address,
+        keys,
+        by_key: RefCell::new(by_key),
+    })
+}

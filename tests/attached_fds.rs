@@ -1,0 +1,90 @@
+//! Fds attached to the message itself between tensorshare processes: the
+//! receiver maps them without a round trip and gives the keys back, and
+//! anything that does not pair up falls back to the resource sharer.
+
+mod support;
+
+use std::os::fd::AsFd;
+
+use tensorshare::connection::ConnectionOptions;
+use tensorshare::{Authkey, Client, Connection, DType, Listener, SharingContext, Value};
+
+use support::{cases, open_fds, settle_unfetched};
+
+/// A connected pair: (sender's end, receiver's end).
+fn pair(authkey: &Authkey) -> (Connection, Connection) {
+    let listener = Listener::bind_in_private_dir(authkey, ConnectionOptions::default())
+        .expect("bind listener");
+    let address = listener.address().clone();
+    let accepting = std::thread::spawn(move || listener.accept().expect("accept"));
+    let client = Client::connect(&address, authkey, ConnectionOptions::default()).expect("connect");
+    (client, accepting.join().expect("accept thread"))
+}
+
+fn tensor(seed: u8) -> Value {
+    Value::Tensor(cases::contiguous(DType::Float32, &[64, 16], seed, true))
+}
+
+#[test]
+fn attached_fds_are_mapped_and_their_keys_given_back() {
+    let authkey = Authkey::random().expect("authkey");
+    let sender = SharingContext::new(authkey.clone());
+    let receiver = SharingContext::new(authkey.clone());
+    let (mut out, mut inbound) = pair(&authkey);
+    for seed in 0..50 {
+        let sent = tensor(seed);
+        out.send(&sent, &sender).expect("send");
+        let got = inbound.recv(&receiver).expect("recv");
+        cases::check_echo(&sent, &got).expect("same tensor");
+    }
+    assert_eq!(settle_unfetched(&sender), 0, "every key came back");
+    let stats = sender.sharer_stats().expect("a sharer");
+    assert_eq!((stats.served, stats.released), (0, 50), "{stats:?}");
+}
+
+#[test]
+fn without_attached_fds_every_fd_is_fetched() {
+    let authkey = Authkey::random().expect("authkey");
+    let sender = SharingContext::new(authkey.clone()).with_inline_fds(false);
+    let receiver = SharingContext::new(authkey.clone());
+    let (mut out, mut inbound) = pair(&authkey);
+    for seed in 0..20 {
+        let sent = tensor(seed);
+        out.send(&sent, &sender).expect("send");
+        let got = inbound.recv(&receiver).expect("recv");
+        cases::check_echo(&sent, &got).expect("same tensor");
+    }
+    let stats = sender.sharer_stats().expect("a sharer");
+    assert_eq!((stats.served, stats.released), (20, 0), "{stats:?}");
+}
+
+#[test]
+fn fds_that_do_not_pair_are_closed_and_the_storage_fetched() {
+    let authkey = Authkey::random().expect("authkey");
+    let sender = SharingContext::new(authkey.clone());
+    let receiver = SharingContext::new(authkey.clone());
+    let (mut out, mut inbound) = pair(&authkey);
+    let stray = std::fs::File::open("/proc/self/exe").expect("open");
+    // Warm up, so that lazily made threads and sockets are counted.
+    out.send(&tensor(0), &sender).expect("send");
+    inbound.recv(&receiver).expect("recv");
+    let before = open_fds(std::process::id());
+    let rounds = 100;
+    for seed in 0..rounds {
+        let sent = tensor(seed);
+        let pickle = sender.dumps(&sent).expect("dumps");
+        // One fd too many, then one unrelated fd in place of the memfd.
+        let attached = if seed % 2 == 0 {
+            vec![stray.as_fd(), stray.as_fd()]
+        } else {
+            vec![stray.as_fd()]
+        };
+        out.send_bytes_with_fds(&pickle, &attached).expect("send");
+        let got = inbound.recv(&receiver).expect("recv");
+        cases::check_echo(&sent, &got).expect("the sender's tensor, not the stray file");
+    }
+    let stats = sender.sharer_stats().expect("a sharer");
+    assert_eq!(stats.served, u64::from(rounds), "{stats:?}");
+    let after = open_fds(std::process::id());
+    assert!(after <= before + 4, "fds grew from {before} to {after}");
+}
