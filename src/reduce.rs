@@ -5,7 +5,7 @@
 //! one object on the other side and two views of one storage share it, as
 //! with torch's own `ForkingPickler`.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 use tensorshare_compat::pickle::{Construction, Global, Node, NodeId, Object, Pickle};
 
@@ -90,8 +90,8 @@ pub(crate) fn reduce_value(value: &Value, storages: &dyn StorageReducer) -> Resu
     let mut reducer = Reducer {
         out: PickleBuilder::default(),
         storages,
-        tensors: HashMap::new(),
-        seen_storages: HashMap::new(),
+        tensors: FxHashMap::default(),
+        seen_storages: FxHashMap::default(),
     };
     let root = reducer.value(value, 0)?;
     Ok(reducer.out.finish(root))
@@ -100,8 +100,8 @@ pub(crate) fn reduce_value(value: &Value, storages: &dyn StorageReducer) -> Resu
 struct Reducer<'a> {
     out: PickleBuilder,
     storages: &'a dyn StorageReducer,
-    tensors: HashMap<usize, NodeId>,
-    seen_storages: HashMap<usize, NodeId>,
+    tensors: FxHashMap<usize, NodeId>,
+    seen_storages: FxHashMap<usize, NodeId>,
 }
 
 impl Reducer<'_> {

@@ -22,16 +22,16 @@ fastest path. A plain `torch.empty` would be moved into a new segment when
 sent (`_share_fd_cpu_`, `_share_filename_cpu_`): a second allocation and a
 copy. The Rust producer likewise writes into shared memory in place.
 
-Keeping tensors alive: under `file_system` the producer keeps every tensor of
-a run until the ack, so releasing their segments (decref, munmap, unlink)
-falls after the timed window. torch does not need the tensor kept: the incref
-it makes for a message in flight holds the segment until the consumer has
-opened it. It needs the producer process: once no process is connected to the
-producer's torch_shm_manager any more, the manager unlinks every segment
-registered with it, opened or not. Under `file_descriptor` the producer drops
-each tensor right after sending it: every live shared storage holds an fd,
-and so does the resource sharer for each fd the consumer has not fetched yet,
-so keeping thousands alive would run into the fd limit (often 1024).
+Keeping tensors alive: every producer, torch's and tensorshare's, under
+every strategy, keeps the tensors of a run until the ack and frees them
+after the timed window, as a pipeline that reuses a batch once it is
+consumed would. Under `file_descriptor` each kept tensor holds an fd, so
+`tensorshare bench` raises the soft fd limit to the hard one (this process
+inherits it) and sizes runs to fit. torch's `file_system` does not need the
+tensor kept (the incref it makes for a message in flight holds the segment
+until the consumer has opened it); it needs the producer process: once no
+process is connected to the producer's torch_shm_manager any more, the
+manager unlinks every segment registered with it, opened or not.
 
 Protocol on the connection, whoever is listening:
 
@@ -155,33 +155,30 @@ def expect_ack(conn, count):
         raise BenchError(f"consumer acked {ack!r}, expected {count}")
 
 
-def send_run(conn, size, count, keep_alive):
+def send_run(conn, size, count):
     """Sends `count` fresh tensors, waits for the ack; returns the seconds taken.
 
-    With `keep_alive` every tensor is kept until the ack (file_system); without
-    it each one is dropped as soon as it is sent (file_descriptor).
+    Every tensor is kept until the ack and freed after the clock stops.
     """
     kept = []
     start = time.perf_counter()
     for index in range(count):
-        tensor = make_tensor(size, index)
-        conn.send(tensor)
-        if keep_alive:
-            kept.append(tensor)
-        del tensor
+        kept.append(make_tensor(size, index))
+        conn.send(kept[-1])
     expect_ack(conn, count)
-    return time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    del kept
+    return seconds
 
 
 def produce_stream(conn, strategy, size, count, rounds, warmup):
     """Runs the producer's side of the protocol; returns each round's seconds."""
     torch.multiprocessing.set_sharing_strategy(strategy)
-    keep_alive = strategy == "file_system"
     conn.send({"size": size, "count": count, "rounds": rounds, "warmup": warmup})
-    send_run(conn, size, warmup, keep_alive)
+    send_run(conn, size, warmup)
     seconds = []
     for round_number in range(1, rounds + 1):
-        seconds.append(send_run(conn, size, count, keep_alive))
+        seconds.append(send_run(conn, size, count))
         log_round(round_number, strategy, size, count, seconds[-1])
     return seconds
 

@@ -104,6 +104,7 @@ pub fn run(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
     std::fs::write(&script, BENCH_PEER)
         .map_err(|e| format!("writing {}: {e}", script.display()))?;
     let torch = TorchPeer { python, script };
+    let fd_limit = raise_fd_limit();
     if args.paths.iter().any(|path| path.needs_torch()) {
         torch.check()?;
     }
@@ -124,7 +125,7 @@ pub fn run(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
     );
     spinner.enable_steady_tick(Duration::from_millis(200));
     for &size in &args.sizes {
-        let workload = workload_for(size, args.rounds, args.quick);
+        let workload = workload_for(size, args.rounds, args.quick, fd_limit);
         let mut rows = Vec::new();
         for &path in &args.paths {
             spinner.set_message(format!(
@@ -155,9 +156,14 @@ pub fn run_peer(args: BenchPeerArgs) -> Result<(), Box<dyn std::error::Error>> {
 }
 
 /// Enough tensors per round to outlast timer noise, without writing more
-/// than about 512 MiB a round.
-fn workload_for(size: usize, rounds: usize, quick: bool) -> Workload {
-    let count = ((512 << 20) / size.max(1)).clamp(12, 2000);
+/// than about 512 MiB a round, and few enough that a producer keeping a
+/// round's tensors stays within `fd_limit` (a `file_descriptor` tensor
+/// holds about three fds until its consumer has it).
+fn workload_for(size: usize, rounds: usize, quick: bool, fd_limit: u64) -> Workload {
+    let fits = usize::try_from(fd_limit.saturating_sub(256) / 3).unwrap_or(usize::MAX);
+    let count = ((512 << 20) / size.max(1))
+        .clamp(12, 2000)
+        .min(fits.max(12));
     let count = if quick { (count / 4).max(4) } else { count };
     Workload {
         size,
@@ -233,6 +239,20 @@ fn print_rows(rows: &[Row]) {
         );
     }
     println!();
+}
+
+/// Raises this process's soft fd limit to the hard one, as torch's docs
+/// advise for `file_descriptor` sharing; peers started from here inherit
+/// it. Returns the soft limit now in force.
+fn raise_fd_limit() -> u64 {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return 1024;
+    };
+    if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
+        return hard;
+    }
+    soft
 }
 
 fn median(mut values: Vec<f64>) -> f64 {

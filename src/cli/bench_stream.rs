@@ -72,27 +72,60 @@ pub fn produce(
         .collect()
 }
 
+/// Sends `count` fresh tensors and waits for the ack. As in the torch
+/// producer, every tensor is kept until the ack and freed after the clock
+/// stops.
 fn send_run(
     connection: &mut Connection,
     sharing: &SharingContext,
     size: usize,
     count: usize,
 ) -> Result<Duration, Box<dyn std::error::Error>> {
+    let mut kept = Vec::with_capacity(count);
     let start = Instant::now();
     for index in 0..count {
         let mut writer = Storage::allocate(StrategyKind::FileDescriptor, size)?;
-        writer.as_bytes_mut().fill((index % FILL_MODULUS) as u8);
-        let tensor = Tensor::new(
+        fill_in_parallel(writer.as_bytes_mut(), (index % FILL_MODULUS) as u8);
+        let tensor = Value::Tensor(Tensor::new(
             writer.freeze(),
             TensorView::contiguous(DType::UInt8, &[size]),
-        )?;
-        connection.send(&Value::Tensor(tensor), sharing)?;
+        )?);
+        connection.send(&tensor, sharing)?;
+        kept.push(tensor);
     }
     let ack = connection.recv(sharing)?;
+    let elapsed = start.elapsed();
     if ack.as_int() != Some(count as i64) {
         return Err(format!("the consumer acknowledged {ack:?}, expected {count}").into());
     }
-    Ok(start.elapsed())
+    drop(kept);
+    Ok(elapsed)
+}
+
+/// Writes `byte` everywhere, on every core for large buffers, as torch's
+/// `fill_` does (its grain is 32 Ki elements; threads here are spawned per
+/// call, so the bar is higher).
+fn fill_in_parallel(bytes: &mut [u8], byte: u8) {
+    const MIN_PER_THREAD: usize = 512 << 10;
+    let threads = std::thread::available_parallelism()
+        .map_or(1, usize::from)
+        .min(bytes.len() / MIN_PER_THREAD)
+        .max(1);
+    if threads == 1 {
+        bytes.fill(byte);
+        return;
+    }
+    let chunk = bytes.len().div_ceil(threads);
+    std::thread::scope(|scope| {
+        let mut chunks = bytes.chunks_mut(chunk);
+        let first = chunks.next();
+        for part in chunks {
+            scope.spawn(move || part.fill(byte));
+        }
+        if let Some(part) = first {
+            part.fill(byte);
+        }
+    });
 }
 
 /// Consumes a workload; returns how many tensors arrived.

@@ -34,7 +34,7 @@ mod builtins;
 pub(crate) mod rebuild;
 mod torch;
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::fmt;
 use std::sync::Arc;
 
@@ -112,7 +112,9 @@ impl Default for LoadOptions {
 /// refused until registered.
 #[derive(Clone, Debug)]
 pub struct Registry {
-    bindings: HashMap<Global, Binding>,
+    /// A fixed table looked up with a peer's names, never filled by them:
+    /// a fast hash is safe.
+    bindings: FxHashMap<Global, Binding>,
     options: LoadOptions,
 }
 
@@ -129,7 +131,7 @@ impl Registry {
     /// A registry that allows no global at all.
     pub fn empty() -> Self {
         Self {
-            bindings: HashMap::new(),
+            bindings: FxHashMap::default(),
             options: LoadOptions::default(),
         }
     }

@@ -1,7 +1,9 @@
 //! Evaluating a decoded pickle: each node once, calls through the registry.
 
 use std::cell::RefCell;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
+
+use rustc_hash::FxHashMap;
 
 use tensorshare_compat::pickle::{Construction, Global, Node, NodeId, Object, Pickle};
 
@@ -213,11 +215,14 @@ pub(crate) struct Walker<'a> {
     pickle: &'a Pickle,
     persistent: Option<&'a dyn PersistentLoad>,
     archive_depth: usize,
-    /// Nodes referenced more than once: their values are cached so identity
-    /// (one tensor twice, two views of one storage) survives the rebuild.
-    shared: HashSet<NodeId>,
-    cache: HashMap<NodeId, Value>,
-    in_progress: HashSet<NodeId>,
+    /// By node index: whether more than one edge points at the node. Their
+    /// values are cached so identity (one tensor twice, two views of one
+    /// storage) survives the rebuild.
+    shared: Vec<bool>,
+    cache: FxHashMap<NodeId, Value>,
+    /// By node index: whether the node is being evaluated (a cycle if met
+    /// again).
+    in_progress: Vec<bool>,
     max_depth: usize,
     storages: RefCell<HashMap<StorageKey, Storage>>,
     sharing: Option<&'a Receipt<'a>>,
@@ -235,8 +240,8 @@ impl<'a> Walker<'a> {
             persistent,
             archive_depth: 0,
             shared: shared_nodes(pickle),
-            cache: HashMap::new(),
-            in_progress: HashSet::new(),
+            cache: FxHashMap::default(),
+            in_progress: vec![false; pickle.len()],
             max_depth: registry.options().limits.max_depth,
             storages: RefCell::new(HashMap::new()),
             sharing: None,
@@ -283,17 +288,24 @@ impl<'a> Walker<'a> {
         if depth > self.max_depth {
             return Err(RebuildError::TooDeep(self.max_depth));
         }
-        let shared = self.shared.contains(&id);
+        let shared = self.shared.get(id.index()).copied().unwrap_or(false);
         if shared {
             if let Some(value) = self.cache.get(&id) {
                 return Ok(value.clone());
             }
         }
-        if !self.in_progress.insert(id) {
+        // Ids come from the decoder's arena, so every one has a slot; `get`
+        // keeps a malformed id an error rather than a panic.
+        let Some(busy) = self.in_progress.get_mut(id.index()) else {
+            return Err(RebuildError::Cycle);
+        };
+        if std::mem::replace(busy, true) {
             return Err(RebuildError::Cycle);
         }
         let value = self.eval_uncached(id, depth);
-        self.in_progress.remove(&id);
+        if let Some(busy) = self.in_progress.get_mut(id.index()) {
+            *busy = false;
+        }
         let value = value?;
         if shared {
             self.cache.insert(id, value.clone());
@@ -400,13 +412,14 @@ impl<'a> Walker<'a> {
     }
 }
 
-/// The nodes that more than one edge points at.
-fn shared_nodes(pickle: &Pickle) -> HashSet<NodeId> {
-    let mut seen = HashSet::new();
-    let mut shared = HashSet::new();
+/// By node index: whether more than one edge points at the node.
+fn shared_nodes(pickle: &Pickle) -> Vec<bool> {
+    let mut seen = vec![false; pickle.len()];
+    let mut shared = vec![false; pickle.len()];
     let mut visit = |id: NodeId| {
-        if !seen.insert(id) {
-            shared.insert(id);
+        let index = id.index();
+        if let (Some(seen), Some(shared)) = (seen.get_mut(index), shared.get_mut(index)) {
+            *shared |= std::mem::replace(seen, true);
         }
     };
     for (_, node) in pickle.iter() {

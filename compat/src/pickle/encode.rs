@@ -25,7 +25,7 @@ mod graph_check;
 mod reductions;
 mod writer;
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 use crate::pickle::opcodes::{
     ADDITEMS, APPEND, APPENDS, BINFLOAT, BINGET, BINPERSID, BINPUT, BYTEARRAY8, EMPTY_DICT,
@@ -252,7 +252,7 @@ pub fn encode_into(
         fix_imports: options.fix_imports && protocol < 3,
         out: FramedWriter::new(out),
         node_memo: vec![None; pickle.len()],
-        memo: HashMap::new(),
+        memo: FxHashMap::default(),
         memo_len: 0,
         tasks: Vec::new(),
     };
@@ -314,7 +314,9 @@ struct Encoder<'a, 'o> {
     /// Memo slots of nodes, by node index: every node ends up here.
     node_memo: Vec<Option<u32>>,
     /// Memo slots of everything else.
-    memo: HashMap<MemoKey<'a>, u32>,
+    /// The values are ours, not a peer's: a fast hash is safe here, where
+    /// the decoder's memo, filled by hostile input, keeps SipHash.
+    memo: FxHashMap<MemoKey<'a>, u32>,
     memo_len: u32,
     tasks: Vec<Task<'a>>,
 }
