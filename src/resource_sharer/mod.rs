@@ -73,5 +73,6 @@ pub use registration::{DupFdId, Registration};
 pub use request::{
     DupFdRequest, MAX_RELEASE_KEYS, MAX_REQUEST_LEN, ReleaseRequest, RequestError, SharerRequest,
 };
+pub(crate) use server::join_within;
 pub use server::{RegisterError, ResourceSharer, SharerError};
 pub use stats::SharerStats;

@@ -346,14 +346,14 @@ impl ResourceSharer {
 }
 
 /// Joins `handle` if it finishes within `grace`; otherwise leaves it running.
-fn join_within(handle: JoinHandle<()>, grace: Duration) {
+pub(crate) fn join_within(handle: JoinHandle<()>, grace: Duration) {
     let start = Instant::now();
     while !handle.is_finished() && start.elapsed() < grace {
         thread::sleep(Duration::from_millis(1));
     }
     if handle.is_finished() {
-        // A panic in a serving thread has already been reported by the
-        // panic hook; shutdown has nothing to add.
+        // A panic in the thread has already been reported by the panic
+        // hook; the caller, shutting down, has nothing to add.
         let _ = handle.join();
     }
 }

@@ -13,7 +13,7 @@ use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use super::lock;
-use crate::resource_sharer::{MAX_RELEASE_KEYS, release_fds};
+use crate::resource_sharer::{MAX_RELEASE_KEYS, join_within, release_fds};
 
 /// How long keys gather before a batch goes out.
 const BATCH_WINDOW: Duration = Duration::from_millis(2);
@@ -91,13 +91,7 @@ impl Releases {
         lock(&self.shared.pending).closing = true;
         self.shared.wake.notify_one();
         if let Some(thread) = lock(&self.thread).take() {
-            let waited = std::time::Instant::now();
-            while !thread.is_finished() && waited.elapsed() < DRAIN_GRACE {
-                thread::sleep(Duration::from_millis(1));
-            }
-            if thread.is_finished() {
-                let _ = thread.join();
-            }
+            join_within(thread, DRAIN_GRACE);
         }
     }
 }
