@@ -61,3 +61,36 @@ fn bench_without_torch_says_what_to_do() {
         "{stderr}"
     );
 }
+
+#[test]
+fn rust_only_paths_need_no_python() {
+    let output = Command::new(env!("CARGO_BIN_EXE_tensorshare"))
+        .args([
+            "bench",
+            "--sizes",
+            "64KiB",
+            "--rounds",
+            "1",
+            "--quick",
+            "--paths",
+            "rust-to-rust",
+            "--python",
+            "/nonexistent/python",
+        ])
+        .output()
+        .expect("run tensorshare bench");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "bench failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let rows: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("64.0 KiB"))
+        .collect();
+    assert_eq!(rows.len(), 1, "{stdout}");
+    assert!(rows[0].contains("Rust  -> Rust"), "{stdout}");
+    // No torch path ran, so there is no ratio to show.
+    assert!(rows[0].ends_with(" -"), "{stdout}");
+}
