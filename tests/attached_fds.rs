@@ -88,3 +88,67 @@ fn fds_that_do_not_pair_are_closed_and_the_storage_fetched() {
     let after = open_fds(std::process::id());
     assert!(after <= before + 4, "fds grew from {before} to {after}");
 }
+
+/// `rebuild_storage_fd(torch.FloatStorage, DupFd, 4)`, as torch before 1.13
+/// wrote it: the size counts elements of the legacy class.
+fn legacy_float_storage_pickle(address: &str, key: i64) -> Vec<u8> {
+    use tensorshare_compat::pickle::{
+        Construction, EncodeOptions, Global, Node, Object, Pickle, encode,
+    };
+    let mut pickle = Pickle::new();
+    let global = |pickle: &mut Pickle, module: &str, name: &str| {
+        pickle.push(Node::Global(Global::new(module, name)))
+    };
+    let rebuild = global(
+        &mut pickle,
+        "torch.multiprocessing.reductions",
+        "rebuild_storage_fd",
+    );
+    let class = global(&mut pickle, "torch", "FloatStorage");
+    let dup_fd_class = global(&mut pickle, "multiprocessing.resource_sharer", "DupFd");
+    let no_args = pickle.push(Node::Tuple(Vec::new()));
+    let address = pickle.push(Node::Str(address.into()));
+    let key = pickle.push(Node::Int(key));
+    let id = pickle.push(Node::Tuple(vec![address, key]));
+    let id_name = pickle.push(Node::Str("_id".into()));
+    let state = pickle.push(Node::Dict(vec![(id_name, id)]));
+    let object = |callable, args, state| Object {
+        callable,
+        construction: Construction::NewObj { args },
+        state,
+        list_items: Vec::new(),
+        dict_items: Vec::new(),
+    };
+    let dup_fd = pickle.push(Node::Object(object(dup_fd_class, no_args, Some(state))));
+    let size = pickle.push(Node::Int(4));
+    let args = pickle.push(Node::Tuple(vec![class, dup_fd, size]));
+    let call = pickle.push(Node::Object(Object {
+        construction: Construction::Reduce { args },
+        ..object(rebuild, args, None)
+    }));
+    pickle.set_root(call);
+    encode(&pickle, &EncodeOptions::new()).expect("encode")
+}
+
+#[test]
+fn a_legacy_storage_class_counts_elements_when_attached() {
+    use tensorshare::resource_sharer::ResourceSharer;
+    use tensorshare_strategies::SharingStrategy;
+    use tensorshare_strategies::file_descriptor::FileDescriptorStrategy;
+
+    let authkey = Authkey::random().expect("authkey");
+    let sharer = ResourceSharer::start(authkey.as_bytes()).expect("sharer");
+    let segment = FileDescriptorStrategy.allocate(16).expect("allocate");
+    let registration = sharer
+        .register(FileDescriptorStrategy.export(&segment).expect("export"))
+        .expect("register");
+    let id = registration.id().clone();
+    let receiver = SharingContext::new(authkey);
+    let got = receiver
+        .loads(&legacy_float_storage_pickle(&id.address, id.key))
+        .expect("loads");
+    match got {
+        Value::TypedStorage(storage, DType::Float32) => assert_eq!(storage.nbytes(), 16),
+        other => panic!("expected a FloatStorage, got {other:?}"),
+    }
+}

@@ -155,19 +155,19 @@ fn rebuild_storage_fd(call: Call<'_>) -> Result<Value, RebuildError> {
         return Err(call.invalid("second argument must be a multiprocessing.resource_sharer.DupFd"));
     };
     let size = int(&call, size, "size")?;
-    if let Some(sharing) = call.sharing {
-        let nbytes =
-            usize::try_from(size).map_err(|_| call.invalid(format!("negative size {size}")))?;
-        let storage = sharing
+    // The class and size are checked before anything is fetched, and a
+    // legacy class counts elements whether or not the fd is attached.
+    storage_of_class(&call, cls, size, |nbytes| match call.sharing {
+        Some(sharing) => sharing
             .attach_fd(dup_fd, nbytes)
             .map_err(|source| RebuildError::Attach {
                 callee: call.callee.clone(),
                 source: Box::new(source),
-            })?;
-        return storage_of_class(&call, cls, size, |_| storage);
-    }
-    storage_of_class(&call, cls, size, |nbytes| {
-        Storage::remote(Residence::FileDescriptor(dup_fd.clone()), nbytes)
+            }),
+        None => Ok(Storage::remote(
+            Residence::FileDescriptor(dup_fd.clone()),
+            nbytes,
+        )),
     })
 }
 
@@ -192,15 +192,15 @@ fn rebuild_storage_filename(call: Call<'_>) -> Result<Value, RebuildError> {
     // Every reference to one segment name in a message is one storage, as
     // torch's receiver finds it in its cache by handle.
     let make = |nbytes| {
-        call.shared_storage(StorageKey::Segment(name.clone()), || {
+        Ok(call.shared_storage(StorageKey::Segment(name.clone()), || {
             Storage::remote(Residence::FileSystem(segment.clone()), nbytes)
-        })
+        }))
     };
     match dtype {
         // With a dtype, torch 2.x counts elements and wraps a TypedStorage.
         Some(dtype) => {
             let nbytes = element_bytes(&call, size, dtype)?;
-            Ok(Value::TypedStorage(make(nbytes), dtype))
+            Ok(Value::TypedStorage(make(nbytes)?, dtype))
         }
         None => storage_of_class(&call, cls, size, make),
     }
@@ -211,7 +211,7 @@ fn rebuild_storage_empty(call: Call<'_>) -> Result<Value, RebuildError> {
     let [cls] = call.reduce_args()? else {
         return Err(call.wrong_arguments("(cls,)"));
     };
-    storage_of_class(&call, cls, 0, |_| Storage::from_vec(Vec::new()))
+    storage_of_class(&call, cls, 0, |_| Ok(Storage::from_vec(Vec::new())))
 }
 
 /// The 15 arguments of `rebuild_cuda_tensor`, decoded into a tensor whose
@@ -377,7 +377,7 @@ fn storage_of_class(
     call: &Call<'_>,
     cls: &Value,
     size: i64,
-    make: impl FnOnce(usize) -> Storage,
+    make: impl FnOnce(usize) -> Result<Storage, RebuildError>,
 ) -> Result<Value, RebuildError> {
     let Value::Global(class) = cls else {
         return Err(call.invalid(format!(
@@ -388,11 +388,11 @@ fn storage_of_class(
     if class.name == "UntypedStorage" {
         let nbytes =
             usize::try_from(size).map_err(|_| call.invalid(format!("negative size {size}")))?;
-        return Ok(Value::Storage(make(nbytes)));
+        return Ok(Value::Storage(make(nbytes)?));
     }
     let dtype = legacy_class_dtype(call, class)?;
     Ok(Value::TypedStorage(
-        make(element_bytes(call, size, dtype)?),
+        make(element_bytes(call, size, dtype)?)?,
         dtype,
     ))
 }
