@@ -9,6 +9,7 @@ use rustc_hash::FxHashMap;
 
 use tensorshare_compat::pickle::{Construction, Global, Node, NodeId, Object, Pickle};
 
+use crate::registry::REDUCTIONS;
 use crate::{Error, Storage, Tensor, Value};
 
 /// How one storage is written into a pickle: the part that differs per
@@ -229,5 +230,3 @@ impl Reducer<'_> {
         Ok(node)
     }
 }
-
-const REDUCTIONS: &str = "torch.multiprocessing.reductions";

@@ -5,28 +5,29 @@ mod support;
 
 use std::process::Command;
 
+/// Runs a quick one-round bench of 64 KiB tensors with `args` added; its
+/// stdout and the table rows.
+fn quick_bench(args: &[&str]) -> (String, Vec<String>) {
+    let output = Command::new(env!("CARGO_BIN_EXE_tensorshare"))
+        .args(["bench", "--sizes", "64KiB", "--rounds", "1", "--quick"])
+        .args(args)
+        .output()
+        .expect("run tensorshare bench");
+    let stdout = support::expect_success(&output, "tensorshare bench");
+    let rows = stdout
+        .lines()
+        .filter(|l| l.starts_with("64.0 KiB"))
+        .map(str::to_owned)
+        .collect();
+    (stdout, rows)
+}
+
 #[test]
 fn bench_runs_every_path_side_by_side() {
     let Some(python) = support::test_python("bench_runs_every_path_side_by_side") else {
         return;
     };
-    let output = Command::new(env!("CARGO_BIN_EXE_tensorshare"))
-        .args([
-            "bench", "--sizes", "64KiB", "--rounds", "1", "--quick", "--python",
-        ])
-        .arg(python)
-        .output()
-        .expect("run tensorshare bench");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "bench failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let rows: Vec<&str> = stdout
-        .lines()
-        .filter(|l| l.starts_with("64.0 KiB"))
-        .collect();
+    let (stdout, rows) = quick_bench(&["--python", &python]);
     assert_eq!(rows.len(), 5, "{stdout}");
     for path in [
         "torch -> torch  file_descriptor",
@@ -64,31 +65,8 @@ fn bench_without_torch_says_what_to_do() {
 
 #[test]
 fn rust_only_paths_need_no_python() {
-    let output = Command::new(env!("CARGO_BIN_EXE_tensorshare"))
-        .args([
-            "bench",
-            "--sizes",
-            "64KiB",
-            "--rounds",
-            "1",
-            "--quick",
-            "--paths",
-            "rust-to-rust",
-            "--python",
-            "/nonexistent/python",
-        ])
-        .output()
-        .expect("run tensorshare bench");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "bench failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let rows: Vec<&str> = stdout
-        .lines()
-        .filter(|l| l.starts_with("64.0 KiB"))
-        .collect();
+    let (stdout, rows) =
+        quick_bench(&["--paths", "rust-to-rust", "--python", "/nonexistent/python"]);
     assert_eq!(rows.len(), 1, "{stdout}");
     assert!(rows[0].contains("Rust  -> Rust"), "{stdout}");
     // No torch path ran, so there is no ratio to show.

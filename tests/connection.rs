@@ -496,14 +496,7 @@ fn spawn_python(python: &str, role: &str, address: &Address, authkey: &Authkey) 
 /// stderr when it did not succeed.
 fn python_output(child: Child) -> String {
     let output = child.wait_with_output().expect("wait for python");
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(
-        output.status.success(),
-        "python peer failed ({}):\n--- stdout\n{stdout}\n--- stderr\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    stdout
+    support::expect_success(&output, "the python peer")
 }
 
 /// Accepts one connection from `child`, failing (with the child's stderr)
@@ -673,9 +666,5 @@ fn python_with_a_wrong_key_is_refused_both_ways() {
         Client::connect(&address, &ours, ConnectionOptions::default()).expect_err("wrong key");
     assert!(error.to_string().contains("authkeys differ"), "{error}");
     let output = child.wait_with_output().expect("wait for python");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    support::expect_success(&output, "the python peer");
 }

@@ -1,6 +1,8 @@
 //! `tensorshare demo` runs end to end with no Python and reports every
 //! leg as verified and zero-copy.
 
+mod support;
+
 use std::process::Command;
 
 #[test]
@@ -11,9 +13,7 @@ fn demo_streams_both_ways_and_verifies() {
         .env("PATH", "/nonexistent")
         .output()
         .expect("run tensorshare demo");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "demo failed:\n{stdout}\n{stderr}");
+    let stdout = support::expect_success(&output, "tensorshare demo");
     let rows: Vec<&str> = stdout
         .lines()
         .filter(|line| line.starts_with("file_descriptor"))

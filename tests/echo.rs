@@ -12,34 +12,13 @@ use tensorshare_strategies::file_descriptor::FdSegment;
 
 use support::{Server, cases, open_fds, settle_unfetched, shared_mappings};
 
-/// The dtypes whose elements this crate can lay out (all but the bit-packed
-/// and bcomplex32 kinds torch cannot share either).
-fn sharable_dtypes() -> Vec<DType> {
-    DType::ALL
-        .into_iter()
-        .filter(|d| !d.name().starts_with("bits") && *d != DType::BComplex32)
-        .collect()
-}
-
-fn connect(server: &Server, authkey: &Authkey) -> tensorshare::Connection {
-    Client::connect(&server.address, authkey, ConnectionOptions::default())
-        .expect("connect to echo")
-}
-
 #[test]
 fn every_case_comes_back_intact() {
     let authkey = Authkey::random().unwrap();
     let mut server = Server::echo(&authkey, "file_descriptor");
     let sharing = SharingContext::new(authkey.clone());
-    let mut connection = connect(&server, &authkey);
-    let mut failures = Vec::new();
-    for case in cases::all(&sharable_dtypes()) {
-        connection.send(&case.value, &sharing).expect("send");
-        let echoed = connection.recv(&sharing).expect("receive the echo");
-        if let Err(why) = cases::check_echo(&case.value, &echoed) {
-            failures.push(format!("{}: {why}", case.name));
-        }
-    }
+    let mut connection = server.connect(&authkey);
+    let failures = cases::echo_failures(&mut connection, &sharing);
     assert!(
         failures.is_empty(),
         "{failures:#?}\nserver stderr: {}",
@@ -52,7 +31,7 @@ fn an_echoed_storage_is_the_storage_sent() {
     let authkey = Authkey::random().unwrap();
     let server = Server::echo(&authkey, "file_descriptor");
     let sharing = SharingContext::new(authkey.clone());
-    let mut connection = connect(&server, &authkey);
+    let mut connection = server.connect(&authkey);
     let sent = cases::contiguous(DType::Float32, &[1024], 1, true);
     connection
         .send(&Value::Tensor(sent.clone()), &sharing)
@@ -90,7 +69,7 @@ fn thousands_of_messages_leak_no_fds_or_mappings() {
     let authkey = Authkey::random().unwrap();
     let server = Server::echo(&authkey, "file_descriptor");
     let sharing = SharingContext::new(authkey.clone());
-    let mut connection = connect(&server, &authkey);
+    let mut connection = server.connect(&authkey);
     let same = Value::Tensor(cases::contiguous(DType::Float32, &[256], 3, true));
     let mut round = |n: usize| {
         for i in 0..n {
@@ -152,7 +131,7 @@ fn settle(sharing: &SharingContext) {
 /// Sends `payload` as one message on a fresh connection and expects the
 /// server to hang up instead of answering.
 fn expect_refusal(server: &Server, authkey: &Authkey, payload: &[u8], name: &str) {
-    let mut connection = connect(server, authkey);
+    let mut connection = server.connect(authkey);
     connection.send_bytes(payload).unwrap();
     connection
         .set_read_timeout(Some(Duration::from_secs(20)))
@@ -168,7 +147,7 @@ fn expect_refusal(server: &Server, authkey: &Authkey, payload: &[u8], name: &str
 }
 
 fn still_serves(server: &Server, authkey: &Authkey, sharing: &SharingContext) {
-    let mut connection = connect(server, authkey);
+    let mut connection = server.connect(authkey);
     let value = Value::Tensor(cases::contiguous(DType::Int16, &[8], 5, false));
     connection.send(&value, sharing).unwrap();
     let echoed = connection.recv(sharing).unwrap();
@@ -242,7 +221,7 @@ fn sigterm_and_sigint_remove_the_socket() {
         let mut server = Server::start(command, path.to_str().unwrap().parse().unwrap());
         // Leave an fd unfetched in the echo: a message whose echo is never read.
         let sharing = SharingContext::new(authkey.clone());
-        let mut connection = connect(&server, &authkey);
+        let mut connection = server.connect(&authkey);
         connection
             .send(
                 &Value::Tensor(cases::contiguous(DType::Float32, &[16], 1, true)),

@@ -67,13 +67,6 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
-fn unhex(text: &str) -> Vec<u8> {
-    (0..text.len())
-        .step_by(2)
-        .map(|at| u8::from_str_radix(&text[at..at + 2], 16).expect("hex"))
-        .collect()
-}
-
 /// Polls `condition` for up to five seconds: some counters are updated just
 /// after the client has its answer.
 fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
@@ -425,13 +418,7 @@ fn run_child(entry: &str, role: &str, args: &[(&str, String)]) -> Output {
         command.env(name, value);
     }
     let output = command.output().expect("run child");
-    assert!(
-        output.status.success(),
-        "child {entry} failed ({}):\n--- stdout\n{}\n--- stderr\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
+    support::expect_success(&output, &format!("child {entry}"));
     output
 }
 
@@ -498,9 +485,7 @@ fn fetches_across_processes() {
 }
 
 fn open_fds() -> usize {
-    std::fs::read_dir("/proc/self/fd")
-        .expect("list /proc/self/fd")
-        .count()
+    support::open_fds(std::process::id())
 }
 
 /// Child entry point: register/withdraw and register/fetch cycles leave the
@@ -709,7 +694,9 @@ fn rust_fetches_from_cpython_sharer() {
     };
     let address = info["address"].as_str().expect("address");
     let key = info["key"].as_i64().expect("key");
-    let authkey = unhex(info["authkey"].as_str().expect("authkey"));
+    let authkey = tensorshare::Authkey::from_hex(info["authkey"].as_str().expect("authkey"))
+        .expect("hex authkey");
+    let authkey = authkey.as_bytes().to_vec();
     let identity = (
         info["dev"].as_u64().expect("dev"),
         info["ino"].as_u64().expect("ino"),

@@ -9,18 +9,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use tensorshare::connection::ConnectionOptions;
-use tensorshare::{Authkey, Client, DType, Listener, SharingContext, Value};
+use tensorshare::{Authkey, DType, Listener, SharingContext, Value};
 
 use support::{Server, cases, open_fds, python_script, test_python, unique_address};
-
-/// The dtypes torch 2.15 creates and shares (it has no bit-packed or
-/// bcomplex32 tensors to rebuild them into).
-fn torch_dtypes() -> Vec<DType> {
-    DType::ALL
-        .into_iter()
-        .filter(|d| !d.name().starts_with("bits") && *d != DType::BComplex32)
-        .collect()
-}
 
 #[test]
 fn stock_torch_drives_tensorshare_echo() {
@@ -74,16 +65,8 @@ fn tensorshare_drives_a_stock_torch_echo() {
     ]);
     let mut server = Server::start(command, address);
     let sharing = SharingContext::new(authkey.clone());
-    let mut connection =
-        Client::connect(&server.address, &authkey, ConnectionOptions::default()).unwrap();
-    let mut failures = Vec::new();
-    for case in cases::all(&torch_dtypes()) {
-        connection.send(&case.value, &sharing).unwrap();
-        let echoed = connection.recv(&sharing).unwrap();
-        if let Err(why) = cases::check_echo(&case.value, &echoed) {
-            failures.push(format!("{}: {why}", case.name));
-        }
-    }
+    let mut connection = server.connect(&authkey);
+    let failures = cases::echo_failures(&mut connection, &sharing);
     assert!(
         failures.is_empty(),
         "{failures:#?}\ntorch: {}",

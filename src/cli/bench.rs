@@ -3,15 +3,16 @@
 //! `compat/python/bench_peer.py`, built into this binary.
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use tensorshare::connection::{AUTHKEY_ENV, ConnectionOptions, PrivateTempDir};
-use tensorshare::{Address, Authkey, Client, Listener, SharingContext};
+use tensorshare::connection::{ConnectionOptions, PrivateTempDir};
+use tensorshare::{Address, Authkey, Listener, SharingContext};
 
 use super::bench_stream::{Workload, consume, produce};
+use super::peer::{Peer, connect_back};
 
 const BENCH_PEER: &str = include_str!("../../compat/python/bench_peer.py");
 
@@ -148,9 +149,8 @@ pub fn run(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
 
 /// The consumer of a Rust-to-Rust run.
 pub fn run_peer(args: BenchPeerArgs) -> Result<(), Box<dyn std::error::Error>> {
-    let authkey = Authkey::from_env()?.ok_or("TENSORSHARE_AUTHKEY is not set")?;
-    let sharing = SharingContext::new(authkey.clone());
-    let mut connection = Client::connect(&args.connect, &authkey, ConnectionOptions::default())?;
+    let (authkey, mut connection) = connect_back(&args.connect)?;
+    let sharing = SharingContext::new(authkey);
     consume(&mut connection, &sharing)?;
     Ok(())
 }
@@ -191,12 +191,8 @@ fn run_path(
     }
     let listener = Listener::bind_in_private_dir(&authkey, ConnectionOptions::default())?;
     let address = listener.address().to_string();
-    let peer = match path {
-        Route::RustToRust => Command::new(std::env::current_exe()?)
-            .args(["bench-peer", "--connect", &address])
-            .env(AUTHKEY_ENV, authkey.to_hex())
-            .stdin(Stdio::null())
-            .spawn()?,
+    let mut peer = match path {
+        Route::RustToRust => Peer::spawn_self("bench-peer", listener.address(), &authkey, &[])?,
         Route::RustToTorch => torch.spawn(&["consume"], None, Some((&address, &authkey)))?,
         _ => torch.spawn(
             &["produce", "--strategy", "file_descriptor"],
@@ -204,8 +200,7 @@ fn run_path(
             Some((&address, &authkey)),
         )?,
     };
-    let mut peer = Peer(Some(peer));
-    let mut connection = listener.accept()?;
+    let mut connection = peer.accept(&listener)?;
     if path == Route::TorchToRust {
         consume(&mut connection, &sharing)?;
         return torch.seconds(peer.finish()?);
@@ -343,8 +338,9 @@ impl TorchPeer {
         args: &[&str],
         workload: Option<Workload>,
         connect: Option<(&str, &Authkey)>,
-    ) -> std::io::Result<Child> {
-        self.command(args, workload, connect).spawn()
+    ) -> Result<Peer, String> {
+        Peer::spawn(&mut self.command(args, workload, connect))
+            .map_err(|e| format!("starting {}: {e}", self.python.display()))
     }
 
     fn run(
@@ -353,10 +349,7 @@ impl TorchPeer {
         workload: Option<Workload>,
         connect: Option<(&str, &Authkey)>,
     ) -> Result<String, String> {
-        Peer(Some(self.spawn(args, workload, connect).map_err(|e| {
-            format!("starting {}: {e}", self.python.display())
-        })?))
-        .finish()
+        self.spawn(args, workload, connect)?.finish()
     }
 
     /// The `seconds` list of the script's JSON result.
@@ -371,36 +364,5 @@ impl TorchPeer {
             .iter()
             .filter_map(serde_json::Value::as_f64)
             .collect())
-    }
-}
-
-/// A peer process, killed if the run fails before it finishes.
-struct Peer(Option<Child>);
-
-impl Peer {
-    /// Waits for the peer; its stdout when it succeeded, its stderr when not.
-    fn finish(&mut self) -> Result<String, String> {
-        let child = self.0.take().ok_or("peer already finished")?;
-        let output = child
-            .wait_with_output()
-            .map_err(|e| format!("waiting for a bench peer: {e}"))?;
-        if output.status.success() {
-            Ok(String::from_utf8_lossy(&output.stdout).into_owned())
-        } else {
-            Err(format!(
-                "a bench peer failed ({}): {}",
-                output.status,
-                String::from_utf8_lossy(&output.stderr).trim()
-            ))
-        }
-    }
-}
-
-impl Drop for Peer {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.0.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
     }
 }

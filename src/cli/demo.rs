@@ -2,16 +2,16 @@
 //! every strategy this build can send with, verify every byte, and print
 //! what it cost.
 
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use tensorshare::connection::ConnectionOptions;
 use tensorshare::{
-    Address, Authkey, Client, Connection, DType, Listener, SharingContext, StrategyKind, Value,
+    Address, Authkey, Connection, DType, Listener, SharingContext, StrategyKind, Value,
 };
 
+use super::peer::{Peer, connect_back};
 use super::workload::{TensorSpec, shared_identity};
 
 /// Every strategy, in the order the table shows them.
@@ -52,12 +52,18 @@ pub fn run(args: DemoArgs) -> Result<(), Box<dyn std::error::Error>> {
     let workload = workload(args.tensors);
     let authkey = Authkey::random()?;
     let listener = Listener::bind_in_private_dir(&authkey, ConnectionOptions::default())?;
-    let mut peer = PeerProcess::spawn(listener.address(), &authkey, args.tensors)?;
-    let mut connection = listener.accept()?;
+    let tensors = args.tensors.to_string();
+    let mut peer = Peer::spawn_self(
+        "demo-peer",
+        listener.address(),
+        &authkey,
+        &["--tensors", &tensors],
+    )?;
+    let mut connection = peer.accept(&listener)?;
     println!(
         "tensorshare demo: process {} and process {} exchange {} tensors each way per strategy\n",
         std::process::id(),
-        peer.0.id(),
+        peer.id(),
         workload.len()
     );
 
@@ -102,7 +108,7 @@ pub fn run(args: DemoArgs) -> Result<(), Box<dyn std::error::Error>> {
     let sharing = SharingContext::new(authkey.clone());
     connection.send(&message("quit", Value::None), &sharing)?;
     progress.finish_and_clear();
-    peer.wait()?;
+    peer.finish()?;
 
     print_table(&legs);
     let missing: Vec<String> = STRATEGIES
@@ -119,12 +125,11 @@ pub fn run(args: DemoArgs) -> Result<(), Box<dyn std::error::Error>> {
 
 /// The second process: mirrors [`run`].
 pub fn run_peer(args: DemoPeerArgs) -> Result<(), Box<dyn std::error::Error>> {
-    let authkey = Authkey::from_env()?.ok_or("TENSORSHARE_AUTHKEY is not set")?;
+    let (authkey, mut connection) = connect_back(&args.connect)?;
     let workload = workload(args.tensors);
-    let mut connection = Client::connect(&args.connect, &authkey, ConnectionOptions::default())?;
     let hidden = ProgressBar::hidden();
+    let control = SharingContext::new(authkey.clone());
     loop {
-        let control = SharingContext::new(authkey.clone());
         let (tag, argument) = read_message(connection.recv(&control)?)?;
         match (tag.as_str(), argument) {
             ("quit", _) => return Ok(()),
@@ -273,10 +278,11 @@ fn read_message(value: Value) -> Result<(String, Value), String> {
 fn read_report(value: Value) -> Result<(Duration, bool), String> {
     match read_message(value)? {
         (tag, Value::Tuple(items)) if tag == "report" => match items.as_slice() {
-            [Value::Float(seconds), Value::Bool(zero_copy)]
-                if seconds.is_finite() && *seconds >= 0.0 =>
-            {
-                Ok((Duration::from_secs_f64(*seconds), *zero_copy))
+            [Value::Float(seconds), Value::Bool(zero_copy)] => {
+                match Duration::try_from_secs_f64(*seconds) {
+                    Ok(elapsed) => Ok((elapsed, *zero_copy)),
+                    Err(_) => Err(format!("malformed report {items:?}")),
+                }
             }
             _ => Err(format!("malformed report {items:?}")),
         },
@@ -312,46 +318,5 @@ fn print_table(legs: &[Leg]) {
             leg.bytes as f64 / seconds.max(f64::MIN_POSITIVE) / 1e9,
             if leg.zero_copy { "yes" } else { "no" },
         );
-    }
-}
-
-/// The second process, killed if the demo fails before it finishes.
-struct PeerProcess(Child);
-
-impl PeerProcess {
-    fn spawn(address: &Address, authkey: &Authkey, tensors: usize) -> std::io::Result<Self> {
-        let child = Command::new(std::env::current_exe()?)
-            .args([
-                "demo-peer",
-                "--connect",
-                &address.to_string(),
-                "--tensors",
-                &tensors.to_string(),
-            ])
-            .env(tensorshare::connection::AUTHKEY_ENV, authkey.to_hex())
-            .stdin(Stdio::null())
-            .spawn()?;
-        Ok(Self(child))
-    }
-
-    fn wait(&mut self) -> Result<(), String> {
-        let status = self
-            .0
-            .wait()
-            .map_err(|e| format!("waiting for the second process: {e}"))?;
-        if status.success() {
-            Ok(())
-        } else {
-            Err(format!("the second process failed: {status}"))
-        }
-    }
-}
-
-impl Drop for PeerProcess {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
     }
 }

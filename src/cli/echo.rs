@@ -44,8 +44,11 @@ pub fn run(args: EchoArgs) -> Result<(), Box<dyn std::error::Error>> {
             Ok(incoming) => incoming,
             Err(e) if e.is_would_block() => continue,
             Err(e) => {
-                // Out of fds, most likely: this peer is lost, the next may not be.
+                // Out of fds, most likely: this peer is lost, the next may
+                // not be. The kernel keeps the connection queued, so the
+                // listener polls readable again at once: pause first.
                 eprintln!("tensorshare echo: {}", super::one_line(&e));
+                std::thread::sleep(ACCEPT_BACKOFF);
                 continue;
             }
         };
@@ -72,6 +75,9 @@ pub fn run(args: EchoArgs) -> Result<(), Box<dyn std::error::Error>> {
     drop(listener);
     Ok(())
 }
+
+/// How long to pause after a failed accept before polling again.
+const ACCEPT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Echoes every message until the peer hangs up; the first bad one ends it.
 fn serve_peer(incoming: IncomingConnection, sharing: &SharingContext) -> Result<(), Error> {

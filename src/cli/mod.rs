@@ -6,6 +6,7 @@ mod demo;
 mod echo;
 mod format;
 mod inspect;
+mod peer;
 mod shutdown;
 mod workload;
 

@@ -51,8 +51,13 @@ fn send_error(error: SendFdsError) -> io::Error {
     }
 }
 
-/// Reads from a stream with `recvmsg`, keeping the fds that arrive.
+/// Reads one message from a stream, keeping the fds that arrive with its
+/// first bytes.
 ///
+/// Only the first read that returns bytes is a `recvmsg`: an attached
+/// writer's fds travel with the first bytes it sends, and the kernel hands
+/// them to the first read that takes any of those bytes. Later reads are
+/// plain reads, and the kernel closes any fds a peer attached further on.
 /// At most [`MAX_FDS_PER_MESSAGE`] fds are kept; if more arrive, or the
 /// kernel drops some, the whole set is spoiled and closed: a receiver
 /// cannot tell which storage a partial set belongs to.
@@ -60,6 +65,7 @@ pub(super) struct CollectingReader<'a> {
     stream: &'a UnixStream,
     fds: Vec<OwnedFd>,
     spoiled: bool,
+    started: bool,
 }
 
 impl<'a> CollectingReader<'a> {
@@ -68,6 +74,7 @@ impl<'a> CollectingReader<'a> {
             stream,
             fds: Vec::new(),
             spoiled: false,
+            started: false,
         }
     }
 
@@ -79,18 +86,19 @@ impl<'a> CollectingReader<'a> {
 
 impl Read for CollectingReader<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let room = MAX_FDS_PER_MESSAGE.saturating_sub(self.fds.len());
-        let received = recv_some(self.stream.as_fd(), buf, room).map_err(|error| match error {
-            RecvFdsError::Os { errno } => io::Error::from_raw_os_error(errno as i32),
-            other => io::Error::other(other),
-        })?;
-        if received.fds_truncated || received.fds.len() > room {
-            self.spoiled = true;
+        if self.started {
+            return self.stream.read(buf);
         }
-        if self.spoiled {
-            self.fds.clear();
-        } else {
-            self.fds.extend(received.fds);
+        let received = recv_some(self.stream.as_fd(), buf, MAX_FDS_PER_MESSAGE).map_err(
+            |error| match error {
+                RecvFdsError::Os { errno } => io::Error::from_raw_os_error(errno as i32),
+                other => io::Error::other(other),
+            },
+        )?;
+        self.started = received.bytes > 0;
+        self.spoiled = received.fds_truncated || received.fds.len() > MAX_FDS_PER_MESSAGE;
+        if !self.spoiled {
+            self.fds = received.fds;
         }
         Ok(received.bytes)
     }

@@ -5,6 +5,7 @@ use std::io::{self, ErrorKind};
 use std::time::Duration;
 
 use tensorshare_compat::connection::{AuthError, FramingError};
+use tensorshare_strategies::Errno;
 
 use super::Address;
 
@@ -207,8 +208,17 @@ fn connect_hint(error: &io::Error) -> &'static str {
     }
 }
 
+/// Whether `error` is `EMFILE` or `ENFILE`: this process or the system has
+/// no fd to spare.
+pub(crate) fn is_fd_exhaustion(error: &io::Error) -> bool {
+    matches!(
+        error.raw_os_error().map(Errno::from_raw),
+        Some(Errno::EMFILE | Errno::ENFILE)
+    )
+}
+
 fn accept_hint(error: &io::Error) -> &'static str {
-    if error.raw_os_error() == Some(EMFILE) || error.raw_os_error() == Some(ENFILE) {
+    if is_fd_exhaustion(error) {
         "; too many open files: close connections you no longer need, or raise `ulimit -n`"
     } else {
         ""
@@ -224,8 +234,3 @@ fn send_hint(error: &io::Error) -> &'static str {
         _ => "",
     }
 }
-
-/// Linux's errno for "too many open files in this process".
-const EMFILE: i32 = 24;
-/// Linux's errno for "too many open files in the system".
-const ENFILE: i32 = 23;

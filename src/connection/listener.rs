@@ -8,10 +8,6 @@ use std::path::PathBuf;
 use super::stream::{Role, authenticate};
 use super::{Address, Authkey, Connection, ConnectionError, ConnectionOptions, PrivateTempDir};
 
-/// Linux's errno for a connection that was reset while waiting in the
-/// accept queue: that peer is gone, the next one is not affected.
-const ECONNABORTED: i32 = 103;
-
 /// A listening `AF_UNIX` socket that authenticates every connection, as
 /// Python's `Listener(address, authkey=...)`.
 ///
@@ -150,8 +146,10 @@ impl Listener {
             match self.socket.accept() {
                 Ok((stream, _)) => break stream,
                 Err(e)
-                    if e.kind() == std::io::ErrorKind::Interrupted
-                        || e.raw_os_error() == Some(ECONNABORTED) => {}
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::Interrupted | std::io::ErrorKind::ConnectionAborted
+                    ) => {}
                 Err(source) => {
                     return Err(ConnectionError::Accept {
                         address: self.address.clone(),
@@ -235,11 +233,8 @@ impl IncomingConnection {
     /// [`ConnectionError::Auth`] or [`ConnectionError::HandshakeTimeout`]
     /// as for [`Listener::accept`]; the connection is closed.
     pub fn authenticate(self) -> Result<Connection, ConnectionError> {
-        // The handshake relies on blocking reads with timeouts, whatever
-        // mode the listening socket is in.
-        self.stream
-            .set_nonblocking(false)
-            .map_err(|e| ConnectionError::io("making an accepted socket blocking", e))?;
+        // Linux does not pass the listener's O_NONBLOCK on to accepted
+        // sockets: this one blocks, as the handshake's timeouts need.
         authenticate(
             self.stream,
             Role::Server,

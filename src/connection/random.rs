@@ -1,12 +1,11 @@
 //! Random bytes for authkeys and socket names, from the kernel.
 
-use std::fs::File;
-use std::io::{self, Read};
+use std::io;
 
-/// Fills `buf` from `/dev/urandom`, which never blocks once the kernel's
-/// pool is initialised and needs no unsafe code to read.
+/// Fills `buf` from the kernel (`getrandom(2)`), as the handshake's
+/// challenges are; no file is opened, so it works without `/dev`.
 pub(crate) fn fill(buf: &mut [u8]) -> io::Result<()> {
-    File::open("/dev/urandom")?.read_exact(buf)
+    getrandom::fill(buf).map_err(io::Error::other)
 }
 
 /// `len` characters from CPython's `tempfile` alphabet, for file names.

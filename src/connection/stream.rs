@@ -1,9 +1,8 @@
 //! An authenticated connection, and the handshake that makes one.
 
-use std::io::{self, ErrorKind, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tensorshare_compat::connection::{
     AuthError, NegotiatedDigests, client_handshake, read_message_into, server_handshake,
@@ -11,6 +10,7 @@ use tensorshare_compat::connection::{
 };
 
 use super::attached::{AttachingWriter, CollectingReader};
+use super::deadline::DeadlineStream;
 use super::{Address, Authkey, ConnectionError, ConnectionOptions};
 use crate::{Error, SharingContext, Value};
 
@@ -43,12 +43,7 @@ impl Connection {
     /// [`ConnectionError::Send`] if the socket fails, the peer has gone, or
     /// a write timeout expires.
     pub fn send_bytes(&mut self, payload: &[u8]) -> Result<(), ConnectionError> {
-        let send_error = |source| ConnectionError::Send {
-            len: payload.len(),
-            source,
-        };
-        write_message(&mut &self.stream, payload).map_err(send_error)?;
-        (&self.stream).flush().map_err(send_error)
+        self.send_bytes_with_fds(payload, &[])
     }
 
     /// Receives one message: Python's `conn.recv_bytes()`. Decode what
@@ -238,10 +233,7 @@ pub(crate) fn authenticate(
     options: ConnectionOptions,
 ) -> Result<Connection, ConnectionError> {
     let timeout = options.handshake_timeout;
-    let mut bounded = DeadlineStream {
-        stream: &stream,
-        deadline: Instant::now().checked_add(timeout),
-    };
+    let mut bounded = DeadlineStream::new(&stream, timeout);
     let result: Result<NegotiatedDigests, AuthError> = match role {
         Role::Server => server_handshake(&mut bounded, authkey.as_bytes(), options.dialect),
         Role::Client => client_handshake(&mut bounded, authkey.as_bytes(), options.dialect),
@@ -251,48 +243,4 @@ pub(crate) fn authenticate(
     stream.set_read_timeout(None).map_err(clear)?;
     stream.set_write_timeout(None).map_err(clear)?;
     Ok(Connection::from_stream(stream, options))
-}
-
-/// A socket whose every read and write must finish by one deadline, so a
-/// peer trickling one byte at a time cannot stretch the handshake.
-struct DeadlineStream<'a> {
-    stream: &'a UnixStream,
-    /// `None` when the timeout is too long to represent: no deadline.
-    deadline: Option<Instant>,
-}
-
-impl DeadlineStream<'_> {
-    /// The time left, or a `TimedOut` error once the deadline has passed.
-    fn remaining(&self) -> io::Result<Option<Duration>> {
-        let Some(deadline) = self.deadline else {
-            return Ok(None);
-        };
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            Err(io::Error::new(
-                ErrorKind::TimedOut,
-                "the handshake deadline passed",
-            ))
-        } else {
-            Ok(Some(left))
-        }
-    }
-}
-
-impl Read for DeadlineStream<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.stream.set_read_timeout(self.remaining()?)?;
-        self.stream.read(buf)
-    }
-}
-
-impl Write for DeadlineStream<'_> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.stream.set_write_timeout(self.remaining()?)?;
-        self.stream.write(buf)
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
 }

@@ -34,6 +34,8 @@ mod builtins;
 pub(crate) mod rebuild;
 mod torch;
 
+pub(crate) use torch::REDUCTIONS;
+
 use rustc_hash::FxHashMap;
 use std::fmt;
 use std::sync::Arc;

@@ -256,11 +256,12 @@ impl<'a> Walker<'a> {
 
     /// Rebuilds every object the pickle makes by calling `global`, in arena
     /// order, without evaluating anything else: e.g. the `DupFd`s of a
-    /// message, before any storage is attached. Run it on a walker that is
-    /// not attaching, so that nothing it evaluates fetches or maps.
+    /// message, before any storage is attached. Call it before
+    /// [`attaching`](Self::attaching), so that nothing it evaluates fetches
+    /// or maps.
     pub(crate) fn objects_built_by(&mut self, global: &Global) -> Result<Vec<Value>, RebuildError> {
         let pickle = self.pickle;
-        pickle
+        let values = pickle
             .iter()
             .filter(|(_, node)| match node {
                 Node::Object(object) => {
@@ -269,7 +270,12 @@ impl<'a> Walker<'a> {
                 _ => false,
             })
             .map(|(id, _)| self.eval(id, 0))
-            .collect()
+            .collect();
+        // Nothing evaluated here, attached or not, may stand in for what the
+        // attaching run builds.
+        self.cache.clear();
+        self.storages.borrow_mut().clear();
+        values
     }
 
     pub(crate) fn in_archive(mut self, archive_depth: usize) -> Self {

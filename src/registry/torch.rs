@@ -12,7 +12,8 @@ use crate::storage::{CudaRef, DupFdRef, Residence, SegmentRef};
 use crate::value::Custom;
 use crate::{DType, Storage, Tensor, TensorView, Value};
 
-const REDUCTIONS: &str = "torch.multiprocessing.reductions";
+/// The module of torch's sharing reducers and rebuilders.
+pub(crate) const REDUCTIONS: &str = "torch.multiprocessing.reductions";
 const UTILS: &str = "torch._utils";
 
 pub(super) fn register(registry: &mut Registry) {

@@ -1,12 +1,9 @@
 //! The receiving side: `DupFd.detach()` as a function.
 
-use std::ffi::OsStr;
 use std::fmt;
 use std::io::{self, ErrorKind};
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::UnixStream;
-use std::path::Path;
 use std::time::Duration;
 
 use tensorshare_compat::connection::{AuthError, Dialect, client_handshake, write_message};
@@ -14,8 +11,10 @@ use tensorshare_compat::pickle::EncodeError;
 use tensorshare_strategies::Errno;
 use tensorshare_strategies::fd_passing::{RecvFdsError, recv_fd_batch};
 
-use super::deadline::{DeadlineStream, is_timeout};
-use super::request::{DupFdRequest, ReleaseRequest};
+use super::request::{DupFdRequest, MAX_RELEASE_KEYS, ReleaseRequest};
+use crate::connection::deadline::DeadlineStream;
+use crate::connection::is_timeout;
+use crate::connection::{Address, ConnectionError};
 
 /// Which step of a fetch failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -54,7 +53,7 @@ pub enum FetchError {
         /// The address, escaped.
         address: String,
         /// What is wrong with it.
-        reason: &'static str,
+        reason: String,
     },
     /// Nothing listens at the address any more.
     #[error(
@@ -187,7 +186,7 @@ pub fn fetch_fd(
     send_request(&mut io, &request, &shown, key, timeout)?;
     io.arm_read_timeout()
         .map_err(|source| io_failure(&shown, timeout, FetchStage::Receive, source))?;
-    let fds = recv_fd_batch(stream.as_fd(), 1).map_err(|error| match error {
+    let mut fds = recv_fd_batch(stream.as_fd(), 1).map_err(|error| match error {
         RecvFdsError::EndOfStream
         | RecvFdsError::Os {
             errno: Errno::ECONNRESET,
@@ -214,45 +213,44 @@ pub fn fetch_fd(
             source,
         },
     })?;
-    let mut fds = fds.into_iter();
-    match (fds.next(), fds.next()) {
-        (Some(fd), None) => Ok(fd),
-        // `recv_fd_batch` was told to accept one; refuse anything else
-        // rather than trust that.
-        _ => Err(FetchError::Transfer {
-            address: shown,
-            source: RecvFdsError::TooManyFds { arrived: 2, max: 1 },
-        }),
-    }
+    // `recv_fd_batch` returns at least one fd and at most the one asked for.
+    fds.pop().ok_or(FetchError::Transfer {
+        address: shown,
+        source: RecvFdsError::MissingFds,
+    })
 }
 
 /// Gives `keys` back to the tensorshare sharer at `address`: their fds
 /// reached this process attached to the messages that named them, so the
-/// sharer may close its copies (a [`ReleaseRequest`]). At most
-/// [`MAX_RELEASE_KEYS`](super::MAX_RELEASE_KEYS) keys per call; the sharer answers nothing.
+/// sharer may close its copies. One connection and [`ReleaseRequest`] per
+/// [`MAX_RELEASE_KEYS`] keys, none for no keys; the sharer answers nothing.
 ///
 /// Only a tensorshare sharer understands this; CPython's counts it as a
 /// malformed request and closes the connection.
 ///
 /// # Errors
 ///
-/// As [`fetch_fd`] up to the request; errors name the first key.
+/// As [`fetch_fd`] up to the request; errors name the first key of the
+/// batch that failed, and later batches are not sent.
 pub fn release_fds(
     address: &[u8],
     keys: &[i64],
     authkey: &[u8],
     timeout: Duration,
 ) -> Result<(), FetchError> {
-    let first = keys.first().copied().unwrap_or_default();
     let shown = address.escape_ascii().to_string();
-    let stream = connect(address, &shown, first)?;
-    let mut io = DeadlineStream::new(&stream, timeout);
-    handshake(&mut io, &shown, authkey, timeout)?;
-    let request = ReleaseRequest {
-        keys: keys.to_vec(),
+    for batch in keys.chunks(MAX_RELEASE_KEYS) {
+        let first = batch.first().copied().unwrap_or_default();
+        let stream = connect(address, &shown, first)?;
+        let mut io = DeadlineStream::new(&stream, timeout);
+        handshake(&mut io, &shown, authkey, timeout)?;
+        let request = ReleaseRequest {
+            keys: batch.to_vec(),
+        }
+        .to_pickle()?;
+        send_request(&mut io, &request, &shown, first, timeout)?;
     }
-    .to_pickle()?;
-    send_request(&mut io, &request, &shown, first, timeout)
+    Ok(())
 }
 
 /// Answers and delivers the authkey challenge, as `Client(address, authkey)`.
@@ -316,23 +314,21 @@ fn io_failure(shown: &str, timeout: Duration, stage: FetchStage, source: io::Err
 }
 
 fn connect(address: &[u8], shown: &str, key: i64) -> Result<UnixStream, FetchError> {
-    let invalid = |reason| FetchError::InvalidAddress {
-        address: shown.to_owned(),
-        reason,
-    };
-    let result = if let Some(name) = address.strip_prefix(b"\0") {
-        connect_abstract(name).map_err(invalid)?
-    } else {
-        if address.is_empty() {
-            return Err(invalid("the address is empty"));
-        }
-        if address.contains(&0) {
-            return Err(invalid("a socket path cannot contain NUL bytes"));
-        }
-        UnixStream::connect(Path::new(OsStr::from_bytes(address)))
-    };
-    result.map_err(|source| {
-        if is_fd_exhaustion(&source) {
+    let socket_address = Address::from_bytes(address)
+        .and_then(|address| {
+            address
+                .to_socket_addr()
+                .map_err(|source| ConnectionError::Connect { address, source })
+        })
+        .map_err(|error| FetchError::InvalidAddress {
+            address: shown.to_owned(),
+            reason: match error {
+                ConnectionError::InvalidAddress { reason, .. } => reason,
+                other => other.to_string(),
+            },
+        })?;
+    UnixStream::connect_addr(&socket_address).map_err(|source| {
+        if crate::connection::is_fd_exhaustion(&source) {
             FetchError::TooManyOpenFiles {
                 address: shown.to_owned(),
                 key,
@@ -346,11 +342,6 @@ fn connect(address: &[u8], shown: &str, key: i64) -> Result<UnixStream, FetchErr
                 address: shown.to_owned(),
                 source,
             }
-        } else if source.kind() == ErrorKind::InvalidInput {
-            FetchError::InvalidAddress {
-                address: shown.to_owned(),
-                reason: "too long for a Unix socket address (at most 107 bytes)",
-            }
         } else {
             FetchError::Io {
                 address: shown.to_owned(),
@@ -359,30 +350,4 @@ fn connect(address: &[u8], shown: &str, key: i64) -> Result<UnixStream, FetchErr
             }
         }
     })
-}
-
-/// Connects to a Linux abstract socket; the error says why the name is not
-/// a valid address, the inner result is the connection.
-#[cfg(any(target_os = "linux", target_os = "android"))]
-fn connect_abstract(name: &[u8]) -> Result<io::Result<UnixStream>, &'static str> {
-    #[cfg(target_os = "android")]
-    use std::os::android::net::SocketAddrExt;
-    #[cfg(target_os = "linux")]
-    use std::os::linux::net::SocketAddrExt;
-    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name)
-        .map_err(|_| "the abstract name is too long (at most 107 bytes)")?;
-    Ok(UnixStream::connect_addr(&addr))
-}
-
-#[cfg(not(any(target_os = "linux", target_os = "android")))]
-fn connect_abstract(_name: &[u8]) -> Result<io::Result<UnixStream>, &'static str> {
-    Err("abstract socket addresses exist only on Linux")
-}
-
-/// Whether `error` is `EMFILE` or `ENFILE`.
-pub(crate) fn is_fd_exhaustion(error: &io::Error) -> bool {
-    matches!(
-        error.raw_os_error(),
-        Some(code) if code == Errno::EMFILE as i32 || code == Errno::ENFILE as i32
-    )
 }

@@ -59,7 +59,6 @@
 //! ```
 
 mod client;
-mod deadline;
 mod options;
 mod registration;
 mod request;

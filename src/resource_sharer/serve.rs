@@ -13,9 +13,10 @@ use std::time::Duration;
 use tensorshare_compat::connection::{AuthError, FramingError, read_message, server_handshake};
 use tensorshare_strategies::fd_passing::send_fd_batch;
 
-use super::deadline::{DeadlineStream, is_timeout};
 use super::request::{MAX_REQUEST_LEN, SharerRequest};
 use super::server::{Shared, lock};
+use crate::connection::deadline::DeadlineStream;
+use crate::connection::is_timeout;
 
 /// How long the accept thread waits after a failed `accept` (such as
 /// `EMFILE`, which persists until some fd is closed) before trying again.

@@ -71,7 +71,7 @@ pub enum RegisterError {
 }
 
 fn fd_hint(error: &io::Error) -> &'static str {
-    if super::client::is_fd_exhaustion(error) {
+    if crate::connection::is_fd_exhaustion(error) {
         ": too many open files; raise `ulimit -n` or use the file_system strategy"
     } else {
         ""
@@ -124,8 +124,8 @@ struct Threads {
 /// fds, once each, to processes that present the authkey.
 ///
 /// It listens on a socket in a fresh private directory (mode 0700,
-/// `$TMPDIR/tensorshare-XXXXXXXX/sharer-XXXXXXXX`, as CPython's
-/// `/tmp/pymp-*/listener-*`) and serves on background threads. Dropping the
+/// `$TMPDIR/pymp-XXXXXXXX/listener-XXXXXXXX`, named as CPython names
+/// its own) and serves on background threads. Dropping the
 /// last `Arc` (the owner's and every [`Registration`]'s) shuts it down, as
 /// does [`ResourceSharer::shutdown`]: the threads stop, the socket and
 /// directory are removed, and every fd still registered is closed.
@@ -293,14 +293,16 @@ impl ResourceSharer {
     /// Later [`ResourceSharer::register`] calls fail. Idempotent; dropping
     /// the last `Arc` does the same.
     ///
-    /// A thread that does not stop within two seconds is left to finish on
-    /// its own rather than blocking the caller; that takes an `accept` that
+    /// Threads that have not stopped within two seconds in all are left to
+    /// finish on their own rather than blocking the caller; that takes an `accept` that
     /// neither `shutdown(2)` nor a connection can wake, which Linux does not
     /// do.
     pub fn shutdown(&self) {
         let Some(threads) = lock(&self.threads).take() else {
             return;
         };
+        // One grace period for all the threads together.
+        let deadline = Instant::now() + JOIN_GRACE;
         let shared = &self.shared;
         shared.stopping.store(true, Ordering::SeqCst);
         {
@@ -323,10 +325,10 @@ impl ResourceSharer {
             if !acceptor.is_finished() {
                 let _ = UnixStream::connect(&self.socket_path);
             }
-            join_within(acceptor, JOIN_GRACE);
+            join_within(acceptor, deadline);
         }
         for worker in threads.workers {
-            join_within(worker, JOIN_GRACE);
+            join_within(worker, deadline);
         }
         drop(threads.listener_waker);
         // Failures leave only an empty directory or a dead socket file in
@@ -345,10 +347,9 @@ impl ResourceSharer {
     }
 }
 
-/// Joins `handle` if it finishes within `grace`; otherwise leaves it running.
-pub(crate) fn join_within(handle: JoinHandle<()>, grace: Duration) {
-    let start = Instant::now();
-    while !handle.is_finished() && start.elapsed() < grace {
+/// Joins `handle` if it finishes by `deadline`; otherwise leaves it running.
+pub(crate) fn join_within(handle: JoinHandle<()>, deadline: Instant) {
+    while !handle.is_finished() && Instant::now() < deadline {
         thread::sleep(Duration::from_millis(1));
     }
     if handle.is_finished() {

@@ -4,18 +4,16 @@
 
 use std::cell::RefCell;
 use std::os::fd::OwnedFd;
-use std::os::unix::fs::MetadataExt;
 use std::sync::Arc;
 
 use tensorshare_compat::pickle::{Node, NodeId};
-use tensorshare_strategies::file_descriptor::{FdSegment, FileDescriptorStrategy, FileIdentity};
-use tensorshare_strategies::{SharingStrategy, WritableSegment};
+use tensorshare_strategies::SharingStrategy;
+use tensorshare_strategies::file_descriptor::{FdSegment, FileDescriptorStrategy, ReceivedFd};
 
 use super::{SharingContext, lock};
 use crate::reduce::{PickleBuilder, StorageReducer};
-use crate::{Error, Residence, Storage};
-
-const REDUCTIONS: &str = "torch.multiprocessing.reductions";
+use crate::registry::REDUCTIONS;
+use crate::{Error, Residence, Storage, StrategyKind};
 
 /// Writes storages as `rebuild_storage_fd(UntypedStorage, DupFd, nbytes)`,
 /// and keeps each shared storage with its registration key.
@@ -102,40 +100,32 @@ impl SharingContext {
         let bytes = storage.bytes().ok_or_else(|| {
             Error::Unsupported("the storage claims more bytes than its segment holds".into())
         })?;
-        let mut copy = FileDescriptorStrategy.allocate(bytes.len())?;
-        copy.as_bytes_mut().copy_from_slice(bytes);
-        let copy = Storage::from_segment(Box::new(copy).into_shared());
+        // Under the lock, so that one storage sent from two threads at once
+        // still moves into one segment.
+        let mut writer = Storage::allocate(StrategyKind::FileDescriptor, bytes.len())?;
+        writer.as_bytes_mut().copy_from_slice(bytes);
+        let copy = writer.freeze();
         exported.insert(storage, &copy);
         Ok(copy)
     }
 
     /// Maps `nbytes` of a received fd, once per shared object while it
-    /// lives (torch's `storage_from_cache` by inode).
+    /// lives (torch's `storage_from_cache` by `(st_dev, st_ino)`).
     pub(super) fn map_fd(&self, fd: OwnedFd, nbytes: usize) -> Result<Storage, Error> {
-        let (fd, identity) = identity_of(fd)?;
-        let import = |fd: OwnedFd| -> Result<Storage, Error> {
-            let segment = FileDescriptorStrategy.import(fd, nbytes)?;
+        let received = ReceivedFd::new(fd)?;
+        let identity = received.identity();
+        let import = |received| -> Result<Storage, Error> {
+            let segment = FileDescriptorStrategy.import_received(received, nbytes)?;
             Ok(Storage::from_segment(Arc::new(segment)))
         };
         match self.by_inode.get(&identity) {
             Some(cached) if cached.nbytes() >= nbytes => Ok(cached),
             // A later message may describe more of the object than an
             // earlier one mapped: map it again rather than read past the end.
-            Some(_) => import(fd),
-            None => self.by_inode.get_or_try_insert(&identity, || import(fd)),
+            Some(_) => import(received),
+            None => self
+                .by_inode
+                .get_or_try_insert(&identity, || import(received)),
         }
     }
-}
-
-/// The `(st_dev, st_ino)` of an fd, as torch's `fd_id` computes it.
-fn identity_of(fd: OwnedFd) -> Result<(OwnedFd, FileIdentity), Error> {
-    let file = std::fs::File::from(fd);
-    let metadata = file
-        .metadata()
-        .map_err(|e| Error::io("fstat of a received fd", e))?;
-    let identity = FileIdentity {
-        dev: metadata.dev(),
-        ino: metadata.ino(),
-    };
-    Ok((OwnedFd::from(file), identity))
 }

@@ -219,10 +219,9 @@ impl SharingContext {
     pub(crate) fn loads_with_fds(&self, bytes: &[u8], fds: Vec<OwnedFd>) -> Result<Value, Error> {
         let limits = self.registry.options().limits;
         let decoded = tensorshare_compat::pickle::decode_all(bytes, &self.registry, &limits)?;
-        let receipt = Receipt::new(self, &decoded.pickle, fds);
-        Ok(Walker::new(&self.registry, &decoded.pickle, None)
-            .attaching(&receipt)
-            .run()?)
+        let mut walker = Walker::new(&self.registry, &decoded.pickle, None);
+        let receipt = Receipt::new(self, &mut walker, fds);
+        Ok(walker.attaching(&receipt).run()?)
     }
 
     /// This process's resource sharer, started on first use.

@@ -18,7 +18,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 
-use tensorshare_compat::pickle::{Global, Pickle};
+use tensorshare_compat::pickle::Global;
 
 use super::SharingContext;
 use crate::registry::rebuild::Walker;
@@ -39,13 +39,18 @@ struct AttachedFds {
 }
 
 impl<'a> Receipt<'a> {
-    /// A receipt for `pickle`, which arrived with `fds`.
-    pub(crate) fn new(context: &'a SharingContext, pickle: &Pickle, fds: Vec<OwnedFd>) -> Self {
+    /// A receipt for the pickle `walker` is about to rebuild, which arrived
+    /// with `fds`; the walker finds the message's `DupFd`s first.
+    pub(crate) fn new(
+        context: &'a SharingContext,
+        walker: &mut Walker<'_>,
+        fds: Vec<OwnedFd>,
+    ) -> Self {
         let attached = if fds.is_empty() {
             None
         } else {
             let dup_fd = Global::new("multiprocessing.resource_sharer", "DupFd");
-            Walker::new(context.registry(), pickle, None)
+            walker
                 .objects_built_by(&dup_fd)
                 .ok()
                 .and_then(|values| pair(&values, fds))

@@ -13,7 +13,7 @@ use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use super::lock;
-use crate::resource_sharer::{MAX_RELEASE_KEYS, join_within, release_fds};
+use crate::resource_sharer::{join_within, release_fds};
 
 /// How long keys gather before a batch goes out.
 const BATCH_WINDOW: Duration = Duration::from_millis(2);
@@ -91,7 +91,7 @@ impl Releases {
         lock(&self.shared.pending).closing = true;
         self.shared.wake.notify_one();
         if let Some(thread) = lock(&self.thread).take() {
-            join_within(thread, DRAIN_GRACE);
+            join_within(thread, std::time::Instant::now() + DRAIN_GRACE);
         }
     }
 }
@@ -123,9 +123,7 @@ impl Shared {
             let batch = std::mem::take(&mut pending.by_address);
             drop(pending);
             for (address, keys) in batch {
-                for chunk in keys.chunks(MAX_RELEASE_KEYS) {
-                    let _ = release_fds(&address, chunk, &self.authkey, RELEASE_TIMEOUT);
-                }
+                let _ = release_fds(&address, &keys, &self.authkey, RELEASE_TIMEOUT);
             }
         }
     }

@@ -7,8 +7,9 @@
 //! `MapAllocator` does), seals it against shrinking and growing, and maps it
 //! `MAP_SHARED` read-write. Reserving first turns "shared memory is full"
 //! into an allocation error instead of a `SIGBUS` when a page is first
-//! written, and moves the page allocation out of the writer's page faults. The handle is a duplicate of the fd
-//! ([`OwnedFd`]); it reaches the other process by `SCM_RIGHTS`
+//! written, and moves the page allocation out of the writer's page faults.
+//! The handle is a duplicate of the fd ([`OwnedFd`]); it reaches the other
+//! process by `SCM_RIGHTS`
 //! ([`crate::fd_passing`]), which is how PyTorch's `file_descriptor`
 //! strategy moves it too. Data starts at offset 0.
 //!
@@ -208,10 +209,51 @@ impl SharingStrategy for FileDescriptorStrategy {
     }
 
     fn import(&self, fd: OwnedFd, nbytes: usize) -> Result<FdSegment, ImportError> {
+        self.import_received(ReceivedFd::new(fd)?, nbytes)
+    }
+}
+
+/// An fd that arrived from another process, with the `fstat` taken of it
+/// once: its [`identity`](ReceivedFd::identity) picks a cached mapping, and
+/// [`FileDescriptorStrategy::import_received`] checks the same stat.
+#[derive(Debug)]
+pub struct ReceivedFd {
+    fd: OwnedFd,
+    stat: FileStat,
+}
+
+impl ReceivedFd {
+    /// Takes `fd`'s `fstat`.
+    ///
+    /// # Errors
+    ///
+    /// [`ImportError::Stat`] when `fstat` fails.
+    pub fn new(fd: OwnedFd) -> Result<Self, ImportError> {
+        let stat = fstat(&fd).map_err(|errno| ImportError::Stat { errno })?;
+        Ok(Self { fd, stat })
+    }
+
+    /// `(st_dev, st_ino)` of the file.
+    pub fn identity(&self) -> FileIdentity {
+        FileIdentity::of(&self.stat)
+    }
+}
+
+impl FileDescriptorStrategy {
+    /// [`SharingStrategy::import`] of an fd already stat'ed.
+    ///
+    /// # Errors
+    ///
+    /// As [`SharingStrategy::import`].
+    pub fn import_received(
+        &self,
+        received: ReceivedFd,
+        nbytes: usize,
+    ) -> Result<FdSegment, ImportError> {
+        let ReceivedFd { fd, stat } = received;
         if nbytes > MAX_SEGMENT_BYTES {
             return Err(ImportError::TooLarge { nbytes });
         }
-        let stat = fstat(&fd).map_err(|errno| ImportError::Stat { errno })?;
         let file_type = SFlag::from_bits_truncate(stat.st_mode & SFlag::S_IFMT.bits());
         if file_type != SFlag::S_IFREG {
             return Err(ImportError::InvalidHandle {

@@ -4,7 +4,9 @@
 
 use std::collections::HashMap;
 
-use tensorshare::{DType, Storage, StrategyKind, Tensor, TensorView, Value};
+use tensorshare::{
+    Connection, DType, SharingContext, Storage, StrategyKind, Tensor, TensorView, Value,
+};
 
 /// One message to echo.
 pub struct Case {
@@ -270,4 +272,27 @@ fn same_mapping(
     } else {
         Err("one object on one side is two on the other".into())
     }
+}
+
+/// The dtypes torch shares and this crate lays out: all but the bit-packed
+/// kinds and bcomplex32, which torch 2.15 has no tensors for.
+pub fn sharable_dtypes() -> Vec<DType> {
+    DType::ALL
+        .into_iter()
+        .filter(|d| !d.name().starts_with("bits") && *d != DType::BComplex32)
+        .collect()
+}
+
+/// Sends every case over `connection` and checks each echo; the cases that
+/// did not come back intact, each with why.
+pub fn echo_failures(connection: &mut Connection, sharing: &SharingContext) -> Vec<String> {
+    let mut failures = Vec::new();
+    for case in all(&sharable_dtypes()) {
+        connection.send(&case.value, sharing).expect("send");
+        let echoed = connection.recv(sharing).expect("receive the echo");
+        if let Err(why) = check_echo(&case.value, &echoed) {
+            failures.push(format!("{}: {why}", case.name));
+        }
+    }
+    failures
 }

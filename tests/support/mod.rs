@@ -112,6 +112,16 @@ impl Server {
         self.child.id()
     }
 
+    /// A connection to the server, authenticated with `authkey`.
+    pub fn connect(&self, authkey: &Authkey) -> tensorshare::Connection {
+        tensorshare::Client::connect(
+            &self.address,
+            authkey,
+            tensorshare::connection::ConnectionOptions::default(),
+        )
+        .expect("connect to the server")
+    }
+
     /// Kills the server (if still running) and returns everything it wrote
     /// to stderr.
     pub fn stop_and_read_stderr(&mut self) -> String {
@@ -182,4 +192,17 @@ pub fn settle_unfetched(sharing: &tensorshare::SharingContext) -> usize {
         }
         std::thread::sleep(Duration::from_millis(5));
     }
+}
+
+/// The stdout of a child that must have succeeded; the assertion shows both
+/// of its streams, under `what`.
+pub fn expect_success(output: &std::process::Output, what: &str) -> String {
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{what} failed ({}):\n--- stdout\n{stdout}\n--- stderr\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
 }

@@ -11,43 +11,42 @@ use std::time::{Duration, Instant};
 /// `&UnixStream` with an overall deadline.
 pub(crate) struct DeadlineStream<'a> {
     stream: &'a UnixStream,
-    deadline: Instant,
+    /// `None` when the timeout is too long to represent: no deadline.
+    deadline: Option<Instant>,
 }
 
 impl<'a> DeadlineStream<'a> {
     /// Reads and writes on `stream` must finish within `timeout` from now.
     pub(crate) fn new(stream: &'a UnixStream, timeout: Duration) -> Self {
-        let now = Instant::now();
         Self {
             stream,
-            // A timeout too large for `Instant` is as good as a day.
-            deadline: now
-                .checked_add(timeout)
-                .or_else(|| now.checked_add(Duration::from_secs(86_400)))
-                .unwrap_or(now),
+            deadline: Instant::now().checked_add(timeout),
         }
     }
 
-    /// Time left, or a `TimedOut` error when none is.
-    pub(crate) fn remaining(&self) -> io::Result<Duration> {
-        let left = self.deadline.saturating_duration_since(Instant::now());
+    /// Time left (`None`: no deadline), or a `TimedOut` error when none is.
+    fn remaining(&self) -> io::Result<Option<Duration>> {
+        let Some(deadline) = self.deadline else {
+            return Ok(None);
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            Err(io::Error::new(ErrorKind::TimedOut, "deadline passed"))
+            Err(io::Error::new(ErrorKind::TimedOut, "the deadline passed"))
         } else {
-            Ok(left)
+            Ok(Some(left))
         }
     }
 
     /// Sets the socket's receive timeout to the time left, for calls that
     /// bypass `Read` (`recvmsg`).
     pub(crate) fn arm_read_timeout(&self) -> io::Result<()> {
-        self.stream.set_read_timeout(Some(self.remaining()?))
+        self.stream.set_read_timeout(self.remaining()?)
     }
 
     /// Sets the socket's send timeout to the time left, for calls that
     /// bypass `Write` (`sendmsg`).
     pub(crate) fn arm_write_timeout(&self) -> io::Result<()> {
-        self.stream.set_write_timeout(Some(self.remaining()?))
+        self.stream.set_write_timeout(self.remaining()?)
     }
 }
 
@@ -67,9 +66,4 @@ impl Write for DeadlineStream<'_> {
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
     }
-}
-
-/// Whether an I/O error means a socket timeout or the deadline ran out.
-pub(crate) fn is_timeout(error: &io::Error) -> bool {
-    matches!(error.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut)
 }
