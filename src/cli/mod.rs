@@ -5,7 +5,9 @@ mod bench_stream;
 mod demo;
 mod echo;
 mod format;
+mod gc;
 mod inspect;
+mod manager;
 mod peer;
 mod shutdown;
 mod workload;
@@ -39,6 +41,12 @@ enum Command {
     /// Listen for multiprocessing.connection peers and send every message back
     /// re-pickled; prints `listening ADDRESS` once ready.
     Echo(echo::EchoArgs),
+    /// Run a shared-memory manager for the file_system strategy; prints its
+    /// socket path once ready.
+    Manager(manager::ManagerArgs),
+    /// Find shared-memory segments left in /dev/shm by processes that are
+    /// gone, and remove them.
+    Gc(gc::GcArgs),
 }
 
 /// Runs the parsed command.
@@ -50,6 +58,8 @@ pub fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         Command::DemoPeer(args) => demo::run_peer(args),
         Command::Inspect(args) => inspect::run(args),
         Command::Echo(args) => echo::run(args),
+        Command::Manager(args) => manager::run(args),
+        Command::Gc(args) => gc::run(args),
     }
 }
 

@@ -46,9 +46,12 @@ pub mod bytes;
 mod error;
 pub mod fd_passing;
 pub mod file_descriptor;
+pub mod file_system;
 mod kind;
 mod mapping;
+pub mod orphans;
 mod segment;
+pub mod shm_manager;
 mod strategy;
 
 pub use error::{AllocateError, ExportError, ImportError, MAX_SEGMENT_BYTES};

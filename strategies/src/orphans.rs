@@ -1,0 +1,1 @@
+//! Segments in `/dev/shm` left by processes that are gone.

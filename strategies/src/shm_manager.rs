@@ -1,0 +1,1 @@
+//! The shared-memory manager: libshm's protocol, server and client.
