@@ -1,7 +1,7 @@
 //! Storages: the flat bytes behind tensors, local or described by a handle.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use tensorshare_strategies::{AllocateError, Segment, StrategyKind, WritableSegment};
 
@@ -113,6 +113,9 @@ pub struct Storage(Arc<StorageInner>);
 struct StorageInner {
     nbytes: usize,
     residence: Residence,
+    /// This storage's bytes moved into shared memory for sending, made once
+    /// and kept while this storage lives.
+    shared_twin: OnceLock<Storage>,
 }
 
 /// A storage being filled by its producer: allocated directly in shared
@@ -178,12 +181,17 @@ impl Storage {
         Self(Arc::new(StorageInner {
             nbytes,
             residence: Residence::Local(segment),
+            shared_twin: OnceLock::new(),
         }))
     }
 
     /// A storage described by a handle whose bytes are elsewhere.
     pub fn remote(residence: Residence, nbytes: usize) -> Self {
-        Self(Arc::new(StorageInner { nbytes, residence }))
+        Self(Arc::new(StorageInner {
+            nbytes,
+            residence,
+            shared_twin: OnceLock::new(),
+        }))
     }
 
     /// Size in bytes.
@@ -231,6 +239,53 @@ impl Storage {
     /// A reference that does not keep the storage alive.
     pub fn downgrade(&self) -> WeakStorage {
         WeakStorage(Arc::downgrade(&self.0))
+    }
+
+    /// The segment holding the bytes, when they are in this process in a
+    /// segment of type `T` (an `FdSegment`, a `FileSystemSegment`, ...).
+    pub fn local_segment<T: Segment>(&self) -> Option<&T> {
+        match &self.0.residence {
+            Residence::Local(segment) => segment.downcast_ref::<T>(),
+            _ => None,
+        }
+    }
+
+    /// The strategy of the segment holding the bytes, when they are here.
+    pub fn local_kind(&self) -> Option<StrategyKind> {
+        match &self.0.residence {
+            Residence::Local(segment) => Some(segment.kind()),
+            _ => None,
+        }
+    }
+
+    /// This storage's copy in shared memory of `kind`, made by `make` the
+    /// first time and then kept as long as this storage lives: torch's
+    /// `share_memory_()`, which moves a storage into shared memory in place,
+    /// so that one storage sent many times is one segment.
+    ///
+    /// A storage keeps one such copy; asked for another kind, it makes an
+    /// uncached one.
+    pub(crate) fn shared_twin<E>(
+        &self,
+        kind: StrategyKind,
+        make: impl FnOnce() -> Result<Storage, E>,
+    ) -> Result<Storage, E> {
+        if let Some(twin) = self.0.shared_twin.get() {
+            return if twin.local_kind() == Some(kind) {
+                Ok(twin.clone())
+            } else {
+                make()
+            };
+        }
+        let made = make()?;
+        // Two threads may race here: both copy, the first stored is the
+        // one every sender uses.
+        let twin = self.0.shared_twin.get_or_init(|| made.clone());
+        Ok(if twin.local_kind() == Some(kind) {
+            twin.clone()
+        } else {
+            made
+        })
     }
 
     /// A key that is equal for clones of one storage and different otherwise,

@@ -28,13 +28,16 @@ fn bench_runs_every_path_side_by_side() {
         return;
     };
     let (stdout, rows) = quick_bench(&["--python", &python]);
-    assert_eq!(rows.len(), 5, "{stdout}");
+    assert_eq!(rows.len(), 8, "{stdout}");
     for path in [
         "torch -> torch  file_descriptor",
         "torch -> torch  file_system",
-        "Rust  -> Rust",
-        "Rust  -> torch",
-        "torch -> Rust",
+        "Rust  -> Rust   file_descriptor",
+        "Rust  -> torch  file_descriptor",
+        "torch -> Rust   file_descriptor",
+        "Rust  -> Rust   file_system",
+        "Rust  -> torch  file_system",
+        "torch -> Rust   file_system",
     ] {
         assert!(
             rows.iter().any(|row| row.contains(path)),

@@ -14,18 +14,24 @@ fn demo_streams_both_ways_and_verifies() {
         .output()
         .expect("run tensorshare demo");
     let stdout = support::expect_success(&output, "tensorshare demo");
-    let rows: Vec<&str> = stdout
-        .lines()
-        .filter(|line| line.starts_with("file_descriptor"))
-        .collect();
-    assert_eq!(rows.len(), 2, "one row per direction:\n{stdout}");
-    for row in rows {
-        let columns: Vec<&str> = row.split_whitespace().collect();
-        assert_eq!(columns[4], "16", "{row}");
-        assert_eq!(columns.last(), Some(&"yes"), "not zero-copy: {row}");
+    for strategy in ["file_descriptor", "file_system"] {
+        let rows: Vec<&str> = stdout
+            .lines()
+            .filter(|line| line.starts_with(strategy))
+            .collect();
+        assert_eq!(rows.len(), 2, "one {strategy} row per direction:\n{stdout}");
+        check_rows(&rows);
     }
     assert!(
         stdout.contains("every byte of every tensor verified"),
         "{stdout}"
     );
+}
+
+fn check_rows(rows: &[&str]) {
+    for row in rows {
+        let columns: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(columns[4], "16", "{row}");
+        assert_eq!(columns.last(), Some(&"yes"), "not zero-copy: {row}");
+    }
 }

@@ -2,17 +2,19 @@
 """The stock-PyTorch side of the interop tests: an echo server, a client that
 checks an echo server, and a worker pool fed by a producer.
 
-    echo_peer.py serve --address ADDR --authkey HEX
-    echo_peer.py drive --address ADDR --authkey HEX [--repeat N] [--hostile]
-    echo_peer.py pool  --address ADDR --authkey HEX --workers K
+    echo_peer.py serve --address ADDR --authkey HEX [--strategy NAME]
+    echo_peer.py drive --address ADDR --authkey HEX [--strategy NAME] [--repeat N] [--hostile]
+    echo_peer.py pool  --address ADDR --authkey HEX [--strategy NAME] --workers K
+    echo_peer.py stream --address ADDR --authkey HEX [--strategy NAME]
 
 Run it with the pinned torch: `"$(scripts/python-env)" compat/python/echo_peer.py ...`.
 ADDR is an AF_UNIX path, or `@name` for the Linux abstract socket "\\0name".
 HEX is the multiprocessing authkey; it guards the connection and the
-resource sharer that hands file descriptors over. Every mode uses torch's
-file_descriptor sharing strategy.
+resource sharer that hands file descriptors over. NAME is torch's sharing
+strategy for every process of the job: file_descriptor (the default) or
+file_system.
 
-serve   What `tensorshare echo --strategy file_descriptor` does, in stock
+serve   What `tensorshare echo --strategy NAME` does, in stock
         torch: prints `listening ADDR` once ready, sends every message back
         on its connection (a thread per connection) until EOF, logs and
         closes a connection whose message torch cannot rebuild, refuses
@@ -38,12 +40,18 @@ pool    A torch.multiprocessing spawn pool fed by a producer listening at
         the file descriptors of the results from this process's resource
         sharer, so it exits only once every one was fetched or the producer
         hung up (at most 10 s after `done`).
+
+stream  A producer for crash trials: sends fresh 4 KiB tensors to an echo
+        server one after another, holding the last 16 echoes, and prints
+        `streaming` once the first echo is back. Runs until the server goes
+        away or the process is killed.
 """
 
 import argparse
 import collections
 import contextlib
 import functools
+import itertools
 import math
 import multiprocessing
 import os
@@ -66,7 +74,7 @@ import torch
 import torch.multiprocessing  # registers torch's reductions with ForkingPickler
 from torch.multiprocessing import reductions
 
-SHARING_STRATEGY = "file_descriptor"
+STRATEGIES = ["file_descriptor", "file_system"]
 ANSWER_TIMEOUT = 30.0  # seconds to wait for an echo, or for a refused connection to close
 PRODUCER_FETCH_TIMEOUT = 10.0  # seconds `pool` waits after `done` for fds to be fetched
 FD_SLACK = 16  # open fds the repeat case may gain without failing
@@ -103,10 +111,10 @@ def unix_address(address: str) -> str:
     return "\0" + address[1:] if address.startswith("@") else address
 
 
-def join_torch_job(authkey: bytes) -> None:
+def join_torch_job(authkey: bytes, strategy: str) -> None:
     """Sets what every process of the job shares: the authkey and the strategy."""
     multiprocessing.current_process().authkey = authkey
-    torch.multiprocessing.set_sharing_strategy(SHARING_STRATEGY)
+    torch.multiprocessing.set_sharing_strategy(strategy)
 
 
 def describe(exc: BaseException) -> str:
@@ -459,10 +467,10 @@ def forking_dumps(obj: Any) -> bytes:
     return bytes(ForkingPickler.dumps(obj))
 
 
-def fd_tensor_pickle(
+def tensor_pickle(
     storage: Reduced, shape: tuple[int, ...], stride: tuple[int, ...], offset: int = 0
 ) -> bytes:
-    """A float32 tensor in torch's file_descriptor form, over any storage reduction."""
+    """A float32 tensor in torch's sharing form, over any storage reduction."""
     return forking_dumps(
         Reduced(
             reductions.rebuild_tensor,
@@ -491,6 +499,21 @@ def resource_sharer_address() -> str:
     return dupfd._id[0]
 
 
+def forged_segment(name: bytes, nbytes: int) -> Reduced:
+    """`rebuild_storage_filename` naming `name` with this process's real manager."""
+    manager, _, _ = torch.zeros(1).untyped_storage()._share_filename_cpu_()
+    return Reduced(reductions.rebuild_storage_filename, torch.UntypedStorage, manager, name, nbytes)
+
+
+def oversized_segment_pickle() -> bytes:
+    """A real 16-byte file_system segment announced as 4096 bytes."""
+    manager, name, _ = torch.zeros(4).untyped_storage()._share_filename_cpu_()
+    storage = Reduced(
+        reductions.rebuild_storage_filename, torch.UntypedStorage, manager, name, 4096
+    )
+    return tensor_pickle(storage, (1024,), (1,))
+
+
 def truncated_tensor_pickle() -> bytes:
     whole = forking_dumps(torch.arange(6, dtype=torch.float32))
     return whole[: len(whole) // 2]
@@ -499,7 +522,7 @@ def truncated_tensor_pickle() -> bytes:
 def view_outside_storage_pickle() -> bytes:
     """A 3x3 float32 view at offset 2 over a real 16-byte shared storage."""
     func, args = reductions.reduce_storage(torch.zeros(4).untyped_storage())
-    return fd_tensor_pickle(Reduced(func, *args), (3, 3), (3, 1), offset=2)
+    return tensor_pickle(Reduced(func, *args), (3, 3), (3, 1), offset=2)
 
 
 def hostile_messages(marker: str, missing_address: str) -> dict[str, Callable[[], bytes]]:
@@ -512,16 +535,23 @@ def hostile_messages(marker: str, missing_address: str) -> dict[str, Callable[[]
         ),
         "hostile_garbage": lambda: random.Random(1950).randbytes(4096),
         "hostile_truncated": truncated_tensor_pickle,
-        "hostile_dupfd_no_listener": lambda: fd_tensor_pickle(
+        "hostile_dupfd_no_listener": lambda: tensor_pickle(
             forged_storage(missing_address, 1, 16), (4,), (1,)
         ),
-        "hostile_dupfd_wrong_key": lambda: fd_tensor_pickle(
+        "hostile_dupfd_wrong_key": lambda: tensor_pickle(
             forged_storage(resource_sharer_address(), 10**9, 16), (4,), (1,)
         ),
         "hostile_deep_nesting": lambda: (
             b"\x80\x04" + b"]" * DEEP_NESTING + b"a" * (DEEP_NESTING - 1) + b"."
         ),
         "hostile_view_outside_storage": view_outside_storage_pickle,
+        "hostile_segment_path": lambda: tensor_pickle(
+            forged_segment(b"/torch_1_2/../../../etc/passwd", 16), (4,), (1,)
+        ),
+        "hostile_segment_missing": lambda: tensor_pickle(
+            forged_segment(f"/torch_{os.getpid()}_1_999999999".encode(), 16), (4,), (1,)
+        ),
+        "hostile_segment_oversized": oversized_segment_pickle,
     }
 
 
@@ -602,7 +632,7 @@ def received_items(conn: Connection) -> Iterator[tuple[int, torch.Tensor]]:
         yield item
 
 
-def pool(address: str, authkey: bytes, workers: int) -> None:
+def pool(address: str, authkey: bytes, strategy: str, workers: int) -> None:
     with Client(unix_address(address), family="AF_UNIX", authkey=authkey) as conn:
         # Spawned workers inherit the authkey set by join_torch_job, which they
         # need to fetch fds from this process's resource sharer and back.
@@ -610,7 +640,7 @@ def pool(address: str, authkey: bytes, workers: int) -> None:
         with context.Pool(
             workers,
             initializer=torch.multiprocessing.set_sharing_strategy,
-            initargs=(SHARING_STRATEGY,),
+            initargs=(strategy,),
         ) as worker_pool:
             pids: set[int] = set()
             for result in worker_pool.imap(double_and_sum, received_items(conn)):
@@ -636,6 +666,20 @@ def wait_for_fetches(conn: Connection, timeout: float) -> None:
             return
 
 
+# ---------------------------------------------------------------- stream
+
+
+def stream(address: str, authkey: bytes) -> None:
+    held: collections.deque[Any] = collections.deque(maxlen=16)
+    with contextlib.suppress(EOFError, OSError):
+        with Client(unix_address(address), family="AF_UNIX", authkey=authkey) as conn:
+            for index in itertools.count():
+                conn.send(torch.full((4096,), index % 256, dtype=torch.uint8))
+                held.append(conn.recv())
+                if index == 0:
+                    print("streaming", flush=True)
+
+
 # ---------------------------------------------------------------- command line
 
 
@@ -657,9 +701,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     serve_parser = commands.add_parser("serve", help="echo every message back (stock torch)")
     drive_parser = commands.add_parser("drive", help="check an echo server case by case")
     pool_parser = commands.add_parser("pool", help="a spawn worker pool fed by a producer")
-    for sub in (serve_parser, drive_parser, pool_parser):
+    stream_parser = commands.add_parser("stream", help="stream tensors to an echo server")
+    for sub in (serve_parser, drive_parser, pool_parser, stream_parser):
         sub.add_argument("--address", required=True, help="AF_UNIX path, or @name (abstract)")
         sub.add_argument("--authkey", required=True, type=authkey_arg, help="hex")
+        sub.add_argument("--strategy", choices=STRATEGIES, default=STRATEGIES[0])
     drive_parser.add_argument("--repeat", type=int, default=2000, help="echoes of one storage")
     drive_parser.add_argument(
         "--hostile", action="store_true", help="add messages to refuse (never against serve)"
@@ -670,15 +716,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    join_torch_job(args.authkey)
+    join_torch_job(args.authkey, args.strategy)
     # torch warns each time it rebuilds a complex32 tensor.
     warnings.filterwarnings("ignore", message="ComplexHalf support is experimental")
     if args.command == "serve":
         serve(args.address, args.authkey)
     elif args.command == "drive":
         return drive(args.address, args.authkey, args.repeat, args.hostile)
+    elif args.command == "stream":
+        stream(args.address, args.authkey)
     else:
-        pool(args.address, args.authkey, args.workers)
+        pool(args.address, args.authkey, args.strategy, args.workers)
     return 0
 
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use tensorshare::connection::{ConnectionOptions, PrivateTempDir};
-use tensorshare::{Address, Authkey, Listener, SharingContext};
+use tensorshare::{Address, Authkey, Listener, SharingContext, StrategyKind};
 
 use super::bench_stream::{Workload, consume, produce};
 use super::peer::{Peer, connect_back};
@@ -36,7 +36,7 @@ pub struct BenchArgs {
         long,
         value_delimiter = ',',
         value_enum,
-        default_value = "torch-fd,torch-fs,rust-to-rust,rust-to-torch,torch-to-rust"
+        default_value = "torch-fd,torch-fs,rust-to-rust,rust-to-torch,torch-to-rust,rust-to-rust-fs,rust-to-torch-fs,torch-to-rust-fs"
     )]
     paths: Vec<Route>,
 }
@@ -55,36 +55,50 @@ enum Route {
     TorchFd,
     /// torch producer, torch consumer, file_system.
     TorchFs,
-    /// Rust producer, Rust consumer.
+    /// Rust producer, Rust consumer, file_descriptor.
     RustToRust,
-    /// Rust producer, torch consumer.
+    /// Rust producer, torch consumer, file_descriptor.
     RustToTorch,
-    /// torch producer, Rust consumer.
+    /// torch producer, Rust consumer, file_descriptor.
     TorchToRust,
+    /// Rust producer, Rust consumer, file_system.
+    RustToRustFs,
+    /// Rust producer, torch consumer, file_system.
+    RustToTorchFs,
+    /// torch producer, Rust consumer, file_system.
+    TorchToRustFs,
 }
 
 impl Route {
-    fn label(self) -> &'static str {
+    fn label(self) -> String {
+        let ends = match self {
+            Route::TorchFd | Route::TorchFs => "torch -> torch",
+            Route::RustToRust | Route::RustToRustFs => "Rust  -> Rust ",
+            Route::RustToTorch | Route::RustToTorchFs => "Rust  -> torch",
+            Route::TorchToRust | Route::TorchToRustFs => "torch -> Rust ",
+        };
+        format!("{ends}  {}", self.strategy())
+    }
+
+    /// The strategy every producer on this path shares with.
+    fn strategy(self) -> StrategyKind {
         match self {
-            Route::TorchFd => "torch -> torch  file_descriptor",
-            Route::TorchFs => "torch -> torch  file_system",
-            Route::RustToRust => "Rust  -> Rust   file_descriptor",
-            Route::RustToTorch => "Rust  -> torch  file_descriptor",
-            Route::TorchToRust => "torch -> Rust   file_descriptor",
+            Route::TorchFd | Route::RustToRust | Route::RustToTorch | Route::TorchToRust => {
+                StrategyKind::FileDescriptor
+            }
+            Route::TorchFs | Route::RustToRustFs | Route::RustToTorchFs | Route::TorchToRustFs => {
+                StrategyKind::FileSystem
+            }
         }
     }
 
-    /// The strategy of a torch-to-torch path.
-    fn torch_only_strategy(self) -> Option<&'static str> {
-        match self {
-            Route::TorchFd => Some("file_descriptor"),
-            Route::TorchFs => Some("file_system"),
-            _ => None,
-        }
+    /// Whether both ends are torch.
+    fn torch_only(self) -> bool {
+        matches!(self, Route::TorchFd | Route::TorchFs)
     }
 
     fn needs_torch(self) -> bool {
-        self != Route::RustToRust
+        !matches!(self, Route::RustToRust | Route::RustToRustFs)
     }
 }
 
@@ -180,8 +194,9 @@ fn run_path(
     torch: &TorchPeer,
 ) -> Result<Vec<f64>, Box<dyn std::error::Error>> {
     let authkey = Authkey::random()?;
-    let sharing = SharingContext::new(authkey.clone());
-    if let Some(strategy) = path.torch_only_strategy() {
+    let strategy = path.strategy().name();
+    let sharing = SharingContext::new(authkey.clone()).with_strategy(path.strategy())?;
+    if path.torch_only() {
         let output = torch.run(
             &["torch-to-torch", "--strategy", strategy],
             Some(workload),
@@ -191,17 +206,22 @@ fn run_path(
     }
     let listener = Listener::bind_in_private_dir(&authkey, ConnectionOptions::default())?;
     let address = listener.address().to_string();
+    let torch_produces = matches!(path, Route::TorchToRust | Route::TorchToRustFs);
     let mut peer = match path {
-        Route::RustToRust => Peer::spawn_self("bench-peer", listener.address(), &authkey, &[])?,
-        Route::RustToTorch => torch.spawn(&["consume"], None, Some((&address, &authkey)))?,
+        Route::RustToRust | Route::RustToRustFs => {
+            Peer::spawn_self("bench-peer", listener.address(), &authkey, &[])?
+        }
+        Route::RustToTorch | Route::RustToTorchFs => {
+            torch.spawn(&["consume"], None, Some((&address, &authkey)))?
+        }
         _ => torch.spawn(
-            &["produce", "--strategy", "file_descriptor"],
+            &["produce", "--strategy", strategy],
             Some(workload),
             Some((&address, &authkey)),
         )?,
     };
     let mut connection = peer.accept(&listener)?;
-    if path == Route::TorchToRust {
+    if torch_produces {
         consume(&mut connection, &sharing)?;
         return torch.seconds(peer.finish()?);
     }
@@ -213,7 +233,7 @@ fn run_path(
 fn print_rows(rows: &[Row]) {
     let torch_best = rows
         .iter()
-        .filter(|row| row.path.torch_only_strategy().is_some())
+        .filter(|row| row.path.torch_only())
         .map(|row| row.per_tensor)
         .fold(f64::INFINITY, f64::min);
     for row in rows {

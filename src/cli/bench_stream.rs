@@ -12,9 +12,7 @@
 
 use std::time::{Duration, Instant};
 
-use tensorshare::{
-    Connection, DType, SharingContext, Storage, StrategyKind, Tensor, TensorView, Value,
-};
+use tensorshare::{Connection, DType, SharingContext, Storage, Tensor, TensorView, Value};
 
 const FILL_MODULUS: usize = 251;
 
@@ -84,7 +82,7 @@ fn send_run(
     let mut kept = Vec::with_capacity(count);
     let start = Instant::now();
     for index in 0..count {
-        let mut writer = Storage::allocate(StrategyKind::FileDescriptor, size)?;
+        let mut writer = Storage::allocate(sharing.strategy(), size)?;
         fill_in_parallel(writer.as_bytes_mut(), (index % FILL_MODULUS) as u8);
         let tensor = Value::Tensor(Tensor::new(
             writer.freeze(),

@@ -1,20 +1,6 @@
 //! Human-readable figures for tables.
 
-/// `bytes` in B, KiB, MiB or GiB.
-pub fn bytes(bytes: u64) -> String {
-    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
-    let mut value = bytes as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{value:.1} {}", UNITS[unit])
-    }
-}
+pub use tensorshare_strategies::human_bytes as bytes;
 
 /// `seconds` in ns, µs, ms or s, three significant figures.
 pub fn duration(seconds: f64) -> String {
@@ -35,4 +21,18 @@ pub fn duration(seconds: f64) -> String {
         0
     };
     format!("{value:.decimals$} {unit}")
+}
+
+/// Writes `text` to stdout; a closed pipe (`| head`) is not an error worth
+/// reporting.
+pub fn print_report(text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e),
+        _ => Ok(()),
+    }
 }

@@ -1,6 +1,6 @@
 //! `tensorshare inspect [--json] FILE|-`.
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::PathBuf;
 
 use clap::Args;
@@ -26,16 +26,7 @@ pub fn run(args: InspectArgs) -> Result<(), Box<dyn std::error::Error>> {
     } else {
         report.to_text()
     };
-    let mut stdout = std::io::stdout().lock();
-    if let Err(e) = stdout
-        .write_all(text.as_bytes())
-        .and_then(|()| stdout.flush())
-    {
-        // A closed pipe (`| head`) is not an error worth reporting.
-        if e.kind() != std::io::ErrorKind::BrokenPipe {
-            return Err(e.into());
-        }
-    }
+    super::format::print_report(&text)?;
     Ok(())
 }
 

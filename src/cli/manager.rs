@@ -1,10 +1,118 @@
-//! `tensorshare manager`.
+//! `tensorshare manager [--daemon] [--socket PATH] [--idle-timeout SECS]`:
+//! a shared-memory manager that torch processes and ours register
+//! `file_system` segments with, speaking libshm's protocol.
 
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::shutdown::ShutdownSignal;
 use clap::Args;
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use tensorshare_strategies::shm_manager::{
+    DEFAULT_IDLE_TIMEOUT, ManagerReport, ManagerServer, ServeOptions, StopReason,
+};
 
 #[derive(Debug, Args)]
-pub struct ManagerArgs {}
+pub struct ManagerArgs {
+    /// Fork into the background once the socket path is printed: the
+    /// command returns at once and the manager runs in its own session with
+    /// its standard streams on /dev/null.
+    #[arg(long)]
+    daemon: bool,
+    /// Listen on this socket path instead of `manager.sock` in a fresh
+    /// private directory under $TMPDIR.
+    #[arg(long, value_name = "PATH")]
+    socket: Option<PathBuf>,
+    /// Exit after this many seconds with no client, unlinking every segment
+    /// still registered; also how long a segment whose last holder died is
+    /// kept for another process to claim it.
+    #[arg(long, value_name = "SECS", default_value_t = DEFAULT_IDLE_TIMEOUT.as_secs_f64(),
+          value_parser = parse_idle_timeout)]
+    idle_timeout: f64,
+}
 
-pub fn run(_args: ManagerArgs) -> Result<(), Box<dyn std::error::Error>> {
-    Err("not built yet".into())
+/// Seconds, above zero and at most a day.
+fn parse_idle_timeout(text: &str) -> Result<f64, String> {
+    let secs: f64 = text
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number of seconds"))?;
+    if !(secs > 0.0 && secs <= 86_400.0) {
+        return Err(format!(
+            "{text} is out of range: give more than 0 and at most 86400 seconds"
+        ));
+    }
+    Ok(secs)
+}
+
+pub fn run(args: ManagerArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let idle_timeout = Duration::from_secs_f64(args.idle_timeout);
+    // First, so that no signal kills the manager between its first line and
+    // serving; a daemon's fork inherits the handlers and their socket.
+    // SIGHUP too: the terminal of a foreground manager closed. Each stops it
+    // as when idle, unlinking what is registered.
+    let shutdown = ShutdownSignal::install_for(&[SIGTERM, SIGINT, SIGHUP])?.into_socket();
+    let bound = match &args.socket {
+        Some(path) => ManagerServer::bind(path),
+        None => ManagerServer::bind_in_private_dir(),
+    };
+    let mut stdout = std::io::stdout().lock();
+    let server = match bound {
+        Ok(server) => server,
+        Err(error) => {
+            // The launcher reads one line: torch's managers say `ERROR: ...`.
+            let _ = writeln!(stdout, "ERROR: {error}");
+            let _ = stdout.flush();
+            return Err(error.into());
+        }
+    };
+    stdout.write_all(server.handle().as_bytes())?;
+    stdout.write_all(b"\n")?;
+    stdout.flush()?;
+    drop(stdout);
+
+    let server = if args.daemon {
+        server.daemonize()?
+    } else {
+        server
+    };
+    let report = server.serve(
+        ServeOptions::default()
+            .with_idle_timeout(idle_timeout)
+            .with_shutdown(shutdown),
+    )?;
+    eprintln!("tensorshare manager: {}", summary(&report, idle_timeout));
+    Ok(())
+}
+
+/// One line on what the manager did.
+fn summary(report: &ManagerReport, idle_timeout: Duration) -> String {
+    let why = match report.stop {
+        StopReason::Idle => format!("no client for {}s", idle_timeout.as_secs_f64()),
+        StopReason::Shutdown => "stopped by signal".to_owned(),
+        _ => "stopped".to_owned(),
+    };
+    let plural = |n: usize, word: &str| format!("{n} {word}{}", if n == 1 { "" } else { "s" });
+    let mut line = format!(
+        "{why}; served {}, {}",
+        plural(
+            usize::try_from(report.clients).unwrap_or(usize::MAX),
+            "client"
+        ),
+        plural(
+            usize::try_from(report.registrations).unwrap_or(usize::MAX),
+            "registration"
+        ),
+    );
+    if report.rejected_clients > 0 {
+        line.push_str(&format!(
+            ", disconnected {} sending garbage",
+            report.rejected_clients
+        ));
+    }
+    line.push_str(&format!(
+        "; unlinked {}",
+        plural(report.unlinked.len(), "segment")
+    ));
+    line
 }

@@ -1,4 +1,4 @@
-//! SIGTERM and SIGINT for servers: the signal handler only writes to a
+//! SIGTERM and SIGINT (and SIGHUP for the manager) for servers: the signal handler only writes to a
 //! socket, and the serving loop polls it beside the listener, so shutdown
 //! runs as ordinary code that drops what it owns.
 
@@ -24,13 +24,24 @@ pub struct ShutdownSignal {
 }
 
 impl ShutdownSignal {
-    /// Installs the handlers.
+    /// Installs the handlers for SIGTERM and SIGINT.
     pub fn install() -> io::Result<Self> {
+        Self::install_for(&[SIGTERM, SIGINT])
+    }
+
+    /// Installs the handlers for `signals`.
+    pub fn install_for(signals: &[std::ffi::c_int]) -> io::Result<Self> {
         let (signalled, handler_end) = UnixStream::pair()?;
         handler_end.set_nonblocking(true)?;
-        signal_hook::low_level::pipe::register(SIGTERM, handler_end.try_clone()?)?;
-        signal_hook::low_level::pipe::register(SIGINT, handler_end)?;
+        for &signal in signals {
+            signal_hook::low_level::pipe::register(signal, handler_end.try_clone()?)?;
+        }
         Ok(Self { signalled })
+    }
+
+    /// The socket the handlers write to, for a loop that polls it itself.
+    pub fn into_socket(self) -> UnixStream {
+        self.signalled
     }
 
     /// Blocks until `listener` is readable or a signal arrives; a signal wins.

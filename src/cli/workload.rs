@@ -2,8 +2,9 @@
 //! process checks them without a copy of what was sent; and what a storage
 //! maps, to tell a zero-copy receipt from a copy.
 
-use tensorshare::{DType, Residence, Storage, StorageWriter, StrategyKind, Tensor, TensorView};
+use tensorshare::{DType, Storage, StorageWriter, StrategyKind, Tensor, TensorView};
 use tensorshare_strategies::file_descriptor::FdSegment;
+use tensorshare_strategies::file_system::FileSystemSegment;
 
 /// The byte at `position` of the storage of tensor number `index`.
 pub fn pattern_byte(index: u64, position: usize) -> u8 {
@@ -91,10 +92,9 @@ impl TensorSpec {
 /// What shared object a storage maps, as `(st_dev, st_ino)`; `None` for
 /// storages that are private to this process.
 pub fn shared_identity(storage: &Storage) -> Option<(u64, u64)> {
-    let Residence::Local(segment) = storage.residence() else {
-        return None;
+    let identity = match storage.local_segment::<FdSegment>() {
+        Some(fd) => fd.identity(),
+        None => storage.local_segment::<FileSystemSegment>()?.identity(),
     };
-    let fd = segment.downcast_ref::<FdSegment>()?;
-    let identity = fd.identity();
     Some((identity.dev, identity.ino))
 }

@@ -190,12 +190,23 @@ fn rebuild_storage_filename(call: Call<'_>) -> Result<Value, RebuildError> {
         name: name.clone(),
     };
     let size = int(&call, size, "size")?;
-    // Every reference to one segment name in a message is one storage, as
-    // torch's receiver finds it in its cache by handle.
-    let make = |nbytes| {
-        Ok(call.shared_storage(StorageKey::Segment(name.clone()), || {
+    let make = |nbytes| match call.sharing {
+        // Every call takes back the count its sender added for it, so each
+        // goes to the receipt; the context's cache by name makes repeats
+        // one storage.
+        Some(sharing) => {
+            sharing
+                .attach_segment(&segment, nbytes)
+                .map_err(|source| RebuildError::Attach {
+                    callee: call.callee.clone(),
+                    source: Box::new(source),
+                })
+        }
+        // Every reference to one segment name in a message is one storage, as
+        // torch's receiver finds it in its cache by handle.
+        None => Ok(call.shared_storage(StorageKey::Segment(name.clone()), || {
             Storage::remote(Residence::FileSystem(segment.clone()), nbytes)
-        }))
+        })),
     };
     match dtype {
         // With a dtype, torch 2.x counts elements and wraps a TypedStorage.

@@ -10,10 +10,10 @@ use tensorshare_compat::pickle::{Node, NodeId};
 use tensorshare_strategies::SharingStrategy;
 use tensorshare_strategies::file_descriptor::{FdSegment, FileDescriptorStrategy, ReceivedFd};
 
-use super::{SharingContext, lock};
+use super::SharingContext;
 use crate::reduce::{PickleBuilder, StorageReducer};
 use crate::registry::REDUCTIONS;
-use crate::{Error, Residence, Storage, StrategyKind};
+use crate::{Error, Storage, StrategyKind};
 
 /// Writes storages as `rebuild_storage_fd(UntypedStorage, DupFd, nbytes)`,
 /// and keeps each shared storage with its registration key.
@@ -36,24 +36,16 @@ impl<'a> FdReducer<'a> {
     }
 }
 
-/// The memfd segment `storage` lives in, if it does.
-pub(super) fn fd_segment(storage: &Storage) -> Option<&FdSegment> {
-    match storage.residence() {
-        Residence::Local(segment) => segment.downcast_ref::<FdSegment>(),
-        _ => None,
-    }
-}
-
 impl StorageReducer for FdReducer<'_> {
     fn reduce_storage(&self, storage: &Storage, out: &mut PickleBuilder) -> Result<NodeId, Error> {
-        let class = out.global("torch.storage", "UntypedStorage");
         if storage.nbytes() == 0 {
-            // torch's reduce_storage: an empty storage cannot be mapped.
-            let rebuild = out.global(REDUCTIONS, "rebuild_storage_empty");
-            return Ok(out.call(rebuild, vec![class]));
+            return Ok(super::reduce_empty(out));
         }
-        let shared = self.context.shared_copy(storage)?;
-        let segment = fd_segment(&shared)
+        let shared = self
+            .context
+            .shared_copy(storage, StrategyKind::FileDescriptor)?;
+        let segment = shared
+            .local_segment::<FdSegment>()
             .ok_or_else(|| Error::Unsupported("storage did not move into a memfd".into()))?;
         self.context.by_inode.insert(segment.identity(), &shared);
         let fd = FileDescriptorStrategy.export(segment)?;
@@ -75,40 +67,13 @@ impl StorageReducer for FdReducer<'_> {
         let dup_fd_class = out.global("multiprocessing.resource_sharer", "DupFd");
         let dup_fd = out.new_object_with_state(dup_fd_class, state);
         let nbytes = out.int(storage.nbytes());
+        let class = out.global("torch.storage", "UntypedStorage");
         let rebuild = out.global(REDUCTIONS, "rebuild_storage_fd");
         Ok(out.call(rebuild, vec![class, dup_fd, nbytes]))
     }
 }
 
 impl SharingContext {
-    /// `storage` itself when it already lives in a memfd, else its copy in
-    /// one, made once per storage (torch's `share_memory_()`).
-    fn shared_copy(&self, storage: &Storage) -> Result<Storage, Error> {
-        let Residence::Local(segment) = storage.residence() else {
-            return Err(Error::Unsupported(format!(
-                "a {} storage whose bytes are not in this process cannot be sent; receive it with a SharingContext to attach it first",
-                storage.kind()
-            )));
-        };
-        if segment.downcast_ref::<FdSegment>().is_some() {
-            return Ok(storage.clone());
-        }
-        let mut exported = lock(&self.exported);
-        if let Some(copy) = exported.get(storage) {
-            return Ok(copy);
-        }
-        let bytes = storage.bytes().ok_or_else(|| {
-            Error::Unsupported("the storage claims more bytes than its segment holds".into())
-        })?;
-        // Under the lock, so that one storage sent from two threads at once
-        // still moves into one segment.
-        let mut writer = Storage::allocate(StrategyKind::FileDescriptor, bytes.len())?;
-        writer.as_bytes_mut().copy_from_slice(bytes);
-        let copy = writer.freeze();
-        exported.insert(storage, &copy);
-        Ok(copy)
-    }
-
     /// Maps `nbytes` of a received fd, once per shared object while it
     /// lives (torch's `storage_from_cache` by `(st_dev, st_ino)`).
     pub(super) fn map_fd(&self, fd: OwnedFd, nbytes: usize) -> Result<Storage, Error> {

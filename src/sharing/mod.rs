@@ -10,25 +10,26 @@
 
 mod cache;
 mod file_descriptor;
+mod file_system;
 mod receipt;
 mod release;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use tensorshare_compat::pickle::{EncodeOptions, encode};
 use tensorshare_strategies::fd_passing::MAX_FDS_PER_MESSAGE;
-use tensorshare_strategies::file_descriptor::FileIdentity;
+use tensorshare_strategies::file_descriptor::{FdSegment, FileIdentity};
+use tensorshare_strategies::file_system::SegmentName;
 
 pub use cache::WeakStorageCache;
 pub(crate) use receipt::Receipt;
 
 use crate::registry::rebuild::Walker;
 use crate::resource_sharer::{Registration, ResourceSharer};
-use crate::storage::WeakStorage;
-use crate::{Authkey, Error, Registry, Storage, StrategyKind, Value};
+use crate::{Authkey, Error, Registry, Residence, Storage, StrategyKind, Value};
 
 /// How long to wait for a peer's resource sharer to hand over an fd.
 const DEFAULT_FETCH_TIMEOUT: Duration = Duration::from_secs(30);
@@ -76,9 +77,9 @@ pub struct SharingContext {
     /// keys them: one mapping per shared object while it lives, and a
     /// storage that comes back is the one that was sent.
     by_inode: WeakStorageCache<FileIdentity>,
-    /// Heap storages already copied into shared memory for sending, so one
-    /// storage sent many times is one segment.
-    exported: Mutex<SharedCopies>,
+    /// Sent and received `file_system` storages by segment name, as torch's
+    /// `shared_cache` keys them.
+    by_name: WeakStorageCache<SegmentName>,
     /// Fds handed to the resource sharer and not yet fetched, with the time
     /// after which they are closed unfetched.
     registrations: Mutex<VecDeque<(Instant, Registration)>>,
@@ -102,7 +103,7 @@ impl SharingContext {
             unfetched_lifetime: DEFAULT_UNFETCHED_LIFETIME,
             sharer: OnceLock::new(),
             by_inode: WeakStorageCache::new(),
-            exported: Mutex::new(SharedCopies::default()),
+            by_name: WeakStorageCache::new(),
             registrations: Mutex::new(VecDeque::new()),
             inline_fds: true,
             releases: release::Releases::new(authkey.as_bytes()),
@@ -116,15 +117,20 @@ impl SharingContext {
         self
     }
 
-    /// Sends storages with `strategy`.
+    /// Sends storages with `strategy`: `file_descriptor` (the default) or
+    /// `file_system`. Receiving takes every strategy whatever this says.
     ///
     /// # Errors
     ///
     /// [`Error::Unsupported`] for strategies this build cannot send with yet.
     pub fn with_strategy(mut self, strategy: StrategyKind) -> Result<Self, Error> {
-        if strategy != StrategyKind::FileDescriptor {
+        if !matches!(
+            strategy,
+            StrategyKind::FileDescriptor | StrategyKind::FileSystem
+        ) {
             return Err(Error::Unsupported(format!(
-                "sending with the {strategy} strategy is not available yet; use file_descriptor"
+                "sending with the {strategy} strategy is not available yet; use file_descriptor \
+                 or file_system"
             )));
         }
         self.strategy = strategy;
@@ -186,10 +192,19 @@ impl SharingContext {
     /// Pickles `value` as [`dumps`](Self::dumps) does, keeping the storages
     /// whose fds may ride on the message.
     pub(crate) fn dumps_outgoing(&self, value: &Value) -> Result<Outgoing, Error> {
+        let encode = |pickle| {
+            encode(&pickle, &EncodeOptions::new()).map_err(|e| Error::Unsupported(e.to_string()))
+        };
+        if self.strategy == StrategyKind::FileSystem {
+            let reducer = file_system::FsReducer::new(self);
+            let pickle = encode(crate::reduce::reduce_value(value, &reducer)?)?;
+            return Ok(Outgoing {
+                pickle,
+                attached: Vec::new(),
+            });
+        }
         let reducer = file_descriptor::FdReducer::new(self);
-        let pickle = crate::reduce::reduce_value(value, &reducer)?;
-        let pickle = encode(&pickle, &EncodeOptions::new())
-            .map_err(|e| Error::Unsupported(e.to_string()))?;
+        let pickle = encode(crate::reduce::reduce_value(value, &reducer)?)?;
         let mut shared = reducer.into_shared();
         if !self.inline_fds || shared.len() > MAX_FDS_PER_MESSAGE {
             shared.clear();
@@ -275,6 +290,39 @@ impl SharingContext {
     }
 }
 
+/// `rebuild_storage_empty(UntypedStorage)`, torch's form for a storage of no
+/// bytes under every strategy: there is nothing to map.
+fn reduce_empty(out: &mut crate::reduce::PickleBuilder) -> tensorshare_compat::pickle::NodeId {
+    let class = out.global("torch.storage", "UntypedStorage");
+    let rebuild = out.global(crate::registry::REDUCTIONS, "rebuild_storage_empty");
+    out.call(rebuild, vec![class])
+}
+
+impl SharingContext {
+    /// `storage` itself when it already lives in a segment of `kind`, else
+    /// its copy in one, made once per storage (see [`Storage::shared_twin`]).
+    fn shared_copy(&self, storage: &Storage, kind: StrategyKind) -> Result<Storage, Error> {
+        let Residence::Local(segment) = storage.residence() else {
+            return Err(Error::Unsupported(format!(
+                "a {} storage whose bytes are not in this process cannot be sent; receive it \
+                 with a SharingContext to attach it first",
+                storage.kind()
+            )));
+        };
+        if segment.kind() == kind {
+            return Ok(storage.clone());
+        }
+        storage.shared_twin(kind, || {
+            let bytes = storage.bytes().ok_or_else(|| {
+                Error::Unsupported("the storage claims more bytes than its segment holds".into())
+            })?;
+            let mut writer = Storage::allocate(kind, bytes.len())?;
+            writer.as_bytes_mut().copy_from_slice(bytes);
+            Ok(writer.freeze())
+        })
+    }
+}
+
 /// A pickled message and the storages whose fds go with it, in the order
 /// the receiver expects them.
 pub(crate) struct Outgoing {
@@ -291,46 +339,8 @@ impl Outgoing {
     pub(crate) fn attached_fds(&self) -> Vec<BorrowedFd<'_>> {
         self.attached
             .iter()
-            .filter_map(|storage| file_descriptor::fd_segment(storage).map(|segment| segment.fd()))
+            .filter_map(|storage| storage.local_segment::<FdSegment>().map(FdSegment::fd))
             .collect()
-    }
-}
-
-/// Heap storages and their copies in shared memory, each copy kept while its
-/// source lives, keyed by the source's identity.
-#[derive(Debug)]
-struct SharedCopies {
-    copies: HashMap<usize, (WeakStorage, Storage)>,
-    /// Dead entries are dropped when the map outgrows this, as in
-    /// [`WeakStorageCache`].
-    limit: usize,
-}
-
-impl Default for SharedCopies {
-    fn default() -> Self {
-        Self {
-            copies: HashMap::new(),
-            limit: 128,
-        }
-    }
-}
-
-impl SharedCopies {
-    /// The copy of `source`, if it has one. An entry whose source died is
-    /// not it, even when a new storage now has the same identity.
-    fn get(&self, source: &Storage) -> Option<Storage> {
-        let (weak, copy) = self.copies.get(&source.identity())?;
-        let alive = weak.upgrade()?;
-        alive.same_as(source).then(|| copy.clone())
-    }
-
-    fn insert(&mut self, source: &Storage, copy: &Storage) {
-        self.copies
-            .insert(source.identity(), (source.downgrade(), copy.clone()));
-        if self.copies.len() > self.limit {
-            self.copies.retain(|_, (weak, _)| weak.is_alive());
-            self.limit = 128.max(2 * self.copies.len());
-        }
     }
 }
 

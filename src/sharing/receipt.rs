@@ -22,7 +22,7 @@ use tensorshare_compat::pickle::Global;
 
 use super::SharingContext;
 use crate::registry::rebuild::Walker;
-use crate::{DupFdRef, Error, Storage, Value};
+use crate::{DupFdRef, Error, SegmentRef, Storage, Value};
 
 /// A message's storages being attached through `context`.
 pub(crate) struct Receipt<'a> {
@@ -78,6 +78,15 @@ impl<'a> Receipt<'a> {
             self.context.fetch_timeout,
         )?;
         self.context.map_fd(fd, nbytes)
+    }
+
+    /// The storage a `file_system` segment reference names, `nbytes` long.
+    pub(crate) fn attach_segment(
+        &self,
+        segment: &SegmentRef,
+        nbytes: usize,
+    ) -> Result<Storage, Error> {
+        self.context.map_segment(segment, nbytes)
     }
 }
 

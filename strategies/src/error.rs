@@ -4,6 +4,7 @@
 use nix::errno::Errno;
 
 use crate::StrategyKind;
+use crate::shm_manager::ManagerError;
 
 /// The largest segment any strategy accepts: the largest slice Rust allows,
 /// which is also the largest `off_t` on 64-bit Linux.
@@ -27,6 +28,36 @@ fn hint(errno: &Errno) -> &'static str {
         Errno::EPERM => "not permitted here (seccomp or sandbox): use the bytes strategy",
         Errno::ENOSYS => "this kernel has no memfd_create or shm_open: use the bytes strategy",
         _ => "if shared memory is unavailable on this system, use the bytes strategy",
+    }
+}
+
+/// The errno an I/O error carries; `UnknownErrno` for one that carries none.
+pub(crate) fn errno_of(error: &std::io::Error) -> Errno {
+    error
+        .raw_os_error()
+        .map_or(Errno::UnknownErrno, Errno::from_raw)
+}
+
+/// `bytes` in B, KiB, MiB, GiB or TiB, one decimal: `23.5 GiB`.
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(tensorshare_strategies::human_bytes(512), "512 B");
+/// assert_eq!(tensorshare_strategies::human_bytes(3 << 29), "1.5 GiB");
+/// ```
+pub fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
     }
 }
 
@@ -87,10 +118,33 @@ pub enum AllocateError {
         /// What `mmap` failed with.
         errno: Errno,
     },
+    /// The shared-memory filesystem is too full (or too small) for the
+    /// segment; found before any page was touched, so nothing faults later.
+    #[error(
+        "cannot allocate a {nbytes}-byte segment: {mount} ({size} in all, {available} free) cannot \
+         hold it: free segments (`tensorshare gc`), enlarge it (`mount -o remount,size=<bigger> \
+         {mount}`), or share smaller tensors",
+        size = human_bytes(*.size),
+        available = human_bytes(*.available)
+    )]
+    SharedMemoryFull {
+        /// The size asked for.
+        nbytes: usize,
+        /// The filesystem that is full, e.g. `/dev/shm`.
+        mount: String,
+        /// Its total size in bytes.
+        size: u64,
+        /// Its free bytes when the allocation failed.
+        available: u64,
+    },
+    /// The shared-memory manager that cleans up after crashed processes could
+    /// not be started or reached, or refused the segment.
+    #[error("cannot allocate a file_system segment: {0}")]
+    Manager(ManagerError),
     /// The strategy cannot be allocated by name alone.
     #[error(
-        "the {kind} strategy cannot be allocated by name in this version: use file_descriptor or \
-         bytes"
+        "the {kind} strategy cannot be allocated by name in this version: use file_descriptor, \
+         file_system or bytes"
     )]
     Unsupported {
         /// The strategy asked for.
@@ -180,6 +234,25 @@ pub enum ImportError {
     InvalidHandle {
         /// What is wrong with it.
         reason: String,
+    },
+    /// The named segment does not exist (any more).
+    #[error(
+        "shared-memory segment {name} does not exist: its sender freed it or exited (with its \
+         manager) before this process opened it; keep the sender's tensors alive until they are \
+         received"
+    )]
+    SegmentMissing {
+        /// The segment's name.
+        name: String,
+    },
+    /// The segment could not be registered with the manager named in the
+    /// message, which would leave it without cleanup if this process died.
+    #[error("cannot register segment {name} with its shared-memory manager: {source}")]
+    Manager {
+        /// The segment's name.
+        name: String,
+        /// What the manager connection reported.
+        source: ManagerError,
     },
     /// `fstat` on the received fd failed.
     #[error("cannot inspect the received file descriptor ({errno}): {}", hint(.errno))]

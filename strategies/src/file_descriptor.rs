@@ -19,20 +19,28 @@
 //! [`FdSegment::identity`] gives `(st_dev, st_ino)`, the key PyTorch's
 //! receive cache uses to recognise the same storage arriving twice.
 //!
+//! # Shrinking
+//!
+//! A memfd this crate allocates is sealed against shrinking, and so is a
+//! received one that allows sealing. A tmpfs object that refuses seals (the
+//! `shm_open` fallback, every fd PyTorch sends) can still be truncated by a
+//! process that holds an fd for it, after it was mapped here; such mappings
+//! are registered with the crate's fault guard, so a page lost that way reads
+//! as zeros rather than killing this process with `SIGBUS`, and
+//! [`FdSegment::was_truncated`] tells. PyTorch never resizes shared storages.
+//!
 //! # Safety
 //!
 //! This module opts in to `unsafe` only to call the private
-//! `SharedMapping::map`, whose contract is that the file covers the mapped
-//! range and cannot shrink under it:
+//! `SharedMapping::map` and `SharedMapping::map_guarded`, whose contract is
+//! that the file covers the mapped range, and, for `map`, that it cannot
+//! shrink:
 //!
-//! - after allocation, `ftruncate` has just sized the object and it is
-//!   sealed with `F_SEAL_SHRINK` (memfd), or no other process holds it yet
-//!   (the unlinked `shm_open` fallback);
-//! - on import, `fstat` has just shown the object covers the range and we
-//!   seal it where the kernel allows. An object that cannot be sealed (every
-//!   fd PyTorch sends) could still be shrunk by a hostile sender between
-//!   messages; that sender can only crash this process with `SIGBUS`, never
-//!   corrupt it, and PyTorch never resizes shared storages.
+//! - after allocation, `ftruncate` has just sized the object; on import,
+//!   `fstat` has just shown the object covers the range;
+//! - `map` is used only when `F_SEAL_SHRINK` is among the object's seals
+//!   (we add it where the kernel allows); every other object is mapped with
+//!   `map_guarded`.
 #![allow(unsafe_code)]
 
 mod anonymous_object;
@@ -70,7 +78,7 @@ pub struct FileIdentity {
 }
 
 impl FileIdentity {
-    fn of(stat: &FileStat) -> Self {
+    pub(crate) fn of(stat: &FileStat) -> Self {
         FileIdentity {
             dev: stat.st_dev,
             ino: stat.st_ino,
@@ -101,6 +109,26 @@ impl FdSegment {
     /// `(st_dev, st_ino)` of the shared memory file.
     pub fn identity(&self) -> FileIdentity {
         self.identity
+    }
+
+    /// Whether part of the segment was lost because another process
+    /// shrank the shared memory file after it was mapped here.
+    ///
+    /// Only a file that refuses seals can shrink (see the module's
+    /// [Shrinking](crate::file_descriptor#shrinking) section); a page of it touched after it
+    /// was lost is replaced, in this process only, by a page of zeros
+    /// instead of killing the process with `SIGBUS`. From then on this
+    /// returns `true`: the bytes past the file's new end read as zeros here,
+    /// and writes to them are not shared with any other process. Check it
+    /// after reading a segment from a sender you do not control, and discard
+    /// what you read when it is `true`.
+    ///
+    /// It also turns `true` when shared memory (`/dev/shm`) ran out as a page
+    /// of a file with unallocated pages was first touched: that page reads as
+    /// zeros alike. Always `false` for a file sealed against shrinking, such
+    /// as every segment this crate allocates where memfds are available.
+    pub fn was_truncated(&self) -> bool {
+        self.mapping.was_truncated()
     }
 
     /// A new close-on-exec fd for the same file (`F_DUPFD_CLOEXEC`).
@@ -173,20 +201,20 @@ impl SharingStrategy for FileDescriptorStrategy {
                 errno,
             })
         })?;
-        anonymous_object::reserve(fd.as_fd(), file_len).map_err(|errno| {
+        crate::mapping::reserve(fd.as_fd(), file_len).map_err(|errno| {
             AllocateError::from_errno(nbytes, errno, |nbytes, errno| AllocateError::Resize {
                 nbytes,
                 errno,
             })
         })?;
-        anonymous_object::seal_size(fd.as_fd());
+        let sealed = anonymous_object::seal_size(fd.as_fd());
         let stat = fstat(&fd).map_err(|errno| AllocateError::CreateObject { errno })?;
         let mapping = match NonZeroUsize::new(nbytes) {
             None => SharedMapping::empty(),
-            // SAFETY: `ftruncate` just sized the object to exactly `nbytes`,
-            // and it cannot shrink: it is sealed (memfd) or no other process
-            // has an fd for it yet (unlinked shm); only this segment will.
-            Some(len) => unsafe { SharedMapping::map(fd.as_fd(), len) }.map_err(|errno| {
+            // SAFETY: `ftruncate` just sized the object to exactly `nbytes`;
+            // it is sealed against shrinking (`map`), or guarded (the
+            // unlinked shm fallback, which a receiver could truncate).
+            Some(len) => unsafe { map_sized(fd.as_fd(), len, sealed) }.map_err(|errno| {
                 AllocateError::from_errno(nbytes, errno, |nbytes, errno| AllocateError::Map {
                     nbytes,
                     errno,
@@ -204,7 +232,7 @@ impl SharingStrategy for FileDescriptorStrategy {
         // Sealed again here for segments that were imported: a memfd from
         // another process may not be sealed yet, and our receivers rely on
         // its size.
-        anonymous_object::seal_size(segment.fd());
+        let _sealed = anonymous_object::seal_size(segment.fd());
         segment.try_clone_fd()
     }
 
@@ -268,13 +296,13 @@ impl FileDescriptorStrategy {
         if available < nbytes as u64 {
             return Err(ImportError::HandleTooSmall { nbytes, available });
         }
-        anonymous_object::seal_size(fd.as_fd());
+        let sealed = anonymous_object::seal_size(fd.as_fd());
         let mapping = match NonZeroUsize::new(nbytes) {
             None => SharedMapping::empty(),
             // SAFETY: `fstat` just showed the file holds at least `nbytes`
-            // bytes and we sealed it against shrinking where the kernel
-            // allows; see the module's Safety section for unsealable files.
-            Some(len) => unsafe { SharedMapping::map(fd.as_fd(), len) }
+            // bytes; it is sealed against shrinking, or the mapping is
+            // guarded.
+            Some(len) => unsafe { map_sized(fd.as_fd(), len, sealed) }
                 .map_err(|errno| ImportError::from_map_errno(nbytes, errno))?,
         };
         Ok(FdSegment {
@@ -282,6 +310,28 @@ impl FileDescriptorStrategy {
             fd,
             identity: FileIdentity::of(&stat),
         })
+    }
+}
+
+/// Maps the first `len` bytes of `fd`, guarded unless `sealed`.
+///
+/// # Safety
+///
+/// The file holds at least `len` bytes, and if `sealed`, its seals include
+/// `F_SEAL_SHRINK`; other processes may write the pages, as the
+/// [`Segment`] docs say.
+unsafe fn map_sized(
+    fd: BorrowedFd<'_>,
+    len: NonZeroUsize,
+    sealed: bool,
+) -> Result<SharedMapping, Errno> {
+    if sealed {
+        // SAFETY: the file covers `len` bytes and is sealed against
+        // shrinking, the caller's contract.
+        unsafe { SharedMapping::map(fd, len) }
+    } else {
+        // SAFETY: the file covers `len` bytes now, the caller's contract.
+        unsafe { SharedMapping::map_guarded(fd, len) }
     }
 }
 

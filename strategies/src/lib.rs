@@ -7,7 +7,12 @@
 //! - [`SharingStrategy`]: allocate a zero-filled writable segment, export a
 //!   handle that can travel to another process, import such a handle there.
 //!   One module per implementation: [`file_descriptor`] (memfd, the fd travels
-//!   by `SCM_RIGHTS`) and [`bytes`] (the bytes themselves travel).
+//!   by `SCM_RIGHTS`), [`file_system`] (a named segment with torch's
+//!   reference count; the name travels) and [`bytes`] (the bytes themselves
+//!   travel).
+//! - [`shm_manager`]: the daemon that unlinks `file_system` segments whose
+//!   holders crashed, speaking torch's libshm protocol; [`orphans`] finds
+//!   segments left in `/dev/shm` by processes that are gone.
 //! - [`Segment`] and [`WritableSegment`]: memory mapped or held in this
 //!   process, type-erased so the runtime can keep `Arc<dyn Segment>`.
 //! - [`fd_passing`]: `sendmsg`/`recvmsg` with `SCM_RIGHTS`, compatible with
@@ -36,14 +41,39 @@
 //!
 //! `unsafe` is denied at the crate root. Modules that need it opt in with
 //! `#![allow(unsafe_code)]` and say in their own `# Safety` section what they
-//! rely on: the private `mapping` module maps and unmaps memory, and
-//! [`file_descriptor`] calls it after checking the file's size. Memory shared
-//! with other processes is outside what Rust's memory model describes; the
-//! [`Segment`] docs state the contract, as memmap2 does for file mappings.
+//! rely on:
+//!
+//! - the private `mapping` module maps and unmaps memory; [`file_descriptor`]
+//!   and [`file_system`] call it after checking the file's size. Memory
+//!   shared with other processes is outside what Rust's memory model
+//!   describes; the [`Segment`] docs state the contract, as memmap2 does for
+//!   file mappings.
+//! - The private `fault_guard` module installs a process-wide `SIGBUS`
+//!   handler, once, the first time a file that cannot be sealed against
+//!   shrinking is mapped (a `file_system` segment, a tmpfs fd such as
+//!   PyTorch sends). Another process holding such a file may truncate it
+//!   while it is mapped here; touching a lost page would then kill this
+//!   process. The handler maps a private page of zeros over a faulting page
+//!   that lies in a registered mapping and returns, so the access reads
+//!   zeros ([`FdSegment::was_truncated`](file_descriptor::FdSegment::was_truncated),
+//!   [`FileSystemSegment::was_truncated`](file_system::FileSystemSegment::was_truncated)
+//!   tell); any other `SIGBUS` goes to the handler or default action that was
+//!   there before. It is sound because the handler only loads and stores
+//!   atomics in memory that is never freed and calls async-signal-safe
+//!   functions (`mmap`, `sigaction`, `raise`), and because a mapping is
+//!   registered before it is handed out and unregistered before it is
+//!   unmapped, so the page it replaces belongs to a live mapping of ours
+//!   whose bytes other processes could have changed anyway.
+//! - [`orphans`] calls `fcntl(2)` with the lease commands, which nix does not
+//!   wrap, passing an fd borrowed for the call and an integer.
+//! - [`shm_manager`]'s private `daemon` module calls `fork` to start the
+//!   manager, only after `/proc/self/task` showed the process runs a single
+//!   thread, so the child is a complete copy that may run ordinary Rust code.
 #![deny(unsafe_code)]
 
 pub mod bytes;
 mod error;
+mod fault_guard;
 pub mod fd_passing;
 pub mod file_descriptor;
 pub mod file_system;
@@ -54,7 +84,7 @@ mod segment;
 pub mod shm_manager;
 mod strategy;
 
-pub use error::{AllocateError, ExportError, ImportError, MAX_SEGMENT_BYTES};
+pub use error::{AllocateError, ExportError, ImportError, MAX_SEGMENT_BYTES, human_bytes};
 pub use kind::{StrategyKind, UnknownStrategyError};
 /// The errno an OS failure carried; errors of this crate keep it.
 pub use nix::errno::Errno;
@@ -63,6 +93,7 @@ pub use strategy::SharingStrategy;
 
 use bytes::BytesStrategy;
 use file_descriptor::FileDescriptorStrategy;
+use file_system::FileSystemStrategy;
 
 /// Allocates a zero-filled writable segment of `nbytes` with the strategy
 /// named by `kind`.
@@ -76,7 +107,8 @@ use file_descriptor::FileDescriptorStrategy;
 ///
 /// Whatever the strategy's [`SharingStrategy::allocate`] reports, and
 /// [`AllocateError::Unsupported`] for a strategy this build cannot allocate
-/// without further configuration (`file_system`, `memmap`).
+/// without further configuration (`memmap`). `file_system` segments are
+/// registered with this process's own manager, started on first use.
 ///
 /// # Examples
 ///
@@ -98,7 +130,8 @@ pub fn allocate_writable(
 ) -> Result<Box<dyn WritableSegment>, AllocateError> {
     match kind {
         StrategyKind::FileDescriptor => Ok(Box::new(FileDescriptorStrategy.allocate(nbytes)?)),
+        StrategyKind::FileSystem => Ok(Box::new(FileSystemStrategy::default().allocate(nbytes)?)),
         StrategyKind::Bytes => Ok(Box::new(BytesStrategy.allocate(nbytes)?)),
-        StrategyKind::FileSystem | StrategyKind::Memmap => Err(AllocateError::Unsupported { kind }),
+        StrategyKind::Memmap => Err(AllocateError::Unsupported { kind }),
     }
 }

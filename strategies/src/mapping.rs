@@ -2,35 +2,53 @@
 //!
 //! # Safety
 //!
-//! This module opts in to `unsafe` for three things, each with the check
+//! This module opts in to `unsafe` for five things, each with the check
 //! that makes it sound:
 //!
 //! - `mmap` with no address hint cannot touch existing memory; the kernel
 //!   picks a free range or fails. Whether the file covers the mapped range is
-//!   the caller's contract ([`SharedMapping::map`]): pages past the end of a
-//!   file fault with `SIGBUS` when touched.
+//!   the caller's contract ([`SharedMapping::map`],
+//!   [`SharedMapping::map_guarded`]): pages past the end of a file fault with
+//!   `SIGBUS` when touched.
+//! - Registering a mapping of a file that may shrink with the fault guard
+//!   ([`crate::fault_guard`]), which then turns such faults into pages of
+//!   zeros: the range is a mapping this type owns, registered before the
+//!   mapping is returned and unregistered in `Drop` before `munmap`.
 //! - Building slices from the mapping: the pointer and length come from a
 //!   successful `mmap` and stay valid until `Drop` unmaps them; `&self` hands
 //!   out `&[u8]` and `&mut self` a unique `&mut [u8]`, so within this process
 //!   Rust's aliasing rules hold. Writes by other processes to the same pages
 //!   are outside Rust's memory model, as for memmap2's maps; the crate-level
 //!   contract is on [`crate::Segment`].
+//! - Splitting a mapping between a shared head and a written tail
+//!   ([`SharedMapping::head_atomic_i32`], [`SharedMapping::tail_mut`]): the
+//!   `file_system` header's reference count is touched only as an atomic
+//!   by every holder, while the one owner of the data writes the bytes after
+//!   it; the two never overlap, and `tail_mut`'s contract keeps the tail
+//!   uniquely borrowed.
 //! - `munmap` in `Drop`, exactly once, on the range `mmap` returned.
 #![allow(unsafe_code)]
 
 use std::num::NonZeroUsize;
 use std::os::fd::BorrowedFd;
 use std::ptr::NonNull;
+use std::sync::atomic::AtomicI32;
 use std::{fmt, slice};
 
 use nix::errno::Errno;
+use nix::fcntl::{FallocateFlags, fallocate};
 use nix::sys::mman::{MapFlags, ProtFlags, mmap, munmap};
+
+use crate::fault_guard::GuardedRange;
 
 /// A shared, read-write mapping of the start of a file, or an empty one.
 pub(crate) struct SharedMapping {
     /// Start of the mapping; dangling (and never dereferenced) when `len == 0`.
     ptr: NonNull<u8>,
     len: usize,
+    /// The fault guard's registration, for a file that may shrink while
+    /// mapped; dropped (unregistered) before the range is unmapped.
+    guard: Option<GuardedRange>,
 }
 
 // SAFETY: the mapping is owned memory like a `Box<[u8]>`: nothing in this
@@ -47,18 +65,18 @@ impl SharedMapping {
         SharedMapping {
             ptr: NonNull::dangling(),
             len: 0,
+            guard: None,
         }
     }
 
     /// Maps the first `len` bytes of `fd` with `MAP_SHARED`, readable and
-    /// writable.
+    /// writable, for a file that cannot shrink.
     ///
     /// # Safety
     ///
-    /// - The file behind `fd` holds at least `len` bytes, and cannot shrink
-    ///   while mapped (sealed with `F_SEAL_SHRINK`), or the caller accepts
-    ///   that whoever shrinks it makes this process fault with `SIGBUS` on the
-    ///   lost pages.
+    /// - The file behind `fd` holds at least `len` bytes and cannot shrink
+    ///   while mapped: it is sealed with `F_SEAL_SHRINK`. A file that may
+    ///   shrink is mapped with [`map_guarded`](Self::map_guarded).
     /// - The caller documents, for its users, that other processes may write
     ///   the mapped pages (see [`crate::Segment`]).
     ///
@@ -67,6 +85,47 @@ impl SharedMapping {
     /// The errno of `mmap`: `EACCES` when `fd` is not open read-write,
     /// `ENODEV` when it cannot be mapped, `ENOMEM` when out of address space.
     pub(crate) unsafe fn map(fd: BorrowedFd<'_>, len: NonZeroUsize) -> Result<Self, Errno> {
+        // SAFETY: the file covers `len` bytes and cannot shrink, the
+        // caller's contract above.
+        unsafe { Self::map_unguarded(fd, len) }
+    }
+
+    /// Maps the first `len` bytes of `fd` like [`map`](Self::map), for a
+    /// file that another process may shrink while it is mapped: the range is
+    /// registered with the fault guard ([`crate::fault_guard`]), so a page
+    /// lost to truncation reads as zeros instead of raising `SIGBUS`, and
+    /// [`was_truncated`](Self::was_truncated) tells.
+    ///
+    /// # Safety
+    ///
+    /// - The file behind `fd` holds at least `len` bytes now.
+    /// - The caller documents, for its users, that other processes may write
+    ///   the mapped pages (see [`crate::Segment`]) and that bytes lost to a
+    ///   truncation read as zeros.
+    ///
+    /// # Errors
+    ///
+    /// As [`map`](Self::map); also `ENOMEM` when the fault guard holds too
+    /// many ranges, or the errno of installing its `SIGBUS` handler.
+    pub(crate) unsafe fn map_guarded(fd: BorrowedFd<'_>, len: NonZeroUsize) -> Result<Self, Errno> {
+        // SAFETY: the file covers `len` bytes now, the caller's contract; a
+        // later truncation is what the guard registered below handles.
+        let mut mapping = unsafe { Self::map_unguarded(fd, len) }?;
+        // SAFETY: `mapping` owns the page-aligned range `mmap` just returned,
+        // and its `Drop` drops the guard before unmapping the range. On an
+        // error, `mapping` is dropped unguarded, as it was never handed out.
+        let guard = unsafe { GuardedRange::register(mapping.ptr, len) }?;
+        mapping.guard = Some(guard);
+        Ok(mapping)
+    }
+
+    /// Maps the first `len` bytes of `fd`, registering nothing.
+    ///
+    /// # Safety
+    ///
+    /// The file behind `fd` holds at least `len` bytes now; the caller
+    /// guards against its shrinking later, or rules it out.
+    unsafe fn map_unguarded(fd: BorrowedFd<'_>, len: NonZeroUsize) -> Result<Self, Errno> {
         // SAFETY: no address hint, so the kernel places the mapping in a free
         // range and no existing memory is affected; the file's size is the
         // caller's contract above.
@@ -83,7 +142,15 @@ impl SharedMapping {
         Ok(SharedMapping {
             ptr: start.cast::<u8>(),
             len: len.get(),
+            guard: None,
         })
+    }
+
+    /// Whether a page of this mapping was lost to the file shrinking and
+    /// replaced with zeros by the fault guard; always `false` for a mapping
+    /// made with [`map`](Self::map).
+    pub(crate) fn was_truncated(&self) -> bool {
+        self.guard.as_ref().is_some_and(GuardedRange::was_truncated)
     }
 
     /// The mapped bytes.
@@ -108,6 +175,68 @@ impl SharedMapping {
     pub(crate) fn len(&self) -> usize {
         self.len
     }
+
+    /// The mapped bytes from `offset` on (empty when `offset` is past the end).
+    pub(crate) fn tail(&self, offset: usize) -> &[u8] {
+        self.as_slice().get(offset..).unwrap_or_default()
+    }
+
+    /// The mapped bytes from `offset` on, writable, through a shared
+    /// reference: for mappings whose head is shared with other owners (a
+    /// reference-count header) while one owner writes the rest.
+    ///
+    /// # Safety
+    ///
+    /// For as long as the returned slice lives, no other reference to any
+    /// byte at or after `offset` exists in this process: not from another
+    /// `tail_mut` or [`tail`](Self::tail) call, nor from
+    /// [`as_slice`](Self::as_slice) / [`as_mut_slice`](Self::as_mut_slice).
+    // `&self` because the head stays shared with other owners while the tail
+    // is written; the Safety contract keeps the tail uniquely borrowed.
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn tail_mut(&self, offset: usize) -> &mut [u8] {
+        let Some(len) = self.len.checked_sub(offset) else {
+            return &mut [];
+        };
+        // SAFETY: `offset <= self.len`, so `ptr + offset` stays within (or one
+        // past the end of) the live, writable mapping and `len` bytes follow
+        // it; the caller guarantees these bytes are not otherwise borrowed.
+        unsafe { slice::from_raw_parts_mut(self.ptr.as_ptr().add(offset), len) }
+    }
+
+    /// The first four bytes as an atomic `i32`: the reference count several
+    /// processes update in place. `None` for a mapping shorter than that.
+    ///
+    /// Callers must not also borrow those four bytes as `u8`s.
+    pub(crate) fn head_atomic_i32(&self) -> Option<&AtomicI32> {
+        if self.len < size_of::<AtomicI32>() {
+            return None;
+        }
+        // SAFETY: the mapping is page aligned and at least four bytes long,
+        // so the pointer is valid and aligned for `AtomicI32`, which has the
+        // size and layout of `i32`; any bit pattern is a valid `i32`. Other
+        // processes update these bytes with atomic instructions only (torch's
+        // `std::atomic<int>`), the use `AtomicI32` documents for shared memory.
+        Some(unsafe { AtomicI32::from_ptr(self.ptr.as_ptr().cast::<i32>()) })
+    }
+}
+
+/// Allocates the pages of the first `len` bytes of `fd` now, so that running
+/// out of memory is an error here rather than a `SIGBUS` on first write.
+///
+/// Filesystems that cannot reserve (`EOPNOTSUPP`) are left as they are: the
+/// pages are then allocated on first write, as without this call.
+pub(crate) fn reserve(fd: BorrowedFd<'_>, len: i64) -> Result<(), Errno> {
+    if len == 0 {
+        return Ok(());
+    }
+    loop {
+        match fallocate(fd, FallocateFlags::empty(), 0, len) {
+            Err(Errno::EINTR) => continue,
+            Err(Errno::EOPNOTSUPP) => return Ok(()),
+            other => return other,
+        }
+    }
 }
 
 impl Drop for SharedMapping {
@@ -115,6 +244,9 @@ impl Drop for SharedMapping {
         if self.len == 0 {
             return;
         }
+        // Unregistered first, so that the fault guard never patches a later,
+        // unrelated mapping at this address.
+        drop(self.guard.take());
         // SAFETY: `ptr` and `len` are exactly what a successful `mmap`
         // returned, and this is the only place that unmaps them; no slice
         // borrowed from `self` can outlive this call.
@@ -132,6 +264,7 @@ impl fmt::Debug for SharedMapping {
         f.debug_struct("SharedMapping")
             .field("ptr", &self.ptr)
             .field("len", &self.len)
+            .field("guard", &self.guard)
             .finish()
     }
 }

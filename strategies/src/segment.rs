@@ -31,9 +31,16 @@ use crate::StrategyKind;
 /// invalid value. Interpret the bytes through types with no invalid bit
 /// patterns only.
 ///
-/// The mapping itself cannot fault: strategies check before mapping that the
-/// shared object covers every byte of the segment and seal it against
-/// shrinking where the kernel allows (see [`crate::file_descriptor`]).
+/// Reading or writing a segment never kills the process with `SIGBUS`:
+/// strategies check before mapping that the shared object covers every byte
+/// of the segment, and seal it against shrinking where the kernel allows. An
+/// object that cannot be sealed (a named `file_system` segment, a tmpfs fd
+/// such as PyTorch sends) may still be truncated by another process that
+/// holds it; the crate's fault guard then replaces each lost page, in this
+/// process only, with a page of zeros, and the segment's `was_truncated`
+/// ([`FdSegment::was_truncated`](crate::file_descriptor::FdSegment::was_truncated),
+/// [`FileSystemSegment::was_truncated`](crate::file_system::FileSystemSegment::was_truncated))
+/// turns `true`.
 pub trait Segment: Send + Sync + fmt::Debug + 'static {
     /// The segment's bytes.
     fn as_bytes(&self) -> &[u8];

@@ -15,9 +15,12 @@ use conformance::ConformanceStrategy;
 use tensorshare_strategies::bytes::BytesStrategy;
 use tensorshare_strategies::fd_passing::{recv_fd_batch, send_fd_batch};
 use tensorshare_strategies::file_descriptor::FileDescriptorStrategy;
+use tensorshare_strategies::file_system::{FileSystemStrategy, SegmentHandle, SegmentName};
+use tensorshare_strategies::shm_manager::{self, ManagerHandle, ManagerServer, ServeOptions};
 
 conformance_tests!(file_descriptor, FileDescriptorStrategy);
 conformance_tests!(bytes, BytesStrategy);
+conformance_tests!(file_system, FileSystemStrategy);
 
 impl ConformanceStrategy for FileDescriptorStrategy {
     fn for_test() -> Self {
@@ -55,5 +58,50 @@ impl ConformanceStrategy for BytesStrategy {
         let mut bytes = vec![0u8; len];
         stream.read_exact(&mut bytes).expect("receive the bytes");
         bytes
+    }
+}
+
+impl ConformanceStrategy for FileSystemStrategy {
+    /// Segments registered with a manager serving on a thread of this test
+    /// process, at a socket under cargo's per-target scratch directory; it
+    /// is this process's own manager for the type-erased door too.
+    fn for_test() -> Self {
+        static MANAGER: std::sync::Once = std::sync::Once::new();
+        MANAGER.call_once(|| {
+            let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+                .join(format!("manager-{}.sock", std::process::id()));
+            let _ = std::fs::remove_file(&path);
+            let server = ManagerServer::bind(&path).expect("bind the test manager");
+            let handle = server.handle().clone();
+            let idle = std::time::Duration::from_secs(3600);
+            std::thread::spawn(move || {
+                server.serve(ServeOptions::default().with_idle_timeout(idle))
+            });
+            let connection = shm_manager::connect(&handle).expect("connect to the test manager");
+            shm_manager::set_own_manager(connection);
+        });
+        FileSystemStrategy::default()
+    }
+
+    fn send_handle(mut stream: &UnixStream, handle: SegmentHandle) {
+        let (manager, name) = handle.into_parts();
+        for part in [manager.as_bytes(), name.as_str().as_bytes()] {
+            let len = u8::try_from(part.len()).expect("handles are short");
+            stream.write_all(&[len]).expect("send a length");
+            stream.write_all(part).expect("send a part");
+        }
+    }
+
+    fn recv_handle(mut stream: &UnixStream) -> SegmentHandle {
+        let mut part = || {
+            let mut len = [0u8; 1];
+            stream.read_exact(&mut len).expect("receive a length");
+            let mut bytes = vec![0u8; usize::from(len[0])];
+            stream.read_exact(&mut bytes).expect("receive a part");
+            bytes
+        };
+        let manager = ManagerHandle::from_bytes(&part()).expect("a manager handle");
+        let name = SegmentName::parse(&part()).expect("a segment name");
+        SegmentHandle::received(manager, name)
     }
 }

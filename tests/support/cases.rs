@@ -296,3 +296,35 @@ pub fn echo_failures(connection: &mut Connection, sharing: &SharingContext) -> V
     }
     failures
 }
+
+/// A uint8 tensor of `nbytes` elements over `rebuild_storage_filename`
+/// naming `name` at the manager `manager`, as torch's `file_system` reducer
+/// writes it; for forging references to segments.
+pub fn filename_tensor_pickle(manager: &[u8], name: &[u8], nbytes: usize) -> Vec<u8> {
+    use tensorshare::reduce::PickleBuilder;
+    use tensorshare_compat::pickle::{EncodeOptions, Node, encode};
+    const REDUCTIONS: &str = "torch.multiprocessing.reductions";
+    let mut out = PickleBuilder::default();
+    let class = out.global("torch.storage", "UntypedStorage");
+    let manager = out.push(Node::Bytes(manager.to_vec()));
+    let name = out.push(Node::Bytes(name.to_vec()));
+    let size = out.int(nbytes);
+    let rebuild_storage = out.global(REDUCTIONS, "rebuild_storage_filename");
+    let untyped = out.call(rebuild_storage, vec![class, manager, name, size]);
+    let dtype = out.global("torch", "uint8");
+    let rebuild_typed = out.global(REDUCTIONS, "rebuild_typed_storage");
+    let typed = out.call(rebuild_typed, vec![untyped, dtype]);
+    let torch_size = out.global("torch", "Size");
+    let length = out.int(nbytes);
+    let dims = out.tuple(vec![length]);
+    let sizes = out.call(torch_size, vec![dims]);
+    let one = out.int(1);
+    let strides = out.tuple(vec![one]);
+    let offset = out.int(0);
+    let requires_grad = out.push(Node::Bool(false));
+    let metadata = out.tuple(vec![offset, sizes, strides, requires_grad]);
+    let tensor_class = out.global("torch", "Tensor");
+    let rebuild_tensor = out.global(REDUCTIONS, "rebuild_tensor");
+    let tensor = out.call(rebuild_tensor, vec![tensor_class, typed, metadata]);
+    encode(&out.finish(tensor), &EncodeOptions::new()).expect("encode")
+}

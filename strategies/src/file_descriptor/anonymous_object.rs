@@ -7,7 +7,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use nix::errno::Errno;
-use nix::fcntl::{FallocateFlags, FcntlArg, OFlag, SealFlag, fallocate, fcntl};
+use nix::fcntl::{FcntlArg, OFlag, SealFlag, fcntl};
 use nix::sys::memfd::{MFdFlags, memfd_create};
 use nix::sys::mman::{shm_open, shm_unlink};
 use nix::sys::stat::Mode;
@@ -78,37 +78,26 @@ fn random_shm_name() -> String {
     )
 }
 
-/// Allocates the pages of the first `len` bytes now, so that running out of
-/// memory is an error here rather than a `SIGBUS` on first write.
-///
-/// Filesystems that cannot reserve (`EOPNOTSUPP`) are left as they are: the
-/// pages are then allocated on first write, as without this call.
-pub(super) fn reserve(fd: BorrowedFd<'_>, len: i64) -> Result<(), Errno> {
-    if len == 0 {
-        return Ok(());
-    }
-    loop {
-        match fallocate(fd, FallocateFlags::empty(), 0, len) {
-            Err(Errno::EINTR) => continue,
-            Err(Errno::EOPNOTSUPP) => return Ok(()),
-            other => return other,
-        }
-    }
-}
-
-/// Forbids the object from shrinking or growing, where the kernel allows.
+/// Forbids the object from shrinking or growing, where the kernel allows;
+/// returns whether it cannot shrink now.
 ///
 /// A receiver maps the object after checking its size; if the object could
-/// shrink later, touching the lost pages would kill the receiver with
-/// `SIGBUS`. Sealing is best effort: a tmpfs object from `shm_open` (ours in
-/// the fallback, and every fd PyTorch 2.x sends, checked with torch 2.15)
-/// starts sealed with `F_SEAL_SEAL` and refuses new seals (`EPERM`), as does
-/// a memfd made without `MFD_ALLOW_SEALING`; a file that is not shared memory
-/// answers `EINVAL`. All are legitimate, so failures are ignored. The size
-/// check before every mapping is the guard that always applies.
-pub(super) fn seal_size(fd: BorrowedFd<'_>) {
+/// shrink later, touching the lost pages would raise `SIGBUS`. Sealing is
+/// best effort: a tmpfs object from `shm_open` (ours in the fallback, and
+/// every fd PyTorch 2.x sends, checked with torch 2.15) starts sealed with
+/// `F_SEAL_SEAL` and refuses new seals (`EPERM`), as does a memfd made
+/// without `MFD_ALLOW_SEALING`; a file that is not shared memory answers
+/// `EINVAL`. All are legitimate, so failures are not errors: when the seal
+/// cannot be added, the object's existing seals say whether it can shrink,
+/// and a mapping of one that can is registered with the fault guard
+/// ([`crate::fault_guard`]) instead.
+pub(super) fn seal_size(fd: BorrowedFd<'_>) -> bool {
     let seals = SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW;
-    let _ = fcntl(fd.as_fd(), FcntlArg::F_ADD_SEALS(seals));
+    if fcntl(fd.as_fd(), FcntlArg::F_ADD_SEALS(seals)).is_ok() {
+        return true;
+    }
+    fcntl(fd.as_fd(), FcntlArg::F_GET_SEALS)
+        .is_ok_and(|current| current & SealFlag::F_SEAL_SHRINK.bits() != 0)
 }
 
 #[cfg(test)]
@@ -121,7 +110,9 @@ mod tests {
     fn memfd_is_sealed_against_resizing_after_ftruncate() {
         let fd = create_memfd().expect("memfd_create");
         ftruncate(&fd, 8192).expect("ftruncate before sealing");
-        seal_size(fd.as_fd());
+        assert!(seal_size(fd.as_fd()));
+        // Sealing again keeps the object sealed.
+        assert!(seal_size(fd.as_fd()));
         let seals = fcntl(&fd, FcntlArg::F_GET_SEALS).expect("F_GET_SEALS");
         let expected = SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW;
         assert_eq!(seals & expected.bits(), expected.bits());
@@ -130,11 +121,25 @@ mod tests {
     }
 
     #[test]
+    fn seals_already_in_place_are_read_back() {
+        // Sealed against shrinking, then against new seals: adding fails,
+        // but the object cannot shrink.
+        let fd = create_memfd().expect("memfd_create");
+        ftruncate(&fd, 4096).expect("ftruncate");
+        let seals = SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_SEAL;
+        fcntl(&fd, FcntlArg::F_ADD_SEALS(seals)).expect("F_ADD_SEALS");
+        assert!(seal_size(fd.as_fd()));
+        // A memfd made without MFD_ALLOW_SEALING can shrink.
+        let unsealable = memfd_create("tensorshare-test", MFdFlags::MFD_CLOEXEC).expect("memfd");
+        assert!(!seal_size(unsealable.as_fd()));
+    }
+
+    #[test]
     fn shm_fallback_leaves_no_name_behind() {
         let fd = create_unlinked_shm().expect("shm_open");
         ftruncate(&fd, 4096).expect("ftruncate");
         // Sealing an shm object is refused and must not be an error.
-        seal_size(fd.as_fd());
+        assert!(!seal_size(fd.as_fd()));
         let prefix = format!("tensorshare_{}_", std::process::id());
         if let Ok(entries) = std::fs::read_dir("/dev/shm") {
             for entry in entries.flatten() {

@@ -1,0 +1,107 @@
+//! Why a scan or a removal failed.
+
+use std::path::PathBuf;
+
+use nix::errno::Errno;
+
+use crate::file_system::SegmentName;
+
+#[cfg(doc)]
+use super::{OrphanScan, scan};
+
+/// Why [`scan`] failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ScanError {
+    /// The shared-memory directory cannot be opened.
+    #[error(
+        "cannot open the shared-memory directory {} ({errno}): {}",
+        path.display(),
+        open_dir_hint(*errno)
+    )]
+    OpenShmDir {
+        /// The directory.
+        path: PathBuf,
+        /// What `open` failed with.
+        errno: Errno,
+    },
+    /// Listing the shared-memory directory failed.
+    #[error(
+        "cannot list the shared-memory directory {} ({errno}): check that this user may read it, \
+         or run as root",
+        path.display()
+    )]
+    ListShmDir {
+        /// The directory.
+        path: PathBuf,
+        /// What reading it failed with.
+        errno: Errno,
+    },
+    /// `/proc` cannot be listed, so nothing can be said about who holds a
+    /// segment.
+    #[error(
+        "cannot list /proc ({errno}): finding orphaned segments needs procfs at /proc to see which \
+         processes hold them; mount it (`mount -t proc proc /proc`) and run again"
+    )]
+    ListProc {
+        /// What listing `/proc` failed with.
+        errno: Errno,
+    },
+}
+
+fn open_dir_hint(errno: Errno) -> &'static str {
+    match errno {
+        Errno::ENOENT => {
+            "no such directory: name the directory where this system keeps POSIX \
+                          shared memory"
+        }
+        Errno::ENOTDIR => {
+            "not a directory: name the directory where this system keeps POSIX \
+                           shared memory"
+        }
+        Errno::EACCES => "permission denied: run as a user who may read it, or as root",
+        _ => "check the path and run again",
+    }
+}
+
+/// Why an orphan could not be removed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RemoveError {
+    /// This user may not unlink it: the directory is sticky and another user
+    /// owns the segment.
+    #[error(
+        "cannot remove {name}: permission denied ({errno}); it belongs to uid {owner_uid}: run as \
+         root or as that user"
+    )]
+    PermissionDenied {
+        /// The segment.
+        name: SegmentName,
+        /// Its owner.
+        owner_uid: u32,
+        /// `EPERM` or `EACCES`.
+        errno: Errno,
+    },
+    /// `unlinkat` failed for another reason.
+    #[error(
+        "cannot remove {name} ({errno}): it is left in place; check the directory and run again"
+    )]
+    Unlink {
+        /// The segment.
+        name: SegmentName,
+        /// What `unlinkat` failed with.
+        errno: Errno,
+    },
+    /// The second look before removal could not `lstat` it.
+    #[error(
+        "cannot check {name} again before removing it ({errno}): it is left in place; run again"
+    )]
+    Recheck {
+        /// The segment.
+        name: SegmentName,
+        /// What `lstat` failed with.
+        errno: Errno,
+    },
+}
+
+pub(super) use crate::error::errno_of;

@@ -1,0 +1,160 @@
+//! Listing the shared-memory directory: which entries are segments, and
+//! what `lstat` says about each.
+
+use std::collections::BTreeSet;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use nix::errno::Errno;
+use nix::fcntl::AtFlags;
+use nix::sys::stat::{FileStat, SFlag, fstatat, major, minor};
+
+use super::error::{ScanError, errno_of};
+use super::orphan_scan::ScanOptions;
+use super::report::{SkipReason, SkippedEntry};
+use crate::file_system::SegmentName;
+
+/// A file's identity as `/proc/<pid>/maps` shows it: device major and
+/// minor, and inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) struct FileKey {
+    pub(super) major: u64,
+    pub(super) minor: u64,
+    pub(super) ino: u64,
+}
+
+impl FileKey {
+    pub(super) fn new(dev: u64, ino: u64) -> Self {
+        Self {
+            major: major(dev),
+            minor: minor(dev),
+            ino,
+        }
+    }
+}
+
+/// A regular file with a segment's name.
+pub(super) struct Entry {
+    pub(super) name: SegmentName,
+    pub(super) file: FileKey,
+    pub(super) size: u64,
+    pub(super) owner_uid: u32,
+    pub(super) changed: SystemTime,
+}
+
+pub(super) enum Lookup {
+    Found(Entry),
+    NotRegular(&'static str),
+    Gone,
+}
+
+/// `lstat`s `name` in `dir`, never following a symlink.
+pub(super) fn stat_entry(dir: &OwnedFd, name: &SegmentName) -> Result<Lookup, Errno> {
+    let stat = match fstatat(dir, name.file_name(), AtFlags::AT_SYMLINK_NOFOLLOW) {
+        Ok(stat) => stat,
+        Err(Errno::ENOENT) => return Ok(Lookup::Gone),
+        Err(errno) => return Err(errno),
+    };
+    if !is_regular(&stat) {
+        return Ok(Lookup::NotRegular(file_type_name(file_type(&stat))));
+    }
+    Ok(Lookup::Found(Entry {
+        name: name.clone(),
+        file: FileKey::new(stat.st_dev, stat.st_ino),
+        size: u64::try_from(stat.st_size).unwrap_or(0),
+        owner_uid: stat.st_uid,
+        changed: last_change(&stat),
+    }))
+}
+
+fn file_type_name(file_type: SFlag) -> &'static str {
+    match file_type {
+        SFlag::S_IFLNK => "symlink",
+        SFlag::S_IFDIR => "directory",
+        SFlag::S_IFIFO => "fifo",
+        SFlag::S_IFSOCK => "socket",
+        SFlag::S_IFCHR => "character device",
+        SFlag::S_IFBLK => "block device",
+        _ => "unknown",
+    }
+}
+
+/// The later of mtime and ctime: ctime cannot be set back by `utimes`.
+fn last_change(stat: &FileStat) -> SystemTime {
+    let at = |secs: i64, nsecs: i64| {
+        let secs = u64::try_from(secs).unwrap_or(0);
+        let nsecs = u32::try_from(nsecs).unwrap_or(0).min(999_999_999);
+        UNIX_EPOCH + Duration::new(secs, nsecs)
+    };
+    at(stat.st_mtime, stat.st_mtime_nsec).max(at(stat.st_ctime, stat.st_ctime_nsec))
+}
+
+pub(super) struct Listing {
+    pub(super) entries: Vec<Entry>,
+    pub(super) skipped: Vec<SkippedEntry>,
+    pub(super) missing: Vec<SegmentName>,
+}
+
+pub(super) fn list_segments(dir: &OwnedFd, options: &ScanOptions) -> Result<Listing, ScanError> {
+    let list_error = |e: io::Error| ScanError::ListShmDir {
+        path: options.shm_dir_path().to_path_buf(),
+        errno: errno_of(&e),
+    };
+    // Through the fd, so that the listing and the `lstat`s see one directory.
+    let read_dir =
+        std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd())).map_err(list_error)?;
+    let mut listing = Listing {
+        entries: Vec::new(),
+        skipped: Vec::new(),
+        missing: Vec::new(),
+    };
+    let mut seen = BTreeSet::new();
+    for dir_entry in read_dir {
+        let dir_entry = dir_entry.map_err(list_error)?;
+        let mut shm_name = Vec::with_capacity(dir_entry.file_name().len() + 1);
+        shm_name.push(b'/');
+        shm_name.extend_from_slice(dir_entry.file_name().as_bytes());
+        // Anything else in the directory belongs to other programs.
+        let Ok(name) = SegmentName::parse(&shm_name) else {
+            continue;
+        };
+        if options
+            .only_names()
+            .is_some_and(|only| !only.contains(&name))
+        {
+            continue;
+        }
+        seen.insert(name.clone());
+        match stat_entry(dir, &name) {
+            Ok(Lookup::Found(entry)) => listing.entries.push(entry),
+            Ok(Lookup::NotRegular(file_type)) => listing.skipped.push(SkippedEntry {
+                name,
+                reason: SkipReason::NotRegularFile { file_type },
+            }),
+            Ok(Lookup::Gone) => {
+                seen.remove(&name);
+            }
+            Err(errno) => listing.skipped.push(SkippedEntry {
+                name,
+                reason: SkipReason::Stat { errno },
+            }),
+        }
+    }
+    if let Some(only) = options.only_names() {
+        listing.missing = only.difference(&seen).cloned().collect();
+    }
+    listing.entries.sort_by(|a, b| a.name.cmp(&b.name));
+    listing.skipped.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(listing)
+}
+
+pub(super) fn is_regular(stat: &FileStat) -> bool {
+    file_type(stat) == SFlag::S_IFREG
+}
+
+/// The file-type bits of `st_mode`.
+fn file_type(stat: &FileStat) -> SFlag {
+    SFlag::from_bits_truncate(stat.st_mode & SFlag::S_IFMT.bits())
+}

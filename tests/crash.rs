@@ -1,0 +1,323 @@
+//! Crash trials for the `file_system` strategy: a producer streams tensors
+//! to an echo server and holds the echoes; at a random moment the producer,
+//! the server or both die by SIGKILL. Once the survivors have exited, no
+//! segment either process created may remain in `/dev/shm`: the managers,
+//! separate processes, unlink what the dead can no longer count down.
+//!
+//! Rust and torch peers both take part. Trials run a few at a time; the
+//! total is printed.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tensorshare::connection::ConnectionOptions;
+use tensorshare::{Address, Authkey, Client, DType, SharingContext, Storage, StrategyKind, Value};
+use tensorshare::{Tensor, TensorView};
+
+use support::{Server, python_script, test_python, unique_address};
+
+/// Set in a child process that plays the Rust producer.
+const PRODUCER_ENV: &str = "TENSORSHARE_CRASH_PRODUCER";
+
+/// Rust-only trials: producer and echo server both tensorshare.
+const RUST_TRIALS: usize = 96;
+/// Trials with a torch process on one side, per kind of torch peer.
+const TORCH_TRIALS: usize = 6;
+/// Trials running at once; most of a trial is waiting for a manager's grace.
+const PARALLEL: usize = 8;
+/// How long after the survivors exit their segments may take to go: the
+/// managers wait 2 s for their last client before unlinking.
+const CLEANUP_LIMIT: Duration = Duration::from_secs(15);
+
+#[derive(Clone, Copy, Debug)]
+enum Victim {
+    Producer,
+    Server,
+    Both,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Peers {
+    RustOnly,
+    /// A torch producer sending `file_system` tensors: the server answers
+    /// with torch's own segments.
+    TorchProducer,
+    /// A torch producer sending `file_descriptor` tensors: the server
+    /// answers with segments it makes itself, which torch then holds.
+    TorchProducerFd,
+    TorchServer,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Trial {
+    peers: Peers,
+    victim: Victim,
+    /// How long the stream runs before the kill.
+    delay: Duration,
+}
+
+/// A deterministic spread of trials: every victim, delays from 0 to 290 ms.
+fn trials() -> Vec<Trial> {
+    let victims = [Victim::Producer, Victim::Server, Victim::Both];
+    let mut trials = Vec::new();
+    for (peers, count) in [
+        (Peers::RustOnly, RUST_TRIALS),
+        (Peers::TorchProducer, TORCH_TRIALS),
+        (Peers::TorchProducerFd, TORCH_TRIALS),
+        (Peers::TorchServer, TORCH_TRIALS),
+    ] {
+        for i in 0..count {
+            trials.push(Trial {
+                peers,
+                victim: victims[i % victims.len()],
+                delay: Duration::from_millis((i as u64 * 37) % 300),
+            });
+        }
+    }
+    trials
+}
+
+#[test]
+fn sigkilled_peers_leave_nothing_in_dev_shm() {
+    if std::env::var_os(PRODUCER_ENV).is_some() {
+        return;
+    }
+    let python = test_python("crash::sigkilled_peers_leave_nothing_in_dev_shm");
+    let trials: Vec<Trial> = trials()
+        .into_iter()
+        .filter(|trial| python.is_some() || matches!(trial.peers, Peers::RustOnly))
+        .collect();
+    let started = Instant::now();
+    let mut outcomes = Vec::new();
+    for batch in trials.chunks(PARALLEL) {
+        let results: Vec<Result<(), String>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = batch
+                .iter()
+                .map(|trial| scope.spawn(|| run_trial(*trial, python.as_deref())))
+                .collect();
+            handles
+                .into_iter()
+                .map(|handle| handle.join().unwrap_or_else(|_| Err("panicked".into())))
+                .collect()
+        });
+        outcomes.extend(batch.iter().copied().zip(results));
+    }
+    let failed: Vec<String> = outcomes
+        .iter()
+        .filter_map(|(trial, result)| result.as_ref().err().map(|e| format!("{trial:?}: {e}")))
+        .collect();
+    println!(
+        "crash trials: {} run, {} leaked or failed, in {:.1} s",
+        outcomes.len(),
+        failed.len(),
+        started.elapsed().as_secs_f64()
+    );
+    assert!(failed.is_empty(), "{failed:#?}");
+    assert!(outcomes.len() >= 100 || python.is_none());
+}
+
+/// One trial; `Err` says what was left behind or what went wrong.
+fn run_trial(trial: Trial, python: Option<&str>) -> Result<(), String> {
+    let authkey = Authkey::random().map_err(|e| e.to_string())?;
+    let mut server = match trial.peers {
+        Peers::TorchServer => torch_echo(python.expect("python"), &authkey),
+        _ => Server::echo(&authkey, "file_system"),
+    };
+    let mut producer = match trial.peers {
+        Peers::TorchProducer => torch_producer(
+            python.expect("python"),
+            "file_system",
+            &server.address,
+            &authkey,
+        ),
+        Peers::TorchProducerFd => torch_producer(
+            python.expect("python"),
+            "file_descriptor",
+            &server.address,
+            &authkey,
+        ),
+        _ => rust_producer(&server.address, &authkey),
+    };
+    let pids = [producer.id(), server.pid()];
+    wait_for_streaming(&mut producer)?;
+    std::thread::sleep(trial.delay);
+    match trial.victim {
+        Victim::Producer => kill(&mut producer),
+        Victim::Server => kill(&mut server.child),
+        Victim::Both => {
+            kill(&mut producer);
+            kill(&mut server.child);
+        }
+    }
+    // The survivors exit: a producer whose server died stops by itself; a
+    // server whose producer died is stopped as an operator would.
+    wait_within(&mut producer, Duration::from_secs(30))?;
+    if server
+        .child
+        .try_wait()
+        .map_err(|e| e.to_string())?
+        .is_none()
+    {
+        let _ = Command::new("kill")
+            .args(["-TERM", &server.pid().to_string()])
+            .status();
+        wait_within(&mut server.child, Duration::from_secs(30))?;
+    }
+    let deadline = Instant::now() + CLEANUP_LIMIT;
+    loop {
+        let left: Vec<String> = pids.iter().flat_map(|&pid| segments_of(pid)).collect();
+        if left.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!("left in /dev/shm: {left:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn kill(child: &mut Child) {
+    let _ = child.kill();
+}
+
+fn wait_within(child: &mut Child, limit: Duration) -> Result<(), String> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if child.try_wait().map_err(|e| e.to_string())?.is_some() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            return Err(format!("process {} did not exit", child.id()));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Waits for the producer's `streaming` line: its first echo came back.
+fn wait_for_streaming(producer: &mut Child) -> Result<(), String> {
+    let stdout = producer.stdout.take().ok_or("stdout not piped")?;
+    // A Rust producer is a test binary, whose harness prints first, on the
+    // same line: `test producer_role ... streaming`.
+    for line in BufReader::new(stdout).lines() {
+        match line {
+            Ok(line) if line.trim_end().ends_with("streaming") => return Ok(()),
+            Ok(_) => continue,
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    let _ = producer.kill();
+    let _ = producer.wait();
+    let mut stderr = String::new();
+    if let Some(mut pipe) = producer.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut pipe, &mut stderr);
+    }
+    Err(format!("the producer exited before streaming: {stderr}"))
+}
+
+/// The `/dev/shm` entries whose names say `pid` created them.
+fn segments_of(pid: u32) -> Vec<String> {
+    let prefix = format!("torch_{pid}_");
+    std::fs::read_dir("/dev/shm")
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|entry| entry.file_name().to_string_lossy().into_owned())
+                .filter(|name| name.starts_with(&prefix))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn torch_echo(python: &str, authkey: &Authkey) -> Server {
+    let address = unique_address("crash-torch-echo");
+    let mut command = Command::new(python);
+    command
+        .arg(python_script("echo_peer.py"))
+        .args(["serve", "--strategy", "file_system", "--address"])
+        .arg(address.to_string())
+        .args(["--authkey", &authkey.to_hex()]);
+    Server::start(command, address)
+}
+
+fn torch_producer(python: &str, strategy: &str, address: &Address, authkey: &Authkey) -> Child {
+    Command::new(python)
+        .arg(python_script("echo_peer.py"))
+        .args(["stream", "--strategy", strategy, "--address"])
+        .arg(address.to_string())
+        .args(["--authkey", &authkey.to_hex()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the torch producer")
+}
+
+/// This test binary again, as the Rust producer of [`producer_role`].
+fn rust_producer(address: &Address, authkey: &Authkey) -> Child {
+    Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            "producer_role",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(PRODUCER_ENV, format!("{address} {}", authkey.to_hex()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the Rust producer")
+}
+
+/// The Rust producer: streams tensors to the echo server until it goes
+/// away, holding the last echoes. Half the tensors live in this process's
+/// own segments, half in memfds that the server copies into segments of
+/// its own, so both processes create segments.
+#[test]
+fn producer_role() {
+    let Ok(setting) = std::env::var(PRODUCER_ENV) else {
+        return;
+    };
+    let (address, authkey) = setting.split_once(' ').expect("ADDRESS HEX");
+    let address: Address = address.parse().expect("address");
+    let authkey = Authkey::from_hex(authkey).expect("authkey");
+    let sharing = SharingContext::new(authkey.clone())
+        .with_strategy(StrategyKind::FileSystem)
+        .expect("file_system");
+    let Ok(mut connection) = Client::connect(&address, &authkey, ConnectionOptions::default())
+    else {
+        return;
+    };
+    let mut held = std::collections::VecDeque::new();
+    for round in 0_u64.. {
+        let kind = if round % 2 == 0 {
+            StrategyKind::FileSystem
+        } else {
+            StrategyKind::FileDescriptor
+        };
+        let mut writer = Storage::allocate(kind, 4096).expect("allocate");
+        writer.as_bytes_mut().fill(round as u8);
+        let tensor = Tensor::new(
+            writer.freeze(),
+            TensorView::contiguous(DType::UInt8, &[4096]),
+        )
+        .expect("tensor");
+        if connection.send(&Value::Tensor(tensor), &sharing).is_err() {
+            return;
+        }
+        let Ok(echo) = connection.recv(&sharing) else {
+            return;
+        };
+        held.push_back(echo);
+        if held.len() > 16 {
+            held.pop_front();
+        }
+        if round == 0 {
+            println!("streaming");
+        }
+    }
+}

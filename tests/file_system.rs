@@ -1,0 +1,276 @@
+//! The `file_system` strategy end to end: `tensorshare echo --strategy
+//! file_system` driven from Rust and from stock torch, torch's reference
+//! counts kept exactly, nothing left in `/dev/shm`, and a full `/dev/shm`
+//! refused up front.
+
+mod support;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use tensorshare::{Authkey, DType, SharingContext, Storage, StrategyKind, Value};
+use tensorshare_strategies::file_system::FileSystemSegment;
+use tensorshare_strategies::{AllocateError, Segment};
+
+use support::{Server, cases, open_fds, python_script, shared_mappings, test_python};
+
+fn fs_context(authkey: &Authkey) -> SharingContext {
+    SharingContext::new(authkey.clone())
+        .with_strategy(StrategyKind::FileSystem)
+        .expect("file_system sends")
+}
+
+fn fs_segment(storage: &Storage) -> &FileSystemSegment {
+    storage
+        .local_segment::<FileSystemSegment>()
+        .expect("a file_system segment mapped here")
+}
+
+/// Waits up to five seconds for `condition`.
+fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !condition() {
+        assert!(Instant::now() < deadline, "timed out waiting: {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn read_all(mut file: std::fs::File) -> String {
+    use std::io::{Read, Seek};
+    let mut text = String::new();
+    let _ = file.rewind();
+    let _ = file.read_to_string(&mut text);
+    text
+}
+
+/// The `/dev/shm` entries whose names say `pid` created them.
+fn segments_of(pid: u32) -> Vec<String> {
+    let prefix = format!("torch_{pid}_");
+    std::fs::read_dir("/dev/shm")
+        .expect("list /dev/shm")
+        .flatten()
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with(&prefix))
+        .collect()
+}
+
+#[test]
+fn every_case_comes_back_intact() {
+    let authkey = Authkey::random().unwrap();
+    let mut server = Server::echo(&authkey, "file_system");
+    let sharing = fs_context(&authkey);
+    let mut connection = server.connect(&authkey);
+    let failures = cases::echo_failures(&mut connection, &sharing);
+    assert!(
+        failures.is_empty(),
+        "{failures:#?}\nserver stderr: {}",
+        server.stop_and_read_stderr()
+    );
+}
+
+#[test]
+fn an_echoed_segment_is_the_one_sent_and_counts_return_to_one() {
+    let authkey = Authkey::random().unwrap();
+    let server = Server::echo(&authkey, "file_system");
+    let sharing = fs_context(&authkey);
+    let mut connection = server.connect(&authkey);
+
+    // A heap storage moves into one segment, however often it is sent.
+    let sent = cases::contiguous(DType::Float32, &[1024], 1, false);
+    let mut echoed = Vec::new();
+    for _ in 0..3 {
+        connection
+            .send(&Value::Tensor(sent.clone()), &sharing)
+            .unwrap();
+        echoed.push(connection.recv(&sharing).unwrap());
+    }
+    let storages: Vec<Storage> = echoed
+        .iter()
+        .map(|value| value.as_tensor().expect("a tensor").storage().clone())
+        .collect();
+    assert!(storages.windows(2).all(|w| w[0].same_as(&w[1])));
+    let segment = fs_segment(&storages[0]);
+    assert_eq!(storages[0].bytes(), sent.storage().bytes());
+    let path = Path::new("/dev/shm").join(segment.name().file_name());
+    assert!(path.exists(), "{path:?}");
+
+    // Every message's count was taken back by its receiver, and the echo
+    // server let go of its mapping: this process's is the only count left.
+    eventually("the segment's count back at 1", || segment.refcount() == 1);
+    // The heap storage keeps its copy in shared memory while it lives.
+    drop((echoed, storages));
+    assert!(path.exists());
+    drop(sent);
+    eventually("the last holder unlinks the segment", || !path.exists());
+}
+
+#[test]
+fn thousands_of_messages_leave_nothing_behind() {
+    let authkey = Authkey::random().unwrap();
+    let server = Server::echo(&authkey, "file_system");
+    let sharing = fs_context(&authkey);
+    let mut connection = server.connect(&authkey);
+    let same = Value::Tensor(cases::contiguous(DType::Float32, &[256], 3, false));
+    let mut round = |n: usize| {
+        for i in 0..n {
+            let value = if i % 2 == 0 {
+                same.clone()
+            } else {
+                Value::Tensor(cases::contiguous(DType::UInt8, &[4096], i as u8, false))
+            };
+            connection.send(&value, &sharing).unwrap();
+            let echoed = connection.recv(&sharing).unwrap();
+            cases::check_echo(&value, &echoed).unwrap();
+        }
+    };
+    round(100);
+    let me = std::process::id();
+    let server_segments = || segments_of(server.pid()).len();
+    let (fds, maps) = (open_fds(server.pid()), shared_mappings(server.pid()));
+    let own_maps = shared_mappings(me);
+    round(2000);
+    // Only the storage sent again and again lives on, on this side.
+    eventually("fresh segments unlinked", || segments_of(me).len() <= 2);
+    eventually("the server's copies unlinked", || server_segments() == 0);
+    assert!(open_fds(server.pid()) <= fds + 4, "echo fds grew");
+    assert!(
+        shared_mappings(server.pid()) <= maps + 4,
+        "echo mappings grew"
+    );
+    assert!(shared_mappings(me) <= own_maps + 4, "client mappings grew");
+    drop(same);
+    eventually("every segment of this process unlinked", || {
+        segments_of(me).is_empty()
+    });
+}
+
+#[test]
+fn a_full_dev_shm_is_an_error_naming_it_and_leaves_nothing() {
+    let stats = nix::sys::statvfs::statvfs("/dev/shm").expect("statvfs /dev/shm");
+    let size = stats.blocks() * stats.fragment_size();
+    let too_big = usize::try_from(size).unwrap() + (1 << 20);
+    let err = Storage::allocate(StrategyKind::FileSystem, too_big).unwrap_err();
+    assert!(
+        matches!(err, AllocateError::SharedMemoryFull { ref mount, .. } if mount == "/dev/shm"),
+        "{err:?}"
+    );
+    let message = err.to_string();
+    assert!(message.contains("/dev/shm"), "{message}");
+    assert!(message.contains("tensorshare gc"), "{message}");
+    // Other tests of this process make segments meanwhile, all of at least
+    // a header's size and far smaller than /dev/shm.
+    let leftovers: Vec<String> = segments_of(std::process::id())
+        .into_iter()
+        .filter(|name| {
+            let len = std::fs::metadata(Path::new("/dev/shm").join(name)).map_or(1, |m| m.len());
+            len == 0 || len >= size
+        })
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+#[test]
+fn hostile_segment_references_are_refused_and_the_server_keeps_serving() {
+    let authkey = Authkey::random().unwrap();
+    let mut server = Server::echo(&authkey, "file_system");
+    let sharing = fs_context(&authkey);
+    // A real segment, announced larger than it is; a name with a path in
+    // it; a name that does not exist.
+    let real = cases::contiguous(DType::UInt8, &[16], 9, false);
+    let mut connection = server.connect(&authkey);
+    connection
+        .send(&Value::Tensor(real.clone()), &sharing)
+        .unwrap();
+    let echoed = connection.recv(&sharing).unwrap();
+    let segment = fs_segment(echoed.as_tensor().unwrap().storage());
+    let manager = segment.manager().as_bytes().to_vec();
+    let name = segment.name().as_str().as_bytes().to_vec();
+    for (what, name, nbytes) in [
+        ("oversized", name.clone(), 4096),
+        ("path", b"/torch_1_2/../../etc/passwd".to_vec(), 16),
+        ("missing", b"/torch_1_2_3".to_vec(), 16),
+    ] {
+        let pickle = cases::filename_tensor_pickle(&manager, &name, nbytes);
+        let mut hostile = server.connect(&authkey);
+        hostile.send_bytes(&pickle).unwrap();
+        assert!(hostile.recv_bytes().is_err(), "{what}: the server answered");
+    }
+    let failures = cases::echo_failures(&mut server.connect(&authkey), &sharing);
+    assert!(failures.is_empty(), "{failures:#?}");
+    let stderr = server.stop_and_read_stderr();
+    for expected in ["announces 4096", "it names a path", "does not exist"] {
+        assert!(stderr.contains(expected), "{expected:?} not in {stderr}");
+    }
+}
+
+#[test]
+fn stock_torch_drives_tensorshare_echo() {
+    let Some(python) = test_python("file_system::stock_torch_drives_tensorshare_echo") else {
+        return;
+    };
+    let authkey = Authkey::random().unwrap();
+    let mut server = Server::echo(&authkey, "file_system");
+    // torch's shared-memory manager inherits stderr and lives while the
+    // echo server is its client: a file, not a pipe, so nothing waits on it.
+    let stderr = tempfile::tempfile().expect("a file for torch's stderr");
+    let output = Command::new(python)
+        .arg(python_script("echo_peer.py"))
+        .args(["drive", "--strategy", "file_system", "--hostile"])
+        .args(["--repeat", "1000", "--address"])
+        .arg(server.address.to_string())
+        .args(["--authkey", &authkey.to_hex()])
+        .stderr(stderr.try_clone().expect("clone the file"))
+        .output()
+        .expect("run echo_peer.py drive");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "torch's checks of tensorshare echo failed:\n{stdout}\n{}\nserver stderr:\n{}",
+        read_all(stderr),
+        server.stop_and_read_stderr()
+    );
+    assert!(!stdout.contains("skip "), "a case was skipped:\n{stdout}");
+    assert!(stdout.contains(" cases passed, 0 failed"), "{stdout}");
+    eventually("the server's segments unlinked", || {
+        segments_of(server.pid()).is_empty()
+    });
+}
+
+#[test]
+fn tensorshare_drives_a_stock_torch_echo() {
+    let Some(python) = test_python("file_system::tensorshare_drives_a_stock_torch_echo") else {
+        return;
+    };
+    let authkey = Authkey::random().unwrap();
+    let address = support::unique_address("torch-fs-echo");
+    let mut command = Command::new(python);
+    command
+        .arg(python_script("echo_peer.py"))
+        .args(["serve", "--strategy", "file_system", "--address"])
+        .arg(address.to_string())
+        .args(["--authkey", &authkey.to_hex()]);
+    let mut server = Server::start(command, address);
+    let sharing = fs_context(&authkey);
+    let mut connection = server.connect(&authkey);
+    let failures = cases::echo_failures(&mut connection, &sharing);
+    assert!(
+        failures.is_empty(),
+        "{failures:#?}\ntorch: {}",
+        server.stop_and_read_stderr()
+    );
+    // torch finds our segment in its cache by name and sends it back.
+    let sent = cases::contiguous(DType::Float32, &[64], 4, false);
+    connection
+        .send(&Value::Tensor(sent.clone()), &sharing)
+        .unwrap();
+    let first = connection.recv(&sharing).unwrap();
+    let first = first.as_tensor().unwrap().storage().clone();
+    connection
+        .send(&Value::Tensor(sent.clone()), &sharing)
+        .unwrap();
+    let again = connection.recv(&sharing).unwrap();
+    assert!(again.as_tensor().unwrap().storage().same_as(&first));
+    assert_eq!(first.bytes(), sent.storage().bytes());
+    assert_eq!(fs_segment(&first).len(), sent.storage().nbytes());
+}

@@ -1,0 +1,661 @@
+//! `tensorshare gc` against the real /dev/shm, with real processes holding,
+//! mapping and leaking segments.
+//!
+//! Other tests run at the same time and make their own `torch_*` segments,
+//! some named for dead processes on purpose: every run that may remove
+//! something names its own segments with `--only`, and only the dry run
+//! looks at all of /dev/shm.
+
+mod support;
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde_json::Value as Json;
+
+/// A /dev/shm entry this test made or leaked, unlinked on drop.
+struct ShmFile {
+    /// With the leading `/`, as gc prints it.
+    name: String,
+    path: PathBuf,
+}
+
+impl ShmFile {
+    /// Creates `/dev/shm/torch_<creator_pid>_<unique>_0` of `len` bytes,
+    /// as `shm_open(O_CREAT | O_EXCL, 0600)` and `ftruncate` do.
+    fn create(creator_pid: u32, len: u64) -> (ShmFile, File) {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let unique = format!(
+            "{}{:04}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let shm = ShmFile::adopt(&format!("/torch_{creator_pid}_{unique}_0"));
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&shm.path)
+            .expect("create a segment in /dev/shm");
+        file.set_len(len).expect("size the segment");
+        (shm, file)
+    }
+
+    /// Takes charge of a segment something else created.
+    fn adopt(name: &str) -> ShmFile {
+        let file_name = name.strip_prefix('/').expect("a name with a leading /");
+        ShmFile {
+            name: name.to_owned(),
+            path: PathBuf::from("/dev/shm").join(file_name),
+        }
+    }
+
+    fn exists(&self) -> bool {
+        self.path.symlink_metadata().is_ok()
+    }
+}
+
+impl Drop for ShmFile {
+    fn drop(&mut self) {
+        // Removed by the gc under test is the good case.
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// A child process, killed and reaped on drop.
+struct ChildGuard(Child);
+
+impl ChildGuard {
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The pid of a process that has exited and been reaped.
+fn dead_pid() -> u32 {
+    let mut child = Command::new("true").spawn().expect("spawn true");
+    child.wait().expect("wait for true");
+    child.id()
+}
+
+/// A process that holds nothing and lives until dropped.
+fn sleeper() -> ChildGuard {
+    ChildGuard(
+        Command::new("sleep")
+            .arg("600")
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("spawn sleep"),
+    )
+}
+
+fn gc(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tensorshare"))
+        .arg("gc")
+        .args(args)
+        .output()
+        .expect("run tensorshare gc")
+}
+
+/// `gc --json` with `args`, parsed.
+fn gc_json(args: &[&str]) -> Json {
+    let mut all = vec!["--json"];
+    all.extend_from_slice(args);
+    let stdout = support::expect_success(&gc(&all), "tensorshare gc --json");
+    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("gc --json printed {e}:\n{stdout}"))
+}
+
+/// The JSON entry of the segment `name`.
+fn entry<'a>(report: &'a Json, name: &str) -> &'a Json {
+    report["segments"]
+        .as_array()
+        .expect("a segments array")
+        .iter()
+        .find(|segment| segment["name"] == name)
+        .unwrap_or_else(|| panic!("{name} is not in the report:\n{report:#}"))
+}
+
+/// The table row of the segment `name`.
+fn row<'a>(stdout: &'a str, name: &str) -> &'a str {
+    stdout
+        .lines()
+        .find(|line| line.split_whitespace().next() == Some(name))
+        .unwrap_or_else(|| panic!("no row for {name}:\n{stdout}"))
+}
+
+#[test]
+fn an_unheld_segment_of_a_dead_process_is_removed() {
+    let creator = dead_pid();
+    let (segment, file) = ShmFile::create(creator, 4160);
+    drop(file);
+    let output = gc(&["--only", &segment.name, "--min-age", "0"]);
+    let stdout = support::expect_success(&output, "tensorshare gc");
+    let line = row(&stdout, &segment.name);
+    assert!(line.contains("4.1 KiB"), "{line}");
+    assert!(line.contains(&format!("{creator} (gone)")), "{line}");
+    assert!(line.trim_end().ends_with("removed"), "{line}");
+    assert_eq!(
+        stdout.lines().last(),
+        Some("1 segment, 4160 bytes (4.1 KiB) removed"),
+        "{stdout}"
+    );
+    assert!(!segment.exists(), "{stdout}");
+}
+
+#[test]
+fn a_segment_held_open_by_a_live_process_is_kept() {
+    let (segment, file) = ShmFile::create(dead_pid(), 64);
+    // The child's stdin is the segment; ours is closed once it has started.
+    let holder = ChildGuard(
+        Command::new("sleep")
+            .arg("600")
+            .stdin(file)
+            .spawn()
+            .expect("spawn sleep"),
+    );
+    let report = gc_json(&["--only", &segment.name, "--min-age", "0"]);
+    let held = entry(&report, &segment.name);
+    assert_eq!(held["action"], "kept", "{held:#}");
+    assert_eq!(held["reason"], "held", "{held:#}");
+    assert_eq!(
+        held["holders"],
+        serde_json::json!([holder.pid()]),
+        "{held:#}"
+    );
+    assert_eq!(held["creator_alive"], false, "{held:#}");
+    assert_eq!(report["totals"]["segments"], 0, "{report:#}");
+
+    let stdout = support::expect_success(
+        &gc(&["--only", &segment.name, "--min-age", "0"]),
+        "tensorshare gc",
+    );
+    let line = row(&stdout, &segment.name);
+    assert!(
+        line.contains(&format!("kept: held by pid {}", holder.pid())),
+        "{line}"
+    );
+    assert!(segment.exists());
+}
+
+/// Maps the file named by its argument, closes the fd, says `ready` and
+/// sleeps. Through libc: Python's `mmap` module keeps a dup of the fd.
+const MAPPER: &str = "\
+import ctypes, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+fd = os.open(sys.argv[1], os.O_RDWR)
+PROT_READ, PROT_WRITE, MAP_SHARED = 1, 2, 1
+address = libc.mmap(None, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+if address is None or address == ctypes.c_void_p(-1).value:
+    sys.exit('mmap failed: ' + os.strerror(ctypes.get_errno()))
+os.close(fd)
+print('ready', flush=True)
+time.sleep(600)
+";
+
+#[test]
+fn a_segment_mapped_after_its_fd_was_closed_is_kept() {
+    let (segment, file) = ShmFile::create(dead_pid(), 4096);
+    drop(file);
+    let mut child = Command::new("python3")
+        .args(["-c", MAPPER])
+        .arg(&segment.path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn python3");
+    let stdout = child.stdout.take().expect("stdout piped");
+    let mapper = ChildGuard(child);
+    let mut line = String::new();
+    BufReader::new(stdout)
+        .read_line(&mut line)
+        .expect("read the mapper's line");
+    assert_eq!(line.trim(), "ready");
+
+    // What the test is about: mapped, and no fd left.
+    let file_name = segment.path.file_name().expect("a file name");
+    let fds = std::fs::read_dir(format!("/proc/{}/fd", mapper.pid())).expect("read its fds");
+    for fd in fds.flatten() {
+        if let Ok(target) = std::fs::read_link(fd.path()) {
+            assert!(
+                !target
+                    .to_string_lossy()
+                    .contains(&*file_name.to_string_lossy()),
+                "the mapper still has an fd on the segment"
+            );
+        }
+    }
+    let maps = std::fs::read_to_string(format!("/proc/{}/maps", mapper.pid())).expect("maps");
+    assert!(maps.contains(&*file_name.to_string_lossy()), "not mapped");
+
+    let report = gc_json(&["--only", &segment.name, "--min-age", "0"]);
+    let mapped = entry(&report, &segment.name);
+    assert_eq!(mapped["action"], "kept", "{mapped:#}");
+    assert_eq!(mapped["reason"], "held", "{mapped:#}");
+    assert_eq!(
+        mapped["holders"],
+        serde_json::json!([mapper.pid()]),
+        "{mapped:#}"
+    );
+    assert!(segment.exists());
+}
+
+#[test]
+fn a_segment_whose_creator_is_alive_is_kept() {
+    let creator = sleeper();
+    let (segment, file) = ShmFile::create(creator.pid(), 64);
+    drop(file);
+    let report = gc_json(&["--only", &segment.name, "--min-age", "0"]);
+    let alive = entry(&report, &segment.name);
+    assert_eq!(alive["action"], "kept", "{alive:#}");
+    assert_eq!(alive["reason"], "creator_alive", "{alive:#}");
+    assert_eq!(alive["creator_alive"], true, "{alive:#}");
+    assert_eq!(alive["creator_pid"], creator.pid(), "{alive:#}");
+    assert_eq!(alive["holders"], serde_json::json!([]), "{alive:#}");
+
+    // The table sums up segments of live processes in one line.
+    let stdout = support::expect_success(
+        &gc(&["--only", &segment.name, "--min-age", "0"]),
+        "tensorshare gc",
+    );
+    assert!(
+        stdout.contains(&format!(
+            "kept 1 segment (64 B) of live processes: pid {}",
+            creator.pid()
+        )),
+        "{stdout}"
+    );
+    assert!(segment.exists());
+}
+
+#[test]
+fn a_fresh_segment_is_kept_for_the_grace() {
+    let (segment, file) = ShmFile::create(dead_pid(), 64);
+    drop(file);
+    let stdout = support::expect_success(&gc(&["--only", &segment.name]), "tensorshare gc");
+    let line = row(&stdout, &segment.name);
+    assert!(line.contains("kept: changed"), "{line}");
+    assert!(line.contains("under --min-age 5"), "{line}");
+    assert!(segment.exists());
+}
+
+#[test]
+fn dry_run_removes_nothing_and_lists_what_it_would() {
+    let dead = dead_pid();
+    let (first, file) = ShmFile::create(dead, 4160);
+    drop(file);
+    let (second, file) = ShmFile::create(dead, 64);
+    drop(file);
+    let only = [
+        "--only",
+        &first.name,
+        "--only",
+        &second.name,
+        "--min-age",
+        "0",
+    ];
+
+    let mut args = vec!["--dry-run"];
+    args.extend_from_slice(&only);
+    let stdout = support::expect_success(&gc(&args), "tensorshare gc --dry-run");
+    for segment in [&first, &second] {
+        let line = row(&stdout, &segment.name);
+        assert!(line.trim_end().ends_with("would remove"), "{line}");
+        assert!(line.contains(&format!("{dead} (gone)")), "{line}");
+    }
+    assert_eq!(
+        stdout.lines().last(),
+        Some("2 segments, 4224 bytes (4.1 KiB) would be removed (dry run)"),
+        "{stdout}"
+    );
+    assert!(first.exists() && second.exists());
+
+    let report = gc_json(&args);
+    assert_eq!(report["dry_run"], true);
+    assert_eq!(entry(&report, &first.name)["action"], "would_remove");
+    assert_eq!(entry(&report, &second.name)["action"], "would_remove");
+    assert_eq!(report["totals"]["segments"], 2);
+    assert_eq!(report["totals"]["bytes"], 4224);
+    assert_eq!(report["totals"]["action"], "would_remove");
+    assert!(first.exists() && second.exists());
+}
+
+#[test]
+fn json_reports_every_case_of_one_run() {
+    let dead = dead_pid();
+    let (orphan, file) = ShmFile::create(dead, 4160);
+    drop(file);
+    let (held, file) = ShmFile::create(dead, 64);
+    let holder = ChildGuard(
+        Command::new("sleep")
+            .arg("600")
+            .stdin(file)
+            .spawn()
+            .expect("spawn sleep"),
+    );
+    let creator = sleeper();
+    let (alive, file) = ShmFile::create(creator.pid(), 128);
+    drop(file);
+    let absent = format!("torch_{dead}_1_404");
+
+    let report = gc_json(&[
+        "--only",
+        &orphan.name,
+        "--only",
+        &held.name,
+        "--only",
+        &alive.name,
+        // As `ls /dev/shm` shows names: without the slash.
+        "--only",
+        &absent,
+        "--min-age",
+        "0",
+    ]);
+    assert_eq!(report["dry_run"], false);
+    assert_eq!(report["shm_dir"], "/dev/shm");
+    assert_eq!(report["min_age_seconds"], 0.0);
+    assert_eq!(report["segments"].as_array().map(Vec::len), Some(3));
+
+    let removed = entry(&report, &orphan.name);
+    assert_eq!(removed["action"], "removed", "{removed:#}");
+    assert_eq!(removed["reason"], Json::Null);
+    assert_eq!(removed["size"], 4160);
+    assert_eq!(removed["creator_pid"], dead);
+    assert_eq!(removed["creator_alive"], false);
+
+    let kept = entry(&report, &held.name);
+    assert_eq!(kept["action"], "kept", "{kept:#}");
+    assert_eq!(kept["reason"], "held");
+    assert_eq!(kept["holders"], serde_json::json!([holder.pid()]));
+    assert!(
+        kept["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("held by pid")),
+        "{kept:#}"
+    );
+
+    let live = entry(&report, &alive.name);
+    assert_eq!(live["action"], "kept", "{live:#}");
+    assert_eq!(live["reason"], "creator_alive");
+
+    assert_eq!(
+        report["not_found"],
+        serde_json::json!([format!("/{absent}")])
+    );
+    assert_eq!(report["totals"]["segments"], 1);
+    assert_eq!(report["totals"]["bytes"], 4160);
+    assert_eq!(report["totals"]["action"], "removed");
+
+    assert!(!orphan.exists());
+    assert!(held.exists() && alive.exists());
+}
+
+#[test]
+fn a_dry_run_over_all_of_dev_shm_proposes_only_orphans() {
+    // Our own segments among whatever else is there: one of a live
+    // creator, one held.
+    let (alive, file) = ShmFile::create(std::process::id(), 64);
+    drop(file);
+    let (held, held_file) = ShmFile::create(dead_pid(), 64);
+
+    let report = gc_json(&["--dry-run"]);
+    for segment in report["segments"].as_array().expect("segments") {
+        assert!(
+            segment["name"]
+                .as_str()
+                .is_some_and(|name| name.starts_with("/torch_")),
+            "{segment:#}"
+        );
+        if segment["action"] == "would_remove" {
+            assert_eq!(segment["creator_alive"], false, "{segment:#}");
+            assert_eq!(segment["holders"], serde_json::json!([]), "{segment:#}");
+            assert!(
+                segment["age_seconds"]
+                    .as_f64()
+                    .is_some_and(|age| age >= 5.0),
+                "{segment:#}"
+            );
+        } else {
+            assert_eq!(segment["action"], "kept", "{segment:#}");
+        }
+    }
+    assert_eq!(entry(&report, &alive.name)["reason"], "creator_alive");
+    // Kept as held, or as fresh, whichever rule comes first.
+    assert_eq!(entry(&report, &held.name)["reason"], "held");
+    assert!(alive.exists() && held.exists());
+    drop(held_file);
+}
+
+#[test]
+fn names_of_another_form_are_refused() {
+    for name in [
+        "../etc/passwd",
+        "/dev/shm/torch_1_2_3",
+        "torch_1_2_x",
+        "sem.x",
+    ] {
+        let output = gc(&["--dry-run", "--only", name]);
+        assert_eq!(output.status.code(), Some(2), "{name} was accepted");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains("--only"), "{stderr}");
+    }
+}
+
+/// The pid of `parent`'s child whose command is `comm` (cut to 15 bytes,
+/// as the kernel keeps it), waiting up to 10 s for it to appear.
+fn find_child(parent: u32, comm: &str) -> Option<u32> {
+    let comm = &comm[..comm.len().min(15)];
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        for proc_entry in std::fs::read_dir("/proc").expect("list /proc").flatten() {
+            let Ok(pid) = proc_entry.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                continue;
+            };
+            // `pid (comm) state ppid ...`
+            let Some((head, tail)) = stat.rsplit_once(')') else {
+                continue;
+            };
+            let ppid = tail.split_whitespace().nth(1);
+            if head.ends_with(&format!("({comm}")) && ppid == Some(&parent.to_string()) {
+                return Some(pid);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    None
+}
+
+/// Whether `pid` has exited (gone, or a zombie whose files are closed).
+fn has_exited(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, tail)| tail.split_whitespace().next())
+            .is_some_and(|state| state == "Z" || state == "X"),
+        Err(_) => true,
+    }
+}
+
+/// A process found by pid, not our child: SIGKILLed on drop if it is still
+/// the process we found.
+struct ProcessGuard {
+    pid: u32,
+    comm: String,
+}
+
+impl Drop for ProcessGuard {
+    fn drop(&mut self) {
+        let same = std::fs::read_to_string(format!("/proc/{}/comm", self.pid))
+            .is_ok_and(|comm| comm.trim_end() == self.comm);
+        if same {
+            let _ = kill(Pid::from_raw(self.pid as i32), Signal::SIGKILL);
+        }
+    }
+}
+
+const TORCH_SHARER: &str = "\
+import time, torch, torch.multiprocessing as mp
+mp.set_sharing_strategy('file_system')
+t = torch.arange(1024, dtype=torch.float32)
+t.share_memory_()
+manager, name, size = t.untyped_storage()._share_filename_cpu_()
+print(name.decode(), flush=True)
+time.sleep(600)
+";
+
+#[test]
+fn a_segment_torch_leaked_under_sigkill_is_removed() {
+    let Some(python) = support::test_python("a_segment_torch_leaked_under_sigkill_is_removed")
+    else {
+        return;
+    };
+    let mut child = Command::new(python)
+        .args(["-c", TORCH_SHARER])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the torch sharer");
+    let stdout = child.stdout.take().expect("stdout piped");
+    let mut stderr = child.stderr.take().expect("stderr piped");
+    let mut sharer = ChildGuard(child);
+    let mut name = String::new();
+    BufReader::new(stdout)
+        .read_line(&mut name)
+        .expect("read the segment name");
+    let name = name.trim().to_owned();
+    if name.is_empty() {
+        let _ = sharer.0.kill();
+        let mut text = String::new();
+        let _ = std::io::Read::read_to_string(&mut stderr, &mut text);
+        panic!("the torch sharer printed no name:\n{text}");
+    }
+    let python_pid = sharer.pid();
+    assert!(
+        name.starts_with(&format!("/torch_{python_pid}_")),
+        "{name} is not named for {python_pid}"
+    );
+    let segment = ShmFile::adopt(&name);
+    assert!(segment.exists(), "{name} is not in /dev/shm");
+
+    // torch's manager calls setsid, so it is found by its parent.
+    let manager_pid = find_child(python_pid, "torch_shm_manager")
+        .expect("torch_shm_manager among the sharer's children");
+    let _manager = ProcessGuard {
+        pid: manager_pid,
+        comm: "torch_shm_manag".to_owned(),
+    };
+    // The manager first, so that it cannot clean up after its client.
+    kill(Pid::from_raw(manager_pid as i32), Signal::SIGKILL).expect("SIGKILL the manager");
+    kill(Pid::from_raw(python_pid as i32), Signal::SIGKILL).expect("SIGKILL the sharer");
+    sharer.0.wait().expect("reap the sharer");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !has_exited(manager_pid) {
+        assert!(Instant::now() < deadline, "the manager survived SIGKILL");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(segment.exists(), "{name} did not leak");
+
+    let stdout =
+        support::expect_success(&gc(&["--only", &name, "--min-age", "0"]), "tensorshare gc");
+    let line = row(&stdout, &name);
+    assert!(line.contains(&format!("{python_pid} (gone)")), "{line}");
+    assert!(
+        line.contains("4.1 KiB"),
+        "4096 bytes and the header: {line}"
+    );
+    assert!(line.trim_end().ends_with("removed"), "{line}");
+    assert_eq!(
+        stdout.lines().last(),
+        Some("1 segment, 4160 bytes (4.1 KiB) removed"),
+        "{stdout}"
+    );
+    assert!(!segment.exists());
+}
+
+#[test]
+fn another_user_keeps_what_it_cannot_check_and_removes_its_own() {
+    let setpriv = ["/usr/bin/setpriv", "/bin/setpriv"]
+        .into_iter()
+        .find(|path| std::path::Path::new(path).exists());
+    let (true, Some(setpriv)) = (nix::unistd::geteuid().is_root(), setpriv) else {
+        // Through the handle, not eprintln!, so that test capture does not hide it.
+        let _ = std::io::Write::write_all(
+            &mut std::io::stderr(),
+            b"SKIPPED: another_user_keeps_what_it_cannot_check_and_removes_its_own needs root \
+              and setpriv\n",
+        );
+        return;
+    };
+    const NOBODY: u32 = 65534;
+    let dead = dead_pid();
+    // Root's: the other user may neither open it nor read every process.
+    let (roots, file) = ShmFile::create(dead, 64);
+    drop(file);
+    // The other user's own: the kernel's open check works for its owner.
+    let (own, file) = ShmFile::create(dead, 128);
+    std::os::unix::fs::fchown(&file, Some(NOBODY), Some(NOBODY)).expect("chown to nobody");
+    drop(file);
+
+    let output = Command::new(setpriv)
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            env!("CARGO_BIN_EXE_tensorshare"),
+            "gc",
+            "--json",
+            "--only",
+            &roots.name,
+            "--only",
+            &own.name,
+            "--min-age",
+            "0",
+        ])
+        .output()
+        .expect("run gc as nobody");
+    let stdout = support::expect_success(&output, "tensorshare gc as nobody");
+    let report: Json = serde_json::from_str(&stdout).expect("JSON");
+
+    let kept = entry(&report, &roots.name);
+    assert_eq!(kept["action"], "kept", "{kept:#}");
+    assert_eq!(kept["reason"], "unverifiable", "{kept:#}");
+    assert!(
+        kept["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("run as root")),
+        "{kept:#}"
+    );
+    // This test process, root's, is one the other user cannot inspect.
+    assert!(
+        report["unreadable_pids"]
+            .as_array()
+            .is_some_and(|pids| pids.contains(&Json::from(std::process::id()))),
+        "{report:#}"
+    );
+    assert!(roots.exists());
+
+    let removed = entry(&report, &own.name);
+    assert_eq!(removed["action"], "removed", "{removed:#}");
+    assert_eq!(removed["owner_uid"], NOBODY);
+    assert!(!own.exists());
+}

@@ -1,0 +1,686 @@
+//! The shared-memory manager as real processes: `tensorshare manager` in the
+//! foreground and as a daemon, `own_manager` starting one, a SIGKILLed
+//! client's segment reclaimed, accept under fd exhaustion, and both
+//! directions with stock torch: our client against `torch_shm_manager`, and
+//! a torch process registering with our manager.
+
+mod support;
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::FileExt;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStderr, ChildStdout, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nix::fcntl::OFlag;
+use nix::sys::mman::{shm_open, shm_unlink};
+use nix::sys::stat::Mode;
+use nix::unistd::ftruncate;
+use tensorshare_strategies::file_system::SegmentName;
+use tensorshare_strategies::shm_manager::{
+    self, ALLOC_INFO_SIZE, AllocInfo, MANAGER_ENV, ManagerConnection, ManagerHandle,
+};
+
+use support::test_python;
+
+const BIN: &str = env!("CARGO_BIN_EXE_tensorshare");
+
+/// Set for the re-executed test binary that plays a client to be killed.
+const HELPER_MANAGER_ENV: &str = "TENSORSHARE_TEST_HELPER_MANAGER";
+
+/// A POSIX shared-memory object made for a test, unlinked on drop.
+struct ShmObject {
+    name: SegmentName,
+}
+
+impl ShmObject {
+    /// An empty object under a fresh torch-form name.
+    fn create() -> Self {
+        Self::create_named(SegmentName::fresh())
+    }
+
+    fn create_named(name: SegmentName) -> Self {
+        let fd = shm_open(
+            name.as_str(),
+            OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_RDWR,
+            Mode::S_IRUSR | Mode::S_IWUSR,
+        )
+        .expect("create a shared-memory object");
+        drop(fd);
+        ShmObject { name }
+    }
+
+    /// A segment as torch's `file_system` strategy lays it out: a 64-byte
+    /// header whose first 4 bytes are the reference count (1), then `data`.
+    fn torch_segment(data: &[u8]) -> Self {
+        let name = SegmentName::fresh();
+        let fd = shm_open(
+            name.as_str(),
+            OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_RDWR,
+            Mode::S_IRUSR | Mode::S_IWUSR,
+        )
+        .expect("create a shared-memory object");
+        ftruncate(&fd, 64 + data.len() as i64).expect("size it");
+        let file = File::from(fd);
+        file.write_all_at(&1_i32.to_le_bytes(), 0).unwrap();
+        file.write_all_at(data, 64).unwrap();
+        ShmObject { name }
+    }
+
+    fn path(&self) -> PathBuf {
+        Path::new("/dev/shm").join(self.name.file_name())
+    }
+
+    fn exists(&self) -> bool {
+        self.path().exists()
+    }
+
+    fn refcount(&self) -> i32 {
+        let mut count = [0u8; 4];
+        File::open(self.path())
+            .unwrap()
+            .read_exact_at(&mut count, 0)
+            .unwrap();
+        i32::from_le_bytes(count)
+    }
+}
+
+impl Drop for ShmObject {
+    fn drop(&mut self) {
+        let _ = shm_unlink(self.name.as_str());
+    }
+}
+
+/// A child process killed on drop.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `tensorshare manager` in the foreground, killed on drop.
+struct ForegroundManager {
+    child: Killed,
+    handle: ManagerHandle,
+    stderr: Option<ChildStderr>,
+}
+
+impl ForegroundManager {
+    fn start(args: &[&str]) -> Self {
+        let mut command = Command::new(BIN);
+        command.arg("manager").args(args);
+        Self::start_command(command)
+    }
+
+    fn start_command(mut command: Command) -> Self {
+        let mut child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start tensorshare manager");
+        let line = first_line(child.stdout.take().unwrap());
+        let stderr = child.stderr.take();
+        let handle = ManagerHandle::from_bytes(line.as_bytes())
+            .unwrap_or_else(|e| panic!("first line {line:?}: {e}"));
+        ForegroundManager {
+            child: Killed(child),
+            handle,
+            stderr,
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.0.id()
+    }
+
+    fn is_running(&mut self) -> bool {
+        self.child.0.try_wait().unwrap().is_none()
+    }
+
+    /// Waits up to `limit` for it to exit; its status and stderr.
+    fn wait_exit(&mut self, limit: Duration) -> (std::process::ExitStatus, String) {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.0.try_wait().unwrap() {
+                let mut stderr = String::new();
+                if let Some(mut pipe) = self.stderr.take() {
+                    pipe.read_to_string(&mut stderr).unwrap();
+                }
+                return (status, stderr);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the manager did not exit within {limit:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// The first line of `stdout`, without its newline.
+fn first_line(stdout: ChildStdout) -> String {
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line).unwrap();
+    line.trim_end_matches('\n').to_owned()
+}
+
+/// Waits up to `limit` for `condition`.
+fn eventually(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if condition() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    condition()
+}
+
+/// The pid of the process holding the listening socket at `handle`: its
+/// inode from `/proc/net/unix`, then the process with an fd on it. (The
+/// socket's peer credentials name the process that called `listen`, which
+/// for a daemon is the launcher that forked it.)
+fn server_pid(handle: &ManagerHandle) -> u32 {
+    let path = handle.path().to_str().unwrap();
+    let table = std::fs::read_to_string("/proc/net/unix").unwrap();
+    let inode = table
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            // Num RefCount Protocol Flags Type St Inode Path; flag 0x10000
+            // is __SO_ACCEPTCON, a listening socket.
+            (fields.len() == 8 && fields[7] == path && fields[3] == "00010000")
+                .then(|| fields[6].to_owned())
+        })
+        .next()
+        .unwrap_or_else(|| panic!("nothing listens at {path}"));
+    let link = format!("socket:[{inode}]");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .find(|pid| {
+            std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+                fds.filter_map(Result::ok).any(|fd| {
+                    std::fs::read_link(fd.path()).is_ok_and(|t| t.as_os_str() == link.as_str())
+                })
+            })
+        })
+        .unwrap_or_else(|| panic!("no process holds {link}"))
+}
+
+/// Fields of `/proc/PID/stat` after the command name: state is `[0]`, ppid
+/// `[1]`, session `[3]`, utime `[11]`, stime `[12]`.
+fn proc_stat(pid: u32) -> Option<Vec<String>> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after_name = &text[text.rfind(')')? + 2..];
+    Some(after_name.split(' ').map(str::to_owned).collect())
+}
+
+/// Whether `pid` has exited (gone, or a zombie waiting for its reaper).
+fn has_exited(pid: u32) -> bool {
+    proc_stat(pid).is_none_or(|fields| fields[0] == "Z" || fields[0] == "X")
+}
+
+#[test]
+fn helper_client_registering_a_segment() {
+    // Does nothing unless re-executed by a test as the client it kills.
+    let Some(socket) = std::env::var_os(HELPER_MANAGER_ENV) else {
+        return;
+    };
+    use std::os::unix::ffi::OsStrExt;
+    let handle = ManagerHandle::from_bytes(socket.as_bytes()).unwrap();
+    let segment = ShmObject::create();
+    let manager = shm_manager::connect(&handle).unwrap();
+    manager.register(&segment.name).unwrap();
+    println!("registered {}", segment.name);
+    std::io::stdout().flush().unwrap();
+    // Left for the manager: this process is killed before it could unlink.
+    std::mem::forget(segment);
+    std::thread::sleep(Duration::from_secs(60));
+}
+
+/// This test binary, re-executed as a client that registers one segment
+/// with `handle` and waits to be killed; and the segment's name.
+fn start_helper_client(handle: &ManagerHandle) -> (Killed, SegmentName) {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "helper_client_registering_a_segment",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(HELPER_MANAGER_ENV, handle.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("re-execute the test binary");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let name = loop {
+        let line = lines
+            .next()
+            .expect("the helper exited before registering")
+            .unwrap();
+        // libtest may have printed `test NAME ... ` on the same line.
+        if let Some((_, name)) = line.split_once("registered ") {
+            break SegmentName::parse(name.as_bytes()).unwrap();
+        }
+    };
+    (Killed(child), name)
+}
+
+#[test]
+fn a_daemon_outlives_its_launcher_and_reclaims_a_killed_clients_segment() {
+    let started = Instant::now();
+    let launcher = Command::new(BIN)
+        .args(["manager", "--daemon", "--idle-timeout", "3"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start tensorshare manager --daemon");
+    let launcher_pid = launcher.id();
+    // Both pipes reach end of file although the daemon lives on: it holds
+    // none of them.
+    let output = launcher.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let handle = ManagerHandle::from_bytes(stdout.trim_end().as_bytes()).unwrap();
+    assert_eq!(stdout.lines().count(), 1, "{stdout:?}");
+    assert!(
+        started.elapsed() < Duration::from_millis(2500),
+        "the launcher took {:?}: did the daemon hold its pipes?",
+        started.elapsed()
+    );
+
+    let daemon = server_pid(&handle);
+    assert_ne!(daemon, launcher_pid);
+    let stat = proc_stat(daemon).expect("the daemon runs");
+    assert_eq!(
+        stat[3],
+        daemon.to_string(),
+        "not a session leader: {stat:?}"
+    );
+    assert_ne!(stat[1], std::process::id().to_string());
+    for fd in 0..3 {
+        let target = std::fs::read_link(format!("/proc/{daemon}/fd/{fd}")).unwrap();
+        assert_eq!(target, Path::new("/dev/null"), "fd {fd}");
+    }
+
+    let (mut client, name) = start_helper_client(&handle);
+    let segment = ShmObject { name };
+    assert!(segment.exists());
+    client.0.kill().unwrap();
+    client.0.wait().unwrap();
+    let killed = Instant::now();
+    assert!(
+        eventually(Duration::from_secs(10), || !segment.exists()),
+        "the daemon kept the killed client's segment"
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || has_exited(daemon)),
+        "the daemon did not exit once idle"
+    );
+    assert!(killed.elapsed() < Duration::from_secs(8));
+    assert!(!handle.path().exists());
+    assert!(!handle.path().parent().unwrap().exists());
+}
+
+#[test]
+fn own_manager_starts_one_daemon_per_process() {
+    let threads: Vec<_> = (0..4)
+        .map(|_| std::thread::spawn(shm_manager::own_manager))
+        .collect();
+    let connections: Vec<Arc<ManagerConnection>> = threads
+        .into_iter()
+        .map(|t| t.join().unwrap().unwrap_or_else(|e| panic!("{e}")))
+        .collect();
+    assert!(connections.windows(2).all(|w| Arc::ptr_eq(&w[0], &w[1])));
+    let manager = &connections[0];
+    assert!(Arc::ptr_eq(manager, &shm_manager::own_manager().unwrap()));
+    assert!(Arc::ptr_eq(
+        manager,
+        &shm_manager::connect(manager.handle()).unwrap()
+    ));
+
+    let segment = ShmObject::create();
+    manager.register(&segment.name).unwrap();
+    manager.unregister(&segment.name);
+
+    if std::env::var_os(MANAGER_ENV).is_none() {
+        let dir = manager.handle().path().parent().unwrap();
+        let dir_name = dir.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(dir_name.starts_with("tensorshare-shm-"), "{dir_name}");
+        let daemon = server_pid(manager.handle());
+        assert_ne!(daemon, std::process::id());
+        assert_ne!(
+            proc_stat(daemon).unwrap()[1],
+            std::process::id().to_string()
+        );
+        // The launching process was reaped: no zombie `tensorshare` child
+        // stays (other tests' children may be zombies for a moment).
+        let me = std::process::id().to_string();
+        let zombie_children = || {
+            std::fs::read_dir("/proc")
+                .unwrap()
+                .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+                .filter(|pid| {
+                    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"));
+                    proc_stat(*pid).is_some_and(|f| f[1] == me && f[0] == "Z")
+                        && comm.is_ok_and(|c| c.trim_end() == "tensorshare")
+                })
+                .collect::<Vec<_>>()
+        };
+        assert!(
+            eventually(Duration::from_secs(2), || zombie_children().is_empty()),
+            "zombie children: {:?}",
+            zombie_children()
+        );
+    }
+}
+
+#[test]
+fn a_foreground_manager_logs_garbage_serves_on_and_stops_on_sigterm() {
+    let mut manager = ForegroundManager::start(&["--idle-timeout", "30"]);
+    let segment = ShmObject::create();
+    let keeper = ManagerConnection::open(&manager.handle).unwrap();
+    keeper.register(&segment.name).unwrap();
+
+    let mut garbage = UnixStream::connect(manager.handle.path()).unwrap();
+    garbage.write_all(&[0xff; ALLOC_INFO_SIZE]).unwrap();
+    let mut rest = Vec::new();
+    garbage
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    assert_eq!(garbage.read_to_end(&mut rest).unwrap(), 0, "not closed");
+    keeper.register(&segment.name).unwrap();
+
+    let status = Command::new("kill")
+        .args(["-TERM", &manager.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let (status, stderr) = manager.wait_exit(Duration::from_secs(10));
+    assert!(status.success(), "{status}: {stderr}");
+    assert!(stderr.contains("disconnected a client"), "{stderr}");
+    assert!(stderr.contains("no NUL-terminated name"), "{stderr}");
+    assert!(stderr.contains("stopped by signal"), "{stderr}");
+    assert!(stderr.contains("unlinked 1 segment"), "{stderr}");
+    assert!(!segment.exists());
+    assert!(!manager.handle.path().exists());
+}
+
+#[test]
+fn a_manager_out_of_fds_backs_off_and_serves_everyone_later() {
+    // Few enough fds that most clients wait in the backlog.
+    let mut command = Command::new("sh");
+    command.args([
+        "-c",
+        "ulimit -n 12 && exec \"$0\" manager --idle-timeout 1",
+        BIN,
+    ]);
+    let mut manager = ForegroundManager::start_command(command);
+    let names: Vec<SegmentName> = (0..10).map(|_| SegmentName::fresh()).collect();
+    let mut clients: Vec<UnixStream> = names
+        .iter()
+        .map(|name| {
+            let mut stream = UnixStream::connect(manager.handle.path()).unwrap();
+            stream
+                .write_all(&AllocInfo::register(name.clone()).encode())
+                .unwrap();
+            stream
+        })
+        .collect();
+    let answered = |stream: &mut UnixStream, wait: Duration| {
+        stream.set_read_timeout(Some(wait)).unwrap();
+        let mut reply = [0u8; 2];
+        match stream.read_exact(&mut reply) {
+            Ok(()) => {
+                assert_eq!(&reply, b"OK");
+                true
+            }
+            Err(_) => false,
+        }
+    };
+    let served: Vec<bool> = clients
+        .iter_mut()
+        .map(|s| answered(s, Duration::from_millis(300)))
+        .collect();
+    let first = served.iter().filter(|s| **s).count();
+    assert!(
+        first >= 1 && first < clients.len(),
+        "{first} of {} served",
+        clients.len()
+    );
+
+    // Out of fds with connections queued: it must not spin.
+    let ticks = |pid| {
+        let stat = proc_stat(pid).unwrap();
+        stat[11].parse::<u64>().unwrap() + stat[12].parse::<u64>().unwrap()
+    };
+    let before = ticks(manager.pid());
+    std::thread::sleep(Duration::from_secs(1));
+    let used = ticks(manager.pid()) - before;
+    assert!(
+        used < 30,
+        "the manager used {used} ticks in 1 s while stuck"
+    );
+
+    // Hanging up the served clients frees fds: the rest get their OK.
+    let mut waiting: Vec<UnixStream> = clients
+        .drain(..)
+        .zip(served)
+        .filter_map(|(stream, served)| (!served).then_some(stream))
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !waiting.is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "{} clients never served",
+            waiting.len()
+        );
+        // Answered streams are dropped, making room for the next.
+        waiting.retain_mut(|stream| !answered(stream, Duration::from_millis(200)));
+    }
+    let (status, stderr) = manager.wait_exit(Duration::from_secs(10));
+    assert!(status.success(), "{status}: {stderr}");
+    assert!(
+        stderr.contains("cannot accept a client (EMFILE"),
+        "{stderr}"
+    );
+    assert_eq!(
+        stderr.matches("cannot accept").count(),
+        1,
+        "logged more than once: {stderr}"
+    );
+    assert!(stderr.contains("10 registrations"), "{stderr}");
+}
+
+/// The path of the pinned torch's `torch_shm_manager`.
+fn torch_shm_manager(python: &str) -> String {
+    let output = Command::new(python)
+        .args([
+            "-c",
+            "import os, torch; print(os.path.join(os.path.dirname(torch.__file__), 'bin', \
+             'torch_shm_manager'))",
+        ])
+        .output()
+        .expect("run the test python");
+    support::expect_success(&output, "finding torch_shm_manager")
+        .trim_end()
+        .to_owned()
+}
+
+#[test]
+fn our_client_registers_with_torchs_own_manager() {
+    let Some(python) = test_python("our_client_registers_with_torchs_own_manager") else {
+        return;
+    };
+    let exe = torch_shm_manager(&python);
+    let mut torch = Killed(
+        Command::new(&exe)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start torch_shm_manager"),
+    );
+    let line = first_line(torch.0.stdout.take().unwrap());
+    assert!(line.contains("torch-shm-dir-"), "{line}");
+    let handle = ManagerHandle::from_bytes(line.as_bytes()).unwrap();
+
+    let kept = ShmObject::create();
+    let freed = ShmObject::create();
+    let connection = ManagerConnection::open(&handle).unwrap();
+    // torch reads exactly sizeof(AllocInfo) per message and answers each
+    // registration: three in a row, each confirmed, show the size matches.
+    connection.register(&kept.name).unwrap();
+    connection.register(&freed.name).unwrap();
+    connection.register(&kept.name).unwrap();
+    // A free of an object that still exists: torch keeps the name.
+    connection.unregister(&freed.name);
+    drop(connection);
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = torch.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "torch_shm_manager did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    torch
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(status.success(), "torch_shm_manager: {status}: {stderr}");
+    // It unlinked exactly the names we sent: the name sits at offset 5.
+    assert!(!kept.exists(), "torch did not unlink {}", kept.name);
+    assert!(!freed.exists(), "torch did not unlink {}", freed.name);
+    assert!(!handle.path().exists());
+}
+
+/// Runs `script` in the test python with the manager handle and segment
+/// name as arguments, and waits for its first line.
+fn start_torch(python: &str, script: &str, handle: &ManagerHandle, segment: &ShmObject) -> Killed {
+    let mut child = Command::new(python)
+        .args(["-c", script])
+        .arg(handle.path())
+        .arg(segment.name.as_str())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run the test python");
+    let line = first_line(child.stdout.take().unwrap());
+    if line != "ready" {
+        let _ = child.kill();
+        let output = child.wait_with_output().unwrap();
+        panic!(
+            "the torch process failed ({line:?}): {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    Killed(child)
+}
+
+#[test]
+fn a_torch_process_registers_with_our_manager_and_a_sigkill_loses_its_segment() {
+    let Some(python) =
+        test_python("a_torch_process_registers_with_our_manager_and_a_sigkill_loses_its_segment")
+    else {
+        return;
+    };
+    let mut manager = ForegroundManager::start(&["--idle-timeout", "1"]);
+    // Keeps the manager from idling out while torch imports, and shows that
+    // the segment goes without the manager exiting.
+    let keeper = ManagerConnection::open(&manager.handle).unwrap();
+    let data: Vec<u8> = (0..32).collect();
+    let segment = ShmObject::torch_segment(&data);
+    let script = r#"
+import sys, time, torch
+from torch.multiprocessing.reductions import rebuild_storage_filename
+manager, name = sys.argv[1].encode(), sys.argv[2].encode()
+storage = rebuild_storage_filename(torch.UntypedStorage, manager, name, 32)
+assert bytes(storage) == bytes(range(32)), bytes(storage)
+print("ready", flush=True)
+time.sleep(60)
+"#;
+    let mut torch = start_torch(&python, script, &manager.handle, &segment);
+    // torch mapped it (+1) and dropped the message's count (-1).
+    assert_eq!(segment.refcount(), 1);
+    assert!(segment.exists());
+
+    torch.0.kill().unwrap();
+    torch.0.wait().unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || !segment.exists()),
+        "the killed torch process's segment was kept"
+    );
+    assert!(manager.is_running(), "it should have gone without an exit");
+
+    drop(keeper);
+    let (status, stderr) = manager.wait_exit(Duration::from_secs(10));
+    assert!(status.success(), "{status}: {stderr}");
+    assert!(stderr.contains("2 clients, 1 registration"), "{stderr}");
+    assert!(stderr.contains("unlinked 1 segment"), "{stderr}");
+}
+
+#[test]
+fn a_torch_process_that_frees_its_segment_tells_our_manager() {
+    let Some(python) = test_python("a_torch_process_that_frees_its_segment_tells_our_manager")
+    else {
+        return;
+    };
+    let mut manager = ForegroundManager::start(&["--idle-timeout", "1"]);
+    let keeper = ManagerConnection::open(&manager.handle).unwrap();
+    let segment = ShmObject::torch_segment(&[7; 16]);
+    let script = r#"
+import gc, sys, time, torch
+from torch.multiprocessing.reductions import rebuild_storage_filename
+manager, name = sys.argv[1].encode(), sys.argv[2].encode()
+storage = rebuild_storage_filename(torch.UntypedStorage, manager, name, 16)
+del storage
+gc.collect()
+print("ready", flush=True)
+time.sleep(60)
+"#;
+    let mut torch = start_torch(&python, script, &manager.handle, &segment);
+    // The count went to 0 in torch, which unlinked the name and then sent
+    // its free.
+    assert!(!segment.exists());
+    // Two round trips on another connection: the manager has handled the
+    // free by the second OK.
+    let barrier = SegmentName::fresh();
+    keeper.register(&barrier).unwrap();
+    keeper.register(&barrier).unwrap();
+    // A new object under that name is not the manager's any more.
+    let reborn = ShmObject::create_named(segment.name.clone());
+    std::mem::forget(segment);
+
+    torch.0.kill().unwrap();
+    torch.0.wait().unwrap();
+    drop(keeper);
+    let (status, stderr) = manager.wait_exit(Duration::from_secs(10));
+    assert!(status.success(), "{status}: {stderr}");
+    assert!(
+        reborn.exists(),
+        "the manager unlinked a name torch had freed: {stderr}"
+    );
+    assert!(stderr.contains("unlinked 0 segments"), "{stderr}");
+}
