@@ -17,7 +17,7 @@ use tensorshare::connection::ConnectionOptions;
 use tensorshare::{Address, Authkey, Client, DType, SharingContext, Storage, StrategyKind, Value};
 use tensorshare::{Tensor, TensorView};
 
-use support::{Server, python_script, test_python, unique_address};
+use support::{Server, python_script, segments_of, test_python, unique_address};
 
 /// Set in a child process that plays the Rust producer.
 const PRODUCER_ENV: &str = "TENSORSHARE_CRASH_PRODUCER";
@@ -216,20 +216,6 @@ fn wait_for_streaming(producer: &mut Child) -> Result<(), String> {
         let _ = std::io::Read::read_to_string(&mut pipe, &mut stderr);
     }
     Err(format!("the producer exited before streaming: {stderr}"))
-}
-
-/// The `/dev/shm` entries whose names say `pid` created them.
-fn segments_of(pid: u32) -> Vec<String> {
-    let prefix = format!("torch_{pid}_");
-    std::fs::read_dir("/dev/shm")
-        .map(|entries| {
-            entries
-                .flatten()
-                .map(|entry| entry.file_name().to_string_lossy().into_owned())
-                .filter(|name| name.starts_with(&prefix))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 fn torch_echo(python: &str, authkey: &Authkey) -> Server {

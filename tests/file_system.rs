@@ -13,7 +13,7 @@ use tensorshare::{Authkey, DType, SharingContext, Storage, StrategyKind, Value};
 use tensorshare_strategies::file_system::FileSystemSegment;
 use tensorshare_strategies::{AllocateError, Segment};
 
-use support::{Server, cases, open_fds, python_script, shared_mappings, test_python};
+use support::{Server, cases, open_fds, python_script, segments_of, shared_mappings, test_python};
 
 fn fs_context(authkey: &Authkey) -> SharingContext {
     SharingContext::new(authkey.clone())
@@ -42,17 +42,6 @@ fn read_all(mut file: std::fs::File) -> String {
     let _ = file.rewind();
     let _ = file.read_to_string(&mut text);
     text
-}
-
-/// The `/dev/shm` entries whose names say `pid` created them.
-fn segments_of(pid: u32) -> Vec<String> {
-    let prefix = format!("torch_{pid}_");
-    std::fs::read_dir("/dev/shm")
-        .expect("list /dev/shm")
-        .flatten()
-        .map(|entry| entry.file_name().to_string_lossy().into_owned())
-        .filter(|name| name.starts_with(&prefix))
-        .collect()
 }
 
 #[test]

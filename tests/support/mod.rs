@@ -206,3 +206,18 @@ pub fn expect_success(output: &std::process::Output, what: &str) -> String {
     );
     stdout
 }
+
+/// The `/dev/shm` entries whose names say `pid` created them
+/// (`torch_<pid>_...`: torch's `file_system` segments and ours).
+pub fn segments_of(pid: u32) -> Vec<String> {
+    let prefix = format!("torch_{pid}_");
+    std::fs::read_dir("/dev/shm")
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|entry| entry.file_name().to_string_lossy().into_owned())
+                .filter(|name| name.starts_with(&prefix))
+                .collect()
+        })
+        .unwrap_or_default()
+}
