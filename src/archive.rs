@@ -3,9 +3,11 @@
 //! inside plain pickles.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
-use tensorshare_compat::torch_save::{self, ReadOptions, TorchSaveArchive, TorchSaveFormat};
+use tensorshare_compat::torch_save::{
+    self, ReadOptions, StorageRecord, TorchSaveArchive, TorchSaveFormat,
+};
 
 use crate::registry::rebuild::{PersistentLoad, Walker};
 use crate::registry::{Call, RebuildError, Registry};
@@ -34,15 +36,20 @@ fn load_archive(
         max_total_bytes: registry.options().max_archive_bytes,
         ..ReadOptions::default()
     };
-    let archive = torch_save::read(bytes, registry, &options)?;
+    let TorchSaveArchive {
+        format,
+        object,
+        records,
+        ..
+    } = torch_save::read(bytes, registry, &options)?;
     let storages = ArchiveStorages {
-        archive: &archive,
+        records: RefCell::new(records),
         loaded: RefCell::new(HashMap::new()),
     };
-    let value = Walker::new(registry, &archive.object, Some(&storages))
+    let value = Walker::new(registry, &object, Some(&storages))
         .in_archive(archive_depth + 1)
         .run()?;
-    Ok((archive.format, value))
+    Ok((format, value))
 }
 
 /// `torch.storage._load_from_bytes(b)`: a storage pickled as an embedded
@@ -73,13 +80,15 @@ pub(crate) fn load_from_bytes(call: Call<'_>) -> Result<Value, RebuildError> {
 }
 
 /// Resolves `('storage', cls, key, location, numel, ...)` persistent ids to
-/// the archive's records, one [`Storage`] per key so views share it.
-struct ArchiveStorages<'a> {
-    archive: &'a TorchSaveArchive,
+/// the archive's records, one [`Storage`] per key so views share it. A
+/// record's bytes move into its storage, uncopied, the first time its key
+/// is loaded.
+struct ArchiveStorages {
+    records: RefCell<BTreeMap<String, StorageRecord>>,
     loaded: RefCell<HashMap<String, Storage>>,
 }
 
-impl PersistentLoad for ArchiveStorages<'_> {
+impl PersistentLoad for ArchiveStorages {
     fn load(&self, pid: &Value) -> Result<Value, RebuildError> {
         let invalid = |message: String| RebuildError::Invalid {
             callee: tensorshare_compat::pickle::Global::new(
@@ -111,16 +120,15 @@ impl PersistentLoad for ArchiveStorages<'_> {
                 "storage '{key}' was saved on '{location}'; only CPU storages can be shared: move it to CPU before saving"
             )));
         }
-        let record = self
-            .archive
-            .records
-            .get(key)
+        let mut records = self.records.borrow_mut();
+        let record = records
+            .get_mut(key)
             .ok_or_else(|| invalid(format!("storage '{key}' has no record in the archive")))?;
         let storage = self
             .loaded
             .borrow_mut()
             .entry(key.clone())
-            .or_insert_with(|| Storage::from_vec(record.data.clone()))
+            .or_insert_with(|| Storage::from_vec(std::mem::take(&mut record.data)))
             .clone();
         let dtype = match cls {
             Value::Global(class) if class.name == "UntypedStorage" => None,

@@ -3,7 +3,7 @@
 use std::io;
 
 use tensorshare_compat::pickle::DecodeError;
-use tensorshare_compat::torch_save::TorchSaveError;
+use tensorshare_compat::torch_save::{TorchSaveError, WriteError};
 use tensorshare_strategies::{AllocateError, ExportError, ImportError};
 
 use crate::ViewError;
@@ -23,6 +23,9 @@ pub enum Error {
     /// A `torch.save` archive is malformed.
     #[error("torch.save archive: {0}")]
     TorchSave(#[from] TorchSaveError),
+    /// A `torch.save` file could not be written.
+    #[error("cannot write a torch.save file: {0}")]
+    TorchSaveWrite(#[from] WriteError),
     /// A tensor view does not fit its storage.
     #[error(transparent)]
     View(#[from] ViewError),

@@ -8,6 +8,7 @@ pub mod inspect;
 pub mod reduce;
 pub mod registry;
 pub mod resource_sharer;
+pub mod save;
 pub mod sharing;
 mod storage;
 mod tensor;

@@ -10,7 +10,7 @@ use rustc_hash::FxHashMap;
 use tensorshare_compat::pickle::{Construction, Global, Node, NodeId, Object, Pickle};
 
 use crate::registry::REDUCTIONS;
-use crate::{Error, Storage, Tensor, Value};
+use crate::{DType, Error, Storage, Tensor, Value};
 
 /// How one storage is written into a pickle: the part that differs per
 /// sharing strategy.
@@ -76,6 +76,12 @@ impl PickleBuilder {
         }))
     }
 
+    /// The pickle built so far, e.g. to add nodes a helper of the format
+    /// crate builds.
+    pub fn pickle_mut(&mut self) -> &mut Pickle {
+        &mut self.pickle
+    }
+
     /// Finishes with `root` as the result.
     pub fn finish(mut self, root: NodeId) -> Pickle {
         self.pickle.set_root(root);
@@ -88,20 +94,57 @@ const MAX_DEPTH: usize = 1000;
 
 /// Writes `value` into a pickle, storages through `storages`.
 pub(crate) fn reduce_value(value: &Value, storages: &dyn StorageReducer) -> Result<Pickle, Error> {
-    let mut reducer = Reducer {
-        out: PickleBuilder::default(),
+    let mut leaves = SharingLeaves {
         storages,
-        tensors: FxHashMap::default(),
         seen_storages: FxHashMap::default(),
     };
-    let root = reducer.value(value, 0)?;
-    Ok(reducer.out.finish(root))
+    let mut out = PickleBuilder::default();
+    let root = reduce_with(value, &mut leaves, &mut out)?;
+    Ok(out.finish(root))
+}
+
+/// How tensors and storages are written: the part that differs between
+/// `torch.multiprocessing` pickles and `torch.save` files. Containers and
+/// plain values are written the same way for both.
+pub(crate) trait LeafReducer {
+    /// Writes a tensor (memoized by the caller).
+    fn tensor(&mut self, t: &Tensor, out: &mut PickleBuilder) -> Result<NodeId, Error>;
+    /// Writes an untyped storage.
+    fn storage(&mut self, s: &Storage, out: &mut PickleBuilder) -> Result<NodeId, Error>;
+    /// Writes a typed storage.
+    fn typed_storage(
+        &mut self,
+        s: &Storage,
+        dtype: DType,
+        out: &mut PickleBuilder,
+    ) -> Result<NodeId, Error>;
+}
+
+/// Writes `value` into `out` with tensors and storages through `leaves`,
+/// and returns its node.
+pub(crate) fn reduce_with(
+    value: &Value,
+    leaves: &mut dyn LeafReducer,
+    out: &mut PickleBuilder,
+) -> Result<NodeId, Error> {
+    let mut reducer = Reducer {
+        out,
+        leaves,
+        tensors: FxHashMap::default(),
+    };
+    reducer.value(value, 0)
 }
 
 struct Reducer<'a> {
-    out: PickleBuilder,
-    storages: &'a dyn StorageReducer,
+    out: &'a mut PickleBuilder,
+    leaves: &'a mut dyn LeafReducer,
     tensors: FxHashMap<usize, NodeId>,
+}
+
+/// The `torch.multiprocessing` form: storages through a strategy's
+/// [`StorageReducer`], tensors through `rebuild_tensor`.
+struct SharingLeaves<'a> {
+    storages: &'a dyn StorageReducer,
     seen_storages: FxHashMap<usize, NodeId>,
 }
 
@@ -153,14 +196,16 @@ impl Reducer<'_> {
                 }
                 node
             }
-            Value::Tensor(t) => self.tensor(t)?,
-            Value::Storage(s) => self.storage(s)?,
-            Value::TypedStorage(s, dtype) => {
-                let untyped = self.storage(s)?;
-                let rebuild = self.out.global(REDUCTIONS, "rebuild_typed_storage");
-                let dtype = self.out.global("torch", dtype.name());
-                self.out.call(rebuild, vec![untyped, dtype])
-            }
+            Value::Tensor(t) => match self.tensors.get(&t.identity()) {
+                Some(&node) => node,
+                None => {
+                    let node = self.leaves.tensor(t, self.out)?;
+                    self.tensors.insert(t.identity(), node);
+                    node
+                }
+            },
+            Value::Storage(s) => self.leaves.storage(s, self.out)?,
+            Value::TypedStorage(s, dtype) => self.leaves.typed_storage(s, *dtype, self.out)?,
             Value::DType(dtype) => self.out.global("torch", dtype.name()),
             Value::Size(dims) => {
                 let dims = dims.iter().map(|&d| self.out.push(Node::Int(d))).collect();
@@ -189,44 +234,51 @@ impl Reducer<'_> {
             .map(|(k, v)| Ok((self.value(k, depth + 1)?, self.value(v, depth + 1)?)))
             .collect()
     }
+}
 
-    fn storage(&mut self, storage: &Storage) -> Result<NodeId, Error> {
+impl LeafReducer for SharingLeaves<'_> {
+    /// `rebuild_tensor(cls, rebuild_typed_storage(storage, dtype),
+    /// (storage_offset, torch.Size(sizes), strides, requires_grad))`, as
+    /// torch's `reduce_tensor` writes it.
+    fn tensor(&mut self, t: &Tensor, out: &mut PickleBuilder) -> Result<NodeId, Error> {
+        let rebuild = out.global(REDUCTIONS, "rebuild_tensor");
+        let class = if t.is_parameter() {
+            out.global("torch.nn.parameter", "Parameter")
+        } else {
+            out.global("torch", "Tensor")
+        };
+        let typed = self.typed_storage(t.storage(), t.dtype(), out)?;
+        let offset = out.int(t.storage_offset());
+        let sizes: Vec<NodeId> = t.sizes().iter().map(|&s| out.int(s)).collect();
+        let sizes = out.tuple(sizes);
+        let size_class = out.global("torch", "Size");
+        let size = out.call(size_class, vec![sizes]);
+        let strides: Vec<NodeId> = t.strides().iter().map(|&s| out.int(s)).collect();
+        let strides = out.tuple(strides);
+        let requires_grad = out.push(Node::Bool(t.requires_grad()));
+        let metadata = out.tuple(vec![offset, size, strides, requires_grad]);
+        Ok(out.call(rebuild, vec![class, typed, metadata]))
+    }
+
+    fn storage(&mut self, storage: &Storage, out: &mut PickleBuilder) -> Result<NodeId, Error> {
         if let Some(&node) = self.seen_storages.get(&storage.identity()) {
             return Ok(node);
         }
-        let node = self.storages.reduce_storage(storage, &mut self.out)?;
+        let node = self.storages.reduce_storage(storage, out)?;
         self.seen_storages.insert(storage.identity(), node);
         Ok(node)
     }
 
-    /// `rebuild_tensor(cls, rebuild_typed_storage(storage, dtype),
-    /// (storage_offset, torch.Size(sizes), strides, requires_grad))`, as
-    /// torch's `reduce_tensor` writes it.
-    fn tensor(&mut self, t: &Tensor) -> Result<NodeId, Error> {
-        if let Some(&node) = self.tensors.get(&t.identity()) {
-            return Ok(node);
-        }
-        let rebuild = self.out.global(REDUCTIONS, "rebuild_tensor");
-        let class = if t.is_parameter() {
-            self.out.global("torch.nn.parameter", "Parameter")
-        } else {
-            self.out.global("torch", "Tensor")
-        };
-        let untyped = self.storage(t.storage())?;
-        let rebuild_typed = self.out.global(REDUCTIONS, "rebuild_typed_storage");
-        let dtype = self.out.global("torch", t.dtype().name());
-        let typed = self.out.call(rebuild_typed, vec![untyped, dtype]);
-        let offset = self.out.int(t.storage_offset());
-        let sizes: Vec<NodeId> = t.sizes().iter().map(|&s| self.out.int(s)).collect();
-        let sizes = self.out.tuple(sizes);
-        let size_class = self.out.global("torch", "Size");
-        let size = self.out.call(size_class, vec![sizes]);
-        let strides: Vec<NodeId> = t.strides().iter().map(|&s| self.out.int(s)).collect();
-        let strides = self.out.tuple(strides);
-        let requires_grad = self.out.push(Node::Bool(t.requires_grad()));
-        let metadata = self.out.tuple(vec![offset, size, strides, requires_grad]);
-        let node = self.out.call(rebuild, vec![class, typed, metadata]);
-        self.tensors.insert(t.identity(), node);
-        Ok(node)
+    /// `rebuild_typed_storage(untyped, dtype)`.
+    fn typed_storage(
+        &mut self,
+        storage: &Storage,
+        dtype: DType,
+        out: &mut PickleBuilder,
+    ) -> Result<NodeId, Error> {
+        let untyped = self.storage(storage, out)?;
+        let rebuild = out.global(REDUCTIONS, "rebuild_typed_storage");
+        let dtype = out.global("torch", dtype.name());
+        Ok(out.call(rebuild, vec![untyped, dtype]))
     }
 }

@@ -16,9 +16,7 @@ use tensorshare_strategies::{AllocateError, Segment};
 use support::{Server, cases, open_fds, python_script, segments_of, shared_mappings, test_python};
 
 fn fs_context(authkey: &Authkey) -> SharingContext {
-    SharingContext::new(authkey.clone())
-        .with_strategy(StrategyKind::FileSystem)
-        .expect("file_system sends")
+    SharingContext::new(authkey.clone()).with_strategy(StrategyKind::FileSystem)
 }
 
 fn fs_segment(storage: &Storage) -> &FileSystemSegment {

@@ -4,6 +4,7 @@ checks an echo server, and a worker pool fed by a producer.
 
     echo_peer.py serve --address ADDR --authkey HEX [--strategy NAME]
     echo_peer.py drive --address ADDR --authkey HEX [--strategy NAME] [--repeat N] [--hostile]
+                       [--expect-copies]
     echo_peer.py pool  --address ADDR --authkey HEX [--strategy NAME] --workers K
     echo_peer.py stream --address ADDR --authkey HEX [--strategy NAME]
 
@@ -12,7 +13,11 @@ ADDR is an AF_UNIX path, or `@name` for the Linux abstract socket "\\0name".
 HEX is the multiprocessing authkey; it guards the connection and the
 resource sharer that hands file descriptors over. NAME is torch's sharing
 strategy for every process of the job: file_descriptor (the default) or
-file_system.
+file_system; memmap (drive only) shares by file_descriptor and expects every
+echo to come back as a shared file mapping (`UntypedStorage.from_file`);
+bytes (drive only) shares by file_descriptor and expects every echo to come
+back as a copy carried inline (`torch.storage._load_from_bytes`), as does
+--expect-copies with any strategy.
 
 serve   What `tensorshare echo --strategy NAME` does, in stock
         torch: prints `listening ADDR` once ready, sends every message back
@@ -74,7 +79,19 @@ import torch
 import torch.multiprocessing  # registers torch's reductions with ForkingPickler
 from torch.multiprocessing import reductions
 
-STRATEGIES = ["file_descriptor", "file_system"]
+STRATEGIES = ["file_descriptor", "file_system", "memmap", "bytes"]
+# torch has no memmap sharing strategy: `--strategy memmap` drives an echo
+# server that answers with memmap files (`tensorshare echo --strategy
+# memmap`) while this process shares by file_descriptor. Set by main().
+ECHO_FILES = False
+# The strategies torch itself shares with; the others are the echo server's.
+TORCH_STRATEGIES = ["file_descriptor", "file_system"]
+# torch has no bytes sharing strategy either: `--strategy bytes` drives an
+# echo server that answers with every storage inline (`tensorshare echo
+# --strategy bytes`, torch's plain-pickle form) while this process shares by
+# file_descriptor, and expects every echo to be a copy. `--expect-copies`
+# expects copies whatever the strategy. Set by main().
+ECHO_COPIES = False
 ANSWER_TIMEOUT = 30.0  # seconds to wait for an echo, or for a refused connection to close
 PRODUCER_FETCH_TIMEOUT = 10.0  # seconds `pool` waits after `done` for fds to be fetched
 FD_SLACK = 16  # open fds the repeat case may gain without failing
@@ -234,10 +251,25 @@ def check_same(sent: Any, got: Any, where: str = "echo") -> None:
 
 
 def check_same_memory(sent: torch.Tensor, got: torch.Tensor) -> None:
+    if ECHO_COPIES:
+        expect(
+            storage_ptr(got) != storage_ptr(sent),
+            f"echoed storage at {storage_ptr(got):#x} is the sent one: expected a copy",
+        )
+        return
+    if ECHO_FILES:
+        check_file_backed(got)
+        return
     expect(
         storage_ptr(got) == storage_ptr(sent),
         f"echoed storage at {storage_ptr(got):#x}, sent one at {storage_ptr(sent):#x}: a copy",
     )
+
+
+def check_file_backed(got: torch.Tensor) -> None:
+    """Under --strategy memmap the echo is a copy in a file torch mapped itself."""
+    filename = got.untyped_storage().filename
+    expect(filename is not None, "the echoed storage is not a file mapping (from_file)")
 
 
 # ---------------------------------------------------------------- drive: client
@@ -399,6 +431,14 @@ def case_zero_copy(client: EchoClient) -> None:
     got = client.check_echo(sent)
     check_same_memory(sent, got)
     got[5] = 4242.0
+    if ECHO_COPIES:
+        expect(sent[5].item() == 5.0, "a write into the echoed copy changed the sent tensor")
+        return
+    if ECHO_FILES:
+        with open(got.untyped_storage().filename, "rb") as file:
+            in_file = torch.frombuffer(bytearray(file.read()), dtype=torch.float32)
+        expect(in_file[5].item() == 4242.0, "a write into the echoed tensor is not in its file")
+        return
     expect(sent[5].item() == 4242.0, "a write into the echoed tensor is not seen in the sent one")
 
 
@@ -708,6 +748,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         sub.add_argument("--strategy", choices=STRATEGIES, default=STRATEGIES[0])
     drive_parser.add_argument("--repeat", type=int, default=2000, help="echoes of one storage")
     drive_parser.add_argument(
+        "--expect-copies",
+        action="store_true",
+        help="expect echoes to be copies, not the sent memory (implied by --strategy bytes)",
+    )
+    drive_parser.add_argument(
         "--hostile", action="store_true", help="add messages to refuse (never against serve)"
     )
     pool_parser.add_argument("--workers", type=int, required=True)
@@ -716,7 +761,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    join_torch_job(args.authkey, args.strategy)
+    global ECHO_FILES, ECHO_COPIES
+    ECHO_FILES = args.strategy == "memmap"
+    ECHO_COPIES = args.strategy == "bytes" or getattr(args, "expect_copies", False)
+    torch_strategy = args.strategy if args.strategy in TORCH_STRATEGIES else "file_descriptor"
+    join_torch_job(args.authkey, torch_strategy)
     # torch warns each time it rebuilds a complex32 tensor.
     warnings.filterwarnings("ignore", message="ComplexHalf support is experimental")
     if args.command == "serve":

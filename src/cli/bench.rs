@@ -195,7 +195,7 @@ fn run_path(
 ) -> Result<Vec<f64>, Box<dyn std::error::Error>> {
     let authkey = Authkey::random()?;
     let strategy = path.strategy().name();
-    let sharing = SharingContext::new(authkey.clone()).with_strategy(path.strategy())?;
+    let sharing = SharingContext::new(authkey.clone()).with_strategy(path.strategy());
     if path.torch_only() {
         let output = torch.run(
             &["torch-to-torch", "--strategy", strategy],

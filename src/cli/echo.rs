@@ -27,7 +27,7 @@ pub struct EchoArgs {
 }
 
 pub fn run(args: EchoArgs) -> Result<(), Box<dyn std::error::Error>> {
-    let sharing = Arc::new(SharingContext::new(args.authkey.clone()).with_strategy(args.strategy)?);
+    let sharing = Arc::new(SharingContext::new(args.authkey.clone()).with_strategy(args.strategy));
     let options = ConnectionOptions::default().with_max_message_bytes(args.max_message_bytes);
     let shutdown = ShutdownSignal::install()?;
     let listener = Listener::bind(&args.listen, &args.authkey, options)?;

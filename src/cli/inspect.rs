@@ -30,7 +30,8 @@ pub fn run(args: InspectArgs) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-fn read_input(path: &PathBuf) -> Result<Vec<u8>, Error> {
+/// The bytes of `path`, or of stdin for `-`.
+pub(super) fn read_input(path: &PathBuf) -> Result<Vec<u8>, Error> {
     let mut bytes = Vec::new();
     if path.as_os_str() == "-" {
         std::io::stdin()

@@ -2,6 +2,7 @@
 
 mod bench;
 mod bench_stream;
+mod convert;
 mod demo;
 mod echo;
 mod format;
@@ -38,6 +39,9 @@ enum Command {
     DemoPeer(demo::DemoPeerArgs),
     /// Decode a torch pickle or .pt file without executing anything.
     Inspect(inspect::InspectArgs),
+    /// Rewrite a torch pickle (any strategy) or .pt file as a torch.save
+    /// file that `torch.load(path, weights_only=True)` loads.
+    Convert(convert::ConvertArgs),
     /// Listen for multiprocessing.connection peers and send every message back
     /// re-pickled; prints `listening ADDRESS` once ready.
     Echo(echo::EchoArgs),
@@ -57,6 +61,7 @@ pub fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         Command::Demo(args) => demo::run(args),
         Command::DemoPeer(args) => demo::run_peer(args),
         Command::Inspect(args) => inspect::run(args),
+        Command::Convert(args) => convert::run(args),
         Command::Echo(args) => echo::run(args),
         Command::Manager(args) => manager::run(args),
         Command::Gc(args) => gc::run(args),

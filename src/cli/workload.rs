@@ -5,6 +5,7 @@
 use tensorshare::{DType, Storage, StorageWriter, StrategyKind, Tensor, TensorView};
 use tensorshare_strategies::file_descriptor::FdSegment;
 use tensorshare_strategies::file_system::FileSystemSegment;
+use tensorshare_strategies::memmap::MemmapSegment;
 
 /// The byte at `position` of the storage of tensor number `index`.
 pub fn pattern_byte(index: u64, position: usize) -> u8 {
@@ -92,9 +93,12 @@ impl TensorSpec {
 /// What shared object a storage maps, as `(st_dev, st_ino)`; `None` for
 /// storages that are private to this process.
 pub fn shared_identity(storage: &Storage) -> Option<(u64, u64)> {
-    let identity = match storage.local_segment::<FdSegment>() {
-        Some(fd) => fd.identity(),
-        None => storage.local_segment::<FileSystemSegment>()?.identity(),
+    let identity = if let Some(fd) = storage.local_segment::<FdSegment>() {
+        fd.identity()
+    } else if let Some(segment) = storage.local_segment::<FileSystemSegment>() {
+        segment.identity()
+    } else {
+        storage.local_segment::<MemmapSegment>()?.identity()
     };
     Some((identity.dev, identity.ino))
 }

@@ -125,6 +125,7 @@ impl Default for Registry {
         let mut registry = Self::empty();
         builtins::register(&mut registry);
         torch::register(&mut registry);
+        crate::sharing::register_memmap(&mut registry);
         registry
     }
 }

@@ -17,6 +17,8 @@ use crate::{Storage, Value};
 pub(crate) enum StorageKey {
     /// A `file_system` segment, by name (torch's `storage_from_cache(cls, handle)`).
     Segment(Vec<u8>),
+    /// A `memmap` file, by path.
+    File(String),
 }
 
 /// How a pickle asked for a call.

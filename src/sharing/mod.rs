@@ -8,9 +8,11 @@
 //! [`loads`](SharingContext::loads) rebuilds a pickle and attaches every
 //! storage it names, fetching fds from the sender's resource sharer.
 
+mod bytes;
 mod cache;
 mod file_descriptor;
 mod file_system;
+mod memmap;
 mod receipt;
 mod release;
 
@@ -23,8 +25,10 @@ use tensorshare_compat::pickle::{EncodeOptions, encode};
 use tensorshare_strategies::fd_passing::MAX_FDS_PER_MESSAGE;
 use tensorshare_strategies::file_descriptor::{FdSegment, FileIdentity};
 use tensorshare_strategies::file_system::SegmentName;
+use tensorshare_strategies::memmap::MemmapStrategy;
 
 pub use cache::WeakStorageCache;
+pub(crate) use memmap::register as register_memmap;
 pub(crate) use receipt::Receipt;
 
 use crate::registry::rebuild::Walker;
@@ -80,6 +84,14 @@ pub struct SharingContext {
     /// Sent and received `file_system` storages by segment name, as torch's
     /// `shared_cache` keys them.
     by_name: WeakStorageCache<SegmentName>,
+    /// Where `memmap` files are created and accepted from, and whether
+    /// they are kept.
+    memmap: MemmapStrategy,
+    /// Sent and received `memmap` storages by path and file identity.
+    by_file: WeakStorageCache<memmap::FileKey>,
+    /// Storages sent as `memmap` files, kept until their deadline: torch
+    /// tells no sender that it mapped a file.
+    sent_files: Mutex<VecDeque<(Instant, Storage)>>,
     /// Fds handed to the resource sharer and not yet fetched, with the time
     /// after which they are closed unfetched.
     registrations: Mutex<VecDeque<(Instant, Registration)>>,
@@ -104,6 +116,9 @@ impl SharingContext {
             sharer: OnceLock::new(),
             by_inode: WeakStorageCache::new(),
             by_name: WeakStorageCache::new(),
+            memmap: MemmapStrategy::default(),
+            by_file: WeakStorageCache::new(),
+            sent_files: Mutex::new(VecDeque::new()),
             registrations: Mutex::new(VecDeque::new()),
             inline_fds: true,
             releases: release::Releases::new(authkey.as_bytes()),
@@ -117,24 +132,13 @@ impl SharingContext {
         self
     }
 
-    /// Sends storages with `strategy`: `file_descriptor` (the default) or
-    /// `file_system`. Receiving takes every strategy whatever this says.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Unsupported`] for strategies this build cannot send with yet.
-    pub fn with_strategy(mut self, strategy: StrategyKind) -> Result<Self, Error> {
-        if !matches!(
-            strategy,
-            StrategyKind::FileDescriptor | StrategyKind::FileSystem
-        ) {
-            return Err(Error::Unsupported(format!(
-                "sending with the {strategy} strategy is not available yet; use file_descriptor \
-                 or file_system"
-            )));
-        }
+    /// Sends storages with `strategy`: `file_descriptor` (the default),
+    /// `file_system`, `memmap` (files in [`memmap_dir`](Self::memmap_dir))
+    /// or `bytes` (copies inline, as plain `pickle.dumps` writes them).
+    /// Receiving takes every strategy whatever this says.
+    pub fn with_strategy(mut self, strategy: StrategyKind) -> Self {
         self.strategy = strategy;
-        Ok(self)
+        self
     }
 
     /// Waits at most `timeout` for a peer's resource sharer.
@@ -192,20 +196,19 @@ impl SharingContext {
     /// Pickles `value` as [`dumps`](Self::dumps) does, keeping the storages
     /// whose fds may ride on the message.
     pub(crate) fn dumps_outgoing(&self, value: &Value) -> Result<Outgoing, Error> {
-        let encode = |pickle| {
-            encode(&pickle, &EncodeOptions::new()).map_err(|e| Error::Unsupported(e.to_string()))
+        use crate::reduce::reduce_value;
+        // Collects the storages whose fds may ride on the message; empty
+        // under the other strategies.
+        let fd_reducer = file_descriptor::FdReducer::new(self);
+        let pickle = match self.strategy {
+            StrategyKind::Bytes => bytes::reduce_inline(value)?,
+            StrategyKind::Memmap => reduce_value(value, &memmap::MemmapReducer::new(self))?,
+            StrategyKind::FileSystem => reduce_value(value, &file_system::FsReducer::new(self))?,
+            StrategyKind::FileDescriptor => reduce_value(value, &fd_reducer)?,
         };
-        if self.strategy == StrategyKind::FileSystem {
-            let reducer = file_system::FsReducer::new(self);
-            let pickle = encode(crate::reduce::reduce_value(value, &reducer)?)?;
-            return Ok(Outgoing {
-                pickle,
-                attached: Vec::new(),
-            });
-        }
-        let reducer = file_descriptor::FdReducer::new(self);
-        let pickle = encode(crate::reduce::reduce_value(value, &reducer)?)?;
-        let mut shared = reducer.into_shared();
+        let pickle = encode(&pickle, &EncodeOptions::new())
+            .map_err(|e| Error::Unsupported(e.to_string()))?;
+        let mut shared = fd_reducer.into_shared();
         if !self.inline_fds || shared.len() > MAX_FDS_PER_MESSAGE {
             shared.clear();
         }
@@ -269,6 +272,7 @@ impl SharingContext {
     /// storages fail; storages already received stay mapped.
     pub fn shutdown(&self) {
         lock(&self.registrations).clear();
+        lock(&self.sent_files).clear();
         if let Some(sharer) = self.sharer.get() {
             sharer.shutdown();
         }

@@ -88,6 +88,11 @@ impl<'a> Receipt<'a> {
     ) -> Result<Storage, Error> {
         self.context.map_segment(segment, nbytes)
     }
+
+    /// The storage in the `memmap` file at `path`, `nbytes` long.
+    pub(crate) fn attach_file(&self, path: &str, nbytes: usize) -> Result<Storage, Error> {
+        self.context.map_file(path, nbytes)
+    }
 }
 
 impl std::fmt::Debug for Receipt<'_> {

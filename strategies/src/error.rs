@@ -141,6 +141,17 @@ pub enum AllocateError {
     /// not be started or reached, or refused the segment.
     #[error("cannot allocate a file_system segment: {0}")]
     Manager(ManagerError),
+    /// The `memmap` strategy could not create its file.
+    #[error(
+        "cannot create a memmap file in {dir} ({errno}): choose a writable directory on a local \
+         filesystem with space left"
+    )]
+    CreateFile {
+        /// The directory the file was to be created in.
+        dir: String,
+        /// What `open(O_CREAT | O_EXCL)` or `fstat` failed with.
+        errno: Errno,
+    },
     /// The strategy cannot be allocated by name alone.
     #[error(
         "the {kind} strategy cannot be allocated by name in this version: use file_descriptor, \
@@ -244,6 +255,26 @@ pub enum ImportError {
     SegmentMissing {
         /// The segment's name.
         name: String,
+    },
+    /// The `memmap` file a message names does not exist (any more).
+    #[error(
+        "memmap file {path} does not exist: its sender removed it or exited before this process \
+         opened it; keep the sender's tensors alive until they are received"
+    )]
+    FileMissing {
+        /// The file's path.
+        path: String,
+    },
+    /// The `memmap` file a message names could not be opened.
+    #[error(
+        "cannot open memmap file {path} for reading and writing ({errno}): the sender must \
+         create it readable and writable by this process's user"
+    )]
+    OpenFile {
+        /// The file's path.
+        path: String,
+        /// What `open` failed with.
+        errno: Errno,
     },
     /// The segment could not be registered with the manager named in the
     /// message, which would leave it without cleanup if this process died.

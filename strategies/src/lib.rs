@@ -8,8 +8,9 @@
 //!   handle that can travel to another process, import such a handle there.
 //!   One module per implementation: [`file_descriptor`] (memfd, the fd travels
 //!   by `SCM_RIGHTS`), [`file_system`] (a named segment with torch's
-//!   reference count; the name travels) and [`bytes`] (the bytes themselves
-//!   travel).
+//!   reference count; the name travels), [`bytes`] (the bytes themselves
+//!   travel) and [`memmap`] (a file on disk that both sides map; its path
+//!   travels).
 //! - [`shm_manager`]: the daemon that unlinks `file_system` segments whose
 //!   holders crashed, speaking torch's libshm protocol; [`orphans`] finds
 //!   segments left in `/dev/shm` by processes that are gone.
@@ -43,9 +44,9 @@
 //! `#![allow(unsafe_code)]` and say in their own `# Safety` section what they
 //! rely on:
 //!
-//! - the private `mapping` module maps and unmaps memory; [`file_descriptor`]
-//!   and [`file_system`] call it after checking the file's size. Memory
-//!   shared with other processes is outside what Rust's memory model
+//! - the private `mapping` module maps and unmaps memory; [`file_descriptor`],
+//!   [`file_system`] and [`memmap`] call it after checking the file's size.
+//!   Memory shared with other processes is outside what Rust's memory model
 //!   describes; the [`Segment`] docs state the contract, as memmap2 does for
 //!   file mappings.
 //! - The private `fault_guard` module installs a process-wide `SIGBUS`
@@ -79,6 +80,7 @@ pub mod file_descriptor;
 pub mod file_system;
 mod kind;
 mod mapping;
+pub mod memmap;
 pub mod orphans;
 mod segment;
 pub mod shm_manager;
@@ -94,6 +96,7 @@ pub use strategy::SharingStrategy;
 use bytes::BytesStrategy;
 use file_descriptor::FileDescriptorStrategy;
 use file_system::FileSystemStrategy;
+use memmap::MemmapStrategy;
 
 /// Allocates a zero-filled writable segment of `nbytes` with the strategy
 /// named by `kind`.
@@ -105,10 +108,10 @@ use file_system::FileSystemStrategy;
 ///
 /// # Errors
 ///
-/// Whatever the strategy's [`SharingStrategy::allocate`] reports, and
-/// [`AllocateError::Unsupported`] for a strategy this build cannot allocate
-/// without further configuration (`memmap`). `file_system` segments are
-/// registered with this process's own manager, started on first use.
+/// Whatever the strategy's [`SharingStrategy::allocate`] reports.
+/// `file_system` segments are registered with this process's own manager,
+/// started on first use; `memmap` files go to the default directory
+/// ([`MemmapStrategy::default`]).
 ///
 /// # Examples
 ///
@@ -132,6 +135,6 @@ pub fn allocate_writable(
         StrategyKind::FileDescriptor => Ok(Box::new(FileDescriptorStrategy.allocate(nbytes)?)),
         StrategyKind::FileSystem => Ok(Box::new(FileSystemStrategy::default().allocate(nbytes)?)),
         StrategyKind::Bytes => Ok(Box::new(BytesStrategy.allocate(nbytes)?)),
-        StrategyKind::Memmap => Err(AllocateError::Unsupported { kind }),
+        StrategyKind::Memmap => Ok(Box::new(MemmapStrategy::default().allocate(nbytes)?)),
     }
 }

@@ -14,13 +14,15 @@ use std::os::unix::net::UnixStream;
 use conformance::ConformanceStrategy;
 use tensorshare_strategies::bytes::BytesStrategy;
 use tensorshare_strategies::fd_passing::{recv_fd_batch, send_fd_batch};
-use tensorshare_strategies::file_descriptor::FileDescriptorStrategy;
+use tensorshare_strategies::file_descriptor::{FileDescriptorStrategy, FileIdentity};
 use tensorshare_strategies::file_system::{FileSystemStrategy, SegmentHandle, SegmentName};
+use tensorshare_strategies::memmap::{MemmapHandle, MemmapStrategy};
 use tensorshare_strategies::shm_manager::{self, ManagerHandle, ManagerServer, ServeOptions};
 
 conformance_tests!(file_descriptor, FileDescriptorStrategy);
 conformance_tests!(bytes, BytesStrategy);
 conformance_tests!(file_system, FileSystemStrategy);
+conformance_tests!(memmap, MemmapStrategy);
 
 impl ConformanceStrategy for FileDescriptorStrategy {
     fn for_test() -> Self {
@@ -103,5 +105,47 @@ impl ConformanceStrategy for FileSystemStrategy {
         let manager = ManagerHandle::from_bytes(&part()).expect("a manager handle");
         let name = SegmentName::parse(&part()).expect("a segment name");
         SegmentHandle::received(manager, name)
+    }
+}
+
+impl ConformanceStrategy for MemmapStrategy {
+    /// Files in the default directory, as the type-erased door makes them.
+    fn for_test() -> Self {
+        MemmapStrategy::default()
+    }
+
+    fn send_handle(mut stream: &UnixStream, handle: MemmapHandle) {
+        let path = handle.path_str().expect("UTF-8 path").as_bytes();
+        let len = u16::try_from(path.len()).expect("paths are short");
+        stream.write_all(&len.to_le_bytes()).expect("send a length");
+        stream.write_all(path).expect("send the path");
+        let identity = handle
+            .identity()
+            .expect("an exported handle knows its file");
+        stream
+            .write_all(&identity.dev.to_le_bytes())
+            .expect("send st_dev");
+        stream
+            .write_all(&identity.ino.to_le_bytes())
+            .expect("send st_ino");
+    }
+
+    fn recv_handle(mut stream: &UnixStream) -> MemmapHandle {
+        let mut len = [0u8; 2];
+        stream.read_exact(&mut len).expect("receive a length");
+        let mut path = vec![0u8; usize::from(u16::from_le_bytes(len))];
+        stream.read_exact(&mut path).expect("receive the path");
+        let mut number = || {
+            let mut bytes = [0u8; 8];
+            stream
+                .read_exact(&mut bytes)
+                .expect("receive an identity part");
+            u64::from_le_bytes(bytes)
+        };
+        let identity = FileIdentity {
+            dev: number(),
+            ino: number(),
+        };
+        MemmapHandle::received(String::from_utf8(path).expect("UTF-8 path")).with_identity(identity)
     }
 }

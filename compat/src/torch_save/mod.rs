@@ -1,4 +1,4 @@
-//! Readers for `torch.save` files: the zip format torch writes by default and
+//! Readers and writers for `torch.save` files: the zip format torch writes by default and
 //! the legacy stream (`_use_new_zipfile_serialization=False`, and the payload
 //! of `torch.storage._load_from_bytes` inside plain pickles).
 //!
@@ -35,6 +35,7 @@
 mod error;
 mod legacy;
 mod persistent_id;
+mod writer;
 mod zip_reader;
 
 use std::collections::{BTreeMap, HashSet};
@@ -43,6 +44,10 @@ pub use error::{StreamPart, TorchSaveError};
 pub use legacy::read_legacy;
 pub use persistent_id::{
     PersistentIdError, StoragePid, StorageView, is_storage_class_global, parse_storage_pid,
+};
+pub use writer::{
+    SavedStorage, TORCH_SAVE_PICKLE_PROTOCOL, WriteError, ZIP_ARCHIVE_DIR, push_storage_pid,
+    write_legacy, write_to_vec, write_zip,
 };
 pub use zip_reader::read_zip;
 

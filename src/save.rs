@@ -1,0 +1,233 @@
+//! Writing values as `torch.save` files (zip or legacy) that stock torch
+//! loads with `torch.load(path, weights_only=True)`.
+//!
+//! Tensors are written as torch.save writes them:
+//! `torch._utils._rebuild_tensor_v2(storage, offset, size, stride,
+//! requires_grad, OrderedDict())`, or `_rebuild_tensor_v3(..., dtype)` for
+//! dtypes without a legacy storage class; Parameters wrap that in
+//! `torch._utils._rebuild_parameter(tensor, requires_grad, OrderedDict())`.
+//! Each storage is written once, however many tensors view it, so aliasing
+//! survives the round trip.
+
+use rustc_hash::FxHashMap;
+
+use tensorshare_compat::pickle::{Node, NodeId, Pickle};
+use tensorshare_compat::torch_save::{self, SavedStorage, TorchSaveFormat};
+
+use crate::reduce::{LeafReducer, PickleBuilder, reduce_with};
+use crate::{DType, Error, Storage, Tensor, Value};
+
+/// Writes `value` as a `torch.save` file of `format`.
+///
+/// Every storage's bytes must be at hand: storages shared by another
+/// process must be attached first (rebuild the value through a
+/// [`SharingContext`](crate::SharingContext)).
+///
+/// # Errors
+///
+/// [`Error::Unsupported`] for a storage whose bytes are not at hand, for a
+/// storage viewed as two different dtypes (torch refuses to save that too)
+/// and for values with no torch.save form; [`Error::TorchSaveWrite`] when
+/// the file cannot be written.
+///
+/// # Examples
+///
+/// ```
+/// use tensorshare::{DType, Storage, Tensor, TensorView, Value};
+/// use tensorshare::save::save_torch;
+/// use tensorshare_compat::torch_save::TorchSaveFormat;
+///
+/// let bytes: Vec<u8> = [1.0f32, 2.0, 3.0].iter().flat_map(|f| f.to_le_bytes()).collect();
+/// let tensor = Tensor::new(Storage::from_vec(bytes), TensorView::contiguous(DType::Float32, &[3])).unwrap();
+/// let file = save_torch(&Value::Tensor(tensor), TorchSaveFormat::Zip).unwrap();
+/// assert!(file.starts_with(b"PK\x03\x04"));
+/// ```
+pub fn save_torch(value: &Value, format: TorchSaveFormat) -> Result<Vec<u8>, Error> {
+    let mut leaves = SaveLeaves::new(StorageForm::PersistentId(format));
+    let mut out = PickleBuilder::default();
+    let root = reduce_with(value, &mut leaves, &mut out)?;
+    let object = out.finish(root);
+    let keys: Vec<String> = (0..leaves.storages.len()).map(|i| i.to_string()).collect();
+    let saved = leaves
+        .storages
+        .iter()
+        .zip(&keys)
+        .map(|(entry, key)| {
+            let data = entry
+                .storage
+                .bytes()
+                .ok_or_else(|| unreachable_data(&entry.storage))?;
+            Ok(SavedStorage::new(key, entry.dtype, data))
+        })
+        .collect::<Result<Vec<_>, Error>>()?;
+    Ok(torch_save::write_to_vec(format, &object, &saved)?)
+}
+
+/// `torch.storage._load_from_bytes(b)`, `b` a legacy torch.save stream
+/// holding just the storage.
+fn load_from_bytes(storage: &SavedStorage<'_>, out: &mut PickleBuilder) -> Result<NodeId, Error> {
+    let mut object = Pickle::new();
+    let pid = torch_save::push_storage_pid(&mut object, TorchSaveFormat::Legacy, storage)?;
+    object.set_root(pid);
+    let mut stream = Vec::with_capacity(storage.data.len().saturating_add(512));
+    torch_save::write_legacy(&mut stream, &object, std::slice::from_ref(storage))?;
+    let payload = out.push(Node::Bytes(stream));
+    let load = out.global("torch.storage", "_load_from_bytes");
+    Ok(out.call(load, vec![payload]))
+}
+
+fn unreachable_data(storage: &Storage) -> Error {
+    Error::Unsupported(format!(
+        "the bytes of a {} storage of {} bytes are not at hand: attach it through a \
+         SharingContext before saving it",
+        storage.kind().name(),
+        storage.nbytes()
+    ))
+}
+
+/// One storage written into the file.
+struct SavedEntry {
+    storage: Storage,
+    /// The dtype it is first viewed as (`None`: untyped).
+    dtype: Option<DType>,
+    /// The dtype its persistent id's class names (`None`: untyped).
+    class_dtype: Option<DType>,
+    /// The persistent id node.
+    pid: NodeId,
+}
+
+/// How a storage stands in the object pickle.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum StorageForm {
+    /// A persistent id naming a record of a `torch.save` file.
+    PersistentId(TorchSaveFormat),
+    /// `torch.storage._load_from_bytes(b)`, `b` a legacy `torch.save`
+    /// stream of the storage: what plain `pickle.dumps(tensor)` writes, and
+    /// the `bytes` strategy.
+    LoadFromBytes,
+}
+
+/// The `torch.save` (and plain pickle) form of tensors and storages.
+pub(crate) struct SaveLeaves {
+    form: StorageForm,
+    storages: Vec<SavedEntry>,
+    by_identity: FxHashMap<usize, usize>,
+}
+
+impl SaveLeaves {
+    pub(crate) fn new(form: StorageForm) -> Self {
+        Self {
+            form,
+            storages: Vec::new(),
+            by_identity: FxHashMap::default(),
+        }
+    }
+
+    /// The persistent id standing for `storage` viewed as `dtype` (`None`:
+    /// untyped); dtypes without a legacy class are saved untyped.
+    fn pid(
+        &mut self,
+        storage: &Storage,
+        dtype: Option<DType>,
+        out: &mut PickleBuilder,
+    ) -> Result<NodeId, Error> {
+        let class_dtype = dtype.filter(|d| d.legacy_storage_class().is_some());
+        if let Some(&index) = self.by_identity.get(&storage.identity()) {
+            let entry = &self.storages[index];
+            if entry.class_dtype != class_dtype {
+                let name = |d: Option<DType>| d.map_or("untyped", DType::name);
+                return Err(Error::Unsupported(format!(
+                    "one storage is viewed both as {} and as {}; torch.save cannot write that: \
+                     save a copy of one of the views",
+                    name(entry.class_dtype),
+                    name(class_dtype)
+                )));
+            }
+            return Ok(entry.pid);
+        }
+        let data = storage.bytes().ok_or_else(|| unreachable_data(storage))?;
+        let key = self.storages.len().to_string();
+        let saved = SavedStorage::new(&key, dtype, data);
+        let pid = match self.form {
+            StorageForm::PersistentId(format) => {
+                torch_save::push_storage_pid(out.pickle_mut(), format, &saved)?
+            }
+            StorageForm::LoadFromBytes => load_from_bytes(&saved, out)?,
+        };
+        self.by_identity
+            .insert(storage.identity(), self.storages.len());
+        self.storages.push(SavedEntry {
+            storage: storage.clone(),
+            dtype,
+            class_dtype,
+            pid,
+        });
+        Ok(pid)
+    }
+
+    fn ordered_dict(out: &mut PickleBuilder) -> NodeId {
+        let class = out.global("collections", "OrderedDict");
+        out.call(class, Vec::new())
+    }
+
+    /// `_rebuild_tensor_v2(storage, offset, size, stride, requires_grad,
+    /// OrderedDict())`, or `_v3` with the dtype appended.
+    fn plain_tensor(
+        &mut self,
+        t: &Tensor,
+        requires_grad: bool,
+        out: &mut PickleBuilder,
+    ) -> Result<NodeId, Error> {
+        let dtype = t.dtype();
+        let pid = self.pid(t.storage(), Some(dtype), out)?;
+        let legacy = dtype.legacy_storage_class().is_some();
+        let rebuild = out.global(
+            "torch._utils",
+            if legacy {
+                "_rebuild_tensor_v2"
+            } else {
+                "_rebuild_tensor_v3"
+            },
+        );
+        let offset = out.int(t.storage_offset());
+        let sizes: Vec<NodeId> = t.sizes().iter().map(|&s| out.int(s)).collect();
+        let sizes = out.tuple(sizes);
+        let strides: Vec<NodeId> = t.strides().iter().map(|&s| out.int(s)).collect();
+        let strides = out.tuple(strides);
+        let requires_grad = out.push(Node::Bool(requires_grad));
+        let hooks = Self::ordered_dict(out);
+        let mut args = vec![pid, offset, sizes, strides, requires_grad, hooks];
+        if !legacy {
+            args.push(out.global("torch", dtype.name()));
+        }
+        Ok(out.call(rebuild, args))
+    }
+}
+
+impl LeafReducer for SaveLeaves {
+    fn tensor(&mut self, t: &Tensor, out: &mut PickleBuilder) -> Result<NodeId, Error> {
+        if !t.is_parameter() {
+            return self.plain_tensor(t, t.requires_grad(), out);
+        }
+        // torch saves the data of a Parameter as a tensor that does not
+        // require grad, and the flag on the Parameter.
+        let data = self.plain_tensor(t, false, out)?;
+        let rebuild = out.global("torch._utils", "_rebuild_parameter");
+        let requires_grad = out.push(Node::Bool(t.requires_grad()));
+        let hooks = Self::ordered_dict(out);
+        Ok(out.call(rebuild, vec![data, requires_grad, hooks]))
+    }
+
+    fn storage(&mut self, s: &Storage, out: &mut PickleBuilder) -> Result<NodeId, Error> {
+        self.pid(s, None, out)
+    }
+
+    fn typed_storage(
+        &mut self,
+        s: &Storage,
+        dtype: DType,
+        out: &mut PickleBuilder,
+    ) -> Result<NodeId, Error> {
+        self.pid(s, Some(dtype), out)
+    }
+}

@@ -1,0 +1,30 @@
+//! The `bytes` strategy: each storage travels inside the pickle, as torch's
+//! plain `pickle.dumps(tensor)` writes it.
+//!
+//! A tensor is `torch._utils._rebuild_tensor_v2(storage, offset, size,
+//! stride, requires_grad, OrderedDict())` (`_rebuild_tensor_v3` with the
+//! dtype for dtypes without a legacy storage class), a Parameter wraps it in
+//! `_rebuild_parameter`, and each storage is
+//! `torch.storage._load_from_bytes(b)` with `b` a legacy `torch.save` stream
+//! of that storage alone. A storage viewed by several tensors is written
+//! once and memoized, so the receiver rebuilds one storage. The receiver
+//! gets copies: nothing is shared after the message.
+
+use tensorshare_compat::pickle::Pickle;
+
+use crate::reduce::{PickleBuilder, reduce_with};
+use crate::save::{SaveLeaves, StorageForm};
+use crate::{Error, Value};
+
+/// Writes `value` with every storage's bytes inline.
+///
+/// # Errors
+///
+/// [`Error::Unsupported`] for a storage whose bytes are not in this process
+/// and for values with no pickled form.
+pub(crate) fn reduce_inline(value: &Value) -> Result<Pickle, Error> {
+    let mut leaves = SaveLeaves::new(StorageForm::LoadFromBytes);
+    let mut out = PickleBuilder::default();
+    let root = reduce_with(value, &mut leaves, &mut out)?;
+    Ok(out.finish(root))
+}

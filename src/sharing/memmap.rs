@@ -1,0 +1,288 @@
+//! The `memmap` strategy in a form stock torch rebuilds by itself: a
+//! storage lives in a file that both sides map shared, and the message
+//! carries the file's path and size as the call
+//!
+//! ```text
+//! builtins.getattr(torch._C.StorageBase, 'from_file')(path, True, nbytes)
+//! ```
+//!
+//! which is what `pickle` writes for `torch.UntypedStorage.from_file(path,
+//! shared=True, nbytes=nbytes)`: torch maps the file `MAP_SHARED` and
+//! returns an `UntypedStorage` over it. The storage is then wrapped by
+//! `rebuild_typed_storage` and `rebuild_tensor` as under every strategy.
+//!
+//! Receiving accepts `builtins.getattr` only as that exact call (see
+//! [`register`]) and a file only inside this process's memmap directory
+//! ([`MemmapStrategy`] checks the path, refuses symbolic links, files of
+//! other users and files smaller than the message says).
+//!
+//! torch has no way to tell a sender that it mapped a file, so a sender
+//! keeps what it sent for the context's unfetched lifetime
+//! ([`SharingContext::with_unfetched_lifetime`]), or until
+//! [`SharingContext::shutdown`]; the file is removed when its last holder
+//! drops it, unless the context keeps files
+//! ([`SharingContext::with_memmap_keep_files`]).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use tensorshare_compat::pickle::{Global, Node, NodeId};
+use tensorshare_strategies::file_descriptor::FileIdentity;
+use tensorshare_strategies::memmap::{MemmapHandle, MemmapSegment, MemmapStrategy};
+use tensorshare_strategies::{SharingStrategy, WritableSegment};
+
+use super::{SharingContext, lock};
+use crate::reduce::{PickleBuilder, StorageReducer};
+use crate::registry::{Call, CallKind, Callable, RebuildError, Registry};
+use crate::storage::MemmapRef;
+use crate::{Error, Residence, Storage, StrategyKind, Value};
+
+/// The module and name of the function a memmap message calls, as `pickle`
+/// writes `torch.UntypedStorage.from_file` (protocol 3 and up).
+const GETATTR: (&str, &str) = ("builtins", "getattr");
+/// The same under protocol 2's names (`fix_imports`).
+const GETATTR_PY2: (&str, &str) = ("__builtin__", "getattr");
+/// The class whose `from_file` the message looks up, as `pickle` names it.
+const STORAGE_BASE: (&str, &str) = ("torch._C", "StorageBase");
+/// The attribute looked up.
+const FROM_FILE: &str = "from_file";
+
+/// What a received file is cached under: its path and which file it was.
+pub(super) type FileKey = (PathBuf, FileIdentity);
+
+/// Allows `builtins.getattr` (and protocol 2's `__builtin__.getattr`) for
+/// exactly one call: `getattr(cls, 'from_file')` with `cls` one of
+/// `torch._C.StorageBase`, `torch.storage.UntypedStorage` or
+/// `torch.UntypedStorage`; the result may only be called as
+/// `(path: str, True, nbytes: int)`. Anything else is a rebuild error naming
+/// `builtins.getattr` or `torch._C.StorageBase.from_file`.
+pub(crate) fn register(registry: &mut Registry) {
+    registry.register_constant(
+        STORAGE_BASE.0,
+        STORAGE_BASE.1,
+        Value::Global(Global::new(STORAGE_BASE.0, STORAGE_BASE.1)),
+    );
+    registry.register_rebuilder(GETATTR.0, GETATTR.1, getattr_from_file);
+    registry.register_rebuilder(GETATTR_PY2.0, GETATTR_PY2.1, getattr_from_file);
+}
+
+/// `getattr(torch._C.StorageBase, 'from_file')`, and nothing else.
+fn getattr_from_file(call: Call<'_>) -> Result<Value, RebuildError> {
+    let only = "only getattr(torch._C.StorageBase, 'from_file') is allowed";
+    if call.kind != CallKind::Reduce || call.state.is_some() || has_items(&call) {
+        return Err(call.invalid(only));
+    }
+    let [Value::Global(class), Value::Str(attribute)] = call.args else {
+        return Err(call.invalid(only));
+    };
+    let storage_class = matches!(
+        (class.module.as_str(), class.name.as_str()),
+        ("torch._C", "StorageBase") | ("torch.storage" | "torch", "UntypedStorage")
+    );
+    if !storage_class || attribute != FROM_FILE {
+        return Err(call.invalid(format!("{only}, not getattr({class}, {attribute:?})")));
+    }
+    Ok(Value::Callable(Callable::new(
+        Global::new(STORAGE_BASE.0, "StorageBase.from_file"),
+        from_file,
+    )))
+}
+
+fn has_items(call: &Call<'_>) -> bool {
+    !call.kwargs.is_empty() || !call.list_items.is_empty() || !call.dict_items.is_empty()
+}
+
+/// `StorageBase.from_file(path, True, nbytes)`: a shared file mapping.
+fn from_file(call: Call<'_>) -> Result<Value, RebuildError> {
+    let expected = "(path: str, True, nbytes: int): a shared mapping of a file";
+    if call.kind != CallKind::Reduce || call.state.is_some() || has_items(&call) {
+        return Err(call.wrong_arguments(expected));
+    }
+    let [Value::Str(path), Value::Bool(true), Value::Int(nbytes)] = call.args else {
+        return Err(call.wrong_arguments(expected));
+    };
+    let nbytes =
+        usize::try_from(*nbytes).map_err(|_| call.invalid(format!("negative nbytes {nbytes}")))?;
+    let storage = match call.sharing {
+        Some(sharing) => {
+            sharing
+                .attach_file(path, nbytes)
+                .map_err(|source| RebuildError::Attach {
+                    callee: call.callee.clone(),
+                    source: Box::new(source),
+                })?
+        }
+        // Every reference to one path in a message is one storage.
+        None => call.shared_storage(
+            crate::registry::rebuild::StorageKey::File(path.clone()),
+            || {
+                Storage::remote(
+                    Residence::Memmap(MemmapRef {
+                        path: PathBuf::from(path),
+                    }),
+                    nbytes,
+                )
+            },
+        ),
+    };
+    Ok(Value::Storage(storage))
+}
+
+/// Writes storages as `getattr(torch._C.StorageBase, 'from_file')(path,
+/// True, nbytes)`, moving them into files of the context's directory.
+pub(super) struct MemmapReducer<'a> {
+    context: &'a SharingContext,
+}
+
+impl<'a> MemmapReducer<'a> {
+    pub(super) fn new(context: &'a SharingContext) -> Self {
+        Self { context }
+    }
+}
+
+impl StorageReducer for MemmapReducer<'_> {
+    fn reduce_storage(&self, storage: &Storage, out: &mut PickleBuilder) -> Result<NodeId, Error> {
+        if storage.nbytes() == 0 {
+            // torch's from_file maps nothing for 0 bytes; the empty form
+            // needs no file.
+            return Ok(super::reduce_empty(out));
+        }
+        let shared = self.context.file_copy(storage)?;
+        let segment = shared
+            .local_segment::<MemmapSegment>()
+            .ok_or_else(|| Error::Unsupported("storage did not move into a memmap file".into()))?;
+        let handle = self.context.memmap.export(segment)?;
+        let path = handle.path_str().ok_or_else(|| {
+            Error::Unsupported(format!(
+                "memmap path {:?} is not UTF-8; torch's from_file takes a str",
+                handle.path()
+            ))
+        })?;
+        self.context
+            .by_file
+            .insert((handle.path().to_path_buf(), segment.identity()), &shared);
+        self.context.hold_sent_file(storage);
+        self.context.hold_sent_file(&shared);
+
+        let getattr = out.global(GETATTR.0, GETATTR.1);
+        let class = out.global(STORAGE_BASE.0, STORAGE_BASE.1);
+        let attribute = out.push(Node::Str(FROM_FILE.to_string()));
+        let from_file = out.call(getattr, vec![class, attribute]);
+        let path = out.push(Node::Str(path.to_string()));
+        let shared_flag = out.push(Node::Bool(true));
+        let nbytes = out.int(storage.nbytes());
+        Ok(out.call(from_file, vec![path, shared_flag, nbytes]))
+    }
+}
+
+impl SharingContext {
+    /// `storage` itself when it already lives in a memmap file, else its
+    /// copy in a file of this context's directory.
+    ///
+    /// The copy is made once per storage and kept while the storage lives
+    /// (as [`shared_copy`](Self::shared_copy) does), and sent again as long
+    /// as it holds the storage's bytes. A storage in memory that other
+    /// processes write (a received `file_descriptor` storage) may have
+    /// changed since: it then goes in a fresh file.
+    fn file_copy(&self, storage: &Storage) -> Result<Storage, Error> {
+        if storage.local_segment::<MemmapSegment>().is_some() {
+            return Ok(storage.clone());
+        }
+        let Residence::Local(segment) = storage.residence() else {
+            return self.shared_copy(storage, StrategyKind::Memmap);
+        };
+        let bytes = segment.as_bytes().get(..storage.nbytes()).ok_or_else(|| {
+            Error::Unsupported("the storage claims more bytes than its segment holds".into())
+        })?;
+        let copy = || -> Result<Storage, Error> {
+            let mut file = self.memmap.allocate(bytes.len())?;
+            file.as_bytes_mut().copy_from_slice(bytes);
+            Ok(Storage::from_segment(Arc::new(file)))
+        };
+        let twin = storage.shared_twin(StrategyKind::Memmap, copy)?;
+        if !segment.kind().shares_memory() || twin.bytes() == Some(bytes) {
+            return Ok(twin);
+        }
+        copy()
+    }
+
+    /// Keeps `storage` (and so the file it was copied to) alive for the
+    /// unfetched lifetime: torch tells no sender that it mapped a file.
+    fn hold_sent_file(&self, storage: &Storage) {
+        let now = Instant::now();
+        let mut held = lock(&self.sent_files);
+        // Deadlines grow in push order: dropping from the front keeps this
+        // O(1) per send. A storage sent again is kept by its newest entry.
+        while held.front().is_some_and(|(deadline, _)| *deadline <= now) {
+            held.pop_front();
+        }
+        if held.back().is_some_and(|(_, last)| last.same_as(storage)) {
+            held.pop_back();
+        }
+        held.push_back((now + self.unfetched_lifetime, storage.clone()));
+    }
+
+    /// Maps `nbytes` of the file at `path`, once per file while it lives.
+    pub(super) fn map_file(&self, path: &str, nbytes: usize) -> Result<Storage, Error> {
+        let path = Path::new(path);
+        let identity = self.memmap.identify(path)?;
+        let key: FileKey = (path.to_path_buf(), identity);
+        if let Some(cached) = self.by_file.get(&key)
+            && cached.nbytes() >= nbytes
+            && cached.local_segment::<MemmapSegment>().is_some()
+        {
+            return Ok(cached);
+        }
+        // Not held, or held shorter than this message describes: map it
+        // (again) rather than read past the end.
+        let handle = MemmapHandle::received(path).with_identity(identity);
+        let segment = self.memmap.import(handle, nbytes)?;
+        let storage = Storage::from_segment(Arc::new(segment));
+        self.by_file.insert(key, &storage);
+        Ok(storage)
+    }
+
+    /// Files sent storages are written to, and the only directory received
+    /// memmap files are accepted from.
+    pub fn memmap_dir(&self) -> &Path {
+        self.memmap.dir()
+    }
+
+    /// Creates memmap files in, and accepts them only from, `dir` (default:
+    /// `$TMPDIR`, or `/tmp`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unsupported`] when `dir` is not an existing directory with a
+    /// UTF-8 path.
+    pub fn with_memmap_dir(mut self, dir: impl AsRef<Path>) -> Result<Self, Error> {
+        let keep = self.memmap.keeps_files();
+        self.memmap = MemmapStrategy::in_dir(dir)
+            .map_err(|e| Error::Unsupported(e.to_string()))?
+            .keep_files(keep);
+        Ok(self)
+    }
+
+    /// Keeps the memmap files this context creates after their last holder
+    /// drops them (default: they are removed).
+    pub fn with_memmap_keep_files(mut self, keep: bool) -> Self {
+        self.memmap = self.memmap.clone().keep_files(keep);
+        self
+    }
+
+    /// How many sent storages (and the copies in files sent for them) are
+    /// kept alive for their receivers.
+    pub fn held_memmap_files(&self) -> usize {
+        let now = Instant::now();
+        let mut held = lock(&self.sent_files);
+        held.retain(|(deadline, _)| *deadline > now);
+        let mut distinct: Vec<&Storage> = Vec::new();
+        for (_, storage) in held.iter() {
+            if !distinct.iter().any(|seen| seen.same_as(storage)) {
+                distinct.push(storage);
+            }
+        }
+        distinct.len()
+    }
+}

@@ -1,0 +1,556 @@
+//! The `memmap` strategy: a storage lives in a regular file that every
+//! holder maps shared; the file's path travels.
+//!
+//! A segment is `<dir>/tensorshare_<pid>_<random>_<counter>.mmap`, created
+//! `O_EXCL` with mode 0600 in the strategy's directory
+//! ([`MemmapStrategy::dir`], by default `$TMPDIR` or `/tmp`), sized to
+//! exactly the storage's bytes and mapped `MAP_SHARED`; the data starts at
+//! byte 0, so stock torch maps the same file with
+//! `torch.UntypedStorage.from_file(path, shared=True, nbytes=n)`.
+//!
+//! The process that created a file removes it when its last holder of the
+//! segment drops it, unless the strategy keeps files
+//! ([`MemmapStrategy::keep_files`]). Importers never remove a file.
+//!
+//! # What an import accepts
+//!
+//! A path comes from another process and is checked before anything is
+//! mapped: it must be absolute, valid UTF-8 (torch's `from_file` takes a
+//! `str`), free of `.` and `..` components, and name a file directly inside
+//! the importing strategy's directory. The file is opened `O_RDWR |
+//! O_NOFOLLOW` (a symbolic link is refused), must be a regular file owned by
+//! this process's effective user, and `fstat` must show that it holds the
+//! bytes the message announces. A handle that carries a
+//! [`FileIdentity`] must name that very file.
+//!
+//! # Shrinking
+//!
+//! Any process of the same user can truncate a file while it is mapped here.
+//! Every mapping is registered with the crate's fault guard: a page lost that
+//! way reads as zeros instead of killing this process with `SIGBUS`, and
+//! [`MemmapSegment::was_truncated`] tells.
+//!
+//! # Safety
+//!
+//! This module opts in to `unsafe` to map files with
+//! `SharedMapping::map_guarded` (the private `mapping` module), only after
+//! `ftruncate` sized the file (creation) or `fstat` showed that it covers
+//! the mapping (import); a later truncation is what the guard handles.
+#![allow(unsafe_code)]
+
+use std::any::Any;
+use std::ffi::OsStr;
+use std::fmt;
+use std::num::NonZeroUsize;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use nix::errno::Errno;
+use nix::fcntl::{OFlag, open};
+use nix::sys::stat::{Mode, SFlag, fstat, lstat};
+use nix::unistd::{ftruncate, geteuid, unlink};
+
+use crate::error::MAX_SEGMENT_BYTES;
+use crate::file_descriptor::FileIdentity;
+use crate::mapping::{SharedMapping, reserve};
+use crate::{
+    AllocateError, ExportError, ImportError, Segment, SharingStrategy, StrategyKind,
+    WritableSegment,
+};
+
+/// What every file this strategy creates is named with.
+pub const FILE_PREFIX: &str = "tensorshare_";
+/// The extension of the files this strategy creates.
+pub const FILE_SUFFIX: &str = ".mmap";
+
+/// The `memmap` strategy: storages in files of one directory.
+///
+/// # Examples
+///
+/// ```
+/// use tensorshare_strategies::memmap::MemmapStrategy;
+/// use tensorshare_strategies::{Segment, SharingStrategy, WritableSegment};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let dir = tempfile::tempdir()?;
+/// let strategy = MemmapStrategy::in_dir(dir.path())?;
+/// let mut segment = strategy.allocate(5)?;
+/// segment.as_bytes_mut().copy_from_slice(b"hello");
+///
+/// // What travels: the file's path.
+/// let handle = strategy.export(&segment)?;
+/// assert!(handle.path().starts_with(dir.path()));
+/// let received = strategy.import(handle, 5)?;
+/// assert_eq!(received.as_bytes(), b"hello");
+///
+/// let path = segment.path().to_path_buf();
+/// drop((segment, received));
+/// assert!(!path.exists(), "removed with its last holder");
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemmapStrategy {
+    dir: PathBuf,
+    keep_files: bool,
+}
+
+impl Default for MemmapStrategy {
+    /// Files in `$TMPDIR`, or `/tmp` when it is unset or not absolute;
+    /// removed with their last holder.
+    fn default() -> Self {
+        let dir = std::env::var_os("TMPDIR")
+            .map(PathBuf::from)
+            .filter(|dir| is_plain_absolute(dir))
+            .unwrap_or_else(|| PathBuf::from("/tmp"));
+        Self {
+            dir,
+            keep_files: false,
+        }
+    }
+}
+
+/// Why a directory cannot hold `memmap` files.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{dir:?} cannot hold memmap files: {reason}; give an absolute path to an existing directory"
+)]
+pub struct InvalidMemmapDir {
+    /// The directory as given.
+    pub dir: PathBuf,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+impl MemmapStrategy {
+    /// A strategy that creates its files in, and imports only from, `dir`.
+    ///
+    /// A relative `dir` is taken from the current directory.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidMemmapDir`] when `dir` is not valid UTF-8, holds `..`
+    /// components, or is not an existing directory.
+    pub fn in_dir(dir: impl AsRef<Path>) -> Result<Self, InvalidMemmapDir> {
+        let given = dir.as_ref();
+        let invalid = |reason: &str| InvalidMemmapDir {
+            dir: given.to_path_buf(),
+            reason: reason.to_string(),
+        };
+        let absolute = std::path::absolute(given).map_err(|e| invalid(&e.to_string()))?;
+        let dir: PathBuf = absolute.components().collect();
+        if !is_plain_absolute(&dir) {
+            return Err(invalid("the path is not valid UTF-8 or holds `..`"));
+        }
+        if !dir.is_dir() {
+            return Err(invalid("not an existing directory"));
+        }
+        Ok(Self {
+            dir,
+            keep_files: false,
+        })
+    }
+
+    /// Keeps the files this strategy creates after their last holder drops
+    /// them (`true`), instead of removing them (the default).
+    pub fn keep_files(mut self, keep: bool) -> Self {
+        self.keep_files = keep;
+        self
+    }
+
+    /// The directory files are created in and imported from.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Whether created files outlive their last holder.
+    pub fn keeps_files(&self) -> bool {
+        self.keep_files
+    }
+
+    /// Opens the file a received path names, with every check
+    /// [`import`](SharingStrategy::import) makes but the size, and gives its
+    /// identity: the key under which a receiver caches what it mapped.
+    ///
+    /// # Errors
+    ///
+    /// As [`import`](SharingStrategy::import).
+    pub fn identify(&self, path: &Path) -> Result<FileIdentity, ImportError> {
+        let (_, stat) = self.open_received(path, 0)?;
+        Ok(FileIdentity::of(&stat))
+    }
+
+    /// Checks a received path and opens the file it names read-write.
+    fn open_received(
+        &self,
+        path: &Path,
+        nbytes: usize,
+    ) -> Result<(OwnedFd, nix::sys::stat::FileStat), ImportError> {
+        let invalid = |reason: String| ImportError::InvalidHandle { reason };
+        if !is_plain_absolute(path) {
+            return Err(invalid(format!(
+                "memmap path {path:?} is not an absolute UTF-8 path without `.` or `..`"
+            )));
+        }
+        if path.parent() != Some(self.dir.as_path()) || path.file_name().is_none() {
+            return Err(invalid(format!(
+                "memmap path {path:?} is not a file directly inside {:?}, the directory this \
+                 process accepts memmap files from",
+                self.dir
+            )));
+        }
+        let fd = open(
+            path,
+            OFlag::O_RDWR | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK,
+            Mode::empty(),
+        )
+        .map_err(|errno| match errno {
+            Errno::ENOENT => ImportError::FileMissing {
+                path: path.display().to_string(),
+            },
+            Errno::ELOOP => invalid(format!("memmap path {path:?} is a symbolic link")),
+            Errno::EISDIR => invalid(format!("memmap path {path:?} is not a regular file")),
+            Errno::EMFILE | Errno::ENFILE => ImportError::TooManyOpenFiles { nbytes, errno },
+            errno => ImportError::OpenFile {
+                path: path.display().to_string(),
+                errno,
+            },
+        })?;
+        let stat = fstat(&fd).map_err(|errno| ImportError::Stat { errno })?;
+        let file_type = SFlag::from_bits_truncate(stat.st_mode & SFlag::S_IFMT.bits());
+        if file_type != SFlag::S_IFREG {
+            return Err(invalid(format!(
+                "memmap path {path:?} is not a regular file"
+            )));
+        }
+        if stat.st_uid != geteuid().as_raw() {
+            return Err(invalid(format!(
+                "memmap file {path:?} belongs to another user (uid {})",
+                stat.st_uid
+            )));
+        }
+        Ok((fd, stat))
+    }
+}
+
+/// Whether `path` is absolute, valid UTF-8, and has no `.` or `..` parts.
+fn is_plain_absolute(path: &Path) -> bool {
+    path.is_absolute()
+        && path.to_str().is_some()
+        && !path.as_os_str().as_bytes().contains(&0)
+        && path
+            .components()
+            .all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
+        && !path
+            .as_os_str()
+            .as_bytes()
+            .split(|&b| b == b'/')
+            .any(|part| part == b"." || part == b"..")
+}
+
+/// A fresh file name: `tensorshare_<pid>_<random>_<counter>.mmap`.
+fn fresh_file_name() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let counter = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let mut bytes = [0u8; 8];
+    // Only fails with no OS random source at all; O_EXCL still keeps names
+    // unique, and the counter and pid make collisions rare.
+    let _ = getrandom::fill(&mut bytes);
+    format!(
+        "{FILE_PREFIX}{}_{}_{counter}{FILE_SUFFIX}",
+        std::process::id(),
+        u64::from_ne_bytes(bytes)
+    )
+}
+
+/// One file mapped in this process.
+struct MappedFile {
+    mapping: SharedMapping,
+    path: PathBuf,
+    identity: FileIdentity,
+    /// Whether dropping the last holder removes the file: this process
+    /// created it and the strategy does not keep files.
+    remove_on_drop: bool,
+}
+
+impl Drop for MappedFile {
+    fn drop(&mut self) {
+        if !self.remove_on_drop {
+            return;
+        }
+        // Removed only while the path still names this file: another
+        // process may have replaced it. There is nothing to do about a
+        // failure on a release path (already removed, directory gone).
+        if let Ok(stat) = lstat(&self.path)
+            && FileIdentity::of(&stat) == self.identity
+        {
+            let _ = unlink(&self.path);
+        }
+    }
+}
+
+impl fmt::Debug for MappedFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MappedFile")
+            .field("path", &self.path)
+            .field("len", &self.mapping.len())
+            .field("identity", &self.identity)
+            .field("remove_on_drop", &self.remove_on_drop)
+            .finish()
+    }
+}
+
+/// A `memmap` file mapped in this process.
+#[derive(Debug)]
+pub struct MemmapSegment {
+    file: MappedFile,
+}
+
+impl MemmapSegment {
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.file.path
+    }
+
+    /// `(st_dev, st_ino)` of the file: equal in every process that maps it.
+    pub fn identity(&self) -> FileIdentity {
+        self.file.identity
+    }
+
+    /// Whether this process created the file and removes it when the
+    /// segment is dropped.
+    pub fn removes_file(&self) -> bool {
+        self.file.remove_on_drop
+    }
+
+    /// Whether part of the segment was lost because another process
+    /// truncated the file after it was mapped here.
+    ///
+    /// A page touched after it was lost is replaced, in this process only,
+    /// by a page of zeros instead of killing the process with `SIGBUS`; from
+    /// then on this returns `true`, and writes to such pages are not shared.
+    /// Check it after reading a segment from a sender you do not control,
+    /// and discard what you read when it is `true`.
+    pub fn was_truncated(&self) -> bool {
+        self.file.mapping.was_truncated()
+    }
+}
+
+impl Segment for MemmapSegment {
+    fn as_bytes(&self) -> &[u8] {
+        self.file.mapping.as_slice()
+    }
+
+    fn kind(&self) -> StrategyKind {
+        StrategyKind::Memmap
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl WritableSegment for MemmapSegment {
+    fn as_bytes_mut(&mut self) -> &mut [u8] {
+        self.file.mapping.as_mut_slice()
+    }
+
+    fn into_shared(self: Box<Self>) -> Arc<dyn Segment> {
+        Arc::new(*self)
+    }
+}
+
+/// What travels for a `memmap` segment: the file's path, and its identity
+/// when known.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemmapHandle {
+    path: PathBuf,
+    identity: Option<FileIdentity>,
+}
+
+impl MemmapHandle {
+    /// A handle for a path that arrived in a message; the import checks it.
+    pub fn received(path: impl Into<PathBuf>) -> Self {
+        Self {
+            path: path.into(),
+            identity: None,
+        }
+    }
+
+    /// A handle that must name the file with `identity`, as found by
+    /// [`MemmapStrategy::identify`]: a file put at the path since is refused.
+    pub fn with_identity(mut self, identity: FileIdentity) -> Self {
+        self.identity = Some(identity);
+        self
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The path as the `str` torch's `from_file` takes; files this crate
+    /// creates always have one.
+    pub fn path_str(&self) -> Option<&str> {
+        self.path.to_str()
+    }
+
+    /// The file's identity, when the handle carries it.
+    pub fn identity(&self) -> Option<FileIdentity> {
+        self.identity
+    }
+}
+
+impl SharingStrategy for MemmapStrategy {
+    const KIND: StrategyKind = StrategyKind::Memmap;
+    type Segment = MemmapSegment;
+    type Handle = MemmapHandle;
+
+    fn allocate(&self, nbytes: usize) -> Result<MemmapSegment, AllocateError> {
+        if nbytes > MAX_SEGMENT_BYTES {
+            return Err(AllocateError::TooLarge { nbytes });
+        }
+        let file_len = i64::try_from(nbytes).map_err(|_| AllocateError::TooLarge { nbytes })?;
+        let path = self.dir.join(fresh_file_name());
+        let fd = open(
+            &path,
+            OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_RDWR | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::S_IRUSR | Mode::S_IWUSR,
+        )
+        .map_err(|errno| match errno {
+            Errno::EMFILE | Errno::ENFILE | Errno::ENOSPC => {
+                AllocateError::from_errno(nbytes, errno, |nbytes, errno| AllocateError::Map {
+                    nbytes,
+                    errno,
+                })
+            }
+            errno => AllocateError::CreateFile {
+                dir: self.dir.display().to_string(),
+                errno,
+            },
+        })?;
+        // Removes the file on any error below.
+        let created = CreatedFile(&path);
+        ftruncate(&fd, file_len).map_err(|errno| {
+            AllocateError::from_errno(nbytes, errno, |nbytes, errno| AllocateError::Resize {
+                nbytes,
+                errno,
+            })
+        })?;
+        reserve(fd.as_fd(), file_len).map_err(|errno| {
+            AllocateError::from_errno(nbytes, errno, |nbytes, errno| AllocateError::Resize {
+                nbytes,
+                errno,
+            })
+        })?;
+        let stat = fstat(&fd).map_err(|errno| AllocateError::CreateFile {
+            dir: self.dir.display().to_string(),
+            errno,
+        })?;
+        let mapping = match NonZeroUsize::new(nbytes) {
+            None => SharedMapping::empty(),
+            Some(len) => {
+                // SAFETY: `ftruncate` just sized the file to `nbytes`; another
+                // process that truncates it later is what the guard handles.
+                unsafe { SharedMapping::map_guarded(fd.as_fd(), len) }.map_err(|errno| {
+                    AllocateError::from_errno(nbytes, errno, |nbytes, errno| AllocateError::Map {
+                        nbytes,
+                        errno,
+                    })
+                })?
+            }
+        };
+        std::mem::forget(created);
+        Ok(MemmapSegment {
+            file: MappedFile {
+                mapping,
+                identity: FileIdentity::of(&stat),
+                path,
+                remove_on_drop: !self.keep_files,
+            },
+        })
+    }
+
+    fn export(&self, segment: &MemmapSegment) -> Result<MemmapHandle, ExportError> {
+        Ok(MemmapHandle {
+            path: segment.file.path.clone(),
+            identity: Some(segment.file.identity),
+        })
+    }
+
+    fn import(&self, handle: MemmapHandle, nbytes: usize) -> Result<MemmapSegment, ImportError> {
+        if nbytes > MAX_SEGMENT_BYTES {
+            return Err(ImportError::TooLarge { nbytes });
+        }
+        let (fd, stat) = self.open_received(&handle.path, nbytes)?;
+        let identity = FileIdentity::of(&stat);
+        if handle.identity.is_some_and(|expected| expected != identity) {
+            return Err(ImportError::InvalidHandle {
+                reason: format!(
+                    "memmap path {:?} names another file than the one identified",
+                    handle.path
+                ),
+            });
+        }
+        let available = u64::try_from(stat.st_size).unwrap_or(0);
+        if available < nbytes as u64 {
+            return Err(ImportError::HandleTooSmall { nbytes, available });
+        }
+        let mapping = match NonZeroUsize::new(nbytes) {
+            None => SharedMapping::empty(),
+            // SAFETY: `fstat` just showed the file covers `nbytes`; a holder
+            // that truncates it later is what the guard handles.
+            Some(len) => unsafe { SharedMapping::map_guarded(fd.as_fd(), len) }
+                .map_err(|errno| ImportError::from_map_errno(nbytes, errno))?,
+        };
+        drop(fd);
+        Ok(MemmapSegment {
+            file: MappedFile {
+                mapping,
+                path: handle.path,
+                identity,
+                remove_on_drop: false,
+            },
+        })
+    }
+}
+
+/// A file this process just created, removed if dropped before the segment
+/// holding it is complete.
+struct CreatedFile<'a>(&'a Path);
+
+impl Drop for CreatedFile<'_> {
+    fn drop(&mut self) {
+        // Nothing more to do about a failure on this error path.
+        let _ = unlink(self.0);
+    }
+}
+
+/// Whether `name` is a file name this strategy creates.
+pub fn is_memmap_file_name(name: &OsStr) -> bool {
+    name.to_str()
+        .is_some_and(|name| name.starts_with(FILE_PREFIX) && name.ends_with(FILE_SUFFIX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fresh_names_are_ours_and_differ() {
+        let (a, b) = (fresh_file_name(), fresh_file_name());
+        assert_ne!(a, b);
+        assert!(is_memmap_file_name(OsStr::new(&a)));
+    }
+
+    #[test]
+    fn paths_must_be_plain_and_absolute() {
+        assert!(is_plain_absolute(Path::new("/tmp/x")));
+        for bad in ["tmp/x", "/tmp/../etc/passwd", "/tmp/./x", "./x", ""] {
+            assert!(!is_plain_absolute(Path::new(bad)), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,141 @@
+//! The `bytes` strategy end to end: storages travel inline as torch's
+//! plain pickle writes them (`torch.storage._load_from_bytes` of a legacy
+//! torch.save stream), `tensorshare echo --strategy bytes` answers stock
+//! torch and Rust peers with copies, and views and aliasing survive.
+
+mod support;
+
+use std::process::Command;
+
+use tensorshare::{Authkey, DType, SharingContext, StrategyKind, Value};
+
+use support::{Server, cases, python_script, test_python};
+
+fn bytes_context(authkey: &Authkey) -> SharingContext {
+    SharingContext::new(authkey.clone()).with_strategy(StrategyKind::Bytes)
+}
+
+#[test]
+fn a_bytes_pickle_carries_its_storages_inline() {
+    let sharing = bytes_context(&Authkey::random().unwrap());
+    let whole = cases::contiguous(DType::Float32, &[4, 4], 3, false);
+    let value = Value::List(vec![
+        Value::Tensor(whole.clone()),
+        Value::Tensor(whole.clone()),
+    ]);
+    let pickle = sharing.dumps(&value).unwrap();
+    let text = String::from_utf8_lossy(&pickle);
+    assert!(text.contains("_load_from_bytes"), "{text}");
+    assert!(text.contains("_rebuild_tensor_v2"), "{text}");
+    assert!(!text.contains("rebuild_storage_fd"), "{text}");
+    // One storage, written once although two tensors name it.
+    assert!(pickle.len() < 64 + 1024, "{} bytes", pickle.len());
+
+    let back = sharing.loads(&pickle).unwrap();
+    cases::check_echo(&value, &back).unwrap();
+    let tensors = back.tensors();
+    assert!(tensors[0].same_as(tensors[1]));
+    assert!(
+        !tensors[0].storage().same_as(whole.storage()),
+        "the rebuilt storage is a copy"
+    );
+}
+
+#[test]
+fn a_storage_not_in_this_process_is_refused() {
+    let sharing = bytes_context(&Authkey::random().unwrap());
+    let gone = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("compat/fixtures/torch-2.15.0/aliasing.fs.pkl");
+    let remote = tensorshare::Registry::default()
+        .loads(&std::fs::read(gone).unwrap())
+        .unwrap();
+    let error = sharing.dumps(&remote).unwrap_err().to_string();
+    assert!(error.contains("not at hand"), "{error}");
+}
+
+#[test]
+fn every_case_comes_back_intact_as_a_copy() {
+    let authkey = Authkey::random().unwrap();
+    let mut server = Server::echo(&authkey, "bytes");
+    for sender in [StrategyKind::FileDescriptor, StrategyKind::Bytes] {
+        let sharing = SharingContext::new(authkey.clone()).with_strategy(sender);
+        let mut connection = server.connect(&authkey);
+        let failures = cases::echo_failures(&mut connection, &sharing);
+        assert!(
+            failures.is_empty(),
+            "{sender}: {failures:#?}\nserver: {}",
+            server.stop_and_read_stderr()
+        );
+        let sent = cases::contiguous(DType::Int64, &[8, 8], 9, true);
+        let value = Value::List(vec![
+            Value::Tensor(sent.clone()),
+            Value::Tensor(sent.clone()),
+        ]);
+        connection.send(&value, &sharing).unwrap();
+        let echoed = connection.recv(&sharing).unwrap();
+        cases::check_echo(&value, &echoed).unwrap();
+        let tensors = echoed.tensors();
+        assert!(tensors[0].same_as(tensors[1]), "{sender}: aliasing kept");
+        let storage = tensors[0].storage();
+        assert!(!storage.same_as(sent.storage()), "{sender}: a copy");
+        assert_eq!(
+            storage.local_kind(),
+            Some(StrategyKind::Bytes),
+            "{sender}: private memory, not a shared segment"
+        );
+        assert_eq!(storage.bytes(), sent.storage().bytes());
+    }
+}
+
+#[test]
+fn stock_torch_drives_tensorshare_echo() {
+    let Some(python) = test_python("bytes_strategy::stock_torch_drives_tensorshare_echo") else {
+        return;
+    };
+    let authkey = Authkey::random().unwrap();
+    let mut server = Server::echo(&authkey, "bytes");
+    let output = Command::new(python)
+        .arg(python_script("echo_peer.py"))
+        .args(["drive", "--strategy", "bytes", "--hostile"])
+        .args(["--repeat", "500", "--address"])
+        .arg(server.address.to_string())
+        .args(["--authkey", &authkey.to_hex()])
+        .output()
+        .expect("run echo_peer.py drive");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "torch's checks of tensorshare echo failed:\n{stdout}\n{}\nserver stderr:\n{}",
+        String::from_utf8_lossy(&output.stderr),
+        server.stop_and_read_stderr()
+    );
+    assert!(!stdout.contains("skip "), "a case was skipped:\n{stdout}");
+    assert!(stdout.contains("ok zero_copy"), "{stdout}");
+    assert!(stdout.contains(" cases passed, 0 failed"), "{stdout}");
+}
+
+#[test]
+fn tensorshare_sends_bytes_to_a_stock_torch_echo() {
+    let Some(python) = test_python("bytes_strategy::tensorshare_sends_bytes_to_a_stock_torch_echo")
+    else {
+        return;
+    };
+    let authkey = Authkey::random().unwrap();
+    let address = support::unique_address("torch-bytes-echo");
+    let mut command = Command::new(python);
+    command
+        .arg(python_script("echo_peer.py"))
+        .args(["serve", "--address"])
+        .arg(address.to_string())
+        .args(["--authkey", &authkey.to_hex()]);
+    let mut server = Server::start(command, address);
+    let sharing = bytes_context(&authkey);
+    let mut connection = server.connect(&authkey);
+    // torch rebuilds our plain pickles and answers by file_descriptor.
+    let failures = cases::echo_failures(&mut connection, &sharing);
+    assert!(
+        failures.is_empty(),
+        "{failures:#?}\ntorch: {}",
+        server.stop_and_read_stderr()
+    );
+}

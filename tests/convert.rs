@@ -1,0 +1,202 @@
+//! `tensorshare convert IN OUT [--legacy]`: the torch 1.13, 2.4 and 2.15
+//! fixtures (zip, legacy and plain pickles) converted to both torch.save
+//! formats load in stock torch with `weights_only=True` as the originals
+//! do; pickles of shared storages convert while their sender lives and are
+//! refused clearly once it is gone.
+
+mod support;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value as Json;
+
+use tensorshare::archive::load_torch_save;
+use tensorshare::{
+    Authkey, DType, Registry, SharingContext, Storage, StrategyKind, Tensor, TensorView, Value,
+};
+
+use support::{expect_success, python_script, test_python};
+
+fn convert(input: &Path, output: &Path, extra: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_tensorshare"))
+        .arg("convert")
+        .arg(input)
+        .arg(output)
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
+fn fixtures() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("compat/fixtures");
+    let mut files = Vec::new();
+    for version in ["torch-1.13.1", "torch-2.4.1", "torch-2.15.0"] {
+        for entry in std::fs::read_dir(root.join(version)).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            if [".zip.pt", ".legacy.pt", ".plain.pkl", ".plain_p2.pkl"]
+                .iter()
+                .any(|suffix| name.ends_with(suffix))
+            {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+#[test]
+fn converted_fixtures_load_in_torch_as_the_originals_do() {
+    let Some(python) = test_python("converted_fixtures_load_in_torch_as_the_originals_do") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let originals = fixtures();
+    assert!(originals.len() > 300, "{} fixtures", originals.len());
+    // Per fixture: the original, its zip conversion, its legacy conversion.
+    let mut paths = Vec::new();
+    for (index, original) in originals.iter().enumerate() {
+        let zip = dir.path().join(format!("{index}.zip.pt"));
+        let legacy = dir.path().join(format!("{index}.legacy.pt"));
+        let what = format!("convert {}", original.display());
+        expect_success(&convert(original, &zip, &[]), &what);
+        expect_success(&convert(original, &legacy, &["--legacy"]), &what);
+        paths.extend([original.clone(), zip, legacy]);
+    }
+    let output = Command::new(&python)
+        .arg(python_script("describe_saved.py"))
+        .args(&paths)
+        .output()
+        .unwrap();
+    let stdout = expect_success(&output, "describe_saved.py");
+    let described: Vec<Json> = stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(described.len(), paths.len());
+
+    let by_path: HashMap<&Path, &Json> =
+        paths.iter().map(PathBuf::as_path).zip(&described).collect();
+    let mut torch_refuses = Vec::new();
+    for (original, seen) in originals.iter().zip(described.chunks(3)) {
+        let [before, zip, legacy] = seen else {
+            unreachable!()
+        };
+        let mut expected = before;
+        if before.get("error").is_some() {
+            // Stock torch cannot load some originals itself (legacy streams
+            // and plain pickles naming UntypedStorage): compare with what it
+            // loads from the zip file of the same fixture.
+            torch_refuses.push(original.display().to_string());
+            let name = original.to_string_lossy();
+            let stem = [".legacy.pt", ".plain.pkl", ".plain_p2.pkl"]
+                .iter()
+                .find_map(|suffix| name.strip_suffix(suffix))
+                .unwrap_or_else(|| panic!("{name}: {before}"));
+            let sibling = PathBuf::from(format!("{stem}.zip.pt"));
+            expected = by_path[sibling.as_path()];
+            assert!(
+                expected.get("error").is_none(),
+                "{}: {expected}",
+                sibling.display()
+            );
+        }
+        assert_eq!(zip, expected, "zip conversion of {}", original.display());
+        assert_eq!(
+            legacy,
+            expected,
+            "legacy conversion of {}",
+            original.display()
+        );
+    }
+    eprintln!(
+        "compared {} fixtures; torch itself refuses {} originals: {torch_refuses:?}",
+        originals.len(),
+        torch_refuses.len()
+    );
+}
+
+#[test]
+fn pickles_of_a_gone_sender_are_refused_clearly() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("compat/fixtures/torch-2.15.0");
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["aliasing.fd.pkl", "aliasing.fs.pkl"] {
+        let output = convert(&root.join(name), &dir.path().join("out.pt"), &[]);
+        assert!(!output.status.success(), "{name}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains("cannot be reached")
+                && stderr.contains("while the sending process is alive"),
+            "{name}: {stderr}"
+        );
+        assert!(!dir.path().join("out.pt").exists(), "{name}");
+    }
+}
+
+fn sample() -> Value {
+    let bytes: Vec<u8> = (0..12)
+        .flat_map(|i| (i as f32 * 0.5).to_le_bytes())
+        .collect();
+    let storage = Storage::from_vec(bytes);
+    let whole = Tensor::new(
+        storage.clone(),
+        TensorView::contiguous(DType::Float32, &[3, 4]),
+    )
+    .unwrap();
+    let row = Tensor::new(
+        storage,
+        TensorView {
+            storage_offset: 4,
+            ..TensorView::contiguous(DType::Float32, &[4])
+        },
+    )
+    .unwrap();
+    Value::List(vec![Value::Tensor(whole), Value::Tensor(row)])
+}
+
+#[test]
+fn shared_pickles_convert_while_their_sender_lives() {
+    let authkey = Authkey::random().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for strategy in [StrategyKind::FileDescriptor, StrategyKind::FileSystem] {
+        let sharing = SharingContext::new(authkey.clone()).with_strategy(strategy);
+        let value = sample();
+        let pickle = dir.path().join("shared.pkl");
+        for legacy in [false, true] {
+            // A file_descriptor share is fetched once: one pickle per convert.
+            std::fs::write(&pickle, sharing.dumps(&value).unwrap()).unwrap();
+            let out = dir.path().join("out.pt");
+            let mut extra = vec!["--authkey".to_owned(), authkey.to_hex()];
+            if legacy {
+                extra.push("--legacy".to_owned());
+            }
+            let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+            expect_success(&convert(&pickle, &out, &extra), &format!("{strategy:?}"));
+            let (_, loaded) =
+                load_torch_save(&std::fs::read(&out).unwrap(), &Registry::default()).unwrap();
+            let Value::List(items) = loaded else {
+                panic!("{loaded:?}")
+            };
+            let [Value::Tensor(whole), Value::Tensor(row)] = items.as_slice() else {
+                panic!("{items:?}")
+            };
+            assert!(
+                whole.storage().same_as(row.storage()),
+                "{strategy:?}: aliasing kept"
+            );
+            let Value::List(expected) = &value else {
+                unreachable!()
+            };
+            for (got, want) in [whole, row].into_iter().zip(expected) {
+                let Value::Tensor(want) = want else {
+                    unreachable!()
+                };
+                assert_eq!(got.view(), want.view());
+                assert_eq!(got.to_contiguous_bytes(), want.to_contiguous_bytes());
+            }
+        }
+    }
+}

@@ -1,0 +1,431 @@
+//! The `memmap` strategy end to end: `tensorshare echo --strategy memmap`
+//! driven from Rust and from stock torch, torch rebuilding our files by
+//! itself, hostile file references refused, truncation read as zeros, and
+//! files removed with their last holder.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use tensorshare::reduce::PickleBuilder;
+use tensorshare::{Authkey, DType, Error, SharingContext, Storage, StrategyKind, Value};
+use tensorshare_compat::pickle::{EncodeOptions, Node, NodeId, encode};
+use tensorshare_strategies::memmap::MemmapSegment;
+
+use support::{Server, cases, python_script, test_python, unique_address};
+
+/// A context that sends with memmap files in `dir`.
+fn memmap_context(authkey: &Authkey, dir: &Path) -> SharingContext {
+    SharingContext::new(authkey.clone())
+        .with_strategy(StrategyKind::Memmap)
+        .with_memmap_dir(dir)
+        .expect("a memmap directory")
+}
+
+/// `tensorshare echo --strategy memmap` with its files in `dir`.
+fn memmap_echo(authkey: &Authkey, dir: &Path) -> Server {
+    let address = unique_address("memmap-echo");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tensorshare"));
+    command
+        .args(["echo", "--listen", &address.to_string()])
+        .args(["--authkey", &authkey.to_hex(), "--strategy", "memmap"])
+        .env("TMPDIR", dir);
+    Server::start(command, address)
+}
+
+fn files_in(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .expect("read the memmap directory")
+        .map(|entry| entry.expect("a directory entry").path())
+        .collect();
+    files.sort();
+    files
+}
+
+fn memmap_segment(storage: &Storage) -> &MemmapSegment {
+    storage
+        .local_segment::<MemmapSegment>()
+        .expect("a memmap file mapped here")
+}
+
+/// Adds `getattr(torch._C.StorageBase, 'from_file')(path, shared, nbytes)`.
+fn from_file_call(
+    out: &mut PickleBuilder,
+    class: (&str, &str),
+    path: &str,
+    shared: bool,
+    nbytes: usize,
+) -> NodeId {
+    let getattr = out.global("builtins", "getattr");
+    let class = out.global(class.0, class.1);
+    let attribute = out.push(Node::Str("from_file".into()));
+    let from_file = out.call(getattr, vec![class, attribute]);
+    let path = out.push(Node::Str(path.into()));
+    let shared = out.push(Node::Bool(shared));
+    let nbytes = out.int(nbytes);
+    out.call(from_file, vec![path, shared, nbytes])
+}
+
+/// A uint8 tensor of `nbytes` elements over `storage`, as torch's
+/// `reduce_tensor` writes it.
+fn tensor_over(mut out: PickleBuilder, storage: NodeId, nbytes: usize) -> Vec<u8> {
+    const REDUCTIONS: &str = "torch.multiprocessing.reductions";
+    let dtype = out.global("torch", "uint8");
+    let rebuild_typed = out.global(REDUCTIONS, "rebuild_typed_storage");
+    let typed = out.call(rebuild_typed, vec![storage, dtype]);
+    let torch_size = out.global("torch", "Size");
+    let length = out.int(nbytes);
+    let dims = out.tuple(vec![length]);
+    let sizes = out.call(torch_size, vec![dims]);
+    let one = out.int(1);
+    let strides = out.tuple(vec![one]);
+    let offset = out.int(0);
+    let requires_grad = out.push(Node::Bool(false));
+    let metadata = out.tuple(vec![offset, sizes, strides, requires_grad]);
+    let tensor_class = out.global("torch", "Tensor");
+    let rebuild_tensor = out.global(REDUCTIONS, "rebuild_tensor");
+    let tensor = out.call(rebuild_tensor, vec![tensor_class, typed, metadata]);
+    encode(&out.finish(tensor), &EncodeOptions::new()).expect("encode")
+}
+
+/// A uint8 tensor over `from_file(path, True, nbytes)`.
+fn memmap_tensor_pickle(path: &Path, nbytes: usize) -> Vec<u8> {
+    let mut out = PickleBuilder::default();
+    let path = path.to_str().expect("UTF-8 path");
+    let storage = from_file_call(&mut out, ("torch._C", "StorageBase"), path, true, nbytes);
+    tensor_over(out, storage, nbytes)
+}
+
+#[test]
+fn every_case_comes_back_intact() {
+    let dir = tempfile::tempdir().unwrap();
+    let authkey = Authkey::random().unwrap();
+    let mut server = memmap_echo(&authkey, dir.path());
+    let sharing = memmap_context(&authkey, dir.path());
+    let mut connection = server.connect(&authkey);
+    let failures = cases::echo_failures(&mut connection, &sharing);
+    assert!(
+        failures.is_empty(),
+        "{failures:#?}\nserver stderr: {}",
+        server.stop_and_read_stderr()
+    );
+}
+
+#[test]
+fn an_echoed_file_is_the_one_sent_and_removed_with_its_last_holder() {
+    let dir = tempfile::tempdir().unwrap();
+    let authkey = Authkey::random().unwrap();
+    let mut server = memmap_echo(&authkey, dir.path());
+    let sharing = memmap_context(&authkey, dir.path());
+    let mut connection = server.connect(&authkey);
+
+    // A heap storage moves into one file, however often it is sent.
+    let sent = cases::contiguous(DType::Float32, &[1024], 1, false);
+    let mut echoed = Vec::new();
+    for _ in 0..3 {
+        connection
+            .send(&Value::Tensor(sent.clone()), &sharing)
+            .unwrap();
+        echoed.push(connection.recv(&sharing).unwrap());
+    }
+    let storages: Vec<Storage> = echoed
+        .iter()
+        .map(|value| value.as_tensor().expect("a tensor").storage().clone())
+        .collect();
+    assert!(storages.windows(2).all(|w| w[0].same_as(&w[1])));
+    assert_eq!(storages[0].bytes(), sent.storage().bytes());
+    let segment = memmap_segment(&storages[0]);
+    assert!(segment.removes_file(), "the echo is our own file");
+    let path = segment.path().to_path_buf();
+    assert_eq!(files_in(dir.path()), vec![path.clone()]);
+    let mode = std::fs::metadata(&path).unwrap();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o777,
+        0o600
+    );
+
+    // The echo server never removes our file; we do, once the tensor, its
+    // echoes and the context (which keeps what it sent for its receivers)
+    // let go of it.
+    server.stop_and_read_stderr();
+    assert!(path.exists());
+    drop((echoed, storages));
+    assert!(path.exists(), "the sent tensor still holds its file");
+    assert_eq!(sharing.held_memmap_files(), 2);
+    drop(sent);
+    assert!(path.exists(), "the context still holds what it sent");
+    sharing.shutdown();
+    assert!(!path.exists(), "the last holder removes the file");
+    assert!(files_in(dir.path()).is_empty());
+}
+
+#[test]
+fn kept_files_outlive_their_holders() {
+    let dir = tempfile::tempdir().unwrap();
+    let authkey = Authkey::random().unwrap();
+    let sharing = memmap_context(&authkey, dir.path()).with_memmap_keep_files(true);
+    let sent = cases::contiguous(DType::UInt8, &[100], 9, false);
+    let bytes = sharing.dumps(&Value::Tensor(sent.clone())).unwrap();
+    drop(sent);
+    sharing.shutdown();
+    let files = files_in(dir.path());
+    assert_eq!(files.len(), 1, "{files:?}");
+    // Another process (here: a fresh context) still maps it.
+    let other = memmap_context(&authkey, dir.path());
+    let back = other.loads(&bytes).unwrap();
+    let tensor = back.as_tensor().expect("a tensor");
+    assert_eq!(tensor.storage().nbytes(), 100);
+    assert!(!memmap_segment(tensor.storage()).removes_file());
+}
+
+#[test]
+fn stock_torch_drives_our_memmap_echo() {
+    let Some(python) = test_python("memmap::stock_torch_drives_our_memmap_echo") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let authkey = Authkey::random().unwrap();
+    let mut server = memmap_echo(&authkey, dir.path());
+    // torch sends by file_descriptor (it has no memmap strategy) and gets
+    // every echo back as a file it maps itself with from_file.
+    let output = Command::new(python)
+        .arg(python_script("echo_peer.py"))
+        .args(["drive", "--strategy", "memmap", "--hostile"])
+        .args(["--repeat", "300", "--address"])
+        .arg(server.address.to_string())
+        .args(["--authkey", &authkey.to_hex()])
+        .output()
+        .expect("run echo_peer.py drive");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "torch's checks of tensorshare echo failed:\n{stdout}\n{}\nserver stderr:\n{}",
+        String::from_utf8_lossy(&output.stderr),
+        server.stop_and_read_stderr()
+    );
+    assert!(!stdout.contains("skip "), "a case was skipped:\n{stdout}");
+    assert!(stdout.contains(" cases passed, 0 failed"), "{stdout}");
+    assert!(stdout.contains("ok zero_copy"), "{stdout}");
+    // SIGTERM releases everything the echo sent: its files go with it.
+    let status = server.signal_and_wait("TERM", std::time::Duration::from_secs(10));
+    assert!(status.success(), "{status:?}");
+    assert!(
+        files_in(dir.path()).is_empty(),
+        "{:?}",
+        files_in(dir.path())
+    );
+}
+
+#[test]
+fn torch_rebuilds_our_pickle_and_writes_through_the_file() {
+    let Some(python) = test_python("memmap::torch_rebuilds_our_pickle") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let sharing = memmap_context(&Authkey::random().unwrap(), dir.path());
+    let sent = cases::contiguous(DType::Int32, &[4, 4], 0, false);
+    let bytes = sharing.dumps(&Value::Tensor(sent.clone())).unwrap();
+    let script = r#"
+import pickle, sys, torch
+t = pickle.loads(sys.stdin.buffer.read())
+assert type(t) is torch.Tensor and t.dtype == torch.int32 and t.shape == (4, 4), t
+assert t.untyped_storage().filename is not None
+print(int(t.long().sum()))
+t[0, 0] = 12345
+"#;
+    let mut child = Command::new(python)
+        .args(["-c", script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(&bytes).unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let expected: i64 = sent
+        .to_contiguous_bytes()
+        .unwrap()
+        .chunks(4)
+        .map(|c| i64::from(i32::from_le_bytes(c.try_into().unwrap())))
+        .sum();
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout).trim(),
+        expected.to_string()
+    );
+    // torch wrote into the file this process maps.
+    let file = files_in(dir.path()).pop().expect("the sent file");
+    let back = sharing.loads(&memmap_tensor_pickle(&file, 64)).unwrap();
+    let storage = back.as_tensor().unwrap().storage().clone();
+    assert_eq!(&storage.bytes().unwrap()[..4], &12345i32.to_le_bytes());
+}
+
+/// The error of loading `pickle`, which must be refused.
+fn refused(sharing: &SharingContext, pickle: &[u8]) -> String {
+    match sharing.loads(pickle) {
+        Ok(value) => panic!("accepted: {value:?}"),
+        Err(err) => err.to_string(),
+    }
+}
+
+#[test]
+fn hostile_file_references_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let sharing = memmap_context(&Authkey::random().unwrap(), dir.path());
+
+    // A file outside the memmap directory, however it is spelled.
+    let secret = outside.path().join("secret");
+    std::fs::write(&secret, [7u8; 64]).unwrap();
+    let dotdot = dir
+        .path()
+        .join("..")
+        .join(outside.path().file_name().unwrap())
+        .join("secret");
+    for path in [secret.clone(), dotdot, PathBuf::from("/etc/passwd")] {
+        let err = refused(&sharing, &memmap_tensor_pickle(&path, 4));
+        assert!(err.contains("StorageBase.from_file"), "{err}");
+        assert!(err.contains("memmap path"), "{err}");
+    }
+    let relative = memmap_tensor_pickle(Path::new("relative.mmap"), 4);
+    assert!(refused(&sharing, &relative).contains("not an absolute"));
+
+    // A symbolic link inside the directory to a file outside.
+    let link = dir.path().join("link.mmap");
+    std::os::unix::fs::symlink(&secret, &link).unwrap();
+    let err = refused(&sharing, &memmap_tensor_pickle(&link, 4));
+    assert!(err.contains("symbolic link"), "{err}");
+
+    // A missing file, a file too small for the message, a directory.
+    let err = refused(&sharing, &memmap_tensor_pickle(&dir.path().join("gone"), 4));
+    assert!(err.contains("does not exist"), "{err}");
+    let small = dir.path().join("small.mmap");
+    std::fs::write(&small, [1u8; 10]).unwrap();
+    let err = refused(&sharing, &memmap_tensor_pickle(&small, 11));
+    assert!(
+        err.contains("holds 10 bytes but the message announces 11"),
+        "{err}"
+    );
+    std::fs::create_dir(dir.path().join("sub")).unwrap();
+    let err = refused(&sharing, &memmap_tensor_pickle(&dir.path().join("sub"), 0));
+    assert!(err.contains("not a regular file"), "{err}");
+
+    // Nothing was created or changed.
+    assert_eq!(std::fs::read(&secret).unwrap(), [7u8; 64]);
+    assert_eq!(std::fs::read(&small).unwrap(), [1u8; 10]);
+}
+
+#[test]
+fn getattr_is_allowed_only_for_from_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let sharing = memmap_context(&Authkey::random().unwrap(), dir.path());
+    let file = dir.path().join("data.mmap");
+    std::fs::write(&file, [3u8; 8]).unwrap();
+    let path = file.to_str().unwrap();
+
+    // The accepted form, through each storage class spelling.
+    for class in [
+        ("torch._C", "StorageBase"),
+        ("torch.storage", "UntypedStorage"),
+        ("torch", "UntypedStorage"),
+    ] {
+        let mut out = PickleBuilder::default();
+        let storage = from_file_call(&mut out, class, path, true, 8);
+        let value = sharing.loads(&tensor_over(out, storage, 8)).unwrap();
+        assert_eq!(
+            value.as_tensor().unwrap().storage().bytes(),
+            Some(&[3u8; 8][..])
+        );
+    }
+
+    // Not shared: torch would read a private copy.
+    let mut out = PickleBuilder::default();
+    let storage = from_file_call(&mut out, ("torch._C", "StorageBase"), path, false, 8);
+    let err = refused(&sharing, &tensor_over(out, storage, 8));
+    assert!(err.contains("StorageBase.from_file"), "{err}");
+
+    // Another attribute, another object, another argument count.
+    let getattr_of = |module: &str, name: &str, attribute: &str| {
+        let mut out = PickleBuilder::default();
+        let getattr = out.global("builtins", "getattr");
+        let object = out.global(module, name);
+        let attribute = out.push(Node::Str(attribute.into()));
+        let function = out.call(getattr, vec![object, attribute]);
+        let argument = out.push(Node::Str(path.into()));
+        let called = out.call(function, vec![argument]);
+        encode(&out.finish(called), &EncodeOptions::new()).unwrap()
+    };
+    for (module, name, attribute) in [
+        ("torch._C", "StorageBase", "from_buffer"),
+        ("torch", "Tensor", "from_file"),
+        ("torch", "float32", "from_file"),
+    ] {
+        let err = refused(&sharing, &getattr_of(module, name, attribute));
+        assert!(err.contains("builtins.getattr"), "{err}");
+    }
+    // A global that is not allowed at all is refused by name while decoding.
+    let err = refused(&sharing, &getattr_of("os", "system", "from_file"));
+    assert!(err.contains("os.system"), "{err}");
+    assert!(matches!(
+        sharing.loads(&getattr_of("os", "system", "x")),
+        Err(Error::Decode(_))
+    ));
+    let err = refused(
+        &sharing,
+        &getattr_of("torch._C", "StorageBase", "from_file"),
+    );
+    assert!(err.contains("StorageBase.from_file"), "{err}");
+}
+
+#[test]
+fn a_file_truncated_under_the_mapping_reads_zeros() {
+    let dir = tempfile::tempdir().unwrap();
+    let sharing = memmap_context(&Authkey::random().unwrap(), dir.path());
+    let file = dir.path().join("shrinks.mmap");
+    let nbytes = 4 * 4096;
+    std::fs::write(&file, vec![5u8; nbytes]).unwrap();
+    let value = sharing.loads(&memmap_tensor_pickle(&file, nbytes)).unwrap();
+    let storage = value.as_tensor().unwrap().storage().clone();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&file)
+        .unwrap()
+        .set_len(4096)
+        .unwrap();
+    let bytes = storage.bytes().unwrap();
+    assert!(bytes[..4096].iter().all(|&b| b == 5));
+    assert!(
+        bytes[4096..].iter().all(|&b| b == 0),
+        "lost pages read zeros"
+    );
+    assert!(memmap_segment(&storage).was_truncated());
+    // Received files are not ours to remove.
+    drop((value, storage));
+    assert!(file.exists());
+}
+
+#[test]
+fn one_file_named_twice_is_one_storage() {
+    let dir = tempfile::tempdir().unwrap();
+    let sharing = memmap_context(&Authkey::random().unwrap(), dir.path());
+    let file = dir.path().join("twice.mmap");
+    std::fs::write(&file, [1u8; 32]).unwrap();
+    let pickle = memmap_tensor_pickle(&file, 32);
+    let a = sharing.loads(&pickle).unwrap();
+    let b = sharing.loads(&pickle).unwrap();
+    let storage = |v: &Value| v.as_tensor().unwrap().storage().clone();
+    assert!(storage(&a).same_as(&storage(&b)));
+    // A file replaced at the same path is another storage.
+    drop(b);
+    std::fs::remove_file(&file).unwrap();
+    std::fs::write(&file, [2u8; 32]).unwrap();
+    let c = sharing.loads(&pickle).unwrap();
+    assert!(!storage(&a).same_as(&storage(&c)));
+    assert_eq!(storage(&c).bytes(), Some(&[2u8; 32][..]));
+}
