@@ -1,5 +1,6 @@
 //! `tensorshare bench` runs every path, torch's and ours, and prints one
-//! row each with a ratio to torch's best.
+//! row each with a ratio to torch's best, then a line comparing the bytes
+//! strategy with torch's plain pickle path and memcpy.
 
 mod support;
 
@@ -28,16 +29,19 @@ fn bench_runs_every_path_side_by_side() {
         return;
     };
     let (stdout, rows) = quick_bench(&["--python", &python]);
-    assert_eq!(rows.len(), 8, "{stdout}");
+    assert_eq!(rows.len(), 11, "{stdout}");
     for path in [
         "torch -> torch  file_descriptor",
         "torch -> torch  file_system",
+        "torch -> torch  pickle (bytes)",
         "Rust  -> Rust   file_descriptor",
         "Rust  -> torch  file_descriptor",
         "torch -> Rust   file_descriptor",
         "Rust  -> Rust   file_system",
         "Rust  -> torch  file_system",
         "torch -> Rust   file_system",
+        "Rust  -> Rust   bytes",
+        "Rust  -> Rust   memmap",
     ] {
         assert!(
             rows.iter().any(|row| row.contains(path)),
@@ -50,6 +54,40 @@ fn bench_runs_every_path_side_by_side() {
         .filter(|row| row.contains("torch -> torch") && row.ends_with(" 1.00x"))
         .count();
     assert_eq!(best, 1, "{stdout}");
+    let summary = stdout
+        .lines()
+        .find(|line| line.starts_with("bytes: "))
+        .unwrap_or_else(|| panic!("no bytes line:\n{stdout}"));
+    assert!(
+        summary.contains("Rust -> Rust") && summary.contains("vs torch pickle"),
+        "{stdout}"
+    );
+    assert!(summary.contains(" GB/s"), "{stdout}");
+}
+
+#[test]
+fn bench_runs_bytes_and_memmap_between_rust_and_torch() {
+    let Some(python) = support::test_python("bench_runs_bytes_and_memmap_between_rust_and_torch")
+    else {
+        return;
+    };
+    let (stdout, rows) = quick_bench(&[
+        "--python",
+        &python,
+        "--paths",
+        "rust-to-torch-bytes,torch-to-rust-bytes,rust-to-torch-memmap",
+    ]);
+    assert_eq!(rows.len(), 3, "{stdout}");
+    for path in [
+        "Rust  -> torch  bytes",
+        "torch -> Rust   pickle (bytes)",
+        "Rust  -> torch  memmap",
+    ] {
+        assert!(
+            rows.iter().any(|row| row.contains(path)),
+            "no {path} row:\n{stdout}"
+        );
+    }
 }
 
 #[test]
@@ -74,4 +112,22 @@ fn rust_only_paths_need_no_python() {
     assert!(rows[0].contains("Rust  -> Rust"), "{stdout}");
     // No torch path ran, so there is no ratio to show.
     assert!(rows[0].ends_with(" -"), "{stdout}");
+    // Nor a bytes comparison; memcpy needs no peer.
+    assert!(
+        stdout.contains("bytes: needs rust-to-rust-bytes and torch-pickle; memcpy "),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn rust_bytes_and_memmap_paths_need_no_python() {
+    let (stdout, rows) = quick_bench(&[
+        "--paths",
+        "rust-to-rust-bytes,rust-to-rust-memmap",
+        "--python",
+        "/nonexistent/python",
+    ]);
+    assert_eq!(rows.len(), 2, "{stdout}");
+    assert!(rows[0].contains("Rust  -> Rust   bytes"), "{stdout}");
+    assert!(rows[1].contains("Rust  -> Rust   memmap"), "{stdout}");
 }

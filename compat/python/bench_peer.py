@@ -22,6 +22,14 @@ fastest path. A plain `torch.empty` would be moved into a new segment when
 sent (`_share_fd_cpu_`, `_share_filename_cpu_`): a second allocation and a
 copy. The Rust producer likewise writes into shared memory in place.
 
+Strategy `bytes` is not one of torch's sharing strategies but its plain
+pickle path, what tensorshare's `bytes` strategy writes: the producer
+allocates an ordinary (not shared) tensor, writes every byte and sends
+`conn.send_bytes(pickle.dumps(tensor))` with stock `pickle`, which stores
+the storage's bytes inline as `torch.storage._load_from_bytes` of a
+`torch.save` stream; the consumer's `conn.recv()` is `pickle.loads` of the
+message. Nothing is shared: both ends copy every byte.
+
 Keeping tensors alive: every producer, torch's and tensorshare's, under
 every strategy, keeps the tensors of a run until the ack and frees them
 after the timed window, as a pipeline that reuses a batch once it is
@@ -61,6 +69,9 @@ Subcommands:
         sends the header and does the timing. Any strategy torch can rebuild
         is accepted.
         {"scenario": "rust-to-torch", "received": TOTAL}
+        `conn.recv()` unpickles with stock `pickle.loads`, so a `bytes`
+        message (`torch.storage._load_from_bytes`) or a `memmap` one
+        (`torch.UntypedStorage.from_file`) needs nothing more.
         TOTAL counts every tensor received, warm-up included: W + N * R.
 
 `produce` and `torch-to-torch` take `--warmup W` (default 10). ADDR is an
@@ -85,13 +96,16 @@ import argparse
 import json
 import multiprocessing
 import multiprocessing.connection
+import pickle
 import sys
 import time
 
 import torch
 import torch.multiprocessing
 
-STRATEGIES = ("file_descriptor", "file_system")
+STRATEGIES = ("file_descriptor", "file_system", "bytes")
+# Not a sharing strategy: stock pickle of a plain tensor (see the top).
+PLAIN_PICKLE = "bytes"
 DEFAULT_WARMUP = 10
 FILL_MODULUS = 251
 HEADER_KEYS = ("size", "count", "rounds", "warmup")
@@ -113,19 +127,33 @@ def fill_value(index):
     return index % FILL_MODULUS
 
 
-def make_tensor(size, index):
-    """A fresh uint8 tensor of `size` bytes, allocated straight in shared
-    memory under the current strategy (`UntypedStorage._new_shared`, as the
-    DataLoader's collate does), with every byte written.
+def make_tensor(size, index, strategy):
+    """A fresh uint8 tensor of `size` bytes with every byte written,
+    allocated straight in shared memory under the current strategy
+    (`UntypedStorage._new_shared`, as the DataLoader's collate does), or in
+    ordinary memory for the plain pickle path.
 
     This is torch's fastest producer: a plain `torch.empty` would be copied
     into a new segment when sent (`share_memory_`), which costs up to twice
     as much at 1 MiB and above.
     """
-    storage = torch.UntypedStorage._new_shared(size)
-    tensor = torch.empty(0, dtype=torch.uint8).set_(storage)
+    if strategy == PLAIN_PICKLE:
+        tensor = torch.empty(size, dtype=torch.uint8)
+    else:
+        storage = torch.UntypedStorage._new_shared(size)
+        tensor = torch.empty(0, dtype=torch.uint8).set_(storage)
     tensor.fill_(fill_value(index))
     return tensor
+
+
+def sender(conn, strategy):
+    """How the producer sends one tensor: `conn.send` (torch's
+    `ForkingPickler`, sharing the storage), or for the plain pickle path
+    `conn.send_bytes(pickle.dumps(tensor))`."""
+    if strategy == PLAIN_PICKLE:
+        return lambda tensor: conn.send_bytes(pickle.dumps(tensor))
+    torch.multiprocessing.set_sharing_strategy(strategy)
+    return conn.send
 
 
 def check_tensor(tensor, size, index, run):
@@ -155,7 +183,7 @@ def expect_ack(conn, count):
         raise BenchError(f"consumer acked {ack!r}, expected {count}")
 
 
-def send_run(conn, size, count):
+def send_run(conn, send, strategy, size, count):
     """Sends `count` fresh tensors, waits for the ack; returns the seconds taken.
 
     Every tensor is kept until the ack and freed after the clock stops.
@@ -163,8 +191,8 @@ def send_run(conn, size, count):
     kept = []
     start = time.perf_counter()
     for index in range(count):
-        kept.append(make_tensor(size, index))
-        conn.send(kept[-1])
+        kept.append(make_tensor(size, index, strategy))
+        send(kept[-1])
     expect_ack(conn, count)
     seconds = time.perf_counter() - start
     del kept
@@ -173,12 +201,12 @@ def send_run(conn, size, count):
 
 def produce_stream(conn, strategy, size, count, rounds, warmup):
     """Runs the producer's side of the protocol; returns each round's seconds."""
-    torch.multiprocessing.set_sharing_strategy(strategy)
+    send = sender(conn, strategy)
     conn.send({"size": size, "count": count, "rounds": rounds, "warmup": warmup})
-    send_run(conn, size, warmup)
+    send_run(conn, send, strategy, size, warmup)
     seconds = []
     for round_number in range(1, rounds + 1):
-        seconds.append(send_run(conn, size, count))
+        seconds.append(send_run(conn, send, strategy, size, count))
         log_round(round_number, strategy, size, count, seconds[-1])
     return seconds
 

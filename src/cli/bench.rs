@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -30,13 +30,17 @@ pub struct BenchArgs {
     /// A quarter of the tensors per round, for a quick look.
     #[arg(long)]
     quick: bool,
-    /// The paths to run, comma-separated (default: all). The ratio column
-    /// needs a torch -> torch path.
+    /// The paths to run, comma-separated (default: all but the Rust/torch
+    /// bytes and memmap ones, each of which costs a torch start per size).
+    /// The ratio column needs a torch -> torch path; the bytes line under
+    /// each size needs rust-to-rust-bytes and torch-pickle.
     #[arg(
         long,
         value_delimiter = ',',
         value_enum,
-        default_value = "torch-fd,torch-fs,rust-to-rust,rust-to-torch,torch-to-rust,rust-to-rust-fs,rust-to-torch-fs,torch-to-rust-fs"
+        default_value = "torch-fd,torch-fs,torch-pickle,rust-to-rust,rust-to-torch,torch-to-rust,\
+                         rust-to-rust-fs,rust-to-torch-fs,torch-to-rust-fs,\
+                         rust-to-rust-bytes,rust-to-rust-memmap"
     )]
     paths: Vec<Route>,
 }
@@ -55,6 +59,9 @@ enum Route {
     TorchFd,
     /// torch producer, torch consumer, file_system.
     TorchFs,
+    /// torch producer, torch consumer, stock `pickle` of a plain tensor
+    /// (what the bytes strategy sends): no sharing.
+    TorchPickle,
     /// Rust producer, Rust consumer, file_descriptor.
     RustToRust,
     /// Rust producer, torch consumer, file_descriptor.
@@ -67,20 +74,35 @@ enum Route {
     RustToTorchFs,
     /// torch producer, Rust consumer, file_system.
     TorchToRustFs,
+    /// Rust producer, Rust consumer, bytes.
+    RustToRustBytes,
+    /// Rust producer, torch consumer, bytes.
+    RustToTorchBytes,
+    /// torch producer (stock `pickle`), Rust consumer, bytes.
+    TorchToRustBytes,
+    /// Rust producer, Rust consumer, memmap.
+    RustToRustMemmap,
+    /// Rust producer, torch consumer, memmap (torch has no memmap producer).
+    RustToTorchMemmap,
 }
 
 impl Route {
     fn label(self) -> String {
-        let ends = match self {
-            Route::TorchFd | Route::TorchFs => "torch -> torch",
-            Route::RustToRust | Route::RustToRustFs => "Rust  -> Rust ",
-            Route::RustToTorch | Route::RustToTorchFs => "Rust  -> torch",
-            Route::TorchToRust | Route::TorchToRustFs => "torch -> Rust ",
+        let ends = match (self.torch_produces(), self.torch_consumes()) {
+            (true, true) => "torch -> torch",
+            (false, false) => "Rust  -> Rust ",
+            (false, true) => "Rust  -> torch",
+            (true, false) => "torch -> Rust ",
         };
+        if self.torch_produces() && self.strategy() == StrategyKind::Bytes {
+            // torch has no bytes strategy: its producer pickles the tensor.
+            return format!("{ends}  pickle (bytes)");
+        }
         format!("{ends}  {}", self.strategy())
     }
 
-    /// The strategy every producer on this path shares with.
+    /// The strategy every producer on this path shares with; for a torch
+    /// producer, `bytes` is stock `pickle` of a plain tensor.
     fn strategy(self) -> StrategyKind {
         match self {
             Route::TorchFd | Route::RustToRust | Route::RustToTorch | Route::TorchToRust => {
@@ -89,16 +111,46 @@ impl Route {
             Route::TorchFs | Route::RustToRustFs | Route::RustToTorchFs | Route::TorchToRustFs => {
                 StrategyKind::FileSystem
             }
+            Route::TorchPickle
+            | Route::RustToRustBytes
+            | Route::RustToTorchBytes
+            | Route::TorchToRustBytes => StrategyKind::Bytes,
+            Route::RustToRustMemmap | Route::RustToTorchMemmap => StrategyKind::Memmap,
         }
+    }
+
+    fn torch_produces(self) -> bool {
+        matches!(
+            self,
+            Route::TorchFd
+                | Route::TorchFs
+                | Route::TorchPickle
+                | Route::TorchToRust
+                | Route::TorchToRustFs
+                | Route::TorchToRustBytes
+        )
+    }
+
+    fn torch_consumes(self) -> bool {
+        matches!(
+            self,
+            Route::TorchFd
+                | Route::TorchFs
+                | Route::TorchPickle
+                | Route::RustToTorch
+                | Route::RustToTorchFs
+                | Route::RustToTorchBytes
+                | Route::RustToTorchMemmap
+        )
     }
 
     /// Whether both ends are torch.
     fn torch_only(self) -> bool {
-        matches!(self, Route::TorchFd | Route::TorchFs)
+        self.torch_produces() && self.torch_consumes()
     }
 
     fn needs_torch(self) -> bool {
-        !matches!(self, Route::RustToRust | Route::RustToRustFs)
+        self.torch_produces() || self.torch_consumes()
     }
 }
 
@@ -119,6 +171,12 @@ pub fn run(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
     std::fs::write(&script, BENCH_PEER)
         .map_err(|e| format!("writing {}: {e}", script.display()))?;
     let torch = TorchPeer { python, script };
+    // Before any peer runs, so that none of them competes with it.
+    let memcpy: Vec<f64> = args
+        .sizes
+        .iter()
+        .map(|&size| memcpy_seconds(size))
+        .collect();
     let fd_limit = raise_fd_limit();
     if args.paths.iter().any(|path| path.needs_torch()) {
         torch.check()?;
@@ -139,10 +197,10 @@ pub fn run(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
             .unwrap_or_else(|_| ProgressStyle::default_spinner()),
     );
     spinner.enable_steady_tick(Duration::from_millis(200));
-    for &size in &args.sizes {
-        let workload = workload_for(size, args.rounds, args.quick, fd_limit);
+    for (&size, &memcpy) in args.sizes.iter().zip(&memcpy) {
         let mut rows = Vec::new();
         for &path in &args.paths {
+            let workload = workload_for(path, size, args.rounds, args.quick, fd_limit);
             spinner.set_message(format!(
                 "{} {}",
                 super::format::bytes(size as u64),
@@ -155,7 +213,7 @@ pub fn run(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
                 per_tensor: median(rounds) / workload.count as f64,
             });
         }
-        spinner.suspend(|| print_rows(&rows));
+        spinner.suspend(|| print_rows(&rows, size, memcpy));
     }
     spinner.finish_and_clear();
     Ok(())
@@ -172,12 +230,19 @@ pub fn run_peer(args: BenchPeerArgs) -> Result<(), Box<dyn std::error::Error>> {
 /// Enough tensors per round to outlast timer noise, without writing more
 /// than about 512 MiB a round, and few enough that a producer keeping a
 /// round's tensors stays within `fd_limit` (a `file_descriptor` tensor
-/// holds about three fds until its consumer has it).
-fn workload_for(size: usize, rounds: usize, quick: bool, fd_limit: u64) -> Workload {
+/// holds about three fds until its consumer has it). Paths that copy every
+/// byte through the socket (`bytes`) run an eighth of that: they take far
+/// longer per tensor, so fewer outlast the noise as well.
+fn workload_for(path: Route, size: usize, rounds: usize, quick: bool, fd_limit: u64) -> Workload {
     let fits = usize::try_from(fd_limit.saturating_sub(256) / 3).unwrap_or(usize::MAX);
     let count = ((512 << 20) / size.max(1))
         .clamp(12, 2000)
         .min(fits.max(12));
+    let count = if path.strategy() == StrategyKind::Bytes {
+        (count / 8).max(4)
+    } else {
+        count
+    };
     let count = if quick { (count / 4).max(4) } else { count };
     Workload {
         size,
@@ -195,7 +260,14 @@ fn run_path(
 ) -> Result<Vec<f64>, Box<dyn std::error::Error>> {
     let authkey = Authkey::random()?;
     let strategy = path.strategy().name();
-    let sharing = SharingContext::new(authkey.clone()).with_strategy(path.strategy());
+    let mut sharing = SharingContext::new(authkey.clone()).with_strategy(path.strategy());
+    if path.strategy() == StrategyKind::Memmap {
+        // The producer keeps every tensor until the consumer's ack, which
+        // comes after the consumer has mapped each file: holding sent files
+        // longer (5 minutes by default) would only pile up a few GiB of
+        // files in $TMPDIR over a run.
+        sharing = sharing.with_unfetched_lifetime(Duration::ZERO);
+    }
     if path.torch_only() {
         let output = torch.run(
             &["torch-to-torch", "--strategy", strategy],
@@ -206,22 +278,19 @@ fn run_path(
     }
     let listener = Listener::bind_in_private_dir(&authkey, ConnectionOptions::default())?;
     let address = listener.address().to_string();
-    let torch_produces = matches!(path, Route::TorchToRust | Route::TorchToRustFs);
-    let mut peer = match path {
-        Route::RustToRust | Route::RustToRustFs => {
-            Peer::spawn_self("bench-peer", listener.address(), &authkey, &[])?
-        }
-        Route::RustToTorch | Route::RustToTorchFs => {
-            torch.spawn(&["consume"], None, Some((&address, &authkey)))?
-        }
-        _ => torch.spawn(
+    let mut peer = if path.torch_produces() {
+        torch.spawn(
             &["produce", "--strategy", strategy],
             Some(workload),
             Some((&address, &authkey)),
-        )?,
+        )?
+    } else if path.torch_consumes() {
+        torch.spawn(&["consume"], None, Some((&address, &authkey)))?
+    } else {
+        Peer::spawn_self("bench-peer", listener.address(), &authkey, &[])?
     };
     let mut connection = peer.accept(&listener)?;
-    if torch_produces {
+    if path.torch_produces() {
         consume(&mut connection, &sharing)?;
         return torch.seconds(peer.finish()?);
     }
@@ -230,7 +299,7 @@ fn run_path(
     Ok(rounds.iter().map(Duration::as_secs_f64).collect())
 }
 
-fn print_rows(rows: &[Row]) {
+fn print_rows(rows: &[Row], size: usize, memcpy: f64) {
     let torch_best = rows
         .iter()
         .filter(|row| row.path.torch_only())
@@ -253,7 +322,67 @@ fn print_rows(rows: &[Row]) {
             ratio,
         );
     }
-    println!();
+    println!("{}\n", bytes_summary(rows, size, memcpy));
+}
+
+/// The bytes strategy against torch's plain pickle path, and the bandwidth
+/// of one in-process copy of `size` bytes, e.g.
+/// `bytes: Rust -> Rust 41.2 ms vs torch pickle 282 ms = 6.85x (target 5x: met); memcpy 9.81 GB/s`.
+fn bytes_summary(rows: &[Row], size: usize, memcpy: f64) -> String {
+    let per_tensor = |path: Route| {
+        rows.iter()
+            .find(|row| row.path == path)
+            .map(|row| row.per_tensor)
+    };
+    let memcpy = format!("memcpy {:.2} GB/s (one thread)", size as f64 / memcpy / 1e9);
+    let (Some(ours), Some(pickle)) = (
+        per_tensor(Route::RustToRustBytes),
+        per_tensor(Route::TorchPickle),
+    ) else {
+        return format!("bytes: needs rust-to-rust-bytes and torch-pickle; {memcpy}");
+    };
+    let ratio = pickle / ours;
+    let target = if size == BYTES_TARGET_SIZE {
+        let verdict = if ratio >= BYTES_TARGET_RATIO {
+            "met"
+        } else {
+            "NOT met"
+        };
+        format!(" (target {BYTES_TARGET_RATIO}x: {verdict})")
+    } else {
+        String::new()
+    };
+    format!(
+        "bytes: Rust -> Rust {} vs torch pickle {} = {ratio:.2}x{target}; {memcpy}",
+        super::format::duration(ours),
+        super::format::duration(pickle),
+    )
+}
+
+/// The size at which the bytes strategy must beat torch's plain pickle
+/// path by [`BYTES_TARGET_RATIO`].
+const BYTES_TARGET_SIZE: usize = 64 << 20;
+const BYTES_TARGET_RATIO: f64 = 5.0;
+
+/// Median seconds for one plain copy of `size` bytes within this process,
+/// between buffers already faulted in: the bandwidth the bytes strategy's
+/// copies are up against. Small sizes repeat the copy to outlast the timer.
+fn memcpy_seconds(size: usize) -> f64 {
+    const SAMPLES: usize = 5;
+    let source = vec![0x5a_u8; size];
+    let mut target = vec![0xa5_u8; size];
+    let repeats = ((64 << 20) / size.max(1)).max(1);
+    let samples = (0..SAMPLES)
+        .map(|_| {
+            let start = Instant::now();
+            for _ in 0..repeats {
+                target.copy_from_slice(std::hint::black_box(&source));
+                std::hint::black_box(&mut target);
+            }
+            start.elapsed().as_secs_f64() / repeats as f64
+        })
+        .collect();
+    median(samples)
 }
 
 /// Raises this process's soft fd limit to the hard one, as torch's docs
