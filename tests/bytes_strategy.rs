@@ -94,24 +94,13 @@ fn stock_torch_drives_tensorshare_echo() {
     };
     let authkey = Authkey::random().unwrap();
     let mut server = Server::echo(&authkey, "bytes");
-    let output = Command::new(python)
-        .arg(python_script("echo_peer.py"))
-        .args(["drive", "--strategy", "bytes", "--hostile"])
-        .args(["--repeat", "500", "--address"])
-        .arg(server.address.to_string())
-        .args(["--authkey", &authkey.to_hex()])
-        .output()
-        .expect("run echo_peer.py drive");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "torch's checks of tensorshare echo failed:\n{stdout}\n{}\nserver stderr:\n{}",
-        String::from_utf8_lossy(&output.stderr),
-        server.stop_and_read_stderr()
+    let stdout = support::torch_drives(
+        &python,
+        &mut server,
+        &authkey,
+        &["--strategy", "bytes", "--hostile", "--repeat", "500"],
     );
-    assert!(!stdout.contains("skip "), "a case was skipped:\n{stdout}");
     assert!(stdout.contains("ok zero_copy"), "{stdout}");
-    assert!(stdout.contains(" cases passed, 0 failed"), "{stdout}");
 }
 
 #[test]

@@ -34,14 +34,6 @@ fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
     }
 }
 
-fn read_all(mut file: std::fs::File) -> String {
-    use std::io::{Read, Seek};
-    let mut text = String::new();
-    let _ = file.rewind();
-    let _ = file.read_to_string(&mut text);
-    text
-}
-
 #[test]
 fn every_case_comes_back_intact() {
     let authkey = Authkey::random().unwrap();
@@ -198,27 +190,12 @@ fn stock_torch_drives_tensorshare_echo() {
     };
     let authkey = Authkey::random().unwrap();
     let mut server = Server::echo(&authkey, "file_system");
-    // torch's shared-memory manager inherits stderr and lives while the
-    // echo server is its client: a file, not a pipe, so nothing waits on it.
-    let stderr = tempfile::tempfile().expect("a file for torch's stderr");
-    let output = Command::new(python)
-        .arg(python_script("echo_peer.py"))
-        .args(["drive", "--strategy", "file_system", "--hostile"])
-        .args(["--repeat", "1000", "--address"])
-        .arg(server.address.to_string())
-        .args(["--authkey", &authkey.to_hex()])
-        .stderr(stderr.try_clone().expect("clone the file"))
-        .output()
-        .expect("run echo_peer.py drive");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "torch's checks of tensorshare echo failed:\n{stdout}\n{}\nserver stderr:\n{}",
-        read_all(stderr),
-        server.stop_and_read_stderr()
+    support::torch_drives(
+        &python,
+        &mut server,
+        &authkey,
+        &["--strategy", "file_system", "--hostile", "--repeat", "1000"],
     );
-    assert!(!stdout.contains("skip "), "a case was skipped:\n{stdout}");
-    assert!(stdout.contains(" cases passed, 0 failed"), "{stdout}");
     eventually("the server's segments unlinked", || {
         segments_of(server.pid()).is_empty()
     });

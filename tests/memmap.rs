@@ -13,7 +13,7 @@ use tensorshare::{Authkey, DType, Error, SharingContext, Storage, StrategyKind, 
 use tensorshare_compat::pickle::{EncodeOptions, Node, NodeId, encode};
 use tensorshare_strategies::memmap::MemmapSegment;
 
-use support::{Server, cases, python_script, test_python, unique_address};
+use support::{Server, cases, test_python, unique_address};
 
 /// A context that sends with memmap files in `dir`.
 fn memmap_context(authkey: &Authkey, dir: &Path) -> SharingContext {
@@ -189,23 +189,12 @@ fn stock_torch_drives_our_memmap_echo() {
     let mut server = memmap_echo(&authkey, dir.path());
     // torch sends by file_descriptor (it has no memmap strategy) and gets
     // every echo back as a file it maps itself with from_file.
-    let output = Command::new(python)
-        .arg(python_script("echo_peer.py"))
-        .args(["drive", "--strategy", "memmap", "--hostile"])
-        .args(["--repeat", "300", "--address"])
-        .arg(server.address.to_string())
-        .args(["--authkey", &authkey.to_hex()])
-        .output()
-        .expect("run echo_peer.py drive");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "torch's checks of tensorshare echo failed:\n{stdout}\n{}\nserver stderr:\n{}",
-        String::from_utf8_lossy(&output.stderr),
-        server.stop_and_read_stderr()
+    let stdout = support::torch_drives(
+        &python,
+        &mut server,
+        &authkey,
+        &["--strategy", "memmap", "--hostile", "--repeat", "300"],
     );
-    assert!(!stdout.contains("skip "), "a case was skipped:\n{stdout}");
-    assert!(stdout.contains(" cases passed, 0 failed"), "{stdout}");
     assert!(stdout.contains("ok zero_copy"), "{stdout}");
     // SIGTERM releases everything the echo sent: its files go with it.
     let status = server.signal_and_wait("TERM", std::time::Duration::from_secs(10));

@@ -21,26 +21,12 @@ fn stock_torch_drives_tensorshare_echo() {
     let authkey = Authkey::random().unwrap();
     let mut server = Server::echo(&authkey, "file_descriptor");
     let fds_before = open_fds(server.pid());
-    let output = Command::new(python)
-        .arg(python_script("echo_peer.py"))
-        .args(["drive", "--hostile", "--repeat", "3000"])
-        .args([
-            "--address",
-            &server.address.to_string(),
-            "--authkey",
-            &authkey.to_hex(),
-        ])
-        .output()
-        .expect("run echo_peer.py drive");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "torch's checks of tensorshare echo failed:\n{stdout}\n{}\nserver stderr:\n{}",
-        String::from_utf8_lossy(&output.stderr),
-        server.stop_and_read_stderr()
+    support::torch_drives(
+        &python,
+        &mut server,
+        &authkey,
+        &["--hostile", "--repeat", "3000"],
     );
-    assert!(!stdout.contains("skip "), "a case was skipped:\n{stdout}");
-    assert!(stdout.contains(" cases passed, 0 failed"), "{stdout}");
     let fds_after = open_fds(server.pid());
     assert!(
         fds_after <= fds_before + 4,

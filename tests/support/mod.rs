@@ -221,3 +221,36 @@ pub fn segments_of(pid: u32) -> Vec<String> {
         })
         .unwrap_or_default()
 }
+
+/// Runs `echo_peer.py drive` against `server` with `args` added, and
+/// asserts that every case passed and none was skipped; returns what it
+/// printed. torch's stderr goes to a file, not a pipe: torch's
+/// shared-memory manager inherits it and may outlive the run while the
+/// server is its client.
+pub fn torch_drives(python: &str, server: &mut Server, authkey: &Authkey, args: &[&str]) -> String {
+    let mut stderr = tempfile::tempfile().expect("a file for torch's stderr");
+    let output = Command::new(python)
+        .arg(python_script("echo_peer.py"))
+        .arg("drive")
+        .args(args)
+        .arg("--address")
+        .arg(server.address.to_string())
+        .args(["--authkey", &authkey.to_hex()])
+        .stderr(stderr.try_clone().expect("clone the file"))
+        .output()
+        .expect("run echo_peer.py drive");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    if !output.status.success() {
+        use std::io::Seek;
+        let mut torch_stderr = String::new();
+        let _ = stderr.rewind();
+        let _ = stderr.read_to_string(&mut torch_stderr);
+        panic!(
+            "torch's checks of tensorshare echo failed:\n{stdout}\n{torch_stderr}\nserver stderr:\n{}",
+            server.stop_and_read_stderr()
+        );
+    }
+    assert!(!stdout.contains("skip "), "a case was skipped:\n{stdout}");
+    assert!(stdout.contains(" cases passed, 0 failed"), "{stdout}");
+    stdout
+}
