@@ -47,17 +47,15 @@ pub fn save_torch(value: &Value, format: TorchSaveFormat) -> Result<Vec<u8>, Err
     let mut out = PickleBuilder::default();
     let root = reduce_with(value, &mut leaves, &mut out)?;
     let object = out.finish(root);
-    let keys: Vec<String> = (0..leaves.storages.len()).map(|i| i.to_string()).collect();
     let saved = leaves
         .storages
         .iter()
-        .zip(&keys)
-        .map(|(entry, key)| {
+        .map(|entry| {
             let data = entry
                 .storage
                 .bytes()
                 .ok_or_else(|| unreachable_data(&entry.storage))?;
-            Ok(SavedStorage::new(key, entry.dtype, data))
+            Ok(SavedStorage::new(&entry.key, entry.dtype, data))
         })
         .collect::<Result<Vec<_>, Error>>()?;
     Ok(torch_save::write_to_vec(format, &object, &saved)?)
@@ -88,6 +86,8 @@ fn unreachable_data(storage: &Storage) -> Error {
 /// One storage written into the file.
 struct SavedEntry {
     storage: Storage,
+    /// The record key its persistent id names (`0`, `1`, ... as torch).
+    key: String,
     /// The dtype it is first viewed as (`None`: untyped).
     dtype: Option<DType>,
     /// The dtype its persistent id's class names (`None`: untyped).
@@ -158,6 +158,7 @@ impl SaveLeaves {
             .insert(storage.identity(), self.storages.len());
         self.storages.push(SavedEntry {
             storage: storage.clone(),
+            key,
             dtype,
             class_dtype,
             pid,

@@ -5,11 +5,9 @@
 
 mod support;
 
-use std::process::Command;
-
 use tensorshare::{Authkey, DType, SharingContext, StrategyKind, Value};
 
-use support::{Server, cases, python_script, test_python};
+use support::{Server, cases, test_python};
 
 fn bytes_context(authkey: &Authkey) -> SharingContext {
     SharingContext::new(authkey.clone()).with_strategy(StrategyKind::Bytes)
@@ -60,12 +58,7 @@ fn every_case_comes_back_intact_as_a_copy() {
     for sender in [StrategyKind::FileDescriptor, StrategyKind::Bytes] {
         let sharing = SharingContext::new(authkey.clone()).with_strategy(sender);
         let mut connection = server.connect(&authkey);
-        let failures = cases::echo_failures(&mut connection, &sharing);
-        assert!(
-            failures.is_empty(),
-            "{sender}: {failures:#?}\nserver: {}",
-            server.stop_and_read_stderr()
-        );
+        support::assert_echoes_intact(&mut server, &mut connection, &sharing, &sender.to_string());
         let sent = cases::contiguous(DType::Int64, &[8, 8], 9, true);
         let value = Value::List(vec![
             Value::Tensor(sent.clone()),
@@ -110,21 +103,9 @@ fn tensorshare_sends_bytes_to_a_stock_torch_echo() {
         return;
     };
     let authkey = Authkey::random().unwrap();
-    let address = support::unique_address("torch-bytes-echo");
-    let mut command = Command::new(python);
-    command
-        .arg(python_script("echo_peer.py"))
-        .args(["serve", "--address"])
-        .arg(address.to_string())
-        .args(["--authkey", &authkey.to_hex()]);
-    let mut server = Server::start(command, address);
+    let mut server = Server::torch_echo(&python, &authkey, "file_descriptor");
     let sharing = bytes_context(&authkey);
     let mut connection = server.connect(&authkey);
     // torch rebuilds our plain pickles and answers by file_descriptor.
-    let failures = cases::echo_failures(&mut connection, &sharing);
-    assert!(
-        failures.is_empty(),
-        "{failures:#?}\ntorch: {}",
-        server.stop_and_read_stderr()
-    );
+    support::assert_echoes_intact(&mut server, &mut connection, &sharing, "torch echo");
 }

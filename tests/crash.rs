@@ -17,7 +17,7 @@ use tensorshare::connection::ConnectionOptions;
 use tensorshare::{Address, Authkey, Client, DType, SharingContext, Storage, StrategyKind, Value};
 use tensorshare::{Tensor, TensorView};
 
-use support::{Server, python_script, segments_of, test_python, unique_address};
+use support::{Server, python_script, segments_of, test_python};
 
 /// Set in a child process that plays the Rust producer.
 const PRODUCER_ENV: &str = "TENSORSHARE_CRASH_PRODUCER";
@@ -125,7 +125,7 @@ fn sigkilled_peers_leave_nothing_in_dev_shm() {
 fn run_trial(trial: Trial, python: Option<&str>) -> Result<(), String> {
     let authkey = Authkey::random().map_err(|e| e.to_string())?;
     let mut server = match trial.peers {
-        Peers::TorchServer => torch_echo(python.expect("python"), &authkey),
+        Peers::TorchServer => Server::torch_echo(python.expect("python"), &authkey, "file_system"),
         _ => Server::echo(&authkey, "file_system"),
     };
     let mut producer = match trial.peers {
@@ -218,17 +218,6 @@ fn wait_for_streaming(producer: &mut Child) -> Result<(), String> {
         let _ = std::io::Read::read_to_string(&mut pipe, &mut stderr);
     }
     Err(format!("the producer exited before streaming: {stderr}"))
-}
-
-fn torch_echo(python: &str, authkey: &Authkey) -> Server {
-    let address = unique_address("crash-torch-echo");
-    let mut command = Command::new(python);
-    command
-        .arg(python_script("echo_peer.py"))
-        .args(["serve", "--strategy", "file_system", "--address"])
-        .arg(address.to_string())
-        .args(["--authkey", &authkey.to_hex()]);
-    Server::start(command, address)
 }
 
 fn torch_producer(python: &str, strategy: &str, address: &Address, authkey: &Authkey) -> Child {

@@ -18,12 +18,7 @@ fn every_case_comes_back_intact() {
     let mut server = Server::echo(&authkey, "file_descriptor");
     let sharing = SharingContext::new(authkey.clone());
     let mut connection = server.connect(&authkey);
-    let failures = cases::echo_failures(&mut connection, &sharing);
-    assert!(
-        failures.is_empty(),
-        "{failures:#?}\nserver stderr: {}",
-        server.stop_and_read_stderr()
-    );
+    support::assert_echoes_intact(&mut server, &mut connection, &sharing, "echo");
 }
 
 #[test]
@@ -71,19 +66,8 @@ fn thousands_of_messages_leak_no_fds_or_mappings() {
     let sharing = SharingContext::new(authkey.clone());
     let mut connection = server.connect(&authkey);
     let same = Value::Tensor(cases::contiguous(DType::Float32, &[256], 3, true));
-    let mut round = |n: usize| {
-        for i in 0..n {
-            // Alternate one storage sent again and again with fresh ones.
-            let value = if i % 2 == 0 {
-                same.clone()
-            } else {
-                Value::Tensor(cases::contiguous(DType::UInt8, &[4096], i as u8, true))
-            };
-            connection.send(&value, &sharing).unwrap();
-            let echoed = connection.recv(&sharing).unwrap();
-            cases::check_echo(&value, &echoed).unwrap();
-        }
-    };
+    // Alternate one storage sent again and again with fresh ones.
+    let mut round = |n: usize| cases::echo_alternating(&mut connection, &sharing, &same, n, true);
     round(200);
     settle(&sharing);
     let (fds, maps) = (open_fds(server.pid()), shared_mappings(server.pid()));
@@ -219,7 +203,8 @@ fn sigterm_and_sigint_remove_the_socket() {
             .arg(&path)
             .args(["--authkey", &authkey.to_hex()]);
         let mut server = Server::start(command, path.to_str().unwrap().parse().unwrap());
-        // Leave an fd unfetched in the echo: a message whose echo is never read.
+        // Leave an fd unfetched in the echo: a message whose echo is read as
+        // bytes, never unpickled, so that its fd is never fetched.
         let sharing = SharingContext::new(authkey.clone());
         let mut connection = server.connect(&authkey);
         connection
@@ -228,7 +213,8 @@ fn sigterm_and_sigint_remove_the_socket() {
                 &sharing,
             )
             .unwrap();
-        std::thread::sleep(Duration::from_millis(200));
+        // The echo has answered, so its share is registered.
+        connection.recv_bytes().expect("the echo of the tensor");
         let status = server.signal_and_wait(signal, Duration::from_secs(10));
         assert!(
             status.success(),

@@ -6,14 +6,12 @@
 mod support;
 
 use std::path::Path;
-use std::process::Command;
-use std::time::{Duration, Instant};
 
 use tensorshare::{Authkey, DType, SharingContext, Storage, StrategyKind, Value};
 use tensorshare_strategies::file_system::FileSystemSegment;
 use tensorshare_strategies::{AllocateError, Segment};
 
-use support::{Server, cases, open_fds, python_script, segments_of, shared_mappings, test_python};
+use support::{Server, cases, eventually, open_fds, segments_of, shared_mappings, test_python};
 
 fn fs_context(authkey: &Authkey) -> SharingContext {
     SharingContext::new(authkey.clone()).with_strategy(StrategyKind::FileSystem)
@@ -25,27 +23,13 @@ fn fs_segment(storage: &Storage) -> &FileSystemSegment {
         .expect("a file_system segment mapped here")
 }
 
-/// Waits up to five seconds for `condition`.
-fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !condition() {
-        assert!(Instant::now() < deadline, "timed out waiting: {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
 #[test]
 fn every_case_comes_back_intact() {
     let authkey = Authkey::random().unwrap();
     let mut server = Server::echo(&authkey, "file_system");
     let sharing = fs_context(&authkey);
     let mut connection = server.connect(&authkey);
-    let failures = cases::echo_failures(&mut connection, &sharing);
-    assert!(
-        failures.is_empty(),
-        "{failures:#?}\nserver stderr: {}",
-        server.stop_and_read_stderr()
-    );
+    support::assert_echoes_intact(&mut server, &mut connection, &sharing, "file_system echo");
 }
 
 #[test]
@@ -57,17 +41,7 @@ fn an_echoed_segment_is_the_one_sent_and_counts_return_to_one() {
 
     // A heap storage moves into one segment, however often it is sent.
     let sent = cases::contiguous(DType::Float32, &[1024], 1, false);
-    let mut echoed = Vec::new();
-    for _ in 0..3 {
-        connection
-            .send(&Value::Tensor(sent.clone()), &sharing)
-            .unwrap();
-        echoed.push(connection.recv(&sharing).unwrap());
-    }
-    let storages: Vec<Storage> = echoed
-        .iter()
-        .map(|value| value.as_tensor().expect("a tensor").storage().clone())
-        .collect();
+    let (echoed, storages) = cases::echo_times(&mut connection, &sharing, &sent, 3);
     assert!(storages.windows(2).all(|w| w[0].same_as(&w[1])));
     let segment = fs_segment(&storages[0]);
     assert_eq!(storages[0].bytes(), sent.storage().bytes());
@@ -91,18 +65,7 @@ fn thousands_of_messages_leave_nothing_behind() {
     let sharing = fs_context(&authkey);
     let mut connection = server.connect(&authkey);
     let same = Value::Tensor(cases::contiguous(DType::Float32, &[256], 3, false));
-    let mut round = |n: usize| {
-        for i in 0..n {
-            let value = if i % 2 == 0 {
-                same.clone()
-            } else {
-                Value::Tensor(cases::contiguous(DType::UInt8, &[4096], i as u8, false))
-            };
-            connection.send(&value, &sharing).unwrap();
-            let echoed = connection.recv(&sharing).unwrap();
-            cases::check_echo(&value, &echoed).unwrap();
-        }
-    };
+    let mut round = |n: usize| cases::echo_alternating(&mut connection, &sharing, &same, n, false);
     round(100);
     let me = std::process::id();
     let server_segments = || segments_of(server.pid()).len();
@@ -207,22 +170,10 @@ fn tensorshare_drives_a_stock_torch_echo() {
         return;
     };
     let authkey = Authkey::random().unwrap();
-    let address = support::unique_address("torch-fs-echo");
-    let mut command = Command::new(python);
-    command
-        .arg(python_script("echo_peer.py"))
-        .args(["serve", "--strategy", "file_system", "--address"])
-        .arg(address.to_string())
-        .args(["--authkey", &authkey.to_hex()]);
-    let mut server = Server::start(command, address);
+    let mut server = Server::torch_echo(&python, &authkey, "file_system");
     let sharing = fs_context(&authkey);
     let mut connection = server.connect(&authkey);
-    let failures = cases::echo_failures(&mut connection, &sharing);
-    assert!(
-        failures.is_empty(),
-        "{failures:#?}\ntorch: {}",
-        server.stop_and_read_stderr()
-    );
+    support::assert_echoes_intact(&mut server, &mut connection, &sharing, "torch echo");
     // torch finds our segment in its cache by name and sends it back.
     let sent = cases::contiguous(DType::Float32, &[64], 4, false);
     connection

@@ -49,6 +49,12 @@ impl ShmFile {
         (shm, file)
     }
 
+    /// As [`ShmFile::create`], with the file closed at once: a segment no
+    /// process holds.
+    fn create_closed(creator_pid: u32, len: u64) -> ShmFile {
+        ShmFile::create(creator_pid, len).0
+    }
+
     /// Takes charge of a segment something else created.
     fn adopt(name: &str) -> ShmFile {
         let file_name = name.strip_prefix('/').expect("a name with a leading /");
@@ -95,10 +101,16 @@ fn dead_pid() -> u32 {
 
 /// A process that holds nothing and lives until dropped.
 fn sleeper() -> ChildGuard {
+    sleeper_holding(Stdio::null())
+}
+
+/// A process whose stdin is `stdin` (a segment, to hold it open), living
+/// until dropped. Our copy of the fd is closed once it has started.
+fn sleeper_holding(stdin: impl Into<Stdio>) -> ChildGuard {
     ChildGuard(
         Command::new("sleep")
             .arg("600")
-            .stdin(Stdio::null())
+            .stdin(stdin)
             .spawn()
             .expect("spawn sleep"),
     )
@@ -130,6 +142,16 @@ fn entry<'a>(report: &'a Json, name: &str) -> &'a Json {
         .unwrap_or_else(|| panic!("{name} is not in the report:\n{report:#}"))
 }
 
+/// The JSON entry of the segment `name`, checked to be kept as held by
+/// exactly `holder`.
+fn held_entry<'a>(report: &'a Json, name: &str, holder: u32) -> &'a Json {
+    let held = entry(report, name);
+    assert_eq!(held["action"], "kept", "{held:#}");
+    assert_eq!(held["reason"], "held", "{held:#}");
+    assert_eq!(held["holders"], serde_json::json!([holder]), "{held:#}");
+    held
+}
+
 /// The table row of the segment `name`.
 fn row<'a>(stdout: &'a str, name: &str) -> &'a str {
     stdout
@@ -141,8 +163,7 @@ fn row<'a>(stdout: &'a str, name: &str) -> &'a str {
 #[test]
 fn an_unheld_segment_of_a_dead_process_is_removed() {
     let creator = dead_pid();
-    let (segment, file) = ShmFile::create(creator, 4160);
-    drop(file);
+    let segment = ShmFile::create_closed(creator, 4160);
     let output = gc(&["--only", &segment.name, "--min-age", "0"]);
     let stdout = support::expect_success(&output, "tensorshare gc");
     let line = row(&stdout, &segment.name);
@@ -161,22 +182,9 @@ fn an_unheld_segment_of_a_dead_process_is_removed() {
 fn a_segment_held_open_by_a_live_process_is_kept() {
     let (segment, file) = ShmFile::create(dead_pid(), 64);
     // The child's stdin is the segment; ours is closed once it has started.
-    let holder = ChildGuard(
-        Command::new("sleep")
-            .arg("600")
-            .stdin(file)
-            .spawn()
-            .expect("spawn sleep"),
-    );
+    let holder = sleeper_holding(file);
     let report = gc_json(&["--only", &segment.name, "--min-age", "0"]);
-    let held = entry(&report, &segment.name);
-    assert_eq!(held["action"], "kept", "{held:#}");
-    assert_eq!(held["reason"], "held", "{held:#}");
-    assert_eq!(
-        held["holders"],
-        serde_json::json!([holder.pid()]),
-        "{held:#}"
-    );
+    let held = held_entry(&report, &segment.name, holder.pid());
     assert_eq!(held["creator_alive"], false, "{held:#}");
     assert_eq!(report["totals"]["segments"], 0, "{report:#}");
 
@@ -211,8 +219,7 @@ time.sleep(600)
 
 #[test]
 fn a_segment_mapped_after_its_fd_was_closed_is_kept() {
-    let (segment, file) = ShmFile::create(dead_pid(), 4096);
-    drop(file);
+    let segment = ShmFile::create_closed(dead_pid(), 4096);
     let mut child = Command::new("python3")
         .args(["-c", MAPPER])
         .arg(&segment.path)
@@ -245,22 +252,14 @@ fn a_segment_mapped_after_its_fd_was_closed_is_kept() {
     assert!(maps.contains(&*file_name.to_string_lossy()), "not mapped");
 
     let report = gc_json(&["--only", &segment.name, "--min-age", "0"]);
-    let mapped = entry(&report, &segment.name);
-    assert_eq!(mapped["action"], "kept", "{mapped:#}");
-    assert_eq!(mapped["reason"], "held", "{mapped:#}");
-    assert_eq!(
-        mapped["holders"],
-        serde_json::json!([mapper.pid()]),
-        "{mapped:#}"
-    );
+    held_entry(&report, &segment.name, mapper.pid());
     assert!(segment.exists());
 }
 
 #[test]
 fn a_segment_whose_creator_is_alive_is_kept() {
     let creator = sleeper();
-    let (segment, file) = ShmFile::create(creator.pid(), 64);
-    drop(file);
+    let segment = ShmFile::create_closed(creator.pid(), 64);
     let report = gc_json(&["--only", &segment.name, "--min-age", "0"]);
     let alive = entry(&report, &segment.name);
     assert_eq!(alive["action"], "kept", "{alive:#}");
@@ -286,8 +285,7 @@ fn a_segment_whose_creator_is_alive_is_kept() {
 
 #[test]
 fn a_fresh_segment_is_kept_for_the_grace() {
-    let (segment, file) = ShmFile::create(dead_pid(), 64);
-    drop(file);
+    let segment = ShmFile::create_closed(dead_pid(), 64);
     let stdout = support::expect_success(&gc(&["--only", &segment.name]), "tensorshare gc");
     let line = row(&stdout, &segment.name);
     assert!(line.contains("kept: changed"), "{line}");
@@ -298,10 +296,8 @@ fn a_fresh_segment_is_kept_for_the_grace() {
 #[test]
 fn dry_run_removes_nothing_and_lists_what_it_would() {
     let dead = dead_pid();
-    let (first, file) = ShmFile::create(dead, 4160);
-    drop(file);
-    let (second, file) = ShmFile::create(dead, 64);
-    drop(file);
+    let first = ShmFile::create_closed(dead, 4160);
+    let second = ShmFile::create_closed(dead, 64);
     let only = [
         "--only",
         &first.name,
@@ -339,19 +335,11 @@ fn dry_run_removes_nothing_and_lists_what_it_would() {
 #[test]
 fn json_reports_every_case_of_one_run() {
     let dead = dead_pid();
-    let (orphan, file) = ShmFile::create(dead, 4160);
-    drop(file);
+    let orphan = ShmFile::create_closed(dead, 4160);
     let (held, file) = ShmFile::create(dead, 64);
-    let holder = ChildGuard(
-        Command::new("sleep")
-            .arg("600")
-            .stdin(file)
-            .spawn()
-            .expect("spawn sleep"),
-    );
+    let holder = sleeper_holding(file);
     let creator = sleeper();
-    let (alive, file) = ShmFile::create(creator.pid(), 128);
-    drop(file);
+    let alive = ShmFile::create_closed(creator.pid(), 128);
     let absent = format!("torch_{dead}_1_404");
 
     let report = gc_json(&[
@@ -379,10 +367,7 @@ fn json_reports_every_case_of_one_run() {
     assert_eq!(removed["creator_pid"], dead);
     assert_eq!(removed["creator_alive"], false);
 
-    let kept = entry(&report, &held.name);
-    assert_eq!(kept["action"], "kept", "{kept:#}");
-    assert_eq!(kept["reason"], "held");
-    assert_eq!(kept["holders"], serde_json::json!([holder.pid()]));
+    let kept = held_entry(&report, &held.name, holder.pid());
     assert!(
         kept["message"]
             .as_str()
@@ -410,8 +395,7 @@ fn json_reports_every_case_of_one_run() {
 fn a_dry_run_over_all_of_dev_shm_proposes_only_orphans() {
     // Our own segments among whatever else is there: one of a live
     // creator, one held.
-    let (alive, file) = ShmFile::create(std::process::id(), 64);
-    drop(file);
+    let alive = ShmFile::create_closed(std::process::id(), 64);
     let (held, held_file) = ShmFile::create(dead_pid(), 64);
 
     let report = gc_json(&["--dry-run"]);
@@ -609,8 +593,7 @@ fn another_user_keeps_what_it_cannot_check_and_removes_its_own() {
     const NOBODY: u32 = 65534;
     let dead = dead_pid();
     // Root's: the other user may neither open it nor read every process.
-    let (roots, file) = ShmFile::create(dead, 64);
-    drop(file);
+    let roots = ShmFile::create_closed(dead, 64);
     // The other user's own: the kernel's open check works for its owner.
     let (own, file) = ShmFile::create(dead, 128);
     std::os::unix::fs::fchown(&file, Some(NOBODY), Some(NOBODY)).expect("chown to nobody");

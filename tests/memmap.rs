@@ -13,6 +13,7 @@ use tensorshare::{Authkey, DType, Error, SharingContext, Storage, StrategyKind, 
 use tensorshare_compat::pickle::{EncodeOptions, Node, NodeId, encode};
 use tensorshare_strategies::memmap::MemmapSegment;
 
+use support::cases::tensor_over;
 use support::{Server, cases, test_python, unique_address};
 
 /// A context that sends with memmap files in `dir`.
@@ -67,28 +68,6 @@ fn from_file_call(
     out.call(from_file, vec![path, shared, nbytes])
 }
 
-/// A uint8 tensor of `nbytes` elements over `storage`, as torch's
-/// `reduce_tensor` writes it.
-fn tensor_over(mut out: PickleBuilder, storage: NodeId, nbytes: usize) -> Vec<u8> {
-    const REDUCTIONS: &str = "torch.multiprocessing.reductions";
-    let dtype = out.global("torch", "uint8");
-    let rebuild_typed = out.global(REDUCTIONS, "rebuild_typed_storage");
-    let typed = out.call(rebuild_typed, vec![storage, dtype]);
-    let torch_size = out.global("torch", "Size");
-    let length = out.int(nbytes);
-    let dims = out.tuple(vec![length]);
-    let sizes = out.call(torch_size, vec![dims]);
-    let one = out.int(1);
-    let strides = out.tuple(vec![one]);
-    let offset = out.int(0);
-    let requires_grad = out.push(Node::Bool(false));
-    let metadata = out.tuple(vec![offset, sizes, strides, requires_grad]);
-    let tensor_class = out.global("torch", "Tensor");
-    let rebuild_tensor = out.global(REDUCTIONS, "rebuild_tensor");
-    let tensor = out.call(rebuild_tensor, vec![tensor_class, typed, metadata]);
-    encode(&out.finish(tensor), &EncodeOptions::new()).expect("encode")
-}
-
 /// A uint8 tensor over `from_file(path, True, nbytes)`.
 fn memmap_tensor_pickle(path: &Path, nbytes: usize) -> Vec<u8> {
     let mut out = PickleBuilder::default();
@@ -104,12 +83,7 @@ fn every_case_comes_back_intact() {
     let mut server = memmap_echo(&authkey, dir.path());
     let sharing = memmap_context(&authkey, dir.path());
     let mut connection = server.connect(&authkey);
-    let failures = cases::echo_failures(&mut connection, &sharing);
-    assert!(
-        failures.is_empty(),
-        "{failures:#?}\nserver stderr: {}",
-        server.stop_and_read_stderr()
-    );
+    support::assert_echoes_intact(&mut server, &mut connection, &sharing, "memmap echo");
 }
 
 #[test]
@@ -122,17 +96,7 @@ fn an_echoed_file_is_the_one_sent_and_removed_with_its_last_holder() {
 
     // A heap storage moves into one file, however often it is sent.
     let sent = cases::contiguous(DType::Float32, &[1024], 1, false);
-    let mut echoed = Vec::new();
-    for _ in 0..3 {
-        connection
-            .send(&Value::Tensor(sent.clone()), &sharing)
-            .unwrap();
-        echoed.push(connection.recv(&sharing).unwrap());
-    }
-    let storages: Vec<Storage> = echoed
-        .iter()
-        .map(|value| value.as_tensor().expect("a tensor").storage().clone())
-        .collect();
+    let (echoed, storages) = cases::echo_times(&mut connection, &sharing, &sent, 3);
     assert!(storages.windows(2).all(|w| w[0].same_as(&w[1])));
     assert_eq!(storages[0].bytes(), sent.storage().bytes());
     let segment = memmap_segment(&storages[0]);

@@ -8,6 +8,7 @@ mod support;
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::FileExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -43,26 +44,25 @@ impl ShmObject {
     }
 
     fn create_named(name: SegmentName) -> Self {
-        let fd = shm_open(
+        drop(Self::open_new(&name));
+        ShmObject { name }
+    }
+
+    /// Creates the object `name`, as torch does: `O_EXCL`, mode 0600.
+    fn open_new(name: &SegmentName) -> OwnedFd {
+        shm_open(
             name.as_str(),
             OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_RDWR,
             Mode::S_IRUSR | Mode::S_IWUSR,
         )
-        .expect("create a shared-memory object");
-        drop(fd);
-        ShmObject { name }
+        .expect("create a shared-memory object")
     }
 
     /// A segment as torch's `file_system` strategy lays it out: a 64-byte
     /// header whose first 4 bytes are the reference count (1), then `data`.
     fn torch_segment(data: &[u8]) -> Self {
         let name = SegmentName::fresh();
-        let fd = shm_open(
-            name.as_str(),
-            OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_RDWR,
-            Mode::S_IRUSR | Mode::S_IWUSR,
-        )
-        .expect("create a shared-memory object");
+        let fd = Self::open_new(&name);
         ftruncate(&fd, 64 + data.len() as i64).expect("size it");
         let file = File::from(fd);
         file.write_all_at(&1_i32.to_le_bytes(), 0).unwrap();

@@ -11,7 +11,7 @@ use std::time::Duration;
 use tensorshare::connection::ConnectionOptions;
 use tensorshare::{Authkey, DType, Listener, SharingContext, Value};
 
-use support::{Server, cases, open_fds, python_script, test_python, unique_address};
+use support::{Server, cases, open_fds, python_script, test_python};
 
 #[test]
 fn stock_torch_drives_tensorshare_echo() {
@@ -40,24 +40,10 @@ fn tensorshare_drives_a_stock_torch_echo() {
         return;
     };
     let authkey = Authkey::random().unwrap();
-    let address = unique_address("torch-echo");
-    let mut command = Command::new(python);
-    command.arg(python_script("echo_peer.py")).args([
-        "serve",
-        "--address",
-        &address.to_string(),
-        "--authkey",
-        &authkey.to_hex(),
-    ]);
-    let mut server = Server::start(command, address);
+    let mut server = Server::torch_echo(&python, &authkey, "file_descriptor");
     let sharing = SharingContext::new(authkey.clone());
     let mut connection = server.connect(&authkey);
-    let failures = cases::echo_failures(&mut connection, &sharing);
-    assert!(
-        failures.is_empty(),
-        "{failures:#?}\ntorch: {}",
-        server.stop_and_read_stderr()
-    );
+    support::assert_echoes_intact(&mut server, &mut connection, &sharing, "torch echo");
 
     // torch keeps what it received in its shared cache and sends the same
     // fd back: the storage returns as the very one sent.

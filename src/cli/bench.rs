@@ -101,47 +101,40 @@ impl Route {
         format!("{ends}  {}", self.strategy())
     }
 
-    /// The strategy every producer on this path shares with; for a torch
-    /// producer, `bytes` is stock `pickle` of a plain tensor.
-    fn strategy(self) -> StrategyKind {
+    /// Who produces, who consumes, and the strategy every producer on this
+    /// path shares with (for a torch producer, `bytes` is stock `pickle` of
+    /// a plain tensor): the one table the questions below are answered from.
+    fn parts(self) -> (Side, Side, StrategyKind) {
+        use Side::{Rust, Torch};
+        use StrategyKind::{Bytes, FileDescriptor, FileSystem, Memmap};
         match self {
-            Route::TorchFd | Route::RustToRust | Route::RustToTorch | Route::TorchToRust => {
-                StrategyKind::FileDescriptor
-            }
-            Route::TorchFs | Route::RustToRustFs | Route::RustToTorchFs | Route::TorchToRustFs => {
-                StrategyKind::FileSystem
-            }
-            Route::TorchPickle
-            | Route::RustToRustBytes
-            | Route::RustToTorchBytes
-            | Route::TorchToRustBytes => StrategyKind::Bytes,
-            Route::RustToRustMemmap | Route::RustToTorchMemmap => StrategyKind::Memmap,
+            Route::TorchFd => (Torch, Torch, FileDescriptor),
+            Route::TorchFs => (Torch, Torch, FileSystem),
+            Route::TorchPickle => (Torch, Torch, Bytes),
+            Route::RustToRust => (Rust, Rust, FileDescriptor),
+            Route::RustToTorch => (Rust, Torch, FileDescriptor),
+            Route::TorchToRust => (Torch, Rust, FileDescriptor),
+            Route::RustToRustFs => (Rust, Rust, FileSystem),
+            Route::RustToTorchFs => (Rust, Torch, FileSystem),
+            Route::TorchToRustFs => (Torch, Rust, FileSystem),
+            Route::RustToRustBytes => (Rust, Rust, Bytes),
+            Route::RustToTorchBytes => (Rust, Torch, Bytes),
+            Route::TorchToRustBytes => (Torch, Rust, Bytes),
+            Route::RustToRustMemmap => (Rust, Rust, Memmap),
+            Route::RustToTorchMemmap => (Rust, Torch, Memmap),
         }
     }
 
+    fn strategy(self) -> StrategyKind {
+        self.parts().2
+    }
+
     fn torch_produces(self) -> bool {
-        matches!(
-            self,
-            Route::TorchFd
-                | Route::TorchFs
-                | Route::TorchPickle
-                | Route::TorchToRust
-                | Route::TorchToRustFs
-                | Route::TorchToRustBytes
-        )
+        self.parts().0 == Side::Torch
     }
 
     fn torch_consumes(self) -> bool {
-        matches!(
-            self,
-            Route::TorchFd
-                | Route::TorchFs
-                | Route::TorchPickle
-                | Route::RustToTorch
-                | Route::RustToTorchFs
-                | Route::RustToTorchBytes
-                | Route::RustToTorchMemmap
-        )
+        self.parts().1 == Side::Torch
     }
 
     /// Whether both ends are torch.
@@ -152,6 +145,13 @@ impl Route {
     fn needs_torch(self) -> bool {
         self.torch_produces() || self.torch_consumes()
     }
+}
+
+/// One end of a path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Side {
+    Rust,
+    Torch,
 }
 
 struct Row {

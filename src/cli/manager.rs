@@ -92,17 +92,12 @@ fn summary(report: &ManagerReport, idle_timeout: Duration) -> String {
         StopReason::Shutdown => "stopped by signal".to_owned(),
         _ => "stopped".to_owned(),
     };
-    let plural = |n: usize, word: &str| format!("{n} {word}{}", if n == 1 { "" } else { "s" });
+    let plural = |n: u64, word: &str| format!("{n} {word}{}", if n == 1 { "" } else { "s" });
+    let unlinked = u64::try_from(report.unlinked.len()).unwrap_or(u64::MAX);
     let mut line = format!(
         "{why}; served {}, {}",
-        plural(
-            usize::try_from(report.clients).unwrap_or(usize::MAX),
-            "client"
-        ),
-        plural(
-            usize::try_from(report.registrations).unwrap_or(usize::MAX),
-            "registration"
-        ),
+        plural(report.clients, "client"),
+        plural(report.registrations, "registration"),
     );
     if report.rejected_clients > 0 {
         line.push_str(&format!(
@@ -110,9 +105,6 @@ fn summary(report: &ManagerReport, idle_timeout: Duration) -> String {
             report.rejected_clients
         ));
     }
-    line.push_str(&format!(
-        "; unlinked {}",
-        plural(report.unlinked.len(), "segment")
-    ));
+    line.push_str(&format!("; unlinked {}", plural(unlinked, "segment")));
     line
 }

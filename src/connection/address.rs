@@ -3,11 +3,9 @@
 
 use std::ffi::OsStr;
 use std::fmt;
-use std::fs::DirBuilder;
-use std::io::{self, ErrorKind};
+use std::io;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -22,9 +20,6 @@ pub const MAX_ADDRESS_LEN: usize = 107;
 /// Random characters in generated directory and socket names, as CPython's
 /// `tempfile` uses.
 const RANDOM_NAME_LEN: usize = 8;
-
-/// How many names [`PrivateTempDir::create`] tries before giving up.
-const CREATE_ATTEMPTS: usize = 100;
 
 /// An `AF_UNIX` socket address: a filesystem path or a Linux abstract name.
 ///
@@ -336,31 +331,19 @@ impl PrivateTempDir {
     /// [`ConnectionError::Io`] when the directory cannot be created.
     pub fn create_in(parent: impl AsRef<Path>) -> Result<Self, ConnectionError> {
         let parent = parent.as_ref();
-        let context = || {
-            format!(
-                "creating a private socket directory in {}",
-                parent.display()
+        let path = tensorshare_strategies::private_dir::create_private_dir_in(parent, || {
+            Ok(format!("pymp-{}", random::name_suffix(RANDOM_NAME_LEN)?))
+        })
+        .map_err(|e| {
+            ConnectionError::io(
+                format!(
+                    "creating a private socket directory in {}",
+                    parent.display()
+                ),
+                e,
             )
-        };
-        for _ in 0..CREATE_ATTEMPTS {
-            let suffix = random::name_suffix(RANDOM_NAME_LEN)
-                .map_err(|e| ConnectionError::io(context(), e))?;
-            let path = parent.join(format!("pymp-{suffix}"));
-            // The mode is applied at creation, so no other user ever sees the
-            // directory open; the umask can only narrow it.
-            match DirBuilder::new().mode(0o700).create(&path) {
-                Ok(()) => return Ok(Self { path }),
-                Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(ConnectionError::io(context(), e)),
-            }
-        }
-        Err(ConnectionError::io(
-            context(),
-            io::Error::new(
-                ErrorKind::AlreadyExists,
-                format!("{CREATE_ATTEMPTS} random names were all taken"),
-            ),
-        ))
+        })?;
+        Ok(Self { path })
     }
 
     /// The directory's path.

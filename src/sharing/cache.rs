@@ -75,6 +75,30 @@ impl<K: Eq + Hash + Clone> WeakStorageCache<K> {
         Ok(storage)
     }
 
+    /// The live storage under `key` if `usable` accepts it, else the one
+    /// `make` builds, which then replaces it. `make` runs under the cache's
+    /// lock, as in [`get_or_try_insert`](Self::get_or_try_insert).
+    ///
+    /// # Errors
+    ///
+    /// Whatever `make` returns; the cache is left as it was then.
+    pub fn get_or_try_replace<E>(
+        &self,
+        key: &K,
+        usable: impl FnOnce(&Storage) -> bool,
+        make: impl FnOnce() -> Result<Storage, E>,
+    ) -> Result<Storage, E> {
+        let mut inner = self.lock();
+        if let Some(storage) = inner.entries.get(key).and_then(WeakStorage::upgrade)
+            && usable(&storage)
+        {
+            return Ok(storage);
+        }
+        let storage = make()?;
+        inner.insert(key.clone(), &storage);
+        Ok(storage)
+    }
+
     /// Caches `storage` under `key`, replacing what was there.
     pub fn insert(&self, key: K, storage: &Storage) {
         self.lock().insert(key, storage);

@@ -78,19 +78,15 @@ impl SharingContext {
     /// lives (torch's `storage_from_cache` by `(st_dev, st_ino)`).
     pub(super) fn map_fd(&self, fd: OwnedFd, nbytes: usize) -> Result<Storage, Error> {
         let received = ReceivedFd::new(fd)?;
-        let identity = received.identity();
-        let import = |received| -> Result<Storage, Error> {
-            let segment = FileDescriptorStrategy.import_received(received, nbytes)?;
-            Ok(Storage::from_segment(Arc::new(segment)))
-        };
-        match self.by_inode.get(&identity) {
-            Some(cached) if cached.nbytes() >= nbytes => Ok(cached),
-            // A later message may describe more of the object than an
-            // earlier one mapped: map it again rather than read past the end.
-            Some(_) => import(received),
-            None => self
-                .by_inode
-                .get_or_try_insert(&identity, || import(received)),
-        }
+        // A later message may describe more of the object than an earlier
+        // one mapped: map it again rather than read past the end.
+        self.by_inode.get_or_try_replace(
+            &received.identity(),
+            |cached| cached.nbytes() >= nbytes,
+            || {
+                let segment = FileDescriptorStrategy.import_received(received, nbytes)?;
+                Ok(Storage::from_segment(Arc::new(segment)))
+            },
+        )
     }
 }

@@ -228,19 +228,17 @@ impl SharingContext {
         let path = Path::new(path);
         let identity = self.memmap.identify(path)?;
         let key: FileKey = (path.to_path_buf(), identity);
-        if let Some(cached) = self.by_file.get(&key)
-            && cached.nbytes() >= nbytes
-            && cached.local_segment::<MemmapSegment>().is_some()
-        {
-            return Ok(cached);
-        }
         // Not held, or held shorter than this message describes: map it
         // (again) rather than read past the end.
-        let handle = MemmapHandle::received(path).with_identity(identity);
-        let segment = self.memmap.import(handle, nbytes)?;
-        let storage = Storage::from_segment(Arc::new(segment));
-        self.by_file.insert(key, &storage);
-        Ok(storage)
+        self.by_file.get_or_try_replace(
+            &key,
+            |cached| cached.nbytes() >= nbytes && cached.local_segment::<MemmapSegment>().is_some(),
+            || {
+                let handle = MemmapHandle::received(path).with_identity(identity);
+                let segment = self.memmap.import(handle, nbytes)?;
+                Ok(Storage::from_segment(Arc::new(segment)))
+            },
+        )
     }
 
     /// Files sent storages are written to, and the only directory received

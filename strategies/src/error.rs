@@ -173,6 +173,30 @@ impl AllocateError {
             _ => other(nbytes, errno),
         }
     }
+
+    /// Sorts an errno from creating a shared memory object.
+    pub(crate) fn create_object(nbytes: usize, errno: Errno) -> Self {
+        Self::from_errno(nbytes, errno, |_, errno| AllocateError::CreateObject {
+            errno,
+        })
+    }
+
+    /// Sorts an errno from sizing (`ftruncate`) or reserving (`fallocate`)
+    /// an object.
+    pub(crate) fn resize(nbytes: usize, errno: Errno) -> Self {
+        Self::from_errno(nbytes, errno, |nbytes, errno| AllocateError::Resize {
+            nbytes,
+            errno,
+        })
+    }
+
+    /// Sorts an errno from mapping an object.
+    pub(crate) fn map(nbytes: usize, errno: Errno) -> Self {
+        Self::from_errno(nbytes, errno, |nbytes, errno| AllocateError::Map {
+            nbytes,
+            errno,
+        })
+    }
 }
 
 /// Why [`SharingStrategy::export`](crate::SharingStrategy::export) failed.

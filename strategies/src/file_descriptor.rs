@@ -51,11 +51,11 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
 use nix::errno::Errno;
-use nix::sys::stat::{FileStat, SFlag, fstat};
+use nix::sys::stat::{FileStat, fstat};
 use nix::unistd::ftruncate;
 
-use crate::error::MAX_SEGMENT_BYTES;
-use crate::mapping::SharedMapping;
+use crate::error::{MAX_SEGMENT_BYTES, errno_of};
+use crate::mapping::{SharedMapping, check_covers, is_regular_file, reserve};
 use crate::{
     AllocateError, ExportError, ImportError, Segment, SharingStrategy, StrategyKind,
     WritableSegment,
@@ -98,6 +98,9 @@ pub struct FdSegment {
     mapping: SharedMapping,
     fd: OwnedFd,
     identity: FileIdentity,
+    /// Whether the file's seals include `F_SEAL_SHRINK`: export need not
+    /// try to seal it again.
+    sealed: bool,
 }
 
 impl FdSegment {
@@ -141,12 +144,9 @@ impl FdSegment {
     /// [`ExportError::TooManyOpenFiles`] when the fd table is full, else
     /// [`ExportError::Duplicate`].
     pub fn try_clone_fd(&self) -> Result<OwnedFd, ExportError> {
-        self.fd.try_clone().map_err(|err| {
-            let errno = err
-                .raw_os_error()
-                .map_or(Errno::UnknownErrno, Errno::from_raw);
-            ExportError::from_dup_errno(errno)
-        })
+        self.fd
+            .try_clone()
+            .map_err(|err| ExportError::from_dup_errno(errno_of(&err)))
     }
 }
 
@@ -190,23 +190,10 @@ impl SharingStrategy for FileDescriptorStrategy {
             .ok()
             .filter(|_| nbytes <= MAX_SEGMENT_BYTES)
             .ok_or(AllocateError::TooLarge { nbytes })?;
-        let fd = anonymous_object::create().map_err(|errno| {
-            AllocateError::from_errno(nbytes, errno, |_, errno| AllocateError::CreateObject {
-                errno,
-            })
-        })?;
-        ftruncate(&fd, file_len).map_err(|errno| {
-            AllocateError::from_errno(nbytes, errno, |nbytes, errno| AllocateError::Resize {
-                nbytes,
-                errno,
-            })
-        })?;
-        crate::mapping::reserve(fd.as_fd(), file_len).map_err(|errno| {
-            AllocateError::from_errno(nbytes, errno, |nbytes, errno| AllocateError::Resize {
-                nbytes,
-                errno,
-            })
-        })?;
+        let fd = anonymous_object::create()
+            .map_err(|errno| AllocateError::create_object(nbytes, errno))?;
+        ftruncate(&fd, file_len).map_err(|errno| AllocateError::resize(nbytes, errno))?;
+        reserve(fd.as_fd(), file_len).map_err(|errno| AllocateError::resize(nbytes, errno))?;
         let sealed = anonymous_object::seal_size(fd.as_fd());
         let stat = fstat(&fd).map_err(|errno| AllocateError::CreateObject { errno })?;
         let mapping = match NonZeroUsize::new(nbytes) {
@@ -214,25 +201,24 @@ impl SharingStrategy for FileDescriptorStrategy {
             // SAFETY: `ftruncate` just sized the object to exactly `nbytes`;
             // it is sealed against shrinking (`map`), or guarded (the
             // unlinked shm fallback, which a receiver could truncate).
-            Some(len) => unsafe { map_sized(fd.as_fd(), len, sealed) }.map_err(|errno| {
-                AllocateError::from_errno(nbytes, errno, |nbytes, errno| AllocateError::Map {
-                    nbytes,
-                    errno,
-                })
-            })?,
+            Some(len) => unsafe { map_sized(fd.as_fd(), len, sealed) }
+                .map_err(|errno| AllocateError::map(nbytes, errno))?,
         };
         Ok(FdSegment {
             mapping,
             fd,
             identity: FileIdentity::of(&stat),
+            sealed,
         })
     }
 
     fn export(&self, segment: &FdSegment) -> Result<OwnedFd, ExportError> {
-        // Sealed again here for segments that were imported: a memfd from
-        // another process may not be sealed yet, and our receivers rely on
-        // its size.
-        let _sealed = anonymous_object::seal_size(segment.fd());
+        // Sealed here for segments that were imported unsealed: a memfd
+        // from another process may allow sealing later, and our receivers
+        // rely on its size. One sealed already stays sealed: no syscall.
+        if !segment.sealed {
+            let _sealed = anonymous_object::seal_size(segment.fd());
+        }
         segment.try_clone_fd()
     }
 
@@ -282,20 +268,16 @@ impl FileDescriptorStrategy {
         if nbytes > MAX_SEGMENT_BYTES {
             return Err(ImportError::TooLarge { nbytes });
         }
-        let file_type = SFlag::from_bits_truncate(stat.st_mode & SFlag::S_IFMT.bits());
-        if file_type != SFlag::S_IFREG {
+        if !is_regular_file(&stat) {
             return Err(ImportError::InvalidHandle {
                 reason: format!(
                     "the received file descriptor is not a shared memory file (file type {:o}); \
                      the sender is not sharing a storage",
-                    file_type.bits()
+                    crate::mapping::file_type(&stat).bits()
                 ),
             });
         }
-        let available = u64::try_from(stat.st_size).unwrap_or(0);
-        if available < nbytes as u64 {
-            return Err(ImportError::HandleTooSmall { nbytes, available });
-        }
+        check_covers(&stat, 0, nbytes)?;
         let sealed = anonymous_object::seal_size(fd.as_fd());
         let mapping = match NonZeroUsize::new(nbytes) {
             None => SharedMapping::empty(),
@@ -309,6 +291,7 @@ impl FileDescriptorStrategy {
             mapping,
             fd,
             identity: FileIdentity::of(&stat),
+            sealed,
         })
     }
 }

@@ -60,15 +60,16 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::sys::mman::{shm_open, shm_unlink};
-use nix::sys::stat::{Mode, SFlag, fstat};
+use nix::sys::stat::{Mode, fstat};
 use nix::sys::statvfs::statvfs;
 use nix::unistd::ftruncate;
 
+pub(crate) use name::random_u64;
 pub use name::{InvalidSegmentName, MAX_SEGMENT_NAME_LEN, SegmentName};
 
 use crate::error::MAX_SEGMENT_BYTES;
 use crate::file_descriptor::FileIdentity;
-use crate::mapping::{SharedMapping, reserve};
+use crate::mapping::{SharedMapping, check_covers, is_regular_file, reserve};
 use crate::shm_manager::{self, ManagerConnection, ManagerHandle};
 use crate::{
     AllocateError, ExportError, ImportError, Segment, SharingStrategy, StrategyKind,
@@ -356,20 +357,13 @@ impl SharingStrategy for FileSystemStrategy {
         )
         .map_err(|errno| {
             manager.unregister(&name);
-            AllocateError::from_errno(nbytes, errno, |_, errno| AllocateError::CreateObject {
-                errno,
-            })
+            AllocateError::create_object(nbytes, errno)
         })?;
         let created = CreatedName {
             name: &name,
             manager: &manager,
         };
-        ftruncate(&fd, file_len).map_err(|errno| {
-            AllocateError::from_errno(nbytes, errno, |nbytes, errno| AllocateError::Resize {
-                nbytes,
-                errno,
-            })
-        })?;
+        ftruncate(&fd, file_len).map_err(|errno| AllocateError::resize(nbytes, errno))?;
         reserve(fd.as_fd(), file_len).map_err(|errno| match errno {
             Errno::ENOSPC | Errno::ENOMEM => shm_full(nbytes),
             errno => AllocateError::Resize { nbytes, errno },
@@ -377,13 +371,8 @@ impl SharingStrategy for FileSystemStrategy {
         // SAFETY: `ftruncate` just sized the object to `total` bytes; once
         // the name is sent, a receiver could truncate it, which the guard
         // handles.
-        let mapping =
-            unsafe { SharedMapping::map_guarded(fd.as_fd(), total) }.map_err(|errno| {
-                AllocateError::from_errno(nbytes, errno, |nbytes, errno| AllocateError::Map {
-                    nbytes,
-                    errno,
-                })
-            })?;
+        let mapping = unsafe { SharedMapping::map_guarded(fd.as_fd(), total) }
+            .map_err(|errno| AllocateError::map(nbytes, errno))?;
         let stat = fstat(&fd).map_err(|errno| AllocateError::CreateObject { errno })?;
         std::mem::forget(created);
         drop(fd);
@@ -419,17 +408,12 @@ impl SharingStrategy for FileSystemStrategy {
         let name = handle.name.clone();
         let fd = open_existing(&name, nbytes)?;
         let stat = fstat(&fd).map_err(|errno| ImportError::Stat { errno })?;
-        let file_type = SFlag::from_bits_truncate(stat.st_mode & SFlag::S_IFMT.bits());
-        if file_type != SFlag::S_IFREG {
+        if !is_regular_file(&stat) {
             return Err(ImportError::InvalidHandle {
                 reason: format!("{name} is not a shared-memory file"),
             });
         }
-        let size = u64::try_from(stat.st_size).unwrap_or(0);
-        let available = size.saturating_sub(HEADER_BYTES as u64);
-        if available < nbytes as u64 {
-            return Err(ImportError::HandleTooSmall { nbytes, available });
-        }
+        check_covers(&stat, HEADER_BYTES as u64, nbytes)?;
         let total = mapped_len(nbytes).ok_or(ImportError::TooLarge { nbytes })?;
         // SAFETY: `fstat` just showed the object covers `total` bytes; a
         // holder that truncates it later is what the guard handles.

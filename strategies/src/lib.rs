@@ -82,6 +82,7 @@ mod kind;
 mod mapping;
 pub mod memmap;
 pub mod orphans;
+pub mod private_dir;
 mod segment;
 pub mod shm_manager;
 mod strategy;

@@ -38,8 +38,38 @@ use std::{fmt, slice};
 use nix::errno::Errno;
 use nix::fcntl::{FallocateFlags, fallocate};
 use nix::sys::mman::{MapFlags, ProtFlags, mmap, munmap};
+use nix::sys::stat::{FileStat, SFlag};
 
+use crate::ImportError;
 use crate::fault_guard::GuardedRange;
+
+/// Whether `stat` describes a regular file, the only kind a strategy maps.
+pub(crate) fn is_regular_file(stat: &FileStat) -> bool {
+    file_type(stat) == SFlag::S_IFREG
+}
+
+/// The file-type bits of `st_mode`.
+pub(crate) fn file_type(stat: &FileStat) -> SFlag {
+    SFlag::from_bits_truncate(stat.st_mode & SFlag::S_IFMT.bits())
+}
+
+/// Checks, before mapping, that the file `stat` describes holds `nbytes`
+/// after its first `offset` bytes (a header), so no mapped page lies past
+/// its end.
+///
+/// # Errors
+///
+/// [`ImportError::HandleTooSmall`] with the bytes the file holds after
+/// `offset`.
+pub(crate) fn check_covers(stat: &FileStat, offset: u64, nbytes: usize) -> Result<(), ImportError> {
+    let available = u64::try_from(stat.st_size)
+        .unwrap_or(0)
+        .saturating_sub(offset);
+    if available < nbytes as u64 {
+        return Err(ImportError::HandleTooSmall { nbytes, available });
+    }
+    Ok(())
+}
 
 /// A shared, read-write mapping of the start of a file, or an empty one.
 pub(crate) struct SharedMapping {

@@ -50,12 +50,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use nix::errno::Errno;
 use nix::fcntl::{OFlag, open};
-use nix::sys::stat::{Mode, SFlag, fstat, lstat};
+use nix::sys::stat::{FileStat, Mode, fstat, lstat};
 use nix::unistd::{ftruncate, geteuid, unlink};
 
 use crate::error::MAX_SEGMENT_BYTES;
 use crate::file_descriptor::FileIdentity;
-use crate::mapping::{SharedMapping, reserve};
+use crate::file_system::random_u64;
+use crate::mapping::{SharedMapping, check_covers, is_regular_file, reserve};
 use crate::{
     AllocateError, ExportError, ImportError, Segment, SharingStrategy, StrategyKind,
     WritableSegment,
@@ -188,7 +189,7 @@ impl MemmapStrategy {
         &self,
         path: &Path,
         nbytes: usize,
-    ) -> Result<(OwnedFd, nix::sys::stat::FileStat), ImportError> {
+    ) -> Result<(OwnedFd, FileStat), ImportError> {
         let invalid = |reason: String| ImportError::InvalidHandle { reason };
         if !is_plain_absolute(path) {
             return Err(invalid(format!(
@@ -220,8 +221,7 @@ impl MemmapStrategy {
             },
         })?;
         let stat = fstat(&fd).map_err(|errno| ImportError::Stat { errno })?;
-        let file_type = SFlag::from_bits_truncate(stat.st_mode & SFlag::S_IFMT.bits());
-        if file_type != SFlag::S_IFREG {
+        if !is_regular_file(&stat) {
             return Err(invalid(format!(
                 "memmap path {path:?} is not a regular file"
             )));
@@ -255,14 +255,10 @@ fn is_plain_absolute(path: &Path) -> bool {
 fn fresh_file_name() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let counter = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let mut bytes = [0u8; 8];
-    // Only fails with no OS random source at all; O_EXCL still keeps names
-    // unique, and the counter and pid make collisions rare.
-    let _ = getrandom::fill(&mut bytes);
     format!(
         "{FILE_PREFIX}{}_{}_{counter}{FILE_SUFFIX}",
         std::process::id(),
-        u64::from_ne_bytes(bytes)
+        random_u64()
     )
 }
 
@@ -421,12 +417,7 @@ impl SharingStrategy for MemmapStrategy {
             Mode::S_IRUSR | Mode::S_IWUSR,
         )
         .map_err(|errno| match errno {
-            Errno::EMFILE | Errno::ENFILE | Errno::ENOSPC => {
-                AllocateError::from_errno(nbytes, errno, |nbytes, errno| AllocateError::Map {
-                    nbytes,
-                    errno,
-                })
-            }
+            Errno::EMFILE | Errno::ENFILE | Errno::ENOSPC => AllocateError::map(nbytes, errno),
             errno => AllocateError::CreateFile {
                 dir: self.dir.display().to_string(),
                 errno,
@@ -434,34 +425,18 @@ impl SharingStrategy for MemmapStrategy {
         })?;
         // Removes the file on any error below.
         let created = CreatedFile(&path);
-        ftruncate(&fd, file_len).map_err(|errno| {
-            AllocateError::from_errno(nbytes, errno, |nbytes, errno| AllocateError::Resize {
-                nbytes,
-                errno,
-            })
-        })?;
-        reserve(fd.as_fd(), file_len).map_err(|errno| {
-            AllocateError::from_errno(nbytes, errno, |nbytes, errno| AllocateError::Resize {
-                nbytes,
-                errno,
-            })
-        })?;
+        ftruncate(&fd, file_len).map_err(|errno| AllocateError::resize(nbytes, errno))?;
+        reserve(fd.as_fd(), file_len).map_err(|errno| AllocateError::resize(nbytes, errno))?;
         let stat = fstat(&fd).map_err(|errno| AllocateError::CreateFile {
             dir: self.dir.display().to_string(),
             errno,
         })?;
         let mapping = match NonZeroUsize::new(nbytes) {
             None => SharedMapping::empty(),
-            Some(len) => {
-                // SAFETY: `ftruncate` just sized the file to `nbytes`; another
-                // process that truncates it later is what the guard handles.
-                unsafe { SharedMapping::map_guarded(fd.as_fd(), len) }.map_err(|errno| {
-                    AllocateError::from_errno(nbytes, errno, |nbytes, errno| AllocateError::Map {
-                        nbytes,
-                        errno,
-                    })
-                })?
-            }
+            // SAFETY: `ftruncate` just sized the file to `nbytes`; another
+            // process that truncates it later is what the guard handles.
+            Some(len) => unsafe { SharedMapping::map_guarded(fd.as_fd(), len) }
+                .map_err(|errno| AllocateError::map(nbytes, errno))?,
         };
         std::mem::forget(created);
         Ok(MemmapSegment {
@@ -495,10 +470,7 @@ impl SharingStrategy for MemmapStrategy {
                 ),
             });
         }
-        let available = u64::try_from(stat.st_size).unwrap_or(0);
-        if available < nbytes as u64 {
-            return Err(ImportError::HandleTooSmall { nbytes, available });
-        }
+        check_covers(&stat, 0, nbytes)?;
         let mapping = match NonZeroUsize::new(nbytes) {
             None => SharedMapping::empty(),
             // SAFETY: `fstat` just showed the file covers `nbytes`; a holder

@@ -304,12 +304,7 @@ fn run_unguarded_fault(previous: &str) -> std::process::Output {
     output
 }
 
-#[test]
-fn unguarded_sigbus_still_kills_through_the_std_handler() {
-    if support::is_child() {
-        return;
-    }
-    let output = run_unguarded_fault("std");
+fn assert_killed_by_sigbus(output: &std::process::Output) {
     assert_eq!(
         output.status.signal(),
         Some(libc::SIGBUS),
@@ -319,17 +314,19 @@ fn unguarded_sigbus_still_kills_through_the_std_handler() {
 }
 
 #[test]
+fn unguarded_sigbus_still_kills_through_the_std_handler() {
+    if support::is_child() {
+        return;
+    }
+    assert_killed_by_sigbus(&run_unguarded_fault("std"));
+}
+
+#[test]
 fn unguarded_sigbus_still_kills_with_the_default_action() {
     if support::is_child() {
         return;
     }
-    let output = run_unguarded_fault("default");
-    assert_eq!(
-        output.status.signal(),
-        Some(libc::SIGBUS),
-        "{}",
-        output.status
-    );
+    assert_killed_by_sigbus(&run_unguarded_fault("default"));
 }
 
 #[test]
@@ -338,13 +335,7 @@ fn unguarded_sigbus_still_kills_when_ignored() {
         return;
     }
     // The kernel cannot ignore a fault: it ends the process all the same.
-    let output = run_unguarded_fault("ignore");
-    assert_eq!(
-        output.status.signal(),
-        Some(libc::SIGBUS),
-        "{}",
-        output.status
-    );
+    assert_killed_by_sigbus(&run_unguarded_fault("ignore"));
 }
 
 #[test]

@@ -302,8 +302,7 @@ pub fn echo_failures(connection: &mut Connection, sharing: &SharingContext) -> V
 /// writes it; for forging references to segments.
 pub fn filename_tensor_pickle(manager: &[u8], name: &[u8], nbytes: usize) -> Vec<u8> {
     use tensorshare::reduce::PickleBuilder;
-    use tensorshare_compat::pickle::{EncodeOptions, Node, encode};
-    const REDUCTIONS: &str = "torch.multiprocessing.reductions";
+    use tensorshare_compat::pickle::Node;
     let mut out = PickleBuilder::default();
     let class = out.global("torch.storage", "UntypedStorage");
     let manager = out.push(Node::Bytes(manager.to_vec()));
@@ -311,9 +310,22 @@ pub fn filename_tensor_pickle(manager: &[u8], name: &[u8], nbytes: usize) -> Vec
     let size = out.int(nbytes);
     let rebuild_storage = out.global(REDUCTIONS, "rebuild_storage_filename");
     let untyped = out.call(rebuild_storage, vec![class, manager, name, size]);
+    tensor_over(out, untyped, nbytes)
+}
+
+const REDUCTIONS: &str = "torch.multiprocessing.reductions";
+
+/// A uint8 tensor of `nbytes` elements over the untyped storage `storage`
+/// built in `out`, as torch's `reduce_tensor` writes it.
+pub fn tensor_over(
+    mut out: tensorshare::reduce::PickleBuilder,
+    storage: tensorshare_compat::pickle::NodeId,
+    nbytes: usize,
+) -> Vec<u8> {
+    use tensorshare_compat::pickle::{EncodeOptions, Node, encode};
     let dtype = out.global("torch", "uint8");
     let rebuild_typed = out.global(REDUCTIONS, "rebuild_typed_storage");
-    let typed = out.call(rebuild_typed, vec![untyped, dtype]);
+    let typed = out.call(rebuild_typed, vec![storage, dtype]);
     let torch_size = out.global("torch", "Size");
     let length = out.int(nbytes);
     let dims = out.tuple(vec![length]);
@@ -327,4 +339,46 @@ pub fn filename_tensor_pickle(manager: &[u8], name: &[u8], nbytes: usize) -> Vec
     let rebuild_tensor = out.global(REDUCTIONS, "rebuild_tensor");
     let tensor = out.call(rebuild_tensor, vec![tensor_class, typed, metadata]);
     encode(&out.finish(tensor), &EncodeOptions::new()).expect("encode")
+}
+
+/// Sends `sent` `times` times and returns the echoes and their storages.
+pub fn echo_times(
+    connection: &mut Connection,
+    sharing: &SharingContext,
+    sent: &Tensor,
+    times: usize,
+) -> (Vec<Value>, Vec<Storage>) {
+    let mut echoed = Vec::new();
+    for _ in 0..times {
+        connection
+            .send(&Value::Tensor(sent.clone()), sharing)
+            .expect("send");
+        echoed.push(connection.recv(sharing).expect("receive the echo"));
+    }
+    let storages = echoed
+        .iter()
+        .map(|value| value.as_tensor().expect("a tensor").storage().clone())
+        .collect();
+    (echoed, storages)
+}
+
+/// Echoes `n` messages that alternate `same`, sent again and again, with
+/// fresh 4 KiB storages (in shared memory if `shared`), checking each echo.
+pub fn echo_alternating(
+    connection: &mut Connection,
+    sharing: &SharingContext,
+    same: &Value,
+    n: usize,
+    shared: bool,
+) {
+    for i in 0..n {
+        let value = if i % 2 == 0 {
+            same.clone()
+        } else {
+            Value::Tensor(contiguous(DType::UInt8, &[4096], i as u8, shared))
+        };
+        connection.send(&value, sharing).expect("send");
+        let echoed = connection.recv(sharing).expect("receive the echo");
+        check_echo(&value, &echoed).unwrap();
+    }
 }

@@ -108,6 +108,19 @@ impl Server {
         Server::start(command, address)
     }
 
+    /// A stock-torch echo server (`echo_peer.py serve --strategy STRATEGY`)
+    /// on a fresh address.
+    pub fn torch_echo(python: &str, authkey: &Authkey, strategy: &str) -> Server {
+        let address = unique_address("torch-echo");
+        let mut command = Command::new(python);
+        command
+            .arg(python_script("echo_peer.py"))
+            .args(["serve", "--strategy", strategy, "--address"])
+            .arg(address.to_string())
+            .args(["--authkey", &authkey.to_hex()]);
+        Server::start(command, address)
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
@@ -161,6 +174,33 @@ impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// Sends every case of [`cases::echo_failures`] to `server` over
+/// `connection` and asserts that each came back intact; a failure shows
+/// the server's stderr, under `what`.
+pub fn assert_echoes_intact(
+    server: &mut Server,
+    connection: &mut tensorshare::Connection,
+    sharing: &tensorshare::SharingContext,
+    what: &str,
+) {
+    let failures = cases::echo_failures(connection, sharing);
+    assert!(
+        failures.is_empty(),
+        "{what}: {failures:#?}\nserver stderr: {}",
+        server.stop_and_read_stderr()
+    );
+}
+
+/// Waits up to 15 seconds for `condition`.
+pub fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
+    // Generous, for a loaded machine: a condition that holds returns at once.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !condition() {
+        assert!(Instant::now() < deadline, "timed out waiting: {what}");
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 

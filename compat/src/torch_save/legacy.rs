@@ -22,9 +22,9 @@ use super::{
 use crate::pickle::{GlobalFilter, Limits, Node, Pickle, decode};
 
 /// torch's `MAGIC_NUMBER`.
-const MAGIC_NUMBER: i128 = 0x1950_a86a_20f9_469c_fc6c;
+pub(super) const MAGIC_NUMBER: i128 = 0x1950_a86a_20f9_469c_fc6c;
 /// torch's `PROTOCOL_VERSION` for the legacy stream.
-const PROTOCOL_VERSION: i128 = 1001;
+pub(super) const PROTOCOL_VERSION: i64 = 1001;
 
 /// Reads a legacy torch.save stream.
 ///
@@ -73,7 +73,7 @@ pub fn read_legacy(
     }
 
     let version = stream.pickle(StreamPart::ProtocolVersion, &no_globals, limits)?;
-    if root_int(&version) != Some(PROTOCOL_VERSION) {
+    if root_int(&version) != Some(i128::from(PROTOCOL_VERSION)) {
         return Err(TorchSaveError::UnsupportedProtocolVersion {
             found: describe_root(&version),
         });

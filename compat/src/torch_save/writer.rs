@@ -48,6 +48,7 @@ use zip::write::SimpleFileOptions;
 use zip::{CompressionMethod, ZipWriter};
 
 use super::TorchSaveFormat;
+use super::legacy::{MAGIC_NUMBER, PROTOCOL_VERSION};
 use crate::dtype::DType;
 use crate::pickle::{EncodeError, EncodeOptions, Global, Node, NodeId, Pickle, encode};
 
@@ -320,7 +321,7 @@ pub fn write_legacy<W: Write>(
 ) -> Result<(), WriteError> {
     check_storages(storages, TorchSaveFormat::Legacy)?;
     out.write_all(&encode_object(&magic_number())?)?;
-    out.write_all(&encode_object(&single(Node::Int(1001)))?)?;
+    out.write_all(&encode_object(&single(Node::Int(PROTOCOL_VERSION)))?)?;
     out.write_all(&encode_object(&sys_info())?)?;
     out.write_all(&encode_object(object)?)?;
     let mut keys = Pickle::new();
@@ -374,11 +375,11 @@ fn single(node: Node) -> Pickle {
     pickle
 }
 
-/// torch's `MAGIC_NUMBER`, `0x1950a86a20f9469cfc6c`, as `LONG1` writes it.
+/// torch's `MAGIC_NUMBER` in the 10 little-endian bytes `LONG1` writes.
 fn magic_number() -> Pickle {
-    single(Node::BigInt(
-        0x1950_a86a_20f9_469c_fc6c_u128.to_le_bytes()[..10].to_vec(),
-    ))
+    let mut bytes = MAGIC_NUMBER.to_le_bytes().to_vec();
+    bytes.truncate(10);
+    single(Node::BigInt(bytes))
 }
 
 /// `{'protocol_version': 1001, 'little_endian': True, 'type_sizes':
@@ -396,7 +397,7 @@ fn sys_info() -> Pickle {
         str_int(&mut pickle, "int", 4),
         str_int(&mut pickle, "long", 4),
     ];
-    let version = str_int(&mut pickle, "protocol_version", 1001);
+    let version = str_int(&mut pickle, "protocol_version", PROTOCOL_VERSION);
     let little = (
         pickle.push(Node::Str("little_endian".to_owned())),
         pickle.push(Node::Bool(true)),

@@ -1,8 +1,6 @@
 //! Anonymous shared memory objects: a memfd, or an unlinked POSIX shared
 //! memory object where `memfd_create` is unavailable.
 
-use std::collections::hash_map::RandomState;
-use std::hash::{BuildHasher, Hasher};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -11,6 +9,8 @@ use nix::fcntl::{FcntlArg, OFlag, SealFlag, fcntl};
 use nix::sys::memfd::{MFdFlags, memfd_create};
 use nix::sys::mman::{shm_open, shm_unlink};
 use nix::sys::stat::Mode;
+
+use crate::file_system::random_u64;
 
 /// How many random names to try before giving up on `shm_open`.
 const SHM_NAME_ATTEMPTS: usize = 16;
@@ -66,15 +66,11 @@ pub(super) fn create_unlinked_shm() -> Result<OwnedFd, Errno> {
 fn random_shm_name() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let counter = COUNTER.fetch_add(1, Ordering::Relaxed);
-    // RandomState is seeded from the OS's random source; hashing the counter
-    // with a fresh one gives unpredictable bits without another dependency.
-    let mut hasher = RandomState::new().build_hasher();
-    hasher.write_u64(counter);
     format!(
         "/tensorshare_{}_{}_{:016x}",
         std::process::id(),
         counter,
-        hasher.finish()
+        random_u64()
     )
 }
 

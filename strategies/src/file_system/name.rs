@@ -90,8 +90,9 @@ impl SegmentName {
         {
             return Err(invalid("it does not have two or three decimal fields"));
         }
-        // Checked above: ASCII digits only.
-        let pid_text = std::str::from_utf8(fields[0]).map_err(|_| invalid("not ASCII"))?;
+        // Checked above: two or three fields of ASCII digits only.
+        let pid_field = fields.first().copied().unwrap_or_default();
+        let pid_text = std::str::from_utf8(pid_field).map_err(|_| invalid("not ASCII"))?;
         let creator_pid = pid_text
             .parse::<u32>()
             .ok()
@@ -125,7 +126,7 @@ impl SegmentName {
 
     /// The name as it appears in `/dev/shm`, without the leading `/`.
     pub fn file_name(&self) -> &str {
-        &self.name[1..]
+        self.name.strip_prefix('/').unwrap_or(&self.name)
     }
 
     /// The pid of the process that created the segment, from its name.
@@ -134,8 +135,10 @@ impl SegmentName {
     }
 }
 
-/// 64 bits from the OS's random source.
-fn random_u64() -> u64 {
+/// 64 bits from the OS's random source, for the unguessable part of the
+/// names every strategy creates (segments, shm fallback objects, memmap
+/// files).
+pub(crate) fn random_u64() -> u64 {
     let mut bytes = [0u8; 8];
     // getrandom only fails when the OS has no random source at all; a
     // per-process hash seed is then the best there is, and O_EXCL still

@@ -150,11 +150,4 @@ pub(super) fn list_segments(dir: &OwnedFd, options: &ScanOptions) -> Result<List
     Ok(listing)
 }
 
-pub(super) fn is_regular(stat: &FileStat) -> bool {
-    file_type(stat) == SFlag::S_IFREG
-}
-
-/// The file-type bits of `st_mode`.
-fn file_type(stat: &FileStat) -> SFlag {
-    SFlag::from_bits_truncate(stat.st_mode & SFlag::S_IFMT.bits())
-}
+pub(super) use crate::mapping::{file_type, is_regular_file as is_regular};

@@ -63,6 +63,10 @@ struct Link {
     broken: Option<String>,
     /// How long a registration waits for its `OK`.
     reply_timeout: Duration,
+    /// The receive timeout set on the socket: `reply_timeout` from
+    /// [`ManagerConnection::open`] on, so that a registration's first read
+    /// needs no `setsockopt`; only a read waiting out a remainder changes it.
+    read_timeout: Duration,
 }
 
 impl ManagerConnection {
@@ -109,6 +113,7 @@ impl ManagerConnection {
                 mid_reply: false,
                 broken: None,
                 reply_timeout: REPLY_TIMEOUT,
+                read_timeout: REPLY_TIMEOUT,
             }),
         })
     }
@@ -148,6 +153,7 @@ impl ManagerConnection {
         let started = Instant::now();
         let deadline = started + link.reply_timeout;
         let mut reply = [0u8; 64];
+        let mut first_read = true;
         while link.owed > 0 {
             let now = Instant::now();
             if now >= deadline {
@@ -156,9 +162,18 @@ impl ManagerConnection {
                     waited: now - started,
                 });
             }
-            // Never Some(ZERO): std refuses it; the deadline check above
-            // keeps the remainder positive.
-            let _ = link.stream.set_read_timeout(Some(deadline - now));
+            // The first read waits the whole timeout, the later ones what is
+            // left of it. Never ZERO: std refuses it; the deadline check
+            // above keeps the remainder positive.
+            let wait = if first_read {
+                link.reply_timeout
+            } else {
+                deadline - now
+            };
+            first_read = false;
+            if wait != link.read_timeout && link.stream.set_read_timeout(Some(wait)).is_ok() {
+                link.read_timeout = wait;
+            }
             let want = link.owed.min(reply.len());
             match link.stream.read(&mut reply[..want]) {
                 Ok(0) => {

@@ -1,12 +1,8 @@
 //! The private directory a manager's socket lives in.
 
-use std::fs::DirBuilder;
-use std::io::ErrorKind;
-use std::os::unix::fs::DirBuilderExt;
 use std::path::PathBuf;
 
-use nix::errno::Errno;
-
+use crate::private_dir::create_private_dir_in;
 use crate::shm_manager::ManagerError;
 use crate::shm_manager::error::errno_of;
 use crate::shm_manager::handle::MAX_HANDLE_LEN;
@@ -30,22 +26,12 @@ pub(super) fn create_private_dir() -> Result<PathBuf, ManagerError> {
     } else {
         PathBuf::from("/tmp")
     };
-    let mut last = Errno::EEXIST;
-    for _ in 0..100 {
-        let dir = parent.join(format!("{DIR_PREFIX}{}", random_suffix()));
-        match DirBuilder::new().mode(0o700).create(&dir) {
-            Ok(()) => return Ok(dir),
-            Err(err) if err.kind() == ErrorKind::AlreadyExists => {}
-            Err(err) => {
-                last = errno_of(&err);
-                break;
-            }
-        }
-    }
-    Err(ManagerError::CreateDir {
-        parent: parent.display().to_string(),
-        errno: last,
-    })
+    create_private_dir_in(&parent, || Ok(format!("{DIR_PREFIX}{}", random_suffix()))).map_err(
+        |err| ManagerError::CreateDir {
+            parent: parent.display().to_string(),
+            errno: errno_of(&err),
+        },
+    )
 }
 
 /// `DIR_RANDOM_LEN` characters of `[0-9A-Za-z]` from the OS's random source.
