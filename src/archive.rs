@@ -23,25 +23,29 @@ pub fn load_torch_save(
     bytes: &[u8],
     registry: &Registry,
 ) -> Result<(TorchSaveFormat, Value), Error> {
-    load_archive(bytes, registry, 0)
+    let archive = torch_save::read(bytes, registry, &read_options(registry))?;
+    rebuild_archive(archive, registry, 0)
 }
 
-fn load_archive(
-    bytes: &[u8],
-    registry: &Registry,
-    archive_depth: usize,
-) -> Result<(TorchSaveFormat, Value), Error> {
-    let options = ReadOptions {
+fn read_options(registry: &Registry) -> ReadOptions {
+    ReadOptions {
         limits: registry.options().limits,
         max_total_bytes: registry.options().max_archive_bytes,
         ..ReadOptions::default()
-    };
+    }
+}
+
+fn rebuild_archive(
+    archive: TorchSaveArchive,
+    registry: &Registry,
+    archive_depth: usize,
+) -> Result<(TorchSaveFormat, Value), Error> {
     let TorchSaveArchive {
         format,
         object,
         records,
         ..
-    } = torch_save::read(bytes, registry, &options)?;
+    } = archive;
     let storages = ArchiveStorages {
         records: RefCell::new(records),
         loaded: RefCell::new(HashMap::new()),
@@ -63,12 +67,14 @@ pub(crate) fn load_from_bytes(call: Call<'_>) -> Result<Value, RebuildError> {
             "an embedded torch.save archive inside another one; torch never writes that",
         ));
     }
-    let (_, value) =
-        load_archive(payload, call.registry, call.archive_depth).map_err(|source| {
-            RebuildError::Archive {
-                callee: call.callee.clone(),
-                source: Box::new(source),
-            }
+    // Read from the message's own buffer: each storage's bytes are copied
+    // once, from the message into the storage.
+    let (_, value) = torch_save::read_shared(payload, call.registry, &read_options(call.registry))
+        .map_err(Error::from)
+        .and_then(|archive| rebuild_archive(archive, call.registry, call.archive_depth))
+        .map_err(|source| RebuildError::Archive {
+            callee: call.callee.clone(),
+            source: Box::new(source),
         })?;
     match value {
         Value::Storage(_) | Value::TypedStorage(..) => Ok(value),
@@ -124,12 +130,20 @@ impl PersistentLoad for ArchiveStorages {
         let record = records
             .get_mut(key)
             .ok_or_else(|| invalid(format!("storage '{key}' has no record in the archive")))?;
-        let storage = self
-            .loaded
-            .borrow_mut()
-            .entry(key.clone())
-            .or_insert_with(|| Storage::from_vec(std::mem::take(&mut record.data)))
-            .clone();
+        let mut loaded = self.loaded.borrow_mut();
+        let storage = match loaded.get(key) {
+            Some(storage) => storage.clone(),
+            None => {
+                let data = std::mem::take(&mut record.data);
+                let nbytes = data.len();
+                let storage = Storage::from_shared_bytes(data).map_err(|error| {
+                    invalid(format!("storage '{key}' of {nbytes} bytes: {error}"))
+                })?;
+                loaded.insert(key.clone(), storage.clone());
+                storage
+            }
+        };
+        drop(loaded);
         let dtype = match cls {
             Value::Global(class) if class.name == "UntypedStorage" => None,
             Value::Global(class) => Some(

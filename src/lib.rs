@@ -24,5 +24,6 @@ pub use storage::{
 pub use tensor::{ElementOffsets, Tensor, TensorView, ViewError};
 pub use tensorshare_compat::DType;
 pub use tensorshare_compat::dtype::Scalar;
+pub use tensorshare_compat::pickle::SharedBytes;
 pub use tensorshare_strategies::StrategyKind;
 pub use value::{Custom, Value};

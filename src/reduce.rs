@@ -165,7 +165,7 @@ impl Reducer<'_> {
             Value::BigInt(bytes) => self.out.push(Node::BigInt(bytes.clone())),
             Value::Float(f) => self.out.push(Node::Float(*f)),
             Value::Str(s) => self.out.push(Node::Str(s.clone())),
-            Value::Bytes(b) => self.out.push(Node::Bytes(b.clone())),
+            Value::Bytes(b) => self.out.push(Node::Bytes(b.clone().into())),
             Value::ByteArray(b) => self.out.push(Node::ByteArray(b.clone())),
             Value::Tuple(items) => {
                 let items = all(items, self)?;

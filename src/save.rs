@@ -67,8 +67,7 @@ fn load_from_bytes(storage: &SavedStorage<'_>, out: &mut PickleBuilder) -> Resul
     let mut object = Pickle::new();
     let pid = torch_save::push_storage_pid(&mut object, TorchSaveFormat::Legacy, storage)?;
     object.set_root(pid);
-    let mut stream = Vec::with_capacity(storage.data.len().saturating_add(512));
-    torch_save::write_legacy(&mut stream, &object, std::slice::from_ref(storage))?;
+    let stream = torch_save::legacy_stream_chunks(&object, std::slice::from_ref(storage))?;
     let payload = out.push(Node::Bytes(stream));
     let load = out.global("torch.storage", "_load_from_bytes");
     Ok(out.call(load, vec![payload]))
@@ -145,9 +144,13 @@ impl SaveLeaves {
             }
             return Ok(entry.pid);
         }
-        let data = storage.bytes().ok_or_else(|| unreachable_data(storage))?;
+        // Shared, so that a `_load_from_bytes` payload refers to the bytes
+        // instead of copying them into the pickle.
+        let data = storage
+            .shared_bytes()
+            .ok_or_else(|| unreachable_data(storage))?;
         let key = self.storages.len().to_string();
-        let saved = SavedStorage::new(&key, dtype, data);
+        let saved = SavedStorage::shared(&key, dtype, &data);
         let pid = match self.form {
             StorageForm::PersistentId(format) => {
                 torch_save::push_storage_pid(out.pickle_mut(), format, &saved)?

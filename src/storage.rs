@@ -3,6 +3,8 @@
 use std::fmt;
 use std::sync::{Arc, OnceLock};
 
+use tensorshare_compat::pickle::SharedBytes;
+use tensorshare_strategies::bytes::BytesSegment;
 use tensorshare_strategies::{AllocateError, Segment, StrategyKind, WritableSegment};
 
 /// Where a storage's bytes are, as `inspect` and the wire forms name it.
@@ -118,6 +120,15 @@ struct StorageInner {
     shared_twin: OnceLock<Storage>,
 }
 
+/// A storage's bytes as the owner of a [`SharedBytes`].
+struct StorageBytes(Storage);
+
+impl AsRef<[u8]> for StorageBytes {
+    fn as_ref(&self) -> &[u8] {
+        self.0.bytes().unwrap_or_default()
+    }
+}
+
 /// A storage being filled by its producer: allocated directly in shared
 /// memory (or on the heap for `bytes`), written in place, then frozen.
 ///
@@ -170,9 +181,22 @@ impl Storage {
 
     /// A heap storage holding `bytes` (the `bytes` strategy's segment).
     pub fn from_vec(bytes: Vec<u8>) -> Self {
-        Self::from_segment(Arc::new(
-            tensorshare_strategies::bytes::BytesSegment::from_vec(bytes),
-        ))
+        Self::from_segment(Arc::new(BytesSegment::from_vec(bytes)))
+    }
+
+    /// A heap storage holding `bytes`: the vector itself when they are all
+    /// of one no one else holds, else one copy (a received message's bytes,
+    /// which the storage must not keep alive).
+    ///
+    /// # Errors
+    ///
+    /// [`AllocateError`] when the copy cannot be allocated.
+    pub fn from_shared_bytes(bytes: SharedBytes) -> Result<Self, AllocateError> {
+        let segment = match bytes.try_into_vec() {
+            Ok(vec) => BytesSegment::from_vec(vec),
+            Err(shared) => BytesSegment::copy_of(&shared)?,
+        };
+        Ok(Self::from_segment(Arc::new(segment)))
     }
 
     /// A storage over a local segment, covering all of it.
@@ -229,6 +253,14 @@ impl Storage {
             Residence::Local(segment) => segment.as_bytes().get(..self.0.nbytes),
             _ => None,
         }
+    }
+
+    /// The bytes, as [`bytes`](Self::bytes) gives them, held by a
+    /// [`SharedBytes`] that keeps this storage alive: a pickle refers to
+    /// them instead of copying them.
+    pub fn shared_bytes(&self) -> Option<SharedBytes> {
+        self.bytes()?;
+        Some(SharedBytes::from_owner(StorageBytes(self.clone())))
     }
 
     /// Whether two handles are the same storage (Python's `is`).

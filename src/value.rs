@@ -5,7 +5,7 @@ use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 
-use tensorshare_compat::pickle::Global;
+use tensorshare_compat::pickle::{Global, SharedBytes};
 
 use crate::registry::Callable;
 use crate::{DType, Storage, Tensor};
@@ -25,8 +25,8 @@ pub enum Value {
     Float(f64),
     /// A `str`.
     Str(String),
-    /// A `bytes`.
-    Bytes(Vec<u8>),
+    /// A `bytes`: a large one received shares the message's buffer.
+    Bytes(SharedBytes),
     /// A `bytearray`.
     ByteArray(Vec<u8>),
     /// A `tuple`.

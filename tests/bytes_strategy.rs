@@ -5,7 +5,10 @@
 
 mod support;
 
-use tensorshare::{Authkey, DType, SharingContext, StrategyKind, Value};
+use std::os::unix::net::UnixStream;
+
+use tensorshare::connection::ConnectionOptions;
+use tensorshare::{Authkey, Connection, DType, SharedBytes, SharingContext, StrategyKind, Value};
 
 use support::{Server, cases, test_python};
 
@@ -37,6 +40,38 @@ fn a_bytes_pickle_carries_its_storages_inline() {
         !tensors[0].storage().same_as(whole.storage()),
         "the rebuilt storage is a copy"
     );
+}
+
+#[test]
+fn what_a_message_gave_survives_the_messages_after_it() {
+    // The receiver reads every message into one buffer it reuses, and large
+    // `bytes` are decoded as slices of it: neither a storage nor a kept
+    // `bytes` value may change when the next message arrives.
+    let sharing = bytes_context(&Authkey::random().unwrap());
+    let (tx, rx) = UnixStream::pair().unwrap();
+    let mut sender = Connection::from_stream(tx, ConnectionOptions::default());
+    let mut receiver = Connection::from_stream(rx, ConnectionOptions::default());
+    let message = |seed: u8| {
+        Value::Tuple(vec![
+            Value::Tensor(cases::contiguous(DType::Float32, &[512, 512], seed, false)),
+            Value::Bytes(SharedBytes::from(vec![seed; 100_000])),
+            Value::Bytes(SharedBytes::from(vec![seed; 10])),
+        ])
+    };
+    let sent: Vec<Value> = (1..=4).map(message).collect();
+    let received: Vec<Value> = std::thread::scope(|scope| {
+        scope.spawn(|| {
+            for value in &sent {
+                sender.send(value, &sharing).unwrap();
+            }
+        });
+        sent.iter()
+            .map(|_| receiver.recv(&sharing).unwrap())
+            .collect()
+    });
+    for (sent, received) in sent.iter().zip(&received) {
+        cases::check_echo(sent, received).unwrap();
+    }
 }
 
 #[test]

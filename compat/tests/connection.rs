@@ -1,6 +1,6 @@
 //! Framing and handshake of `multiprocessing.connection`, Rust against Rust.
 
-use std::io::{self, Read, Write};
+use std::io::{self, IoSlice, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::thread;
 use std::time::Duration;
@@ -9,7 +9,8 @@ use tensorshare_compat::connection::{
     AuthError, CHALLENGE, Dialect, FAILURE, FrameHeader, FramePart, FramingError,
     HANDSHAKE_MAX_MESSAGE_LEN, HmacDigest, Rejection, SINGLE_WRITE_MAX_LEN, WELCOME,
     answer_challenge, client_handshake, deliver_challenge, read_header, read_message,
-    read_message_into, server_handshake, write_message,
+    read_message_into, read_message_reusing, server_handshake, write_message,
+    write_message_vectored,
 };
 
 /// Records each `write` call, to check how many writes a message takes.
@@ -228,6 +229,99 @@ fn end_of_stream_is_closed_at_a_boundary_and_truncated_inside() {
             received: 3
         })
     ));
+}
+
+#[test]
+fn vectored_messages_are_the_joined_messages() {
+    let pieces: Vec<Vec<u8>> = (0..3000u32).map(|i| vec![(i % 251) as u8; 100]).collect();
+    let joined = pieces.concat();
+    let slices: Vec<IoSlice<'_>> = pieces.iter().map(|p| IoSlice::new(p)).collect();
+    // More slices than one writev takes, through a real socket.
+    let (mut tx, mut rx) = socket_pair();
+    let reader = thread::spawn(move || read_message(&mut rx, usize::MAX).unwrap());
+    write_message_vectored(&mut tx, &slices).unwrap();
+    assert_eq!(reader.join().unwrap(), joined);
+
+    let mut wire = Vec::new();
+    write_message_vectored(&mut wire, &slices).unwrap();
+    assert_eq!(wire, framed(&joined));
+
+    // Small ones still go out in one write with their header.
+    let mut log = WriteLog::default();
+    let small = [IoSlice::new(b"ab"), IoSlice::new(&[]), IoSlice::new(b"c")];
+    write_message_vectored(&mut log, &small).unwrap();
+    assert_eq!(log.writes, [framed(b"abc")]);
+}
+
+#[test]
+fn reusing_reads_write_in_place_and_grow_only_as_bytes_arrive() {
+    let mut wire = framed(&[1u8; 5000]);
+    wire.extend(framed(b"xy"));
+    wire.extend(framed(&[3u8; 4000]));
+    let mut reader = wire.as_slice();
+    let mut buf = Vec::new();
+    assert_eq!(
+        read_message_reusing(&mut reader, &mut buf, 1 << 20).unwrap(),
+        5000
+    );
+    assert_eq!(buf, [1u8; 5000]);
+    let pointer = buf.as_ptr();
+    assert_eq!(
+        read_message_reusing(&mut reader, &mut buf, 1 << 20).unwrap(),
+        2
+    );
+    assert_eq!(&buf[..3], b"xy\x01");
+    assert_eq!(
+        read_message_reusing(&mut reader, &mut buf, 1 << 20).unwrap(),
+        4000
+    );
+    assert_eq!(&buf[..4000], &[3u8; 4000][..]);
+    assert_eq!(
+        (buf.as_ptr(), buf.len()),
+        (pointer, 5000),
+        "not reallocated"
+    );
+    assert!(matches!(
+        read_message_reusing(&mut reader, &mut buf, 1 << 20),
+        Err(FramingError::Closed)
+    ));
+
+    // A lying length allocates a bounded reserve, not the claim.
+    let mut liar: &[u8] = &[0x40, 0, 0, 0, 1, 2, 3];
+    let mut buf = Vec::new();
+    let error = read_message_reusing(&mut liar, &mut buf, usize::MAX).unwrap_err();
+    assert!(
+        matches!(
+            error,
+            FramingError::Truncated {
+                part: FramePart::Payload,
+                expected: 0x4000_0000,
+                received: 3
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(buf.capacity() <= 2 << 20, "capacity {}", buf.capacity());
+    let mut big: &[u8] = &[0, 0, 1, 0];
+    assert!(matches!(
+        read_message_reusing(&mut big, &mut buf, 255),
+        Err(FramingError::TooLarge {
+            claimed: 256,
+            limit: 255
+        })
+    ));
+    // Messages past the initial reserve grow the buffer as they arrive.
+    let large: Vec<u8> = (0..3_000_000u32).map(|i| i as u8).collect();
+    let wire = framed(&large);
+    let mut trickle = Trickle {
+        bytes: &wire[..40],
+        interrupt_next: false,
+    };
+    let mut head = Vec::new();
+    assert!(read_message_reusing(&mut trickle, &mut head, usize::MAX).is_err());
+    let mut buf = Vec::new();
+    let len = read_message_reusing(&mut wire.as_slice(), &mut buf, usize::MAX).unwrap();
+    assert_eq!(&buf[..len], &large[..]);
 }
 
 /// Reads from a byte sequence delivered one byte per `read`, with an

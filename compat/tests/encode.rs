@@ -221,9 +221,9 @@ fn bytes_per_protocol() {
     // [b'', b'\x00\xff', b'x' * 300]
     let mut a = Arena::default();
     let items = vec![
-        a.add(Node::Bytes(vec![])),
-        a.add(Node::Bytes(vec![0, 0xff])),
-        a.add(Node::Bytes(vec![b'x'; 300])),
+        a.add(Node::Bytes(vec![].into())),
+        a.add(Node::Bytes(vec![0, 0xff].into())),
+        a.add(Node::Bytes(vec![b'x'; 300].into())),
     ];
     let root = a.list(items);
     let x300 = [b'x'; 300];
@@ -252,8 +252,8 @@ fn protocol_2_bytes_share_the_codecs_global_and_latin1() {
     // [b'ab', b'cd']
     let mut a = Arena::default();
     let items = vec![
-        a.add(Node::Bytes(b"ab".to_vec())),
-        a.add(Node::Bytes(b"cd".to_vec())),
+        a.add(Node::Bytes(b"ab".to_vec().into())),
+        a.add(Node::Bytes(b"cd".to_vec().into())),
     ];
     let root = a.list(items);
     assert_encodes(
@@ -712,8 +712,8 @@ fn large_payloads_are_written_outside_frames() {
     // payloads (the MEMOIZE between them is a frame too small to keep), a frame.
     let mut a = Arena::default();
     let items = vec![
-        a.add(Node::Bytes(b"ab".to_vec())),
-        a.add(Node::Bytes(vec![b'x'; 70000])),
+        a.add(Node::Bytes(b"ab".to_vec().into())),
+        a.add(Node::Bytes(vec![b'x'; 70000].into())),
         a.str(&"y".repeat(65536)),
         a.int(1),
     ];

@@ -252,8 +252,12 @@ fn a_plain_pickle_carries_a_legacy_stream() {
             _ => None,
         })
         .expect("the _load_from_bytes argument");
-    let archive =
-        torch_save::read_legacy(&payload, &tensor_globals, &ReadOptions::default()).unwrap();
+    let archive = torch_save::read_legacy(
+        &payload.contiguous(),
+        &tensor_globals,
+        &ReadOptions::default(),
+    )
+    .unwrap();
     assert_eq!(archive.records.len(), 1);
     let record = archive.records.values().next().unwrap();
     assert_eq!(record.dtype, Some(DType::Int16));

@@ -1,15 +1,20 @@
 //! Arbitrary bytes through the pickle VM (every global allowed, so the VM's
 //! own paths are reached) and through the full decode + rebuild with torch's
-//! allowlist. Neither may panic, hang or allocate past the limits.
+//! allowlist. Neither may panic, hang or allocate past the limits, and
+//! decoding from a shared buffer (payloads as slices of it) must give what
+//! decoding copies gives.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use tensorshare::Registry;
-use tensorshare_compat::pickle::{Limits, decode};
+use tensorshare_compat::pickle::{Limits, SharedBytes, decode, decode_all, decode_all_shared};
 
 fuzz_target!(|data: &[u8]| {
     let allow_all = |_: &str, _: &str| true;
     let _ = decode(data, &allow_all, &Limits::default());
+    let copied = decode_all(data, &allow_all, &Limits::default());
+    let shared = decode_all_shared(&SharedBytes::from(data), &allow_all, &Limits::default());
+    assert_eq!(copied, shared);
     let registry = Registry::default();
     if let Ok(value) = registry.loads(data) {
         // Walk what was rebuilt, as a consumer would.

@@ -13,7 +13,7 @@
 //! with; the writer attaches them to the header's write, and the reader
 //! collects whatever arrives while it reads one message.
 
-use std::io::{self, Read, Write};
+use std::io::{self, IoSlice, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 
@@ -35,6 +35,13 @@ impl Write for AttachingWriter<'_> {
         let sent = send_with_fds(self.stream.as_fd(), buf, self.fds).map_err(send_error)?;
         self.fds = &[];
         Ok(sent)
+    }
+
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        match bufs.iter().find(|buf| !buf.is_empty()) {
+            Some(first) if !self.fds.is_empty() => self.write(first),
+            _ => self.stream.write_vectored(bufs),
+        }
     }
 
     fn flush(&mut self) -> io::Result<()> {

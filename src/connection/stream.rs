@@ -1,13 +1,17 @@
 //! An authenticated connection, and the handshake that makes one.
 
+use std::fmt;
+use std::io::IoSlice;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tensorshare_compat::connection::{
-    AuthError, NegotiatedDigests, client_handshake, read_message_into, server_handshake,
-    write_message,
+    AuthError, NegotiatedDigests, client_handshake, read_message_into, read_message_reusing,
+    server_handshake, write_message_vectored,
 };
+use tensorshare_compat::pickle::SharedBytes;
 
 use super::attached::{AttachingWriter, CollectingReader};
 use super::deadline::DeadlineStream;
@@ -22,17 +26,40 @@ use crate::{Error, SharingContext, Value};
 /// or by [`Connection::from_stream`] for a socket that needs none.
 /// Reads are unbuffered (see the [module docs](super)); every send is
 /// written out before it returns.
-#[derive(Debug)]
+///
+/// [`recv`](Self::recv) reads each message into a buffer it keeps for the
+/// next one (up to [`KEPT_RECEIVE_BUFFER_MAX`] bytes), so that a stream of
+/// large messages does not pay for fresh memory every time.
 pub struct Connection {
     stream: UnixStream,
     options: ConnectionOptions,
+    /// The buffer of the last message, kept when nothing received from it
+    /// holds on to it.
+    receive_buffer: Vec<u8>,
+}
+
+/// The largest receive buffer a [`Connection`] keeps between messages.
+pub const KEPT_RECEIVE_BUFFER_MAX: usize = 256 << 20;
+
+impl fmt::Debug for Connection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Connection")
+            .field("stream", &self.stream)
+            .field("options", &self.options)
+            .field("receive_buffer_len", &self.receive_buffer.len())
+            .finish()
+    }
 }
 
 impl Connection {
     /// Wraps a connected socket without any handshake, e.g. one end of
     /// `UnixStream::pair()`, or a socket authenticated elsewhere.
     pub fn from_stream(stream: UnixStream, options: ConnectionOptions) -> Self {
-        Self { stream, options }
+        Self {
+            stream,
+            options,
+            receive_buffer: Vec::new(),
+        }
     }
 
     /// Sends one message: Python's `conn.send_bytes(payload)`. Send a pickle
@@ -78,15 +105,25 @@ impl Connection {
         payload: &[u8],
         fds: &[BorrowedFd<'_>],
     ) -> Result<(), ConnectionError> {
+        self.send_slices_with_fds(&[IoSlice::new(payload)], fds)
+    }
+
+    /// Sends one message whose payload is `payload`'s slices back to back,
+    /// written from where they are.
+    fn send_slices_with_fds(
+        &mut self,
+        payload: &[IoSlice<'_>],
+        fds: &[BorrowedFd<'_>],
+    ) -> Result<(), ConnectionError> {
         let send_error = |source| ConnectionError::Send {
-            len: payload.len(),
+            len: payload.iter().map(|slice| slice.len()).sum(),
             source,
         };
         let mut writer = AttachingWriter {
             stream: &self.stream,
             fds,
         };
-        write_message(&mut writer, payload).map_err(send_error)
+        write_message_vectored(&mut writer, payload).map_err(send_error)
     }
 
     /// Receives one message into `buf` (as
@@ -121,7 +158,8 @@ impl Connection {
     /// send fails.
     pub fn send(&mut self, value: &Value, sharing: &SharingContext) -> Result<(), Error> {
         let outgoing = sharing.dumps_outgoing(value)?;
-        Ok(self.send_bytes_with_fds(outgoing.pickle(), &outgoing.attached_fds())?)
+        let payload = outgoing.pickle().io_slices();
+        Ok(self.send_slices_with_fds(&payload, &outgoing.attached_fds())?)
     }
 
     /// Receives one message as Python's `conn.recv()` would in a torch
@@ -133,9 +171,34 @@ impl Connection {
     /// [`recv_bytes`](Self::recv_bytes)); any error of
     /// [`SharingContext::loads`].
     pub fn recv(&mut self, sharing: &SharingContext) -> Result<Value, Error> {
-        let mut pickle = Vec::new();
-        let fds = self.recv_bytes_with_fds(&mut pickle)?;
-        sharing.loads_with_fds(&pickle, fds)
+        let mut buffer = std::mem::take(&mut self.receive_buffer);
+        let mut reader = CollectingReader::new(&self.stream);
+        let received =
+            read_message_reusing(&mut reader, &mut buffer, self.options.max_message_bytes);
+        let len = match received {
+            Ok(len) => len,
+            Err(error) => {
+                self.keep_receive_buffer(buffer);
+                return Err(ConnectionError::from_receive(error).into());
+            }
+        };
+        let fds = reader.into_fds();
+        // Large `bytes` in the message are decoded as slices of this buffer;
+        // it comes back for the next message once they are all gone.
+        let buffer = Arc::new(buffer);
+        let message = SharedBytes::from_shared_vec(Arc::clone(&buffer), len);
+        let value = sharing.loads_with_fds(&message, fds);
+        drop(message);
+        if let Ok(buffer) = Arc::try_unwrap(buffer) {
+            self.keep_receive_buffer(buffer);
+        }
+        value
+    }
+
+    fn keep_receive_buffer(&mut self, buffer: Vec<u8>) {
+        if buffer.capacity() <= KEPT_RECEIVE_BUFFER_MAX {
+            self.receive_buffer = buffer;
+        }
     }
 
     /// Receives one message into `buf`, replacing its contents and reusing
@@ -189,10 +252,7 @@ impl Connection {
             .stream
             .try_clone()
             .map_err(|e| ConnectionError::io("duplicating the connection's socket", e))?;
-        Ok(Self {
-            stream,
-            options: self.options,
-        })
+        Ok(Self::from_stream(stream, self.options))
     }
 
     /// The socket itself.

@@ -53,7 +53,7 @@ fn iterable_arg(call: &Call<'_>) -> Result<Vec<Value>, RebuildError> {
 fn bytearray(call: Call<'_>) -> Result<Value, RebuildError> {
     match call.reduce_args()? {
         [] => Ok(Value::ByteArray(Vec::new())),
-        [Value::Bytes(b)] => Ok(Value::ByteArray(b.clone())),
+        [Value::Bytes(b)] => Ok(Value::ByteArray(b.to_vec())),
         [Value::Str(s), Value::Str(encoding)] if is_latin1(encoding) => {
             Ok(Value::ByteArray(latin1_bytes(&call, s)?))
         }
@@ -65,7 +65,7 @@ fn bytearray(call: Call<'_>) -> Result<Value, RebuildError> {
 fn codecs_encode(call: Call<'_>) -> Result<Value, RebuildError> {
     match call.reduce_args()? {
         [Value::Str(s), Value::Str(encoding)] if is_latin1(encoding) => {
-            Ok(Value::Bytes(latin1_bytes(&call, s)?))
+            Ok(Value::Bytes(latin1_bytes(&call, s)?.into()))
         }
         _ => Err(call.wrong_arguments("(str, 'latin1')")),
     }

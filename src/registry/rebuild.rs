@@ -345,7 +345,7 @@ impl<'a> Walker<'a> {
             Node::BigInt(bytes) => Value::BigInt(bytes.clone()),
             Node::Float(f) => Value::Float(*f),
             Node::Str(s) => Value::Str(s.clone()),
-            Node::Bytes(b) => Value::Bytes(b.clone()),
+            Node::Bytes(b) => Value::Bytes(b.clone().into_shared()),
             Node::ByteArray(b) => Value::ByteArray(b.clone()),
             Node::Tuple(items) => Value::Tuple(self.eval_all(items, depth)?),
             Node::List(items) => Value::List(self.eval_all(items, depth)?),

@@ -137,7 +137,7 @@ fn dup_fd(call: Call<'_>) -> Result<Value, RebuildError> {
     };
     let address = match address {
         Value::Str(path) => path.as_bytes().to_vec(),
-        Value::Bytes(abstract_name) => abstract_name.clone(),
+        Value::Bytes(abstract_name) => abstract_name.to_vec(),
         _ => return Err(call.invalid("address must be a str path or bytes abstract name")),
     };
     let key = int(&call, key, "key")?;
@@ -186,8 +186,8 @@ fn rebuild_storage_filename(call: Call<'_>) -> Result<Value, RebuildError> {
         }
     };
     let segment = SegmentRef {
-        manager_handle: manager.clone(),
-        name: name.clone(),
+        manager_handle: manager.to_vec(),
+        name: name.to_vec(),
     };
     let size = int(&call, size, "size")?;
     let make = |nbytes| match call.sharing {
@@ -204,7 +204,7 @@ fn rebuild_storage_filename(call: Call<'_>) -> Result<Value, RebuildError> {
         }
         // Every reference to one segment name in a message is one storage, as
         // torch's receiver finds it in its cache by handle.
-        None => Ok(call.shared_storage(StorageKey::Segment(name.clone()), || {
+        None => Ok(call.shared_storage(StorageKey::Segment(name.to_vec()), || {
             Storage::remote(Residence::FileSystem(segment.clone()), nbytes)
         })),
     };
@@ -250,7 +250,7 @@ fn rebuild_cuda_tensor(call: Call<'_>) -> Result<Value, RebuildError> {
         return Err(call.wrong_arguments("the 15 arguments of rebuild_cuda_tensor"));
     };
     let bytes = |v: &Value, what: &str| match v {
-        Value::Bytes(b) => Ok(b.clone()),
+        Value::Bytes(b) => Ok(b.to_vec()),
         _ => Err(call.invalid(format!("{what} must be bytes"))),
     };
     let cuda = CudaRef {

@@ -9,6 +9,12 @@
 //! of that storage alone. A storage viewed by several tensors is written
 //! once and memoized, so the receiver rebuilds one storage. The receiver
 //! gets copies: nothing is shared after the message.
+//!
+//! No byte is copied to be sent: the payload is a chunk list whose storage
+//! chunk is the storage's own memory, written to the socket with vectored
+//! writes. The receiver reads the message into a buffer it keeps from
+//! message to message, decodes the payload as a slice of it, and copies
+//! each storage once, from the message into its own memory.
 
 use tensorshare_compat::pickle::Pickle;
 

@@ -56,7 +56,7 @@ impl StorageReducer for FdReducer<'_> {
 
         // CPython reports abstract socket names as bytes, paths as str.
         let address = if id.address.starts_with('\0') {
-            out.push(Node::Bytes(id.address.clone().into_bytes()))
+            out.push(Node::Bytes(id.address.clone().into_bytes().into()))
         } else {
             out.push(Node::Str(id.address.clone()))
         };

@@ -45,8 +45,8 @@ impl StorageReducer for FsReducer<'_> {
         self.context.by_name.insert(segment.name().clone(), &shared);
         let (manager, name) = FileSystemStrategy::default().export(segment)?.into_parts();
 
-        let manager = out.push(Node::Bytes(manager.as_bytes().to_vec()));
-        let name = out.push(Node::Bytes(name.as_str().as_bytes().to_vec()));
+        let manager = out.push(Node::Bytes(manager.as_bytes().into()));
+        let name = out.push(Node::Bytes(name.as_str().as_bytes().into()));
         let nbytes = out.int(storage.nbytes());
         let class = out.global("torch.storage", "UntypedStorage");
         let rebuild = out.global(REDUCTIONS, "rebuild_storage_filename");

@@ -21,7 +21,10 @@ use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use tensorshare_compat::pickle::{EncodeOptions, encode};
+use tensorshare_compat::pickle::{
+    Decoded, EncodeOptions, EncodedPickle, SharedBytes, decode_all, decode_all_shared,
+    encode_vectored,
+};
 use tensorshare_strategies::fd_passing::MAX_FDS_PER_MESSAGE;
 use tensorshare_strategies::file_descriptor::{FdSegment, FileIdentity};
 use tensorshare_strategies::file_system::SegmentName;
@@ -190,7 +193,7 @@ impl SharingContext {
     /// When a storage cannot be shared (out of fds or memory, a storage whose
     /// bytes are not in this process) or the value has no pickled form.
     pub fn dumps(&self, value: &Value) -> Result<Vec<u8>, Error> {
-        Ok(self.dumps_outgoing(value)?.pickle)
+        Ok(self.dumps_outgoing(value)?.pickle.into_vec())
     }
 
     /// Pickles `value` as [`dumps`](Self::dumps) does, keeping the storages
@@ -206,7 +209,7 @@ impl SharingContext {
             StrategyKind::FileSystem => reduce_value(value, &file_system::FsReducer::new(self))?,
             StrategyKind::FileDescriptor => reduce_value(value, &fd_reducer)?,
         };
-        let pickle = encode(&pickle, &EncodeOptions::new())
+        let pickle = encode_vectored(&pickle, &EncodeOptions::new())
             .map_err(|e| Error::Unsupported(e.to_string()))?;
         let mut shared = fd_reducer.into_shared();
         if !self.inline_fds || shared.len() > MAX_FDS_PER_MESSAGE {
@@ -227,16 +230,29 @@ impl SharingContext {
     /// Any decoding or rebuilding error; a storage whose fd cannot be fetched
     /// (sender gone, wrong authkey).
     pub fn loads(&self, bytes: &[u8]) -> Result<Value, Error> {
-        self.loads_with_fds(bytes, Vec::new())
+        let limits = self.registry.options().limits;
+        self.rebuild_message(decode_all(bytes, &self.registry, &limits)?, Vec::new())
     }
 
     /// Rebuilds a pickle that arrived with `fds` attached (see
     /// [`with_inline_fds`](Self::with_inline_fds)), mapping storages from
     /// them where they pair with the message's `DupFd`s and fetching the
     /// rest.
-    pub(crate) fn loads_with_fds(&self, bytes: &[u8], fds: Vec<OwnedFd>) -> Result<Value, Error> {
+    ///
+    /// Large `bytes` in the message (a `bytes`-strategy storage) are read
+    /// from `message`'s buffer: a storage's bytes are copied once, into the
+    /// storage.
+    pub(crate) fn loads_with_fds(
+        &self,
+        message: &SharedBytes,
+        fds: Vec<OwnedFd>,
+    ) -> Result<Value, Error> {
         let limits = self.registry.options().limits;
-        let decoded = tensorshare_compat::pickle::decode_all(bytes, &self.registry, &limits)?;
+        let decoded = decode_all_shared(message, &self.registry, &limits)?;
+        self.rebuild_message(decoded, fds)
+    }
+
+    fn rebuild_message(&self, decoded: Decoded, fds: Vec<OwnedFd>) -> Result<Value, Error> {
         let mut walker = Walker::new(&self.registry, &decoded.pickle, None);
         let receipt = Receipt::new(self, &mut walker, fds);
         Ok(walker.attaching(&receipt).run()?)
@@ -330,12 +346,12 @@ impl SharingContext {
 /// A pickled message and the storages whose fds go with it, in the order
 /// the receiver expects them.
 pub(crate) struct Outgoing {
-    pickle: Vec<u8>,
+    pickle: EncodedPickle,
     attached: Vec<Storage>,
 }
 
 impl Outgoing {
-    pub(crate) fn pickle(&self) -> &[u8] {
+    pub(crate) fn pickle(&self) -> &EncodedPickle {
         &self.pickle
     }
 

@@ -1,18 +1,25 @@
 //! The `bytes` strategy: the bytes themselves travel.
 //!
-//! A segment is a heap buffer. Exporting copies the bytes out (that copy is
-//! what goes into the message, as `pickle.dumps(tensor)` does with
-//! `torch.storage._load_from_bytes`); importing takes the received buffer as
-//! the segment without copying again. Nothing is shared: writes on one side
-//! never show on the other ([`StrategyKind::shares_memory`] is `false`).
-//! No fds, no mappings: this strategy works wherever shared memory does not.
+//! A segment is a [`HeapBuffer`]: a `Vec<u8>` when small, from 1 MiB on a
+//! private mapping recycled through a process-wide pool, so that a stream of
+//! large messages does not pay the page faults of fresh memory for every one.
+//! A sender writes a segment's bytes to the socket from where they are, and
+//! a receiver makes its segment with one copy out of the message
+//! ([`BytesSegment::copy_of`]): the `memcpy` of `pickle.loads`, and no
+//! other. [`export`](SharingStrategy::export) and
+//! [`import`](SharingStrategy::import) are the handle form of the trait: a
+//! copy out, and a received buffer taken as it is.
+//! Nothing is shared: writes on one side never show on the other
+//! ([`StrategyKind::shares_memory`] is `false`). No fds, no shared mappings:
+//! this strategy works wherever shared memory does not.
 
 use std::any::Any;
 use std::sync::Arc;
 
 use crate::error::MAX_SEGMENT_BYTES;
+use crate::heap::HeapBuffer;
 use crate::{
-    AllocateError, Errno, ExportError, ImportError, Segment, SharingStrategy, StrategyKind,
+    AllocateError, ExportError, ImportError, Segment, SharingStrategy, StrategyKind,
     WritableSegment,
 };
 
@@ -23,18 +30,25 @@ pub struct BytesStrategy;
 /// A heap buffer holding a storage's bytes.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BytesSegment {
-    bytes: Vec<u8>,
+    bytes: HeapBuffer,
 }
 
 impl BytesSegment {
     /// Wraps bytes that are already in memory, without copying.
     pub fn from_vec(bytes: Vec<u8>) -> Self {
-        BytesSegment { bytes }
+        BytesSegment {
+            bytes: HeapBuffer::from_vec(bytes),
+        }
     }
 
-    /// The bytes, without copying.
-    pub fn into_vec(self) -> Vec<u8> {
-        self.bytes
+    /// A segment holding a copy of `bytes`: one copy, into a recycled or a
+    /// fresh buffer ([`HeapBuffer::copy_of`]).
+    ///
+    /// # Errors
+    ///
+    /// [`AllocateError::OutOfMemory`] when the buffer cannot be allocated.
+    pub fn copy_of(bytes: &[u8]) -> Result<BytesSegment, AllocateError> {
+        HeapBuffer::copy_of(bytes).map(|bytes| BytesSegment { bytes })
     }
 }
 
@@ -66,16 +80,6 @@ impl WritableSegment for BytesSegment {
     }
 }
 
-/// A zero-filled buffer of `nbytes`, or `None` when the allocator refuses;
-/// never aborts the process the way `vec![0; n]` does.
-fn try_zeroed(nbytes: usize) -> Option<Vec<u8>> {
-    let mut bytes = Vec::new();
-    bytes.try_reserve_exact(nbytes).ok()?;
-    // Within the reserved capacity: no reallocation.
-    bytes.resize(nbytes, 0);
-    Some(bytes)
-}
-
 impl SharingStrategy for BytesStrategy {
     const KIND: StrategyKind = StrategyKind::Bytes;
     type Segment = BytesSegment;
@@ -83,14 +87,7 @@ impl SharingStrategy for BytesStrategy {
     type Handle = Vec<u8>;
 
     fn allocate(&self, nbytes: usize) -> Result<BytesSegment, AllocateError> {
-        if nbytes > MAX_SEGMENT_BYTES {
-            return Err(AllocateError::TooLarge { nbytes });
-        }
-        let bytes = try_zeroed(nbytes).ok_or(AllocateError::OutOfMemory {
-            nbytes,
-            errno: Errno::ENOMEM,
-        })?;
-        Ok(BytesSegment { bytes })
+        HeapBuffer::zeroed(nbytes).map(|bytes| BytesSegment { bytes })
     }
 
     fn export(&self, segment: &BytesSegment) -> Result<Vec<u8>, ExportError> {
@@ -111,7 +108,7 @@ impl SharingStrategy for BytesStrategy {
             return Err(ImportError::HandleTooSmall { nbytes, available });
         }
         bytes.truncate(nbytes);
-        Ok(BytesSegment { bytes })
+        Ok(BytesSegment::from_vec(bytes))
     }
 }
 
@@ -128,6 +125,17 @@ mod tests {
     #[test]
     fn import_keeps_the_announced_prefix() {
         let segment = BytesStrategy.import(vec![1, 2, 3, 4], 2).expect("import");
-        assert_eq!(segment.into_vec(), vec![1, 2]);
+        assert_eq!(segment.as_bytes(), [1, 2]);
+    }
+
+    #[test]
+    fn copy_of_holds_the_bytes() {
+        for nbytes in [0, 5, 3 << 20] {
+            let bytes: Vec<u8> = (0..nbytes).map(|i| (i % 253) as u8).collect();
+            let segment = BytesSegment::copy_of(&bytes).expect("copy_of");
+            assert_eq!(segment.len(), nbytes);
+            assert_eq!(segment.as_bytes(), bytes.as_slice());
+            assert_eq!(BytesStrategy.export(&segment).expect("export"), bytes);
+        }
     }
 }

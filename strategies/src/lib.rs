@@ -18,6 +18,9 @@
 //!   process, type-erased so the runtime can keep `Arc<dyn Segment>`.
 //! - [`fd_passing`]: `sendmsg`/`recvmsg` with `SCM_RIGHTS`, compatible with
 //!   CPython's `multiprocessing.reduction.sendfds` and `recvfds`.
+//! - [`heap`]: the `bytes` strategy's buffers; large ones are mappings kept
+//!   in a bounded process-wide pool, so they are not faulted in anew for
+//!   every message.
 //!
 //! # Example
 //!
@@ -65,6 +68,11 @@
 //!   registered before it is handed out and unregistered before it is
 //!   unmapped, so the page it replaces belongs to a live mapping of ours
 //!   whose bytes other processes could have changed anyway.
+//! - [`heap`] maps anonymous memory for large buffers and keeps dropped
+//!   ones in a pool for reuse. The pool owns each mapping by value, so a
+//!   range is never handed to two buffers; the `MADV_FREE` advice it gives
+//!   pooled mappings may turn their bytes into zeros, so a buffer built from
+//!   one writes every byte it exposes before handing it out.
 //! - [`orphans`] calls `fcntl(2)` with the lease commands, which nix does not
 //!   wrap, passing an fd borrowed for the call and an integer.
 //! - [`shm_manager`]'s private `daemon` module calls `fork` to start the
@@ -78,6 +86,7 @@ mod fault_guard;
 pub mod fd_passing;
 pub mod file_descriptor;
 pub mod file_system;
+pub mod heap;
 mod kind;
 mod mapping;
 pub mod memmap;

@@ -160,7 +160,7 @@ pub fn all(dtypes: &[DType]) -> Vec<Case> {
             (
                 s("ordered"),
                 Value::OrderedDict(vec![
-                    (s("zeta"), Value::Bytes(b"\x00\xffbytes".to_vec())),
+                    (s("zeta"), Value::Bytes(b"\x00\xffbytes".into())),
                     (
                         s("alpha ✓"),
                         Value::List(vec![Value::Dict(vec![(Value::Int(1), big)])]),
@@ -305,8 +305,8 @@ pub fn filename_tensor_pickle(manager: &[u8], name: &[u8], nbytes: usize) -> Vec
     use tensorshare_compat::pickle::Node;
     let mut out = PickleBuilder::default();
     let class = out.global("torch.storage", "UntypedStorage");
-    let manager = out.push(Node::Bytes(manager.to_vec()));
-    let name = out.push(Node::Bytes(name.to_vec()));
+    let manager = out.push(Node::Bytes(manager.into()));
+    let name = out.push(Node::Bytes(name.into()));
     let size = out.int(nbytes);
     let rebuild_storage = out.global(REDUCTIONS, "rebuild_storage_filename");
     let untyped = out.call(rebuild_storage, vec![class, manager, name, size]);

@@ -6,7 +6,7 @@
 //! big-endian unsigned length (`struct.pack("!Q", n)`).
 
 use std::fmt;
-use std::io::{self, ErrorKind, Read, Write};
+use std::io::{self, ErrorKind, IoSlice, Read, Write};
 
 /// The longest payload announced by the 4-byte header alone; longer ones use
 /// the `-1` marker and an 8-byte length.
@@ -194,6 +194,76 @@ pub fn write_message<W: Write + ?Sized>(writer: &mut W, payload: &[u8]) -> io::R
     }
 }
 
+/// Writes one message whose payload is `payload`'s slices back to back, as
+/// [`write_message`] writes the joined payload; large payloads go out with
+/// vectored writes, so that pieces in other buffers (a tensor's storage)
+/// are not copied first.
+///
+/// # Errors
+///
+/// Whatever the stream's writes return; [`ErrorKind::WriteZero`] when it
+/// stops taking bytes.
+///
+/// # Examples
+///
+/// ```
+/// use std::io::IoSlice;
+/// use tensorshare_compat::connection::write_message_vectored;
+///
+/// let mut wire = Vec::new();
+/// write_message_vectored(&mut wire, &[IoSlice::new(b"h"), IoSlice::new(b"i")])?;
+/// assert_eq!(wire, [0, 0, 0, 2, b'h', b'i']);
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub fn write_message_vectored<W: Write + ?Sized>(
+    writer: &mut W,
+    payload: &[IoSlice<'_>],
+) -> io::Result<()> {
+    let payload_len: usize = payload.iter().map(|slice| slice.len()).sum();
+    if payload_len <= SINGLE_WRITE_MAX_LEN {
+        let mut joined = [0u8; SINGLE_WRITE_MAX_LEN];
+        let mut filled = 0;
+        for slice in payload {
+            if let Some(place) = joined.get_mut(filled..filled + slice.len()) {
+                place.copy_from_slice(slice);
+            }
+            filled += slice.len();
+        }
+        return write_message(writer, joined.get(..payload_len).unwrap_or_default());
+    }
+    let header = FrameHeader::new(payload_len as u64);
+    let mut slices = Vec::with_capacity(payload.len() + 1);
+    slices.push(IoSlice::new(header.as_bytes()));
+    slices.extend_from_slice(payload);
+    write_all_vectored(writer, &mut slices)
+}
+
+/// At most this many slices per `writev`: Linux's `IOV_MAX`.
+const MAX_SLICES_PER_WRITE: usize = 1024;
+
+/// `Write::write_all_vectored`, which is not stable.
+fn write_all_vectored<W: Write + ?Sized>(
+    writer: &mut W,
+    mut slices: &mut [IoSlice<'_>],
+) -> io::Result<()> {
+    IoSlice::advance_slices(&mut slices, 0);
+    while !slices.is_empty() {
+        let batch = slices.get(..MAX_SLICES_PER_WRITE).unwrap_or(slices);
+        match writer.write_vectored(batch) {
+            Ok(0) => {
+                return Err(io::Error::new(
+                    ErrorKind::WriteZero,
+                    "the stream stopped taking bytes in the middle of a message",
+                ));
+            }
+            Ok(written) => IoSlice::advance_slices(&mut slices, written),
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 /// Reads one header and returns the payload length it announces.
 ///
 /// The payload itself is left in the stream, for callers that put it
@@ -275,18 +345,78 @@ pub fn read_message_into<R: Read + ?Sized>(
     max_len: usize,
 ) -> Result<usize, FramingError> {
     buf.clear();
-    let claimed = read_header(reader)?;
-    let limit = u64::try_from(max_len).unwrap_or(u64::MAX);
-    let payload_len = match usize::try_from(claimed) {
-        Ok(len) if claimed <= limit => len,
-        _ => return Err(FramingError::TooLarge { claimed, limit }),
-    };
+    let payload_len = read_payload_len(reader, max_len)?;
     buf.reserve(payload_len.min(INITIAL_RESERVE_MAX));
-    let received = reader.take(claimed).read_to_end(buf)?;
+    let received = reader.take(payload_len as u64).read_to_end(buf)?;
     if received < payload_len {
         return Err(truncated(FramePart::Payload, payload_len, received));
     }
     Ok(received)
+}
+
+/// Reads one message into the front of `buf` and returns its length: the
+/// message is `buf[..len]`. `buf` only ever grows, and only as payload
+/// bytes arrive; what lies past the message is left from earlier ones. A
+/// buffer kept from message to message is therefore written in place,
+/// without the cost of zeroing or first-touching fresh memory every time.
+///
+/// # Errors
+///
+/// As [`read_message`]. On error `buf` holds whatever part of the payload
+/// arrived at its front.
+///
+/// # Examples
+///
+/// ```
+/// use tensorshare_compat::connection::read_message_reusing;
+///
+/// let mut buf = Vec::new();
+/// let mut wire: &[u8] = &[0, 0, 0, 3, b'o', b'n', b'e', 0, 0, 0, 1, b'2'];
+/// let len = read_message_reusing(&mut wire, &mut buf, 1024)?;
+/// assert_eq!(&buf[..len], b"one");
+/// let len = read_message_reusing(&mut wire, &mut buf, 1024)?;
+/// assert_eq!(&buf[..len], b"2");
+/// assert_eq!(buf, b"2ne");
+/// # Ok::<(), tensorshare_compat::connection::FramingError>(())
+/// ```
+pub fn read_message_reusing<R: Read + ?Sized>(
+    reader: &mut R,
+    buf: &mut Vec<u8>,
+    max_len: usize,
+) -> Result<usize, FramingError> {
+    let payload_len = read_payload_len(reader, max_len)?;
+    let mut filled = 0;
+    while filled < payload_len {
+        if buf.len() <= filled {
+            let grown = filled
+                .saturating_mul(2)
+                .max(INITIAL_RESERVE_MAX)
+                .min(payload_len);
+            buf.resize(grown, 0);
+        }
+        let end = payload_len.min(buf.len());
+        let room = buf.get_mut(filled..end).unwrap_or_default();
+        match reader.read(room) {
+            Ok(0) => return Err(truncated(FramePart::Payload, payload_len, filled)),
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(payload_len)
+}
+
+/// Reads a header and checks its length against `max_len`.
+fn read_payload_len<R: Read + ?Sized>(
+    reader: &mut R,
+    max_len: usize,
+) -> Result<usize, FramingError> {
+    let claimed = read_header(reader)?;
+    let limit = u64::try_from(max_len).unwrap_or(u64::MAX);
+    match usize::try_from(claimed) {
+        Ok(len) if claimed <= limit => Ok(len),
+        _ => Err(FramingError::TooLarge { claimed, limit }),
+    }
 }
 
 /// Fills `buf` as far as the stream allows; returns how many bytes arrived

@@ -36,5 +36,6 @@ pub use auth::{
 pub use digest::{HmacDigest, LEGACY_CHALLENGE_LEN};
 pub use framing::{
     FrameHeader, FramePart, FramingError, LONG_FORM_MARKER, SHORT_FORM_MAX_LEN,
-    SINGLE_WRITE_MAX_LEN, read_header, read_message, read_message_into, write_message,
+    SINGLE_WRITE_MAX_LEN, read_header, read_message, read_message_into, read_message_reusing,
+    write_message, write_message_vectored,
 };

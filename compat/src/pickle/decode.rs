@@ -12,7 +12,7 @@ mod text;
 
 pub use error::{DecodeError, DecodeErrorCode};
 
-use super::Pickle;
+use super::{Pickle, SharedBytes};
 
 /// Decides which globals a pickle may name.
 ///
@@ -210,8 +210,48 @@ pub fn decode_all(
     globals: &dyn GlobalFilter,
     limits: &Limits,
 ) -> Result<Decoded, DecodeError> {
-    let decoded = decode(input, globals, limits)?;
-    let count = input.len().saturating_sub(decoded.consumed);
+    whole(decode(input, globals, limits)?, input.len())
+}
+
+/// Decodes `input` as exactly one pickle, as [`decode_all`] does, with
+/// every `bytes` payload of 64 KiB or more a slice of `input`'s buffer
+/// instead of a copy: a message's tensor data is not copied to be decoded.
+/// Smaller payloads are copied, so that keeping one does not keep the whole
+/// message.
+///
+/// # Examples
+///
+/// ```
+/// use tensorshare_compat::pickle::{Limits, Node, SharedBytes, decode_all_shared};
+///
+/// let mut message = vec![0x80, 4, 0x8e];
+/// message.extend_from_slice(&(100_000u64).to_le_bytes());
+/// message.extend(std::iter::repeat_n(7u8, 100_000));
+/// message.push(b'.');
+/// let message = SharedBytes::from(message);
+/// let decoded = decode_all_shared(&message, &|_: &str, _: &str| false, &Limits::default())?;
+/// let Node::Bytes(payload) = decoded.pickle.node(decoded.pickle.root()) else { panic!() };
+/// // The payload is the message's own bytes, not a copy.
+/// assert_eq!(payload.chunks()[0].as_ptr(), message[11..].as_ptr());
+/// # Ok::<(), tensorshare_compat::pickle::DecodeError>(())
+/// ```
+///
+/// # Errors
+///
+/// Those of [`decode_all`].
+pub fn decode_all_shared(
+    input: &SharedBytes,
+    globals: &dyn GlobalFilter,
+    limits: &Limits,
+) -> Result<Decoded, DecodeError> {
+    let decoded = machine::Machine::sharing(input, globals, limits).run()?;
+    whole(decoded, input.len())
+}
+
+/// `decoded`, or [`DecodeErrorCode::TrailingBytes`] when it did not take
+/// all `input_len` bytes.
+fn whole(decoded: Decoded, input_len: usize) -> Result<Decoded, DecodeError> {
+    let count = input_len.saturating_sub(decoded.consumed);
     if count > 0 {
         return Err(DecodeError {
             offset: decoded.consumed,

@@ -19,6 +19,7 @@
 
 mod atoms;
 mod batch;
+mod encoded;
 mod fix_imports;
 mod globals;
 mod graph_check;
@@ -36,6 +37,7 @@ use crate::pickle::opcodes::{
 use crate::pickle::{Node, NodeId, Object, Pickle};
 use atoms::sized_header;
 use batch::{BatchStyle, Batches, Items};
+pub use encoded::EncodedPickle;
 use writer::FramedWriter;
 
 /// The lowest protocol the encoder writes: the first with `NEWOBJ`, which
@@ -216,9 +218,7 @@ fn referenced_by(parent: &Option<NodeId>) -> String {
 /// Panics, as [`Pickle::root`] does, if the arena holds nodes but no root
 /// was set.
 pub fn encode(pickle: &Pickle, options: &EncodeOptions) -> Result<Vec<u8>, EncodeError> {
-    let mut out = Vec::new();
-    encode_into(pickle, options, &mut out)?;
-    Ok(out)
+    Ok(encode_with(pickle, options, false)?.into_vec())
 }
 
 /// Encodes the arena's root as a pickle appended to `out`.
@@ -235,6 +235,34 @@ pub fn encode_into(
     options: &EncodeOptions,
     out: &mut Vec<u8>,
 ) -> Result<(), EncodeError> {
+    out.extend_from_slice(&encode(pickle, options)?);
+    Ok(())
+}
+
+/// Encodes the arena's root as [`encode`] does, leaving every chunk of
+/// 64 KiB or more of a large `bytes` node in its own buffer: the bytes on
+/// the wire are the same, and a storage travels without being copied into
+/// the pickle.
+///
+/// # Errors
+///
+/// As [`encode`].
+///
+/// # Panics
+///
+/// As [`encode`].
+pub fn encode_vectored(
+    pickle: &Pickle,
+    options: &EncodeOptions,
+) -> Result<EncodedPickle, EncodeError> {
+    encode_with(pickle, options, true)
+}
+
+fn encode_with(
+    pickle: &Pickle,
+    options: &EncodeOptions,
+    out_of_line: bool,
+) -> Result<EncodedPickle, EncodeError> {
     let protocol = options.protocol;
     if !(LOWEST_PROTOCOL..=HIGHEST_PROTOCOL).contains(&protocol) {
         return Err(EncodeError::UnsupportedProtocol { protocol });
@@ -245,22 +273,18 @@ pub fn encode_into(
     let root = pickle.root();
     graph_check::check_graph(pickle, root, protocol)?;
 
-    let start = out.len();
     let mut encoder = Encoder {
         pickle,
         protocol,
         fix_imports: options.fix_imports && protocol < 3,
-        out: FramedWriter::new(out),
+        out: FramedWriter::new(out_of_line),
         node_memo: vec![None; pickle.len()],
         memo: FxHashMap::default(),
         memo_len: 0,
         tasks: Vec::new(),
     };
-    let result = encoder.run(root);
-    if result.is_err() {
-        out.truncate(start);
-    }
-    result
+    encoder.run(root)?;
+    Ok(encoder.out.finish())
 }
 
 /// What a memo slot holds, for finding it again.
@@ -306,11 +330,11 @@ enum Task<'a> {
     Batches(Batches<'a>),
 }
 
-struct Encoder<'a, 'o> {
+struct Encoder<'a> {
     pickle: &'a Pickle,
     protocol: u8,
     fix_imports: bool,
-    out: FramedWriter<'o>,
+    out: FramedWriter,
     /// Memo slots of nodes, by node index: every node ends up here.
     node_memo: Vec<Option<u32>>,
     /// Memo slots of everything else.
@@ -321,7 +345,7 @@ struct Encoder<'a, 'o> {
     tasks: Vec<Task<'a>>,
 }
 
-impl<'a> Encoder<'a, '_> {
+impl<'a> Encoder<'a> {
     fn run(&mut self, root: NodeId) -> Result<(), EncodeError> {
         self.out.write(&[PROTO, self.protocol]);
         if self.protocol >= 4 {
@@ -422,9 +446,11 @@ impl<'a> Encoder<'a, '_> {
                 self.write_str(text)?;
                 self.memo_put(key)?;
             }
-            Node::Bytes(bytes) if self.protocol < 3 => self.save_bytes_protocol2(bytes, key)?,
+            Node::Bytes(bytes) if self.protocol < 3 => {
+                self.save_bytes_protocol2(&bytes.contiguous(), key)?
+            }
             Node::Bytes(bytes) => {
-                self.write_bytes(bytes)?;
+                self.write_byte_chunks(bytes)?;
                 self.memo_put(key)?;
             }
             Node::ByteArray(bytes) if self.protocol < 5 => self.save_bytearray_reduce(bytes, id)?,

@@ -6,11 +6,13 @@
 //! have been called in a [`Node::Object`]. The runtime decides what, if
 //! anything, each allowed global means.
 
+mod bytes;
 mod decode;
 mod encode;
 pub mod opcodes;
 mod value;
 
+pub use bytes::{ByteChunks, SharedBytes};
 pub use decode::*;
 pub use encode::*;
 pub use value::{Construction, Global, Node, NodeId, Object, Pickle};

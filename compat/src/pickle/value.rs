@@ -6,6 +6,8 @@
 //! they are referenced (`EMPTY_LIST`, `MEMOIZE`, ..., `APPENDS`), and a
 //! hostile pickle can build cycles. Dropping an arena never recurses.
 
+use super::ByteChunks;
+
 /// Index of a node in a [`Pickle`] arena.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct NodeId(u32);
@@ -96,8 +98,8 @@ pub enum Node {
     Float(f64),
     /// A `str`.
     Str(String),
-    /// A `bytes`.
-    Bytes(Vec<u8>),
+    /// A `bytes`: large ones share the decoded message's buffer.
+    Bytes(ByteChunks),
     /// A `bytearray`.
     ByteArray(Vec<u8>),
     /// A `tuple`.

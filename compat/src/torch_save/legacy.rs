@@ -19,7 +19,7 @@ use super::{
     ReadOptions, StorageRecord, StreamPart, TorchSaveArchive, TorchSaveError, TorchSaveFormat,
     WithStorageClasses, confine_storage_classes, no_globals, pickle_error,
 };
-use crate::pickle::{GlobalFilter, Limits, Node, Pickle, decode};
+use crate::pickle::{GlobalFilter, Limits, Node, Pickle, SharedBytes, decode};
 
 /// torch's `MAGIC_NUMBER`.
 pub(super) const MAGIC_NUMBER: i128 = 0x1950_a86a_20f9_469c_fc6c;
@@ -49,6 +49,17 @@ pub(super) const PROTOCOL_VERSION: i64 = 1001;
 ///   [`TorchSaveError::SizeLimit`] past the `options` limits.
 pub fn read_legacy(
     bytes: &[u8],
+    globals: &dyn GlobalFilter,
+    options: &ReadOptions,
+) -> Result<TorchSaveArchive, TorchSaveError> {
+    read_legacy_from(bytes, None, globals, options)
+}
+
+/// [`read_legacy`], with each record a slice of `shared` (which `bytes` is
+/// all of) instead of a copy when it is given.
+pub(super) fn read_legacy_from(
+    bytes: &[u8],
+    shared: Option<&SharedBytes>,
     globals: &dyn GlobalFilter,
     options: &ReadOptions,
 ) -> Result<TorchSaveArchive, TorchSaveError> {
@@ -137,7 +148,11 @@ pub fn read_legacy(
         }
         // A length past usize cannot be in memory: the input ends first.
         let nbytes = usize::try_from(expected_nbytes).unwrap_or(usize::MAX);
-        let data = stream.take(nbytes, part)?.to_vec();
+        let start = stream.pos;
+        let taken = stream.take(nbytes, part)?;
+        let data = shared
+            .and_then(|shared| shared.slice(start..start + taken.len()))
+            .unwrap_or_else(|| SharedBytes::from(taken));
         records.insert(key, StorageRecord::from_pid(pid, data));
     }
     if let Some(key) = pids.into_keys().next() {

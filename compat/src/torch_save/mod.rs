@@ -46,14 +46,15 @@ pub use persistent_id::{
     PersistentIdError, StoragePid, StorageView, is_storage_class_global, parse_storage_pid,
 };
 pub use writer::{
-    SavedStorage, TORCH_SAVE_PICKLE_PROTOCOL, WriteError, ZIP_ARCHIVE_DIR, push_storage_pid,
-    write_legacy, write_to_vec, write_zip,
+    SavedStorage, TORCH_SAVE_PICKLE_PROTOCOL, WriteError, ZIP_ARCHIVE_DIR, legacy_stream_chunks,
+    push_storage_pid, write_legacy, write_to_vec, write_zip,
 };
 pub use zip_reader::read_zip;
 
 use crate::dtype::DType;
 use crate::pickle::{
     Construction, DecodeError, DecodeErrorCode, Global, GlobalFilter, Limits, Node, NodeId, Pickle,
+    SharedBytes,
 };
 
 /// Which of torch.save's two formats a file is in.
@@ -82,7 +83,8 @@ pub struct StorageRecord {
     /// Elements of [`dtype`](Self::dtype) (bytes for `UntypedStorage`).
     pub numel: u64,
     /// The little-endian bytes: exactly `numel × element_size()` of them.
-    pub data: Vec<u8>,
+    /// Read by [`read_shared`] from a legacy stream, a slice of its buffer.
+    pub data: SharedBytes,
 }
 
 impl StorageRecord {
@@ -91,7 +93,7 @@ impl StorageRecord {
         self.dtype.map_or(1, DType::element_size)
     }
 
-    fn from_pid(pid: StoragePid, data: Vec<u8>) -> Self {
+    fn from_pid(pid: StoragePid, data: SharedBytes) -> Self {
         Self {
             key: pid.key,
             storage_class: pid.storage_class,
@@ -155,7 +157,7 @@ impl TorchSaveArchive {
                 key: pid.key.clone(),
             })?;
         let bytes = match &pid.view {
-            None => record.data.as_slice(),
+            None => &record.data,
             Some(view) => {
                 let size = pid.element_size() as u64;
                 let start = view.offset.checked_mul(size);
@@ -245,6 +247,25 @@ pub fn read(
     match detect_format(bytes)? {
         TorchSaveFormat::Zip => read_zip(bytes, globals, options),
         TorchSaveFormat::Legacy => read_legacy(bytes, globals, options),
+    }
+}
+
+/// Reads a torch.save file of either format, as [`read`] does, from a
+/// shared buffer: the storage records of a legacy stream are then slices of
+/// it rather than copies (what a `torch.storage._load_from_bytes` payload
+/// in a message needs: its bytes are copied once, into the storage).
+///
+/// # Errors
+///
+/// As [`read`].
+pub fn read_shared(
+    input: &SharedBytes,
+    globals: &dyn GlobalFilter,
+    options: &ReadOptions,
+) -> Result<TorchSaveArchive, TorchSaveError> {
+    match detect_format(input)? {
+        TorchSaveFormat::Zip => read_zip(input, globals, options),
+        TorchSaveFormat::Legacy => legacy::read_legacy_from(input, Some(input), globals, options),
     }
 }
 

@@ -290,7 +290,7 @@ fn node_at(pickle: &Pickle, id: NodeId) -> Result<&Node, PersistentIdError> {
 pub(crate) fn string_of(pickle: &Pickle, id: NodeId) -> Option<String> {
     match pickle.get(id)? {
         Node::Str(s) => Some(s.clone()),
-        Node::Bytes(b) => String::from_utf8(b.clone()).ok(),
+        Node::Bytes(b) => String::from_utf8(b.to_vec()).ok(),
         _ => None,
     }
 }

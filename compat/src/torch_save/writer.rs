@@ -50,7 +50,9 @@ use zip::{CompressionMethod, ZipWriter};
 use super::TorchSaveFormat;
 use super::legacy::{MAGIC_NUMBER, PROTOCOL_VERSION};
 use crate::dtype::DType;
-use crate::pickle::{EncodeError, EncodeOptions, Global, Node, NodeId, Pickle, encode};
+use crate::pickle::{
+    ByteChunks, EncodeError, EncodeOptions, Global, Node, NodeId, Pickle, SharedBytes, encode,
+};
 
 /// The pickle protocol `torch.save` writes by default.
 pub const TORCH_SAVE_PICKLE_PROTOCOL: u8 = 2;
@@ -77,12 +79,31 @@ pub struct SavedStorage<'a> {
     pub dtype: Option<DType>,
     /// The little-endian bytes.
     pub data: &'a [u8],
+    /// The buffer `data` is all of, when it is shared: the chunked legacy
+    /// stream then refers to it instead of copying it.
+    shared: Option<&'a SharedBytes>,
 }
 
 impl<'a> SavedStorage<'a> {
     /// A storage named `key` holding `data` as elements of `dtype`.
     pub fn new(key: &'a str, dtype: Option<DType>, data: &'a [u8]) -> Self {
-        Self { key, dtype, data }
+        Self {
+            key,
+            dtype,
+            data,
+            shared: None,
+        }
+    }
+
+    /// A storage whose bytes are in a shared buffer, which
+    /// [`legacy_stream_chunks`] writes without copying.
+    pub fn shared(key: &'a str, dtype: Option<DType>, data: &'a SharedBytes) -> Self {
+        Self {
+            key,
+            dtype,
+            data,
+            shared: Some(data),
+        }
     }
 
     /// The dtype the persistent id's class names in `format`: the
@@ -319,11 +340,52 @@ pub fn write_legacy<W: Write>(
     object: &Pickle,
     storages: &[SavedStorage<'_>],
 ) -> Result<(), WriteError> {
+    out.write_all(&legacy_head(object, storages)?)?;
+    for storage in storages {
+        out.write_all(&storage.numel(TorchSaveFormat::Legacy)?.to_le_bytes())?;
+        out.write_all(storage.data)?;
+    }
+    Ok(())
+}
+
+/// The stream [`write_legacy`] writes, as chunks to pickle as one `bytes`
+/// (a `torch.storage._load_from_bytes` payload) without copying: the bytes
+/// of each storage made with [`SavedStorage::shared`] are a chunk of their
+/// own; everything else is copied into the chunks between them.
+///
+/// # Errors
+///
+/// As [`write_legacy`].
+pub fn legacy_stream_chunks(
+    object: &Pickle,
+    storages: &[SavedStorage<'_>],
+) -> Result<ByteChunks, WriteError> {
+    let mut chunks = Vec::with_capacity(2 * storages.len() + 1);
+    let mut pending = legacy_head(object, storages)?;
+    for storage in storages {
+        pending.extend_from_slice(&storage.numel(TorchSaveFormat::Legacy)?.to_le_bytes());
+        match storage.shared {
+            Some(shared) => {
+                chunks.push(SharedBytes::from(std::mem::take(&mut pending)));
+                chunks.push(shared.clone());
+            }
+            None => pending.extend_from_slice(storage.data),
+        }
+    }
+    if !pending.is_empty() {
+        chunks.push(SharedBytes::from(pending));
+    }
+    Ok(ByteChunks::from_chunks(chunks))
+}
+
+/// The legacy stream up to the first storage's element count: magic
+/// number, protocol 1001, `sys_info`, the object and the key list.
+fn legacy_head(object: &Pickle, storages: &[SavedStorage<'_>]) -> Result<Vec<u8>, WriteError> {
     check_storages(storages, TorchSaveFormat::Legacy)?;
-    out.write_all(&encode_object(&magic_number())?)?;
-    out.write_all(&encode_object(&single(Node::Int(PROTOCOL_VERSION)))?)?;
-    out.write_all(&encode_object(&sys_info())?)?;
-    out.write_all(&encode_object(object)?)?;
+    let mut head = encode_object(&magic_number())?;
+    head.extend_from_slice(&encode_object(&single(Node::Int(PROTOCOL_VERSION)))?);
+    head.extend_from_slice(&encode_object(&sys_info())?);
+    head.extend_from_slice(&encode_object(object)?);
     let mut keys = Pickle::new();
     let items = storages
         .iter()
@@ -331,12 +393,8 @@ pub fn write_legacy<W: Write>(
         .collect();
     let list = keys.push(Node::List(items));
     keys.set_root(list);
-    out.write_all(&encode_object(&keys)?)?;
-    for storage in storages {
-        out.write_all(&storage.numel(TorchSaveFormat::Legacy)?.to_le_bytes())?;
-        out.write_all(storage.data)?;
-    }
-    Ok(())
+    head.extend_from_slice(&encode_object(&keys)?);
+    Ok(head)
 }
 
 fn check_storages(

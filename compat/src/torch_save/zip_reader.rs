@@ -119,7 +119,7 @@ pub fn read_zip(
         }
         // `expected <= found`, a length in memory.
         data.truncate(usize::try_from(expected).unwrap_or(usize::MAX));
-        records.insert(key, StorageRecord::from_pid(pid, data));
+        records.insert(key, StorageRecord::from_pid(pid, data.into()));
     }
 
     Ok(TorchSaveArchive {

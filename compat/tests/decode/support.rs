@@ -51,7 +51,7 @@ pub fn render(pickle: &Pickle, id: NodeId, path: &mut Vec<NodeId>) -> Value {
         Node::BigInt(bytes) => return json!({ "bigint": hex(bytes) }),
         Node::Float(value) => return json!({ "float": format!("{:016x}", value.to_bits()) }),
         Node::Str(value) => return json!(value),
-        Node::Bytes(bytes) => return json!({ "bytes": hex(bytes) }),
+        Node::Bytes(bytes) => return json!({ "bytes": hex(&bytes.contiguous()) }),
         Node::ByteArray(bytes) => return json!({ "bytearray": hex(bytes) }),
         Node::Global(global) => return json!({ "global": [global.module, global.name] }),
         _ if path.contains(&id) => return json!({ "cycle": null }),

@@ -170,7 +170,7 @@ impl<'p> Canon<'p> {
             Node::BigInt(b) => View::Int(Cow::Borrowed(b)),
             Node::Float(f) => View::Float(*f),
             Node::Str(s) => View::Str(s),
-            Node::Bytes(b) => View::Bytes(Cow::Borrowed(b)),
+            Node::Bytes(b) => View::Bytes(b.contiguous()),
             Node::ByteArray(b) => View::ByteArray(Cow::Borrowed(b)),
             Node::Tuple(items) => View::Tuple(items),
             Node::List(items) => View::List(items),

@@ -39,12 +39,12 @@ pub fn cpython_would_write_the_same(pickle: &Pickle, protocol: u8) -> bool {
                 }
             }
             Node::Bytes(b) => {
-                match b.as_slice() {
+                match &*b.contiguous() {
                     [] => *from_nodes.entry(Singleton::EmptyBytes).or_default() += 1,
                     [byte] => *from_nodes.entry(Singleton::Byte(*byte)).or_default() += 1,
                     _ => {}
                 }
-                if let ([byte], 2) = (b.as_slice(), protocol) {
+                if let ([byte], 2) = (&*b.contiguous(), protocol) {
                     from_temporaries.insert(Singleton::Str(char::from(*byte)));
                 }
             }
@@ -165,8 +165,8 @@ pub fn same_graph(original: &Pickle, decoded: &Pickle) -> Result<(), String> {
             (Node::Int(_) | Node::BigInt(_), _) if int(na).is_some() && int(na) == int(nb) => {}
             (Node::Float(x), Node::Float(y)) if x.to_bits() == y.to_bits() => {}
             (Node::Str(x), Node::Str(y)) if x == y => {}
-            (Node::Bytes(x), Node::Bytes(y)) | (Node::ByteArray(x), Node::ByteArray(y))
-                if x == y => {}
+            (Node::Bytes(x), Node::Bytes(y)) if x == y => {}
+            (Node::ByteArray(x), Node::ByteArray(y)) if x == y => {}
             (Node::Global(x), Node::Global(y)) if x == y => {}
             (Node::Tuple(x), Node::Tuple(y))
             | (Node::List(x), Node::List(y))

@@ -278,7 +278,7 @@ impl Builder {
                 self.add(Node::Str(s.clone()), Some(PyKey::Str(s.clone())));
             }
             Step::Bytes(b) => {
-                self.add(Node::Bytes(b.clone()), Some(PyKey::Bytes(b.clone())));
+                self.add(Node::Bytes(b.clone().into()), Some(PyKey::Bytes(b.clone())));
             }
             Step::ByteArray(b) => {
                 self.add(Node::ByteArray(b.clone()), None);

@@ -6,7 +6,12 @@ use std::collections::HashMap;
 use super::error::{DecodeError, DecodeErrorCode};
 use super::ops::Flow;
 use super::{Decoded, GlobalFilter, Limits};
-use crate::pickle::{Global, Node, NodeId, Pickle};
+use crate::pickle::{ByteChunks, Global, Node, NodeId, Pickle, SharedBytes};
+
+/// `bytes` payloads this long or longer share a shared input's buffer: the
+/// size from which CPython writes payloads outside frames, so a storage is
+/// always shared and a short name never pins a message.
+const SHARE_MIN_LEN: usize = 64 * 1024;
 
 /// Nodes CPython keeps as singletons: one arena node each, created on
 /// first use, so that a pickle of a million `None`s costs no arena space.
@@ -21,6 +26,9 @@ pub(super) struct Singletons {
 /// The pickle machine for one pickle.
 pub(super) struct Machine<'a> {
     input: &'a [u8],
+    /// The buffer `input` is all of, when the caller shares it: large
+    /// `bytes` payloads are then slices of it rather than copies.
+    shared_input: Option<&'a SharedBytes>,
     /// Next byte to read; never beyond `input.len()`.
     pos: usize,
     /// Where the opcode being executed starts: the offset of its errors.
@@ -45,6 +53,7 @@ impl<'a> Machine<'a> {
         let max_nodes = limits.max_nodes.min(u32::MAX as usize);
         Self {
             input,
+            shared_input: None,
             pos: 0,
             op_start: 0,
             filter,
@@ -58,6 +67,18 @@ impl<'a> Machine<'a> {
             marks: Vec::new(),
             memo: HashMap::new(),
             singletons: Singletons::default(),
+        }
+    }
+
+    /// A machine whose large `bytes` payloads share `input`'s buffer.
+    pub(super) fn sharing(
+        input: &'a SharedBytes,
+        filter: &'a dyn GlobalFilter,
+        limits: &Limits,
+    ) -> Self {
+        Self {
+            shared_input: Some(input),
+            ..Self::new(input, filter, limits)
         }
     }
 
@@ -103,6 +124,22 @@ impl<'a> Machine<'a> {
             .ok_or_else(|| self.error(DecodeErrorCode::Truncated))?;
         self.pos += bytes.len();
         Ok(bytes)
+    }
+
+    /// The next `len` bytes as a `bytes` payload: a slice of the shared
+    /// input from [`SHARE_MIN_LEN`] bytes on, else a copy (a small copy
+    /// costs less than keeping a whole message alive for it).
+    pub(super) fn take_bytes(&mut self, len: u64) -> Result<ByteChunks, DecodeError> {
+        let start = self.pos;
+        let bytes = self.take(len)?;
+        let shared = self
+            .shared_input
+            .filter(|_| bytes.len() >= SHARE_MIN_LEN)
+            .and_then(|input| input.slice(start..start + bytes.len()));
+        Ok(match shared {
+            Some(slice) => ByteChunks::from(slice),
+            None => ByteChunks::from(bytes),
+        })
     }
 
     /// The next `N` bytes as an array.

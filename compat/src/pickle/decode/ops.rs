@@ -184,7 +184,7 @@ impl Machine<'_> {
             }
             _ => {
                 let len = self.length(opcode)?;
-                Node::Bytes(self.take(len)?.to_vec())
+                Node::Bytes(self.take_bytes(len)?)
             }
         };
         self.push_new(node, 0)

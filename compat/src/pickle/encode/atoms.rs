@@ -1,12 +1,13 @@
 //! Numbers, strings and bytes: the opcodes and length headers CPython picks.
 
 use super::{EncodeError, Encoder};
+use crate::pickle::ByteChunks;
 use crate::pickle::opcodes::{
     BINBYTES, BINBYTES8, BININT, BININT1, BININT2, BINUNICODE, BINUNICODE8, LONG1, LONG4,
     SHORT_BINBYTES, SHORT_BINUNICODE,
 };
 
-impl Encoder<'_, '_> {
+impl Encoder<'_> {
     /// A `str` in UTF-8: `SHORT_BINUNICODE` only from protocol 4.
     pub(super) fn write_str(&mut self, text: &str) -> Result<(), EncodeError> {
         let data = text.as_bytes();
@@ -28,7 +29,22 @@ impl Encoder<'_, '_> {
 
     /// `bytes` in protocol 3 and up.
     pub(super) fn write_bytes(&mut self, data: &[u8]) -> Result<(), EncodeError> {
-        let (header, header_len) = match (data.len(), self.protocol) {
+        let (header, header_len) = self.bytes_header(data.len())?;
+        self.out.write_payload(&header[..header_len], data);
+        Ok(())
+    }
+
+    /// `bytes` in protocol 3 and up, its large chunks written uncopied.
+    pub(super) fn write_byte_chunks(&mut self, data: &ByteChunks) -> Result<(), EncodeError> {
+        let (header, header_len) = self.bytes_header(data.len())?;
+        self.out
+            .write_chunked_payload(&header[..header_len], data.chunks());
+        Ok(())
+    }
+
+    /// The opcode and length of a `bytes` of `len` bytes.
+    fn bytes_header(&self, len: usize) -> Result<([u8; 9], usize), EncodeError> {
+        Ok(match (len, self.protocol) {
             (len @ 0..=0xff, _) => sized_header(SHORT_BINBYTES, len, 1),
             (len @ 0..=0xffff_ffff, _) => sized_header(BINBYTES, len, 4),
             (len, 4..) => sized_header(BINBYTES8, len, 8),
@@ -39,9 +55,7 @@ impl Encoder<'_, '_> {
                     required: 4,
                 });
             }
-        };
-        self.out.write_payload(&header[..header_len], data);
-        Ok(())
+        })
     }
 
     /// `BININT1`/`BININT2` for small non-negative ints, `BININT` for the

@@ -80,7 +80,7 @@ pub(super) struct Batches<'a> {
     multi_op: u8,
 }
 
-impl<'a> Encoder<'a, '_> {
+impl<'a> Encoder<'a> {
     pub(super) fn push_batches(
         &mut self,
         items: Items<'a>,

@@ -4,7 +4,7 @@ use super::fix_imports;
 use super::{EncodeError, Encoder, MemoKey, Task};
 use crate::pickle::opcodes::{GLOBAL, REDUCE, STACK_GLOBAL};
 
-impl<'a> Encoder<'a, '_> {
+impl<'a> Encoder<'a> {
     /// Saves a global that has no node (a class CPython reduces to).
     pub(super) fn save_temp_global(
         &mut self,

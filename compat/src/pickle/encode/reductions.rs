@@ -9,7 +9,7 @@ use crate::pickle::opcodes::{
 };
 use crate::pickle::{Construction, Node, NodeId, Object};
 
-impl<'a> Encoder<'a, '_> {
+impl<'a> Encoder<'a> {
     /// `save_reduce` for an [`Object`]: the callable, the arguments and the
     /// call opcode now; memo, items and state once those are written.
     pub(super) fn save_object(

@@ -4,6 +4,8 @@
 //! and `_Pickler_write_bytes` in CPython's `Modules/_pickle.c`, so that frame
 //! boundaries land where `pickle.dumps` puts them.
 
+use super::EncodedPickle;
+use crate::pickle::SharedBytes;
 use crate::pickle::opcodes::FRAME;
 
 /// CPython's `_FRAME_SIZE_TARGET`: a frame is closed at the first opcode
@@ -17,19 +19,23 @@ const FRAME_SIZE_MIN: usize = 4;
 /// `FRAME` plus its 8-byte length.
 const FRAME_HEADER_SIZE: usize = 9;
 
-/// Appends opcodes to a caller's buffer, opening and closing frames.
-pub(super) struct FramedWriter<'o> {
-    out: &'o mut Vec<u8>,
+/// Appends opcodes to an [`EncodedPickle`], opening and closing frames.
+pub(super) struct FramedWriter {
+    out: EncodedPickle,
+    /// Whether large `bytes` payloads stay out of line.
+    out_of_line: bool,
     framing: bool,
     /// Where the header of the open frame starts, if a frame is open.
     frame_start: Option<usize>,
 }
 
-impl<'o> FramedWriter<'o> {
-    /// A writer appending to `out`; framing starts off.
-    pub(super) fn new(out: &'o mut Vec<u8>) -> Self {
+impl FramedWriter {
+    /// An empty writer; framing starts off. With `out_of_line`, `bytes`
+    /// payloads of [`FRAME_SIZE_TARGET`] or more are not copied.
+    pub(super) fn new(out_of_line: bool) -> Self {
         Self {
-            out,
+            out: EncodedPickle::default(),
+            out_of_line,
             framing: false,
             frame_start: None,
         }
@@ -40,13 +46,18 @@ impl<'o> FramedWriter<'o> {
         self.framing = true;
     }
 
+    /// What was written.
+    pub(super) fn finish(self) -> EncodedPickle {
+        self.out
+    }
+
     /// Writes bytes, opening a frame first when framing and none is open.
     pub(super) fn write(&mut self, bytes: &[u8]) {
         if self.framing && self.frame_start.is_none() {
-            self.frame_start = Some(self.out.len());
-            self.out.extend_from_slice(&[0; FRAME_HEADER_SIZE]);
+            self.frame_start = Some(self.out.inline_len());
+            self.out.extend(&[0; FRAME_HEADER_SIZE]);
         }
-        self.out.extend_from_slice(bytes);
+        self.out.extend(bytes);
     }
 
     /// Writes an opcode header and its payload; payloads of
@@ -63,6 +74,29 @@ impl<'o> FramedWriter<'o> {
             self.write(header);
             self.write(payload);
         }
+    }
+
+    /// Writes an opcode header and a payload in chunks, as
+    /// [`write_payload`](Self::write_payload) writes it joined; large chunks
+    /// of a large payload go out of line, uncopied.
+    pub(super) fn write_chunked_payload(&mut self, header: &[u8], chunks: &[SharedBytes]) {
+        let len: usize = chunks.iter().map(|chunk| chunk.len()).sum();
+        if len < FRAME_SIZE_TARGET {
+            self.write(header);
+            chunks.iter().for_each(|chunk| self.write(chunk));
+            return;
+        }
+        self.commit_frame();
+        let framing = std::mem::replace(&mut self.framing, false);
+        self.write(header);
+        for chunk in chunks {
+            if self.out_of_line && chunk.len() >= FRAME_SIZE_TARGET {
+                self.out.push_out_of_line(chunk.clone());
+            } else {
+                self.write(chunk);
+            }
+        }
+        self.framing = framing;
     }
 
     /// Closes the open frame once it has reached the target size; called
@@ -87,15 +121,19 @@ impl<'o> FramedWriter<'o> {
             let mut header = [0u8; FRAME_HEADER_SIZE];
             header[0] = FRAME;
             header[1..].copy_from_slice(&(len as u64).to_le_bytes());
-            self.out[start..start + FRAME_HEADER_SIZE].copy_from_slice(&header);
+            // A frame holds no out-of-line payload: they are written with
+            // the frame closed, so its header is all in the opcode buffer.
+            self.out.inline_mut()[start..start + FRAME_HEADER_SIZE].copy_from_slice(&header);
         } else {
-            self.out.drain(start..start + FRAME_HEADER_SIZE);
+            self.out
+                .inline_mut()
+                .drain(start..start + FRAME_HEADER_SIZE);
         }
     }
 
     /// Bytes written into the open frame so far.
     fn open_frame_len(&self) -> Option<usize> {
         self.frame_start
-            .map(|start| self.out.len() - start - FRAME_HEADER_SIZE)
+            .map(|start| self.out.inline_len() - start - FRAME_HEADER_SIZE)
     }
 }
