@@ -26,12 +26,20 @@ fn memmap_context(authkey: &Authkey, dir: &Path) -> SharingContext {
 
 /// `tensorshare echo --strategy memmap` with its files in `dir`.
 fn memmap_echo(authkey: &Authkey, dir: &Path) -> Server {
+    memmap_echo_with(authkey, dir, &[])
+}
+
+fn memmap_echo_with(authkey: &Authkey, dir: &Path, flags: &[&str]) -> Server {
     let address = unique_address("memmap-echo");
     let mut command = Command::new(env!("CARGO_BIN_EXE_tensorshare"));
     command
         .args(["echo", "--listen", &address.to_string()])
         .args(["--authkey", &authkey.to_hex(), "--strategy", "memmap"])
-        .env("TMPDIR", dir);
+        .arg("--memmap-dir")
+        .arg(dir)
+        .args(flags)
+        // The flag, not the environment, must be what places the files.
+        .env("TMPDIR", "/nonexistent");
     Server::start(command, address)
 }
 
@@ -141,6 +149,29 @@ fn kept_files_outlive_their_holders() {
     let tensor = back.as_tensor().expect("a tensor");
     assert_eq!(tensor.storage().nbytes(), 100);
     assert!(!memmap_segment(tensor.storage()).removes_file());
+}
+
+#[test]
+fn echo_removes_the_files_it_made_unless_told_to_keep_them() {
+    for (flags, kept) in [(&[][..], 0), (&["--keep-files"][..], 1)] {
+        let dir = tempfile::tempdir().unwrap();
+        let authkey = Authkey::random().unwrap();
+        let mut server = memmap_echo_with(&authkey, dir.path(), flags);
+        // Sent inline, so the echo writes a file of its own for the reply.
+        let sharing = memmap_context(&authkey, dir.path()).with_strategy(StrategyKind::Bytes);
+        let mut connection = server.connect(&authkey);
+        let sent = cases::contiguous(DType::Int64, &[64], 5, false);
+        let (echoed, storages) = cases::echo_times(&mut connection, &sharing, &sent, 1);
+        assert_eq!(storages[0].bytes(), sent.storage().bytes());
+        let segment = memmap_segment(&storages[0]);
+        assert!(!segment.removes_file(), "the echo's file, not ours");
+        assert_eq!(files_in(dir.path()), vec![segment.path().to_path_buf()]);
+        drop(connection);
+        let status = server.signal_and_wait("TERM", std::time::Duration::from_secs(10));
+        assert!(status.success(), "{status:?}");
+        drop((echoed, storages));
+        assert_eq!(files_in(dir.path()).len(), kept, "{flags:?}");
+    }
 }
 
 #[test]

@@ -10,6 +10,7 @@
 //! Tensor `i` of a run is `size` bytes of uint8, every byte `i % 251`,
 //! written by the producer straight into shared memory.
 
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use tensorshare::{Connection, DType, SharingContext, Storage, Tensor, TensorView, Value};
@@ -105,10 +106,16 @@ fn send_run(
 /// call, so the bar is higher).
 fn fill_in_parallel(bytes: &mut [u8], byte: u8) {
     const MIN_PER_THREAD: usize = 512 << 10;
-    let threads = std::thread::available_parallelism()
-        .map_or(1, usize::from)
-        .min(bytes.len() / MIN_PER_THREAD)
-        .max(1);
+    // Asked once: the answer reads cgroup files, which costs more than
+    // filling a small tensor.
+    static CORES: OnceLock<usize> = OnceLock::new();
+    let threads = if bytes.len() < 2 * MIN_PER_THREAD {
+        1
+    } else {
+        let cores =
+            *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, usize::from));
+        cores.min(bytes.len() / MIN_PER_THREAD).max(1)
+    };
     if threads == 1 {
         bytes.fill(byte);
         return;

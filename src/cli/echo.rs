@@ -24,10 +24,24 @@ pub struct EchoArgs {
     /// Refuse messages longer than this many bytes before reading them.
     #[arg(long, value_name = "BYTES", default_value_t = ConnectionOptions::default().max_message_bytes)]
     max_message_bytes: usize,
+    /// Under `memmap`: the directory files are created in and accepted from
+    /// (default: `$TMPDIR`, else `/tmp`). Peers must use the same one.
+    #[arg(long, value_name = "DIR")]
+    memmap_dir: Option<std::path::PathBuf>,
+    /// Under `memmap`: leave the files this process creates in place when
+    /// it is done with them, instead of removing them.
+    #[arg(long)]
+    keep_files: bool,
 }
 
 pub fn run(args: EchoArgs) -> Result<(), Box<dyn std::error::Error>> {
-    let sharing = Arc::new(SharingContext::new(args.authkey.clone()).with_strategy(args.strategy));
+    let mut sharing = SharingContext::new(args.authkey.clone())
+        .with_strategy(args.strategy)
+        .with_memmap_keep_files(args.keep_files);
+    if let Some(dir) = &args.memmap_dir {
+        sharing = sharing.with_memmap_dir(dir)?;
+    }
+    let sharing = Arc::new(sharing);
     let options = ConnectionOptions::default().with_max_message_bytes(args.max_message_bytes);
     let shutdown = ShutdownSignal::install()?;
     let listener = Listener::bind(&args.listen, &args.authkey, options)?;

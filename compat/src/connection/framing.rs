@@ -157,7 +157,8 @@ pub enum FramingError {
 /// Writes one message: header and payload.
 ///
 /// Payloads up to [`SINGLE_WRITE_MAX_LEN`] go out in a single `write_all`
-/// together with their header, as CPython does. Nothing is flushed: wrap the
+/// together with their header, as CPython does; longer ones as header and
+/// payload in vectored writes. Nothing is flushed: wrap the
 /// stream in a `BufWriter` only if you flush it yourself.
 ///
 /// # Errors
@@ -175,23 +176,7 @@ pub enum FramingError {
 /// # Ok::<(), std::io::Error>(())
 /// ```
 pub fn write_message<W: Write + ?Sized>(writer: &mut W, payload: &[u8]) -> io::Result<()> {
-    let payload_len = u64::try_from(payload.len())
-        .map_err(|_| io::Error::new(ErrorKind::InvalidInput, "payload length exceeds u64"))?;
-    let header = FrameHeader::new(payload_len);
-    let header_bytes = header.as_bytes();
-    if payload.len() <= SINGLE_WRITE_MAX_LEN {
-        let mut frame = [0u8; 12 + SINGLE_WRITE_MAX_LEN];
-        let frame_len = header_bytes.len() + payload.len();
-        let (head, rest) = frame.split_at_mut(header_bytes.len());
-        head.copy_from_slice(header_bytes);
-        if let Some(body) = rest.get_mut(..payload.len()) {
-            body.copy_from_slice(payload);
-        }
-        writer.write_all(frame.get(..frame_len).unwrap_or(&frame))
-    } else {
-        writer.write_all(header_bytes)?;
-        writer.write_all(payload)
-    }
+    write_message_vectored(writer, &[IoSlice::new(payload)])
 }
 
 /// Writes one message whose payload is `payload`'s slices back to back, as
@@ -220,18 +205,15 @@ pub fn write_message_vectored<W: Write + ?Sized>(
     payload: &[IoSlice<'_>],
 ) -> io::Result<()> {
     let payload_len: usize = payload.iter().map(|slice| slice.len()).sum();
-    if payload_len <= SINGLE_WRITE_MAX_LEN {
-        let mut joined = [0u8; SINGLE_WRITE_MAX_LEN];
-        let mut filled = 0;
-        for slice in payload {
-            if let Some(place) = joined.get_mut(filled..filled + slice.len()) {
-                place.copy_from_slice(slice);
-            }
-            filled += slice.len();
-        }
-        return write_message(writer, joined.get(..payload_len).unwrap_or_default());
-    }
     let header = FrameHeader::new(payload_len as u64);
+    if payload_len <= SINGLE_WRITE_MAX_LEN {
+        let mut frame = Vec::with_capacity(header.as_bytes().len() + payload_len);
+        frame.extend_from_slice(header.as_bytes());
+        for slice in payload {
+            frame.extend_from_slice(slice);
+        }
+        return writer.write_all(&frame);
+    }
     let mut slices = Vec::with_capacity(payload.len() + 1);
     slices.push(IoSlice::new(header.as_bytes()));
     slices.extend_from_slice(payload);
