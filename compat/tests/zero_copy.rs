@@ -155,48 +155,46 @@ fn shared_decoding_refuses_what_copying_decoding_refuses() {
     );
 }
 
-/// A legacy stream of one float32 storage of `numel` elements, as
-/// `_load_from_bytes` payloads hold it, written both ways.
-fn legacy_streams(numel: usize) -> (Vec<u8>, ByteChunks, SharedBytes) {
-    let data = SharedBytes::from(
-        (0..numel)
-            .flat_map(|i| (i as f32).to_le_bytes())
-            .collect::<Vec<u8>>(),
-    );
-    let storage = SavedStorage::shared("0", Some(DType::Float32), &data);
+/// `storage`'s legacy stream (what a `_load_from_bytes` payload holds),
+/// written into one buffer and as chunks.
+fn legacy_streams(storage: SavedStorage<'_>) -> (Vec<u8>, ByteChunks) {
     let mut object = Pickle::new();
     let pid = push_storage_pid(&mut object, TorchSaveFormat::Legacy, &storage).unwrap();
     object.set_root(pid);
     let mut written = Vec::new();
     write_legacy(&mut written, &object, &[storage]).unwrap();
     let chunks = legacy_stream_chunks(&object, &[storage]).unwrap();
-    (written, chunks, data)
+    (written, chunks)
+}
+
+fn floats(numel: usize) -> SharedBytes {
+    SharedBytes::from(
+        (0..numel)
+            .flat_map(|i| (i as f32).to_le_bytes())
+            .collect::<Vec<u8>>(),
+    )
 }
 
 #[test]
 fn a_chunked_legacy_stream_is_the_written_one_with_the_storage_uncopied() {
     for numel in [0, 1, 100_000] {
-        let (written, chunks, data) = legacy_streams(numel);
+        let data = floats(numel);
+        let (written, chunks) =
+            legacy_streams(SavedStorage::shared("0", Some(DType::Float32), &data));
         assert_eq!(chunks.to_vec(), written, "{numel} elements");
         let last = chunks.chunks().last().unwrap();
         assert_eq!(last.as_ptr(), data.as_ptr(), "{numel} elements");
     }
     // Storages without a shared buffer are copied into the chunks.
-    let data = vec![1u8, 2, 3];
-    let storage = SavedStorage::new("0", None, &data);
-    let mut object = Pickle::new();
-    let pid = push_storage_pid(&mut object, TorchSaveFormat::Legacy, &storage).unwrap();
-    object.set_root(pid);
-    let mut written = Vec::new();
-    write_legacy(&mut written, &object, &[storage]).unwrap();
-    let chunks = legacy_stream_chunks(&object, &[storage]).unwrap();
+    let (written, chunks) = legacy_streams(SavedStorage::new("0", None, &[1, 2, 3]));
     assert_eq!(chunks.chunks().len(), 1);
     assert_eq!(chunks.to_vec(), written);
 }
 
 #[test]
 fn shared_reading_gives_records_that_are_slices_of_the_input() {
-    let (written, _, data) = legacy_streams(50_000);
+    let data = floats(50_000);
+    let (written, _) = legacy_streams(SavedStorage::shared("0", Some(DType::Float32), &data));
     let input = SharedBytes::from(written.clone());
     let options = ReadOptions::default();
     let shared = torch_save::read_shared(&input, &NO_GLOBALS, &options).unwrap();

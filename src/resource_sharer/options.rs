@@ -36,7 +36,7 @@ impl SharerOptions {
 
     /// Sets how long one connection may take from accept to the fd being
     /// sent; a client slower than that is disconnected and counted in
-    /// [`SharerStats::timed_out`]. Zero is raised to one millisecond.
+    /// [`SharerStats::timed_out`](super::SharerStats::timed_out). Zero is raised to one millisecond.
     #[must_use]
     pub fn with_connection_timeout(mut self, timeout: Duration) -> Self {
         self.connection_timeout = timeout.max(Duration::from_millis(1));

@@ -261,7 +261,7 @@ impl ResourceSharer {
         Ok(Registration::new(Arc::clone(self), id))
     }
 
-    /// The socket address as bytes, as [`fetch_fd`] takes it.
+    /// The socket address as bytes, as [`fetch_fd`](super::fetch_fd) takes it.
     pub fn address(&self) -> &[u8] {
         self.address.as_bytes()
     }

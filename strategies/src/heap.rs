@@ -69,10 +69,11 @@ use std::sync::{Mutex, MutexGuard, TryLockError};
 use std::{fmt, slice};
 
 use nix::errno::Errno;
-use nix::sys::mman::{MapFlags, MmapAdvise, ProtFlags, madvise, mmap_anonymous, munmap};
+use nix::sys::mman::{MapFlags, MmapAdvise, ProtFlags, madvise, mmap_anonymous};
 
 use crate::AllocateError;
 use crate::error::MAX_SEGMENT_BYTES;
+use crate::mapping::unmap_owned;
 
 /// Buffers of at least this many bytes are mappings; smaller ones are `Vec`s.
 const MAPPED_MIN_BYTES: usize = 1 << 20;
@@ -411,12 +412,7 @@ impl Drop for AnonymousMapping {
         // returned, and this owner is the only one (the pool moves mappings
         // in and out by value); no slice borrowed from `self` outlives this
         // call.
-        let result = unsafe { munmap(self.ptr.cast(), self.len.get()) };
-        // munmap only fails for a range that is not page aligned or not
-        // mapped, neither of which can happen here; there is nobody to report
-        // to in `drop`, and panicking would abort an unwinding thread, so the
-        // error is ignored.
-        let _ = result;
+        unsafe { unmap_owned(self.ptr.cast(), self.len.get()) };
     }
 }
 

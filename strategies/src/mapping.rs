@@ -280,13 +280,24 @@ impl Drop for SharedMapping {
         // SAFETY: `ptr` and `len` are exactly what a successful `mmap`
         // returned, and this is the only place that unmaps them; no slice
         // borrowed from `self` can outlive this call.
-        let result = unsafe { munmap(self.ptr.cast(), self.len) };
-        // munmap only fails for a range that is not page aligned or not
-        // mapped, neither of which can happen here; there is nobody to report
-        // to in `drop`, and panicking would abort an unwinding thread, so the
-        // error is ignored as memmap2 does.
-        let _ = result;
+        unsafe { unmap_owned(self.ptr.cast(), self.len) };
     }
+}
+
+/// Unmaps a range from `drop`, where there is nobody to report to.
+///
+/// `munmap` only fails for a range that is not page aligned or not mapped,
+/// neither of which can happen to a range `mmap` gave; panicking would
+/// abort an unwinding thread, so the error is ignored, as memmap2 does.
+///
+/// # Safety
+///
+/// `ptr` and `len` are exactly what one successful `mmap` returned, the
+/// caller is the range's only owner and unmaps it once, and nothing
+/// borrowed from it outlives the call.
+pub(crate) unsafe fn unmap_owned(ptr: NonNull<std::ffi::c_void>, len: usize) {
+    // SAFETY: the caller's contract.
+    let _ = unsafe { munmap(ptr, len) };
 }
 
 impl fmt::Debug for SharedMapping {

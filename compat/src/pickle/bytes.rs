@@ -62,7 +62,7 @@ impl SharedBytes {
     /// All of the bytes behind a shared owner, uncopied; the caller may keep
     /// its own clone of `owner` (e.g. to reuse a buffer once every slice of
     /// it is gone).
-    pub fn from_arc(owner: Arc<dyn AsRef<[u8]> + Send + Sync>) -> Self {
+    fn from_arc(owner: Arc<dyn AsRef<[u8]> + Send + Sync>) -> Self {
         let len = (*owner).as_ref().len();
         Self {
             owner: Owner::Other(owner),

@@ -6,6 +6,7 @@
 mod calls;
 mod error;
 mod machine;
+mod memo;
 mod number;
 mod ops;
 mod text;

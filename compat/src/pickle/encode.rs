@@ -279,7 +279,9 @@ fn encode_with(
         fix_imports: options.fix_imports && protocol < 3,
         out: FramedWriter::new(out_of_line),
         node_memo: vec![None; pickle.len()],
-        memo: FxHashMap::default(),
+        // Globals and names: about one for every four nodes in torch's
+        // messages; growing the map from empty costs more than the guess.
+        memo: FxHashMap::with_capacity_and_hasher(pickle.len() / 4, Default::default()),
         memo_len: 0,
         tasks: Vec::new(),
     };

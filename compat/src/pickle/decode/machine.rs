@@ -1,9 +1,8 @@
 //! The VM's state: input cursor, stack, marks, memo and the arena with the
 //! depth of every node. The opcodes themselves are in `ops`.
 
-use std::collections::HashMap;
-
 use super::error::{DecodeError, DecodeErrorCode};
+use super::memo::Memo;
 use super::ops::Flow;
 use super::{Decoded, GlobalFilter, Limits};
 use crate::pickle::{ByteChunks, Global, Node, NodeId, Pickle, SharedBytes};
@@ -42,9 +41,7 @@ pub(super) struct Machine<'a> {
     /// Stack lengths at each pending `MARK`; the last is the fence below
     /// which no opcode may pop, as in `_pickle.c`.
     marks: Vec<usize>,
-    /// Keys come from the input, so a map: a `Vec` indexed by them would
-    /// let one `LONG_BINPUT` allocate gigabytes.
-    memo: HashMap<u64, NodeId>,
+    memo: Memo,
     pub(super) singletons: Singletons,
 }
 
@@ -65,7 +62,7 @@ impl<'a> Machine<'a> {
             depths: Vec::new(),
             stack: Vec::new(),
             marks: Vec::new(),
-            memo: HashMap::new(),
+            memo: Memo::default(),
             singletons: Singletons::default(),
         }
     }
@@ -261,15 +258,14 @@ impl<'a> Machine<'a> {
 
     pub(super) fn memo_get(&self, key: u64) -> Result<NodeId, DecodeError> {
         self.memo
-            .get(&key)
-            .copied()
+            .get(key)
             .ok_or_else(|| self.error(DecodeErrorCode::MemoMissing(key)))
     }
 
     /// Stores the top of the stack under `key`.
     pub(super) fn memo_put(&mut self, key: u64) -> Result<(), DecodeError> {
         let id = self.top()?;
-        if self.memo.len() >= self.limits.max_memo && !self.memo.contains_key(&key) {
+        if self.memo.len() >= self.limits.max_memo && !self.memo.contains(key) {
             return Err(self.error(DecodeErrorCode::TooManyMemoEntries {
                 limit: self.limits.max_memo,
             }));

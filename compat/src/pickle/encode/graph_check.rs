@@ -53,8 +53,9 @@ pub(super) fn check_graph(pickle: &Pickle, root: NodeId, protocol: u8) -> Result
         result?;
     }
 
-    // Pass 2: depth-first search for a cycle through before-memo edges only,
-    // keeping each node's children on an explicit stack.
+    // Pass 2: depth-first search for a cycle through before-memo edges only.
+    // The children still to visit of every node on the path share one
+    // stack; each path entry remembers where its own begin.
     #[derive(Clone, Copy, PartialEq)]
     enum Color {
         Unvisited,
@@ -62,21 +63,33 @@ pub(super) fn check_graph(pickle: &Pickle, root: NodeId, protocol: u8) -> Result
         Done,
     }
     let mut color = vec![Color::Unvisited; pickle.len()];
-    let mut path: Vec<(NodeId, Vec<NodeId>)> = Vec::new();
+    let mut path: Vec<(NodeId, usize)> = Vec::new();
+    let mut children: Vec<NodeId> = Vec::new();
+    let enter = |id: NodeId, path: &mut Vec<(NodeId, usize)>, children: &mut Vec<NodeId>| {
+        path.push((id, children.len()));
+        if let Some(node) = pickle.get(id) {
+            for_each_child(node, protocol, Edges::BeforeMemo, |child| {
+                children.push(child)
+            });
+        }
+    };
     for start in reached {
         if color[start.index()] != Color::Unvisited {
             continue;
         }
         color[start.index()] = Color::OnPath;
-        path.push((start, before_memo_children(pickle, start, protocol)));
-        while let Some((id, children)) = path.last_mut() {
-            let id = *id;
-            match children.pop() {
+        enter(start, &mut path, &mut children);
+        while let Some(&(id, first_child)) = path.last() {
+            let next = if children.len() > first_child {
+                children.pop()
+            } else {
+                None
+            };
+            match next {
                 Some(child) => match color[child.index()] {
                     Color::Unvisited => {
                         color[child.index()] = Color::OnPath;
-                        let grandchildren = before_memo_children(pickle, child, protocol);
-                        path.push((child, grandchildren));
+                        enter(child, &mut path, &mut children);
                     }
                     Color::OnPath => {
                         return Err(EncodeError::UnencodableCycle { node: child });
@@ -91,16 +104,6 @@ pub(super) fn check_graph(pickle: &Pickle, root: NodeId, protocol: u8) -> Result
         }
     }
     Ok(())
-}
-
-fn before_memo_children(pickle: &Pickle, id: NodeId, protocol: u8) -> Vec<NodeId> {
-    let mut children = Vec::new();
-    if let Some(node) = pickle.get(id) {
-        for_each_child(node, protocol, Edges::BeforeMemo, |child| {
-            children.push(child)
-        });
-    }
-    children
 }
 
 /// Calls `visit` on each child of `node` along the chosen edges.
