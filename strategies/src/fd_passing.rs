@@ -216,16 +216,21 @@ pub fn recv_some(
     buf: &mut [u8],
     max_fds: usize,
 ) -> Result<Received, RecvFdsError> {
-    let max_fds = max_fds.min(MAX_FDS_PER_MESSAGE);
     // Room for the alignment `RecvAncillaryBuffer::new` may skip.
+    const SPACE_MAX: usize =
+        rustix::cmsg_space!(ScmRights(MAX_FDS_PER_MESSAGE)) + std::mem::align_of::<usize>();
+    let max_fds = max_fds.min(MAX_FDS_PER_MESSAGE);
     let space_len = if max_fds == 0 {
         0
     } else {
         rustix::cmsg_space!(ScmRights(max_fds)) + std::mem::align_of::<usize>()
     };
-    let mut space = vec![MaybeUninit::<u8>::uninit(); space_len];
+    // On the stack: a kilobyte on the heap for every read made glibc
+    // consolidate its free lists every message.
+    let mut space = [MaybeUninit::<u8>::uninit(); SPACE_MAX];
+    let space = space.get_mut(..space_len).unwrap_or_default();
     loop {
-        let mut control = RecvAncillaryBuffer::new(&mut space);
+        let mut control = RecvAncillaryBuffer::new(space);
         let mut iov = [IoSliceMut::new(buf)];
         let received = match recvmsg(socket, &mut iov, &mut control, RecvFlags::CMSG_CLOEXEC) {
             Ok(received) => received,

@@ -120,10 +120,13 @@ fn truncated_pages_read_as_zeros_and_the_rest_stays_shared() {
 fn unregistered_range_is_not_matched() {
     let page = page_size();
     let fd = unsealable_file(page);
-    let mapping = guarded(&fd, page);
+    // Registered apart from a mapping that stays in place, so that no
+    // other test's mapping can take the address once the guard is gone.
+    let mapping = unguarded(&fd, page);
+    let guard = register_apart(&mapping);
     let address = mapping.as_slice().as_ptr().addr();
     assert!(find(address).is_some());
-    drop(mapping);
+    drop(guard);
     assert!(find(address).is_none(), "the slot is cleared on drop");
 }
 
