@@ -5,9 +5,14 @@
 //! decoding copies gives.
 #![no_main]
 
+use std::sync::LazyLock;
+
 use libfuzzer_sys::fuzz_target;
 use tensorshare::Registry;
 use tensorshare_compat::pickle::{Limits, SharedBytes, decode, decode_all, decode_all_shared};
+
+/// Built once: building it for every input would be most of each run.
+static REGISTRY: LazyLock<Registry> = LazyLock::new(Registry::default);
 
 fuzz_target!(|data: &[u8]| {
     let allow_all = |_: &str, _: &str| true;
@@ -15,8 +20,7 @@ fuzz_target!(|data: &[u8]| {
     let copied = decode_all(data, &allow_all, &Limits::default());
     let shared = decode_all_shared(&SharedBytes::from(data), &allow_all, &Limits::default());
     assert_eq!(copied, shared);
-    let registry = Registry::default();
-    if let Ok(value) = registry.loads(data) {
+    if let Ok(value) = REGISTRY.loads(data) {
         // Walk what was rebuilt, as a consumer would.
         for tensor in value.tensors() {
             let _ = tensor.to_contiguous_bytes();

@@ -4,13 +4,18 @@
 //! copies gives.
 #![no_main]
 
+use std::sync::LazyLock;
+
 use libfuzzer_sys::fuzz_target;
 use tensorshare::Registry;
 use tensorshare_compat::pickle::SharedBytes;
 use tensorshare_compat::torch_save::{self, ReadOptions};
 
+/// Built once: building it for every input would be most of each run.
+static REGISTRY: LazyLock<Registry> = LazyLock::new(Registry::default);
+
 fuzz_target!(|data: &[u8]| {
-    if let Ok(report) = tensorshare::inspect::inspect(data, &Registry::default()) {
+    if let Ok(report) = tensorshare::inspect::inspect(data, &REGISTRY) {
         let _ = report.to_json();
         let _ = report.to_text();
     }
