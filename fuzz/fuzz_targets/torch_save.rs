@@ -21,7 +21,11 @@ fuzz_target!(|data: &[u8]| {
     }
     let allow_all = |_: &str, _: &str| true;
     let copied = torch_save::read(data, &allow_all, &ReadOptions::default());
-    let shared = torch_save::read_shared(&SharedBytes::from(data), &allow_all, &ReadOptions::default());
+    let shared = torch_save::read_shared(
+        &SharedBytes::from(data),
+        &allow_all,
+        &ReadOptions::default(),
+    );
     match (copied, shared) {
         (Ok(copied), Ok(shared)) => assert_eq!(copied, shared),
         (Err(copied), Err(shared)) => assert_eq!(copied.to_string(), shared.to_string()),
