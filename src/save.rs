@@ -11,7 +11,7 @@
 
 use rustc_hash::FxHashMap;
 
-use tensorshare_compat::pickle::{Node, NodeId, Pickle};
+use tensorshare_compat::pickle::{Node, NodeId, Pickle, SharedBytes};
 use tensorshare_compat::torch_save::{self, SavedStorage, TorchSaveFormat};
 
 use crate::reduce::{LeafReducer, PickleBuilder, reduce_with};
@@ -47,17 +47,11 @@ pub fn save_torch(value: &Value, format: TorchSaveFormat) -> Result<Vec<u8>, Err
     let mut out = PickleBuilder::default();
     let root = reduce_with(value, &mut leaves, &mut out)?;
     let object = out.finish(root);
-    let saved = leaves
+    let saved: Vec<SavedStorage<'_>> = leaves
         .storages
         .iter()
-        .map(|entry| {
-            let data = entry
-                .storage
-                .bytes()
-                .ok_or_else(|| unreachable_data(&entry.storage))?;
-            Ok(SavedStorage::new(&entry.key, entry.dtype, data))
-        })
-        .collect::<Result<Vec<_>, Error>>()?;
+        .map(|entry| SavedStorage::shared(&entry.key, entry.dtype, &entry.data))
+        .collect();
     Ok(torch_save::write_to_vec(format, &object, &saved)?)
 }
 
@@ -84,7 +78,8 @@ fn unreachable_data(storage: &Storage) -> Error {
 
 /// One storage written into the file.
 struct SavedEntry {
-    storage: Storage,
+    /// Its bytes, which keep the storage alive.
+    data: SharedBytes,
     /// The record key its persistent id names (`0`, `1`, ... as torch).
     key: String,
     /// The dtype it is first viewed as (`None`: untyped).
@@ -160,7 +155,7 @@ impl SaveLeaves {
         self.by_identity
             .insert(storage.identity(), self.storages.len());
         self.storages.push(SavedEntry {
-            storage: storage.clone(),
+            data,
             key,
             dtype,
             class_dtype,

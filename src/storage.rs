@@ -302,22 +302,15 @@ impl Storage {
         kind: StrategyKind,
         make: impl FnOnce() -> Result<Storage, E>,
     ) -> Result<Storage, E> {
-        if let Some(twin) = self.0.shared_twin.get() {
-            return if twin.local_kind() == Some(kind) {
-                Ok(twin.clone())
-            } else {
-                make()
-            };
+        let of_kind = |twin: &&Storage| twin.local_kind() == Some(kind);
+        if let Some(twin) = self.0.shared_twin.get().filter(of_kind) {
+            return Ok(twin.clone());
         }
         let made = make()?;
         // Two threads may race here: both copy, the first stored is the
         // one every sender uses.
         let twin = self.0.shared_twin.get_or_init(|| made.clone());
-        Ok(if twin.local_kind() == Some(kind) {
-            twin.clone()
-        } else {
-            made
-        })
+        Ok(if of_kind(&twin) { twin.clone() } else { made })
     }
 
     /// A key that is equal for clones of one storage and different otherwise,

@@ -17,7 +17,7 @@ use tensorshare::{
     Authkey, DType, Registry, SharingContext, Storage, StrategyKind, Tensor, TensorView, Value,
 };
 
-use support::{expect_success, python_script, test_python};
+use support::{expect_success, test_python, torch_describes};
 
 fn convert(input: &Path, output: &Path, extra: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_tensorshare"))
@@ -66,16 +66,7 @@ fn converted_fixtures_load_in_torch_as_the_originals_do() {
         expect_success(&convert(original, &legacy, &["--legacy"]), &what);
         paths.extend([original.clone(), zip, legacy]);
     }
-    let output = Command::new(&python)
-        .arg(python_script("describe_saved.py"))
-        .args(&paths)
-        .output()
-        .unwrap();
-    let stdout = expect_success(&output, "describe_saved.py");
-    let described: Vec<Json> = stdout
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect();
+    let described = torch_describes(&python, &paths);
     assert_eq!(described.len(), paths.len());
 
     let by_path: HashMap<&Path, &Json> =

@@ -17,7 +17,7 @@ use tensorshare::connection::ConnectionOptions;
 use tensorshare::{Address, Authkey, Client, DType, SharingContext, Storage, StrategyKind, Value};
 use tensorshare::{Tensor, TensorView};
 
-use support::{Server, python_script, segments_of, test_python};
+use support::{Server, exit_within, python_script, segments_of, test_python};
 
 /// Set in a child process that plays the Rust producer.
 const PRODUCER_ENV: &str = "TENSORSHARE_CRASH_PRODUCER";
@@ -186,17 +186,11 @@ fn kill(child: &mut Child) {
 }
 
 fn wait_within(child: &mut Child, limit: Duration) -> Result<(), String> {
-    let deadline = Instant::now() + limit;
-    loop {
-        if child.try_wait().map_err(|e| e.to_string())?.is_some() {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            return Err(format!("process {} did not exit", child.id()));
-        }
-        std::thread::sleep(Duration::from_millis(10));
+    if exit_within(child, limit).is_some() {
+        return Ok(());
     }
+    let _ = child.kill();
+    Err(format!("process {} did not exit", child.id()))
 }
 
 /// Waits for the producer's `streaming` line: its first echo came back.

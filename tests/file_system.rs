@@ -176,16 +176,8 @@ fn tensorshare_drives_a_stock_torch_echo() {
     support::assert_echoes_intact(&mut server, &mut connection, &sharing, "torch echo");
     // torch finds our segment in its cache by name and sends it back.
     let sent = cases::contiguous(DType::Float32, &[64], 4, false);
-    connection
-        .send(&Value::Tensor(sent.clone()), &sharing)
-        .unwrap();
-    let first = connection.recv(&sharing).unwrap();
-    let first = first.as_tensor().unwrap().storage().clone();
-    connection
-        .send(&Value::Tensor(sent.clone()), &sharing)
-        .unwrap();
-    let again = connection.recv(&sharing).unwrap();
-    assert!(again.as_tensor().unwrap().storage().same_as(&first));
-    assert_eq!(first.bytes(), sent.storage().bytes());
-    assert_eq!(fs_segment(&first).len(), sent.storage().nbytes());
+    let (_echoed, storages) = cases::echo_times(&mut connection, &sharing, &sent, 2);
+    assert!(storages[1].same_as(&storages[0]));
+    assert_eq!(storages[0].bytes(), sent.storage().bytes());
+    assert_eq!(fs_segment(&storages[0]).len(), sent.storage().nbytes());
 }

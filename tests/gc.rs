@@ -12,13 +12,15 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::Value as Json;
+
+use support::{ChildGuard, has_exited, wait_until};
 
 /// A /dev/shm entry this test made or leaked, unlinked on drop.
 struct ShmFile {
@@ -73,22 +75,6 @@ impl Drop for ShmFile {
     fn drop(&mut self) {
         // Removed by the gc under test is the good case.
         let _ = std::fs::remove_file(&self.path);
-    }
-}
-
-/// A child process, killed and reaped on drop.
-struct ChildGuard(Child);
-
-impl ChildGuard {
-    fn pid(&self) -> u32 {
-        self.0.id()
-    }
-}
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }
 
@@ -468,17 +454,6 @@ fn find_child(parent: u32, comm: &str) -> Option<u32> {
     None
 }
 
-/// Whether `pid` has exited (gone, or a zombie whose files are closed).
-fn has_exited(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .and_then(|(_, tail)| tail.split_whitespace().next())
-            .is_some_and(|state| state == "Z" || state == "X"),
-        Err(_) => true,
-    }
-}
-
 /// A process found by pid, not our child: SIGKILLed on drop if it is still
 /// the process we found.
 struct ProcessGuard {
@@ -512,21 +487,12 @@ fn a_segment_torch_leaked_under_sigkill_is_removed() {
     else {
         return;
     };
-    let mut child = Command::new(python)
-        .args(["-c", TORCH_SHARER])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn the torch sharer");
-    let stdout = child.stdout.take().expect("stdout piped");
+    let (mut child, name) = support::spawn_for_first_line(
+        Command::new(python).args(["-c", TORCH_SHARER]),
+        "the torch sharer",
+    );
     let mut stderr = child.stderr.take().expect("stderr piped");
     let mut sharer = ChildGuard(child);
-    let mut name = String::new();
-    BufReader::new(stdout)
-        .read_line(&mut name)
-        .expect("read the segment name");
-    let name = name.trim().to_owned();
     if name.is_empty() {
         let _ = sharer.0.kill();
         let mut text = String::new();
@@ -552,11 +518,10 @@ fn a_segment_torch_leaked_under_sigkill_is_removed() {
     kill(Pid::from_raw(manager_pid as i32), Signal::SIGKILL).expect("SIGKILL the manager");
     kill(Pid::from_raw(python_pid as i32), Signal::SIGKILL).expect("SIGKILL the sharer");
     sharer.0.wait().expect("reap the sharer");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !has_exited(manager_pid) {
-        assert!(Instant::now() < deadline, "the manager survived SIGKILL");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    assert!(
+        wait_until(Duration::from_secs(10), || has_exited(manager_pid)),
+        "the manager survived SIGKILL"
+    );
     assert!(segment.exists(), "{name} did not leak");
 
     let stdout =

@@ -34,7 +34,7 @@ use tensorshare_compat::connection::{Dialect, client_handshake, write_message};
 use tensorshare_strategies::file_descriptor::{FdSegment, FileDescriptorStrategy};
 use tensorshare_strategies::{SharingStrategy, WritableSegment};
 
-use support::{interop_required, test_python};
+use support::{hex, interop_required, test_python, wait_until};
 
 const AUTHKEY: &[u8] = b"resource sharer test authkey";
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -63,21 +63,13 @@ fn identity_of(segment: &FdSegment) -> (u64, u64) {
     (identity.dev, identity.ino)
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
-}
-
 /// Polls `condition` for up to five seconds: some counters are updated just
 /// after the client has its answer.
-fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !condition() {
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "timed out waiting for {what}"
-        );
-        thread::sleep(Duration::from_millis(5));
-    }
+fn eventually(what: &str, condition: impl FnMut() -> bool) {
+    assert!(
+        wait_until(Duration::from_secs(5), condition),
+        "timed out waiting for {what}"
+    );
 }
 
 fn stats_eventually(sharer: &ResourceSharer, what: &str, check: impl Fn(&SharerStats) -> bool) {

@@ -12,7 +12,7 @@ use std::os::fd::OwnedFd;
 use std::os::unix::fs::FileExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStderr, ChildStdout, Command, Stdio};
+use std::process::{ChildStderr, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -25,7 +25,7 @@ use tensorshare_strategies::shm_manager::{
     self, ALLOC_INFO_SIZE, AllocInfo, MANAGER_ENV, ManagerConnection, ManagerHandle,
 };
 
-use support::test_python;
+use support::{ChildGuard, exit_within, has_exited, spawn_for_first_line, test_python, wait_until};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tensorshare");
 
@@ -94,19 +94,9 @@ impl Drop for ShmObject {
     }
 }
 
-/// A child process killed on drop.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// `tensorshare manager` in the foreground, killed on drop.
 struct ForegroundManager {
-    child: Killed,
+    child: ChildGuard,
     handle: ManagerHandle,
     stderr: Option<ChildStderr>,
 }
@@ -119,25 +109,19 @@ impl ForegroundManager {
     }
 
     fn start_command(mut command: Command) -> Self {
-        let mut child = command
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start tensorshare manager");
-        let line = first_line(child.stdout.take().unwrap());
+        let (mut child, line) = spawn_for_first_line(&mut command, "tensorshare manager");
         let stderr = child.stderr.take();
         let handle = ManagerHandle::from_bytes(line.as_bytes())
             .unwrap_or_else(|e| panic!("first line {line:?}: {e}"));
         ForegroundManager {
-            child: Killed(child),
+            child: ChildGuard(child),
             handle,
             stderr,
         }
     }
 
     fn pid(&self) -> u32 {
-        self.child.0.id()
+        self.child.pid()
     }
 
     fn is_running(&mut self) -> bool {
@@ -146,41 +130,14 @@ impl ForegroundManager {
 
     /// Waits up to `limit` for it to exit; its status and stderr.
     fn wait_exit(&mut self, limit: Duration) -> (std::process::ExitStatus, String) {
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Some(status) = self.child.0.try_wait().unwrap() {
-                let mut stderr = String::new();
-                if let Some(mut pipe) = self.stderr.take() {
-                    pipe.read_to_string(&mut stderr).unwrap();
-                }
-                return (status, stderr);
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the manager did not exit within {limit:?}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
+        let status = exit_within(&mut self.child.0, limit)
+            .unwrap_or_else(|| panic!("the manager did not exit within {limit:?}"));
+        let mut stderr = String::new();
+        if let Some(mut pipe) = self.stderr.take() {
+            pipe.read_to_string(&mut stderr).unwrap();
         }
+        (status, stderr)
     }
-}
-
-/// The first line of `stdout`, without its newline.
-fn first_line(stdout: ChildStdout) -> String {
-    let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line).unwrap();
-    line.trim_end_matches('\n').to_owned()
-}
-
-/// Waits up to `limit` for `condition`.
-fn eventually(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if condition() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    condition()
 }
 
 /// The pid of the process holding the listening socket at `handle`: its
@@ -223,11 +180,6 @@ fn proc_stat(pid: u32) -> Option<Vec<String>> {
     Some(after_name.split(' ').map(str::to_owned).collect())
 }
 
-/// Whether `pid` has exited (gone, or a zombie waiting for its reaper).
-fn has_exited(pid: u32) -> bool {
-    proc_stat(pid).is_none_or(|fields| fields[0] == "Z" || fields[0] == "X")
-}
-
 #[test]
 fn helper_client_registering_a_segment() {
     // Does nothing unless re-executed by a test as the client it kills.
@@ -248,7 +200,7 @@ fn helper_client_registering_a_segment() {
 
 /// This test binary, re-executed as a client that registers one segment
 /// with `handle` and waits to be killed; and the segment's name.
-fn start_helper_client(handle: &ManagerHandle) -> (Killed, SegmentName) {
+fn start_helper_client(handle: &ManagerHandle) -> (ChildGuard, SegmentName) {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
@@ -273,7 +225,7 @@ fn start_helper_client(handle: &ManagerHandle) -> (Killed, SegmentName) {
             break SegmentName::parse(name.as_bytes()).unwrap();
         }
     };
-    (Killed(child), name)
+    (ChildGuard(child), name)
 }
 
 #[test]
@@ -325,11 +277,11 @@ fn a_daemon_outlives_its_launcher_and_reclaims_a_killed_clients_segment() {
     client.0.wait().unwrap();
     let killed = Instant::now();
     assert!(
-        eventually(Duration::from_secs(10), || !segment.exists()),
+        wait_until(Duration::from_secs(10), || !segment.exists()),
         "the daemon kept the killed client's segment"
     );
     assert!(
-        eventually(Duration::from_secs(10), || has_exited(daemon)),
+        wait_until(Duration::from_secs(10), || has_exited(daemon)),
         "the daemon did not exit once idle"
     );
     assert!(killed.elapsed() < Duration::from_secs(8));
@@ -383,7 +335,7 @@ fn own_manager_starts_one_daemon_per_process() {
                 .collect::<Vec<_>>()
         };
         assert!(
-            eventually(Duration::from_secs(2), || zombie_children().is_empty()),
+            wait_until(Duration::from_secs(2), || zombie_children().is_empty()),
             "zombie children: {:?}",
             zombie_children()
         );
@@ -528,15 +480,8 @@ fn our_client_registers_with_torchs_own_manager() {
         return;
     };
     let exe = torch_shm_manager(&python);
-    let mut torch = Killed(
-        Command::new(&exe)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start torch_shm_manager"),
-    );
-    let line = first_line(torch.0.stdout.take().unwrap());
+    let (child, line) = spawn_for_first_line(&mut Command::new(&exe), "torch_shm_manager");
+    let mut torch = ChildGuard(child);
     assert!(line.contains("torch-shm-dir-"), "{line}");
     let handle = ManagerHandle::from_bytes(line.as_bytes()).unwrap();
 
@@ -552,14 +497,8 @@ fn our_client_registers_with_torchs_own_manager() {
     connection.unregister(&freed.name);
     drop(connection);
 
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(status) = torch.0.try_wait().unwrap() {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "torch_shm_manager did not exit");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status =
+        exit_within(&mut torch.0, Duration::from_secs(10)).expect("torch_shm_manager did not exit");
     let mut stderr = String::new();
     torch
         .0
@@ -577,17 +516,19 @@ fn our_client_registers_with_torchs_own_manager() {
 
 /// Runs `script` in the test python with the manager handle and segment
 /// name as arguments, and waits for its first line.
-fn start_torch(python: &str, script: &str, handle: &ManagerHandle, segment: &ShmObject) -> Killed {
-    let mut child = Command::new(python)
-        .args(["-c", script])
-        .arg(handle.path())
-        .arg(segment.name.as_str())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run the test python");
-    let line = first_line(child.stdout.take().unwrap());
+fn start_torch(
+    python: &str,
+    script: &str,
+    handle: &ManagerHandle,
+    segment: &ShmObject,
+) -> ChildGuard {
+    let (mut child, line) = spawn_for_first_line(
+        Command::new(python)
+            .args(["-c", script])
+            .arg(handle.path())
+            .arg(segment.name.as_str()),
+        "the test python",
+    );
     if line != "ready" {
         let _ = child.kill();
         let output = child.wait_with_output().unwrap();
@@ -596,7 +537,7 @@ fn start_torch(python: &str, script: &str, handle: &ManagerHandle, segment: &Shm
             String::from_utf8_lossy(&output.stderr)
         );
     }
-    Killed(child)
+    ChildGuard(child)
 }
 
 #[test]
@@ -629,7 +570,7 @@ time.sleep(60)
     torch.0.kill().unwrap();
     torch.0.wait().unwrap();
     assert!(
-        eventually(Duration::from_secs(10), || !segment.exists()),
+        wait_until(Duration::from_secs(10), || !segment.exists()),
         "the killed torch process's segment was kept"
     );
     assert!(manager.is_running(), "it should have gone without an exit");

@@ -48,17 +48,8 @@ fn tensorshare_drives_a_stock_torch_echo() {
     // torch keeps what it received in its shared cache and sends the same
     // fd back: the storage returns as the very one sent.
     let sent = cases::contiguous(DType::Float32, &[64], 4, true);
-    connection
-        .send(&Value::Tensor(sent.clone()), &sharing)
-        .unwrap();
-    let echoed = connection.recv(&sharing).unwrap();
-    assert!(
-        echoed
-            .as_tensor()
-            .unwrap()
-            .storage()
-            .same_as(sent.storage())
-    );
+    let (_echoed, storages) = cases::echo_times(&mut connection, &sharing, &sent, 1);
+    assert!(storages[0].same_as(sent.storage()));
 
     // One storage sent many times: no fds pile up on either side.
     let own_before = open_fds(std::process::id());

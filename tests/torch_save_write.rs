@@ -6,8 +6,6 @@
 mod support;
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
-use std::process::Command;
 
 use proptest::prelude::*;
 use serde_json::{Value as Json, json};
@@ -17,16 +15,9 @@ use tensorshare::save::save_torch;
 use tensorshare::{DType, Registry, Storage, Tensor, TensorView, Value};
 use tensorshare_compat::torch_save::TorchSaveFormat;
 
-use support::{expect_success, python_script, test_python};
+use support::{cases, hex, test_python, torch_describes};
 
 const FORMATS: [TorchSaveFormat; 2] = [TorchSaveFormat::Zip, TorchSaveFormat::Legacy];
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().fold(String::new(), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
-}
 
 /// What `compat/python/describe_saved.py` prints for the same object.
 #[derive(Default)]
@@ -115,18 +106,7 @@ fn describe_loaded(value: &Value, format: Option<TorchSaveFormat>) -> Json {
 }
 
 fn tensor(storage: &Storage, dtype: DType, offset: i64, sizes: &[i64], strides: &[i64]) -> Tensor {
-    Tensor::new(
-        storage.clone(),
-        TensorView {
-            dtype,
-            storage_offset: offset,
-            sizes: sizes.to_vec(),
-            strides: strides.to_vec(),
-            requires_grad: false,
-            parameter: false,
-        },
-    )
-    .unwrap()
+    Tensor::new(storage.clone(), cases::view(dtype, offset, sizes, strides)).unwrap()
 }
 
 fn with_flags(t: &Tensor, requires_grad: bool, parameter: bool) -> Tensor {
@@ -242,20 +222,6 @@ fn write_temp(bytes: &[u8], dir: &tempfile::TempDir, name: &str) -> std::path::P
     let path = dir.path().join(name);
     std::fs::write(&path, bytes).unwrap();
     path
-}
-
-/// Describes each file as stock torch loads it with `weights_only=True`.
-fn torch_describes(python: &str, paths: &[std::path::PathBuf]) -> Vec<Json> {
-    let output = Command::new(python)
-        .arg(python_script("describe_saved.py"))
-        .args(paths)
-        .output()
-        .unwrap();
-    let stdout = expect_success(&output, "describe_saved.py");
-    stdout
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect()
 }
 
 #[test]

@@ -547,11 +547,8 @@ def forged_segment(name: bytes, nbytes: int) -> Reduced:
 
 def oversized_segment_pickle() -> bytes:
     """A real 16-byte file_system segment announced as 4096 bytes."""
-    manager, name, _ = torch.zeros(4).untyped_storage()._share_filename_cpu_()
-    storage = Reduced(
-        reductions.rebuild_storage_filename, torch.UntypedStorage, manager, name, 4096
-    )
-    return tensor_pickle(storage, (1024,), (1,))
+    _, name, _ = torch.zeros(4).untyped_storage()._share_filename_cpu_()
+    return tensor_pickle(forged_segment(name, 4096), (1024,), (1,))
 
 
 def truncated_tensor_pickle() -> bytes:

@@ -4,7 +4,10 @@
 //!   only through an allowlist into inert [`pickle::Node::Global`] nodes) and
 //!   an encoder with memoization.
 //! - [`dtype`]: torch's dtypes with their wire names and element sizes.
-//! - [`torch_save`]: readers for `torch.save` files, zip and legacy.
+//! - [`torch_save`]: readers and writers for `torch.save` files, zip and
+//!   legacy.
+//! - [`connection`]: CPython's `multiprocessing.connection` framing and
+//!   authkey handshake, over any byte stream.
 //!
 //! Every input byte is treated as hostile: sizes and depth are capped, and a
 //! malformed input is an error carrying the byte offset, never a panic.

@@ -9,14 +9,14 @@ use std::sync::LazyLock;
 
 use libfuzzer_sys::fuzz_target;
 use tensorshare::Registry;
-use tensorshare_compat::pickle::{Limits, SharedBytes, decode, decode_all, decode_all_shared};
+use tensorshare_compat::pickle::{Limits, SharedBytes, decode_all, decode_all_shared};
 
 /// Built once: building it for every input would be most of each run.
 static REGISTRY: LazyLock<Registry> = LazyLock::new(Registry::default);
 
 fuzz_target!(|data: &[u8]| {
     let allow_all = |_: &str, _: &str| true;
-    let _ = decode(data, &allow_all, &Limits::default());
+    // `decode_all` runs `decode` and then checks for trailing bytes.
     let copied = decode_all(data, &allow_all, &Limits::default());
     let shared = decode_all_shared(&SharedBytes::from(data), &allow_all, &Limits::default());
     assert_eq!(copied, shared);

@@ -1,4 +1,4 @@
-//! `tensorshare convert IN OUT [--legacy]`: rewrite a torch pickle (any
+//! `tensorshare convert IN OUT [--legacy] [--authkey HEX]`: rewrite a torch pickle (any
 //! strategy) or a `torch.save` file (zip or legacy) as a `torch.save` file
 //! that stock torch loads with `weights_only=True`.
 

@@ -1,6 +1,5 @@
 //! `tensorshare demo`: two Rust processes stream tensors to each other over
-//! every strategy this build can send with, verify every byte, and print
-//! what it cost.
+//! each of the four strategies, verify every byte, and print what it cost.
 
 use std::time::{Duration, Instant};
 

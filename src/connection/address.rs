@@ -15,7 +15,7 @@ use super::{ConnectionError, random};
 /// The longest socket path or abstract name, in bytes: `sun_path` holds 108
 /// bytes, one of which is the path's terminating NUL or the abstract name's
 /// leading NUL.
-pub const MAX_ADDRESS_LEN: usize = 107;
+pub const MAX_ADDRESS_LEN: usize = tensorshare_strategies::private_dir::MAX_SOCKET_PATH_LEN;
 
 /// Random characters in generated directory and socket names, as CPython's
 /// `tempfile` uses.
@@ -185,7 +185,7 @@ impl Address {
     /// [`ConnectionError::Io`] when no random bytes can be read.
     pub fn unique_in(dir: impl AsRef<Path>) -> Result<Self, ConnectionError> {
         let suffix = random::name_suffix(RANDOM_NAME_LEN)
-            .map_err(|e| ConnectionError::io("reading /dev/urandom for a socket name", e))?;
+            .map_err(|e| ConnectionError::io("reading random bytes for a socket name", e))?;
         Self::path(dir.as_ref().join(format!("listener-{suffix}")))
     }
 
@@ -305,7 +305,8 @@ pub struct PrivateTempDir {
 
 impl PrivateTempDir {
     /// Creates `pymp-XXXXXXXX` in the system temporary directory, or in
-    /// `/tmp` when that one is too deep for socket paths inside it.
+    /// `/tmp` when that one cannot hold socket paths
+    /// ([`socket_parent_dir`](tensorshare_strategies::private_dir::socket_parent_dir)).
     ///
     /// # Errors
     ///
@@ -313,15 +314,9 @@ impl PrivateTempDir {
     pub fn create() -> Result<Self, ConnectionError> {
         // The socket path inside must fit in sun_path: "/pymp-X{8}/listener-X{8}".
         const INNER_LEN: usize = 1 + 5 + RANDOM_NAME_LEN + 1 + 9 + RANDOM_NAME_LEN;
-        let temp = std::env::temp_dir();
-        // Socket paths travel in pickles as `str`: the parent must be UTF-8.
-        let parent =
-            if temp.as_os_str().len() + INNER_LEN > MAX_ADDRESS_LEN || temp.to_str().is_none() {
-                PathBuf::from("/tmp")
-            } else {
-                temp
-            };
-        Self::create_in(parent)
+        Self::create_in(tensorshare_strategies::private_dir::socket_parent_dir(
+            INNER_LEN,
+        ))
     }
 
     /// Creates `pymp-XXXXXXXX` in `parent`.

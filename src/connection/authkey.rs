@@ -46,7 +46,9 @@ impl Authkey {
     pub fn random() -> Result<Self, ConnectionError> {
         let mut bytes = vec![0u8; RANDOM_AUTHKEY_LEN];
         random::fill(&mut bytes).map_err(|e| {
-            ConnectionError::InvalidAuthkey(format!("cannot read /dev/urandom to make one: {e}"))
+            ConnectionError::InvalidAuthkey(format!(
+                "cannot read the kernel's random source to make one: {e}"
+            ))
         })?;
         Ok(Self(bytes))
     }

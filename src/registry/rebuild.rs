@@ -94,6 +94,14 @@ impl Call<'_> {
         }
     }
 
+    /// An error saying a storage this call names could not be attached.
+    pub(crate) fn attach_failed(&self, source: crate::Error) -> RebuildError {
+        RebuildError::Attach {
+            callee: self.callee.clone(),
+            source: Box::new(source),
+        }
+    }
+
     /// The positional arguments of a plain `REDUCE` call, refusing `BUILD`
     /// state and appended items that a function result cannot take.
     ///

@@ -161,10 +161,7 @@ fn rebuild_storage_fd(call: Call<'_>) -> Result<Value, RebuildError> {
     storage_of_class(&call, cls, size, |nbytes| match call.sharing {
         Some(sharing) => sharing
             .attach_fd(dup_fd, nbytes)
-            .map_err(|source| RebuildError::Attach {
-                callee: call.callee.clone(),
-                source: Box::new(source),
-            }),
+            .map_err(|source| call.attach_failed(source)),
         None => Ok(Storage::remote(
             Residence::FileDescriptor(dup_fd.clone()),
             nbytes,
@@ -194,14 +191,9 @@ fn rebuild_storage_filename(call: Call<'_>) -> Result<Value, RebuildError> {
         // Every call takes back the count its sender added for it, so each
         // goes to the receipt; the context's cache by name makes repeats
         // one storage.
-        Some(sharing) => {
-            sharing
-                .attach_segment(&segment, nbytes)
-                .map_err(|source| RebuildError::Attach {
-                    callee: call.callee.clone(),
-                    source: Box::new(source),
-                })
-        }
+        Some(sharing) => sharing
+            .attach_segment(&segment, nbytes)
+            .map_err(|source| call.attach_failed(source)),
         // Every reference to one segment name in a message is one storage, as
         // torch's receiver finds it in its cache by handle.
         None => Ok(call.shared_storage(StorageKey::Segment(name.to_vec()), || {

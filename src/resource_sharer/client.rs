@@ -314,19 +314,19 @@ fn io_failure(shown: &str, timeout: Duration, stage: FetchStage, source: io::Err
 }
 
 fn connect(address: &[u8], shown: &str, key: i64) -> Result<UnixStream, FetchError> {
+    let invalid = |reason| FetchError::InvalidAddress {
+        address: shown.to_owned(),
+        reason,
+    };
     let socket_address = Address::from_bytes(address)
-        .and_then(|address| {
-            address
-                .to_socket_addr()
-                .map_err(|source| ConnectionError::Connect { address, source })
-        })
-        .map_err(|error| FetchError::InvalidAddress {
-            address: shown.to_owned(),
-            reason: match error {
+        .map_err(|error| {
+            invalid(match error {
                 ConnectionError::InvalidAddress { reason, .. } => reason,
                 other => other.to_string(),
-            },
-        })?;
+            })
+        })?
+        .to_socket_addr()
+        .map_err(|error| invalid(error.to_string()))?;
     UnixStream::connect_addr(&socket_address).map_err(|source| {
         if crate::connection::is_fd_exhaustion(&source) {
             FetchError::TooManyOpenFiles {

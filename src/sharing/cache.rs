@@ -66,13 +66,7 @@ impl<K: Eq + Hash + Clone> WeakStorageCache<K> {
         key: &K,
         make: impl FnOnce() -> Result<Storage, E>,
     ) -> Result<Storage, E> {
-        let mut inner = self.lock();
-        if let Some(storage) = inner.entries.get(key).and_then(WeakStorage::upgrade) {
-            return Ok(storage);
-        }
-        let storage = make()?;
-        inner.insert(key.clone(), &storage);
-        Ok(storage)
+        self.get_or_try_replace(key, |_| true, make)
     }
 
     /// The live storage under `key` if `usable` accepts it, else the one

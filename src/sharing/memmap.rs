@@ -29,7 +29,7 @@ use std::time::Instant;
 
 use tensorshare_compat::pickle::{Global, Node, NodeId};
 use tensorshare_strategies::file_descriptor::FileIdentity;
-use tensorshare_strategies::memmap::{MemmapHandle, MemmapSegment, MemmapStrategy};
+use tensorshare_strategies::memmap::{MemmapSegment, MemmapStrategy};
 use tensorshare_strategies::{SharingStrategy, WritableSegment};
 
 use super::{SharingContext, lock};
@@ -105,14 +105,9 @@ fn from_file(call: Call<'_>) -> Result<Value, RebuildError> {
     let nbytes =
         usize::try_from(*nbytes).map_err(|_| call.invalid(format!("negative nbytes {nbytes}")))?;
     let storage = match call.sharing {
-        Some(sharing) => {
-            sharing
-                .attach_file(path, nbytes)
-                .map_err(|source| RebuildError::Attach {
-                    callee: call.callee.clone(),
-                    source: Box::new(source),
-                })?
-        }
+        Some(sharing) => sharing
+            .attach_file(path, nbytes)
+            .map_err(|source| call.attach_failed(source))?,
         // Every reference to one path in a message is one storage.
         None => call.shared_storage(
             crate::registry::rebuild::StorageKey::File(path.clone()),
@@ -189,19 +184,17 @@ impl SharingContext {
         if storage.local_segment::<MemmapSegment>().is_some() {
             return Ok(storage.clone());
         }
-        let Residence::Local(segment) = storage.residence() else {
-            return self.shared_copy(storage, StrategyKind::Memmap);
+        let Some(kind) = storage.local_kind() else {
+            return Err(super::not_in_process(storage));
         };
-        let bytes = segment.as_bytes().get(..storage.nbytes()).ok_or_else(|| {
-            Error::Unsupported("the storage claims more bytes than its segment holds".into())
-        })?;
+        let bytes = super::local_bytes(storage)?;
         let copy = || -> Result<Storage, Error> {
             let mut file = self.memmap.allocate(bytes.len())?;
             file.as_bytes_mut().copy_from_slice(bytes);
             Ok(Storage::from_segment(Arc::new(file)))
         };
         let twin = storage.shared_twin(StrategyKind::Memmap, copy)?;
-        if !segment.kind().shares_memory() || twin.bytes() == Some(bytes) {
+        if !kind.shares_memory() || twin.bytes() == Some(bytes) {
             return Ok(twin);
         }
         copy()
@@ -226,16 +219,15 @@ impl SharingContext {
     /// Maps `nbytes` of the file at `path`, once per file while it lives.
     pub(super) fn map_file(&self, path: &str, nbytes: usize) -> Result<Storage, Error> {
         let path = Path::new(path);
-        let identity = self.memmap.identify(path)?;
-        let key: FileKey = (path.to_path_buf(), identity);
-        // Not held, or held shorter than this message describes: map it
-        // (again) rather than read past the end.
+        let received = self.memmap.open_received(path)?;
+        let key: FileKey = (path.to_path_buf(), received.identity());
+        // Not held, or held shorter than this message describes: map the
+        // file already open (again) rather than read past the end.
         self.by_file.get_or_try_replace(
             &key,
             |cached| cached.nbytes() >= nbytes && cached.local_segment::<MemmapSegment>().is_some(),
             || {
-                let handle = MemmapHandle::received(path).with_identity(identity);
-                let segment = self.memmap.import(handle, nbytes)?;
+                let segment = self.memmap.import_received(received, nbytes)?;
                 Ok(Storage::from_segment(Arc::new(segment)))
             },
         )
@@ -275,12 +267,8 @@ impl SharingContext {
         let now = Instant::now();
         let mut held = lock(&self.sent_files);
         held.retain(|(deadline, _)| *deadline > now);
-        let mut distinct: Vec<&Storage> = Vec::new();
-        for (_, storage) in held.iter() {
-            if !distinct.iter().any(|seen| seen.same_as(storage)) {
-                distinct.push(storage);
-            }
-        }
+        let distinct: rustc_hash::FxHashSet<usize> =
+            held.iter().map(|(_, storage)| storage.identity()).collect();
         distinct.len()
     }
 }

@@ -36,7 +36,7 @@ pub(crate) use receipt::Receipt;
 
 use crate::registry::rebuild::Walker;
 use crate::resource_sharer::{Registration, ResourceSharer};
-use crate::{Authkey, Error, Registry, Residence, Storage, StrategyKind, Value};
+use crate::{Authkey, Error, Registry, Storage, StrategyKind, Value};
 
 /// How long to wait for a peer's resource sharer to hand over an fd.
 const DEFAULT_FETCH_TIMEOUT: Duration = Duration::from_secs(30);
@@ -322,25 +322,33 @@ impl SharingContext {
     /// `storage` itself when it already lives in a segment of `kind`, else
     /// its copy in one, made once per storage (see [`Storage::shared_twin`]).
     fn shared_copy(&self, storage: &Storage, kind: StrategyKind) -> Result<Storage, Error> {
-        let Residence::Local(segment) = storage.residence() else {
-            return Err(Error::Unsupported(format!(
-                "a {} storage whose bytes are not in this process cannot be sent; receive it \
-                 with a SharingContext to attach it first",
-                storage.kind()
-            )));
-        };
-        if segment.kind() == kind {
-            return Ok(storage.clone());
+        match storage.local_kind() {
+            None => Err(not_in_process(storage)),
+            Some(local) if local == kind => Ok(storage.clone()),
+            Some(_) => storage.shared_twin(kind, || {
+                let bytes = local_bytes(storage)?;
+                let mut writer = Storage::allocate(kind, bytes.len())?;
+                writer.as_bytes_mut().copy_from_slice(bytes);
+                Ok(writer.freeze())
+            }),
         }
-        storage.shared_twin(kind, || {
-            let bytes = storage.bytes().ok_or_else(|| {
-                Error::Unsupported("the storage claims more bytes than its segment holds".into())
-            })?;
-            let mut writer = Storage::allocate(kind, bytes.len())?;
-            writer.as_bytes_mut().copy_from_slice(bytes);
-            Ok(writer.freeze())
-        })
     }
+}
+
+/// Why a storage whose bytes are elsewhere cannot be sent.
+fn not_in_process(storage: &Storage) -> Error {
+    Error::Unsupported(format!(
+        "a {} storage whose bytes are not in this process cannot be sent; receive it \
+         with a SharingContext to attach it first",
+        storage.kind()
+    ))
+}
+
+/// The bytes of a storage held in this process, to be copied for sending.
+fn local_bytes(storage: &Storage) -> Result<&[u8], Error> {
+    storage.bytes().ok_or_else(|| {
+        Error::Unsupported("the storage claims more bytes than its segment holds".into())
+    })
 }
 
 /// A pickled message and the storages whose fds go with it, in the order

@@ -3,7 +3,6 @@
 
 use nix::errno::Errno;
 
-use crate::StrategyKind;
 use crate::shm_manager::ManagerError;
 
 /// The largest segment any strategy accepts: the largest slice Rust allows,
@@ -151,15 +150,6 @@ pub enum AllocateError {
         dir: String,
         /// What `open(O_CREAT | O_EXCL)` or `fstat` failed with.
         errno: Errno,
-    },
-    /// The strategy cannot be allocated by name alone.
-    #[error(
-        "the {kind} strategy cannot be allocated by name in this version: use file_descriptor, \
-         file_system or bytes"
-    )]
-    Unsupported {
-        /// The strategy asked for.
-        kind: StrategyKind,
     },
 }
 

@@ -46,7 +46,6 @@
 mod anonymous_object;
 
 use std::any::Any;
-use std::num::NonZeroUsize;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
@@ -55,7 +54,7 @@ use nix::sys::stat::{FileStat, fstat};
 use nix::unistd::ftruncate;
 
 use crate::error::{MAX_SEGMENT_BYTES, errno_of};
-use crate::mapping::{SharedMapping, check_covers, is_regular_file, reserve};
+use crate::mapping::{SharedMapping, check_covers, file_type, is_regular_file, reserve};
 use crate::{
     AllocateError, ExportError, ImportError, Segment, SharingStrategy, StrategyKind,
     WritableSegment,
@@ -196,14 +195,11 @@ impl SharingStrategy for FileDescriptorStrategy {
         reserve(fd.as_fd(), file_len).map_err(|errno| AllocateError::resize(nbytes, errno))?;
         let sealed = anonymous_object::seal_size(fd.as_fd());
         let stat = fstat(&fd).map_err(|errno| AllocateError::CreateObject { errno })?;
-        let mapping = match NonZeroUsize::new(nbytes) {
-            None => SharedMapping::empty(),
-            // SAFETY: `ftruncate` just sized the object to exactly `nbytes`;
-            // it is sealed against shrinking (`map`), or guarded (the
-            // unlinked shm fallback, which a receiver could truncate).
-            Some(len) => unsafe { map_sized(fd.as_fd(), len, sealed) }
-                .map_err(|errno| AllocateError::map(nbytes, errno))?,
-        };
+        // SAFETY: `ftruncate` just sized the object to exactly `nbytes`;
+        // `sealed` is what `seal_size` found (the unlinked shm fallback,
+        // which a receiver could truncate, is not).
+        let mapping = unsafe { map_sized(fd.as_fd(), nbytes, sealed) }
+            .map_err(|errno| AllocateError::map(nbytes, errno))?;
         Ok(FdSegment {
             mapping,
             fd,
@@ -273,20 +269,16 @@ impl FileDescriptorStrategy {
                 reason: format!(
                     "the received file descriptor is not a shared memory file (file type {:o}); \
                      the sender is not sharing a storage",
-                    crate::mapping::file_type(&stat).bits()
+                    file_type(&stat).bits()
                 ),
             });
         }
         check_covers(&stat, 0, nbytes)?;
         let sealed = anonymous_object::seal_size(fd.as_fd());
-        let mapping = match NonZeroUsize::new(nbytes) {
-            None => SharedMapping::empty(),
-            // SAFETY: `fstat` just showed the file holds at least `nbytes`
-            // bytes; it is sealed against shrinking, or the mapping is
-            // guarded.
-            Some(len) => unsafe { map_sized(fd.as_fd(), len, sealed) }
-                .map_err(|errno| ImportError::from_map_errno(nbytes, errno))?,
-        };
+        // SAFETY: `fstat` just showed the file holds at least `nbytes`
+        // bytes; `sealed` is what `seal_size` found.
+        let mapping = unsafe { map_sized(fd.as_fd(), nbytes, sealed) }
+            .map_err(|errno| ImportError::from_map_errno(nbytes, errno))?;
         Ok(FdSegment {
             mapping,
             fd,
@@ -303,11 +295,7 @@ impl FileDescriptorStrategy {
 /// The file holds at least `len` bytes, and if `sealed`, its seals include
 /// `F_SEAL_SHRINK`; other processes may write the pages, as the
 /// [`Segment`] docs say.
-unsafe fn map_sized(
-    fd: BorrowedFd<'_>,
-    len: NonZeroUsize,
-    sealed: bool,
-) -> Result<SharedMapping, Errno> {
+unsafe fn map_sized(fd: BorrowedFd<'_>, len: usize, sealed: bool) -> Result<SharedMapping, Errno> {
     if sealed {
         // SAFETY: the file covers `len` bytes and is sealed against
         // shrinking, the caller's contract.

@@ -52,7 +52,6 @@
 mod name;
 
 use std::any::Any;
-use std::num::NonZeroUsize;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -64,8 +63,8 @@ use nix::sys::stat::{Mode, fstat};
 use nix::sys::statvfs::statvfs;
 use nix::unistd::ftruncate;
 
-pub(crate) use name::random_u64;
 pub use name::{InvalidSegmentName, MAX_SEGMENT_NAME_LEN, SegmentName};
+pub(crate) use name::{random_u64, unique_name_part};
 
 use crate::error::MAX_SEGMENT_BYTES;
 use crate::file_descriptor::FileIdentity;
@@ -343,8 +342,7 @@ impl SharingStrategy for FileSystemStrategy {
 
     fn allocate(&self, nbytes: usize) -> Result<FileSystemSegment, AllocateError> {
         let total = mapped_len(nbytes).ok_or(AllocateError::TooLarge { nbytes })?;
-        let file_len =
-            i64::try_from(total.get()).map_err(|_| AllocateError::TooLarge { nbytes })?;
+        let file_len = i64::try_from(total).map_err(|_| AllocateError::TooLarge { nbytes })?;
         let manager = self.manager()?;
         // Registered before it exists, so that no moment passes in which
         // this process could die and leave the name to nobody.
@@ -405,7 +403,11 @@ impl SharingStrategy for FileSystemStrategy {
         if nbytes > MAX_SEGMENT_BYTES {
             return Err(ImportError::TooLarge { nbytes });
         }
-        let name = handle.name.clone();
+        let SegmentHandle {
+            manager: manager_handle,
+            name,
+            in_flight,
+        } = handle;
         let fd = open_existing(&name, nbytes)?;
         let stat = fstat(&fd).map_err(|errno| ImportError::Stat { errno })?;
         if !is_regular_file(&stat) {
@@ -421,7 +423,7 @@ impl SharingStrategy for FileSystemStrategy {
             .map_err(|errno| ImportError::from_map_errno(nbytes, errno))?;
         drop(fd);
         let manager =
-            shm_manager::connect(&handle.manager).map_err(|source| ImportError::Manager {
+            shm_manager::connect(&manager_handle).map_err(|source| ImportError::Manager {
                 name: name.to_string(),
                 source,
             })?;
@@ -443,7 +445,7 @@ impl SharingStrategy for FileSystemStrategy {
             })?;
         // The message's count: this process now holds the segment in its stead.
         object.decref();
-        handle.in_flight.delivered();
+        in_flight.delivered();
         Ok(FileSystemSegment {
             object: Arc::new(object),
         })
@@ -451,11 +453,10 @@ impl SharingStrategy for FileSystemStrategy {
 }
 
 /// `nbytes` plus the header, if a mapping can hold it.
-fn mapped_len(nbytes: usize) -> Option<NonZeroUsize> {
+fn mapped_len(nbytes: usize) -> Option<usize> {
     nbytes
         .checked_add(HEADER_BYTES)
         .filter(|&total| total <= MAX_SEGMENT_BYTES)
-        .and_then(NonZeroUsize::new)
 }
 
 /// A segment this process created and registered, not yet complete:

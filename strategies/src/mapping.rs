@@ -91,7 +91,7 @@ unsafe impl Sync for SharedMapping {}
 impl SharedMapping {
     /// A mapping of zero bytes: nothing is mapped, since `mmap` refuses a
     /// zero length.
-    pub(crate) const fn empty() -> Self {
+    const fn empty() -> Self {
         SharedMapping {
             ptr: NonNull::dangling(),
             len: 0,
@@ -100,7 +100,7 @@ impl SharedMapping {
     }
 
     /// Maps the first `len` bytes of `fd` with `MAP_SHARED`, readable and
-    /// writable, for a file that cannot shrink.
+    /// writable, for a file that cannot shrink; maps nothing when `len` is 0.
     ///
     /// # Safety
     ///
@@ -114,7 +114,10 @@ impl SharedMapping {
     ///
     /// The errno of `mmap`: `EACCES` when `fd` is not open read-write,
     /// `ENODEV` when it cannot be mapped, `ENOMEM` when out of address space.
-    pub(crate) unsafe fn map(fd: BorrowedFd<'_>, len: NonZeroUsize) -> Result<Self, Errno> {
+    pub(crate) unsafe fn map(fd: BorrowedFd<'_>, len: usize) -> Result<Self, Errno> {
+        let Some(len) = NonZeroUsize::new(len) else {
+            return Ok(Self::empty());
+        };
         // SAFETY: the file covers `len` bytes and cannot shrink, the
         // caller's contract above.
         unsafe { Self::map_unguarded(fd, len) }
@@ -137,7 +140,10 @@ impl SharedMapping {
     ///
     /// As [`map`](Self::map); also `ENOMEM` when the fault guard holds too
     /// many ranges, or the errno of installing its `SIGBUS` handler.
-    pub(crate) unsafe fn map_guarded(fd: BorrowedFd<'_>, len: NonZeroUsize) -> Result<Self, Errno> {
+    pub(crate) unsafe fn map_guarded(fd: BorrowedFd<'_>, len: usize) -> Result<Self, Errno> {
+        let Some(len) = NonZeroUsize::new(len) else {
+            return Ok(Self::empty());
+        };
         // SAFETY: the file covers `len` bytes now, the caller's contract; a
         // later truncation is what the guard registered below handles.
         let mut mapping = unsafe { Self::map_unguarded(fd, len) }?;

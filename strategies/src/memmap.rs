@@ -41,12 +41,10 @@
 use std::any::Any;
 use std::ffi::OsStr;
 use std::fmt;
-use std::num::NonZeroUsize;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use nix::errno::Errno;
 use nix::fcntl::{OFlag, open};
@@ -55,7 +53,7 @@ use nix::unistd::{ftruncate, geteuid, unlink};
 
 use crate::error::MAX_SEGMENT_BYTES;
 use crate::file_descriptor::FileIdentity;
-use crate::file_system::random_u64;
+use crate::file_system::unique_name_part;
 use crate::mapping::{SharedMapping, check_covers, is_regular_file, reserve};
 use crate::{
     AllocateError, ExportError, ImportError, Segment, SharingStrategy, StrategyKind,
@@ -173,23 +171,56 @@ impl MemmapStrategy {
     }
 
     /// Opens the file a received path names, with every check
-    /// [`import`](SharingStrategy::import) makes but the size, and gives its
-    /// identity: the key under which a receiver caches what it mapped.
+    /// [`import`](SharingStrategy::import) makes but the size. Its
+    /// [`identity`](ReceivedFile::identity) is the key under which a
+    /// receiver caches what it mapped; on a miss,
+    /// [`import_received`](Self::import_received) maps the file already
+    /// open, without opening it again.
     ///
     /// # Errors
     ///
     /// As [`import`](SharingStrategy::import).
-    pub fn identify(&self, path: &Path) -> Result<FileIdentity, ImportError> {
-        let (_, stat) = self.open_received(path, 0)?;
-        Ok(FileIdentity::of(&stat))
+    pub fn open_received(&self, path: &Path) -> Result<ReceivedFile, ImportError> {
+        let (fd, stat) = self.open_checked(path, 0)?;
+        Ok(ReceivedFile {
+            fd,
+            stat,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// [`SharingStrategy::import`] of a file already opened and checked by
+    /// [`open_received`](Self::open_received).
+    ///
+    /// # Errors
+    ///
+    /// As [`import`](SharingStrategy::import).
+    pub fn import_received(
+        &self,
+        file: ReceivedFile,
+        nbytes: usize,
+    ) -> Result<MemmapSegment, ImportError> {
+        if nbytes > MAX_SEGMENT_BYTES {
+            return Err(ImportError::TooLarge { nbytes });
+        }
+        let ReceivedFile { fd, stat, path } = file;
+        check_covers(&stat, 0, nbytes)?;
+        // SAFETY: `fstat` just showed the file covers `nbytes`; a holder
+        // that truncates it later is what the guard handles.
+        let mapping = unsafe { SharedMapping::map_guarded(fd.as_fd(), nbytes) }
+            .map_err(|errno| ImportError::from_map_errno(nbytes, errno))?;
+        Ok(MemmapSegment {
+            file: MappedFile {
+                mapping,
+                path,
+                identity: FileIdentity::of(&stat),
+                remove_on_drop: false,
+            },
+        })
     }
 
     /// Checks a received path and opens the file it names read-write.
-    fn open_received(
-        &self,
-        path: &Path,
-        nbytes: usize,
-    ) -> Result<(OwnedFd, FileStat), ImportError> {
+    fn open_checked(&self, path: &Path, nbytes: usize) -> Result<(OwnedFd, FileStat), ImportError> {
         let invalid = |reason: String| ImportError::InvalidHandle { reason };
         if !is_plain_absolute(path) {
             return Err(invalid(format!(
@@ -238,28 +269,18 @@ impl MemmapStrategy {
 
 /// Whether `path` is absolute, valid UTF-8, and has no `.` or `..` parts.
 fn is_plain_absolute(path: &Path) -> bool {
+    let bytes = path.as_os_str().as_bytes();
     path.is_absolute()
         && path.to_str().is_some()
-        && !path.as_os_str().as_bytes().contains(&0)
-        && path
-            .components()
-            .all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
-        && !path
-            .as_os_str()
-            .as_bytes()
+        && !bytes.contains(&0)
+        && !bytes
             .split(|&b| b == b'/')
             .any(|part| part == b"." || part == b"..")
 }
 
 /// A fresh file name: `tensorshare_<pid>_<random>_<counter>.mmap`.
 fn fresh_file_name() -> String {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let counter = COUNTER.fetch_add(1, Ordering::Relaxed);
-    format!(
-        "{FILE_PREFIX}{}_{}_{counter}{FILE_SUFFIX}",
-        std::process::id(),
-        random_u64()
-    )
+    format!("{FILE_PREFIX}{}{FILE_SUFFIX}", unique_name_part())
 }
 
 /// One file mapped in this process.
@@ -377,7 +398,7 @@ impl MemmapHandle {
     }
 
     /// A handle that must name the file with `identity`, as found by
-    /// [`MemmapStrategy::identify`]: a file put at the path since is refused.
+    /// [`ReceivedFile::identity`]: a file put at the path since is refused.
     pub fn with_identity(mut self, identity: FileIdentity) -> Self {
         self.identity = Some(identity);
         self
@@ -431,13 +452,10 @@ impl SharingStrategy for MemmapStrategy {
             dir: self.dir.display().to_string(),
             errno,
         })?;
-        let mapping = match NonZeroUsize::new(nbytes) {
-            None => SharedMapping::empty(),
-            // SAFETY: `ftruncate` just sized the file to `nbytes`; another
-            // process that truncates it later is what the guard handles.
-            Some(len) => unsafe { SharedMapping::map_guarded(fd.as_fd(), len) }
-                .map_err(|errno| AllocateError::map(nbytes, errno))?,
-        };
+        // SAFETY: `ftruncate` just sized the file to `nbytes`; another
+        // process that truncates it later is what the guard handles.
+        let mapping = unsafe { SharedMapping::map_guarded(fd.as_fd(), nbytes) }
+            .map_err(|errno| AllocateError::map(nbytes, errno))?;
         std::mem::forget(created);
         Ok(MemmapSegment {
             file: MappedFile {
@@ -460,9 +478,11 @@ impl SharingStrategy for MemmapStrategy {
         if nbytes > MAX_SEGMENT_BYTES {
             return Err(ImportError::TooLarge { nbytes });
         }
-        let (fd, stat) = self.open_received(&handle.path, nbytes)?;
-        let identity = FileIdentity::of(&stat);
-        if handle.identity.is_some_and(|expected| expected != identity) {
+        let (fd, stat) = self.open_checked(&handle.path, nbytes)?;
+        if handle
+            .identity
+            .is_some_and(|expected| expected != FileIdentity::of(&stat))
+        {
             return Err(ImportError::InvalidHandle {
                 reason: format!(
                     "memmap path {:?} names another file than the one identified",
@@ -470,23 +490,29 @@ impl SharingStrategy for MemmapStrategy {
                 ),
             });
         }
-        check_covers(&stat, 0, nbytes)?;
-        let mapping = match NonZeroUsize::new(nbytes) {
-            None => SharedMapping::empty(),
-            // SAFETY: `fstat` just showed the file covers `nbytes`; a holder
-            // that truncates it later is what the guard handles.
-            Some(len) => unsafe { SharedMapping::map_guarded(fd.as_fd(), len) }
-                .map_err(|errno| ImportError::from_map_errno(nbytes, errno))?,
+        let file = ReceivedFile {
+            fd,
+            stat,
+            path: handle.path,
         };
-        drop(fd);
-        Ok(MemmapSegment {
-            file: MappedFile {
-                mapping,
-                path: handle.path,
-                identity,
-                remove_on_drop: false,
-            },
-        })
+        self.import_received(file, nbytes)
+    }
+}
+
+/// A received file, opened and checked (see
+/// [`MemmapStrategy::open_received`]); the fd is closed on drop, or once
+/// [`MemmapStrategy::import_received`] has mapped it.
+#[derive(Debug)]
+pub struct ReceivedFile {
+    fd: OwnedFd,
+    stat: FileStat,
+    path: PathBuf,
+}
+
+impl ReceivedFile {
+    /// `(st_dev, st_ino)` of the file.
+    pub fn identity(&self) -> FileIdentity {
+        FileIdentity::of(&self.stat)
     }
 }
 

@@ -9,6 +9,23 @@ use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
 
+/// The longest Unix socket path, in bytes: `sun_path` holds 108 bytes, one
+/// of which is the path's terminating NUL (or an abstract name's leading
+/// NUL).
+pub const MAX_SOCKET_PATH_LEN: usize = 107;
+
+/// Where private socket directories go: `$TMPDIR` (or `/tmp` when unset),
+/// unless it is relative, not UTF-8 (socket paths travel in pickles as
+/// `str`), or so deep that `inner_len` more bytes would not fit in a socket
+/// path; then `/tmp`.
+pub fn socket_parent_dir(inner_len: usize) -> PathBuf {
+    let temp = std::env::temp_dir();
+    let fits = temp.is_absolute()
+        && temp.to_str().is_some()
+        && temp.as_os_str().len().saturating_add(inner_len) <= MAX_SOCKET_PATH_LEN;
+    if fits { temp } else { PathBuf::from("/tmp") }
+}
+
 /// How many names [`create_private_dir_in`] tries before giving up.
 pub const PRIVATE_DIR_ATTEMPTS: usize = 100;
 

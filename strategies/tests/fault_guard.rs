@@ -13,7 +13,6 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::FileExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
-use std::sync::Once;
 
 use nix::fcntl::OFlag;
 use nix::libc;
@@ -23,31 +22,11 @@ use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction
 use nix::sys::stat::Mode;
 use nix::unistd::ftruncate;
 use tensorshare_strategies::file_descriptor::{FdSegment, FileDescriptorStrategy};
-use tensorshare_strategies::file_system::{FileSystemStrategy, SegmentHandle};
-use tensorshare_strategies::shm_manager::{self, ManagerServer, ServeOptions};
+use tensorshare_strategies::file_system::SegmentHandle;
 use tensorshare_strategies::{ImportError, Segment, SharingStrategy, WritableSegment};
 
 /// The page size of every Linux platform this runs on.
 const PAGE: usize = 4096;
-
-/// A `file_system` strategy registering with a manager served on a thread
-/// of this test process, made the process's own (as the conformance suite
-/// does), so no daemon is started.
-fn file_system_strategy() -> FileSystemStrategy {
-    static MANAGER: Once = Once::new();
-    MANAGER.call_once(|| {
-        let path = Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("fault-guard-manager-{}.sock", std::process::id()));
-        let _ = std::fs::remove_file(&path);
-        let server = ManagerServer::bind(&path).expect("bind the test manager");
-        let handle = server.handle().clone();
-        let idle = std::time::Duration::from_secs(3600);
-        std::thread::spawn(move || server.serve(ServeOptions::default().with_idle_timeout(idle)));
-        let connection = shm_manager::connect(&handle).expect("connect to the test manager");
-        shm_manager::set_own_manager(connection);
-    });
-    FileSystemStrategy::default()
-}
 
 /// Two fds of one fresh tmpfs object of `len` bytes made by `shm_open`, as
 /// PyTorch makes the fds it sends: it refuses seals, so whoever holds the
@@ -101,7 +80,7 @@ fn file_system_segment_truncated_by_name_reads_zeros() {
     if support::is_child() {
         return;
     }
-    let strategy = file_system_strategy();
+    let strategy = support::file_system_strategy();
     let len = 3 * PAGE + 100;
     let mut created = strategy.allocate(len).expect("allocate");
     created.as_bytes_mut().fill(0x5a);
@@ -364,7 +343,7 @@ fn child_registers_while_others_fault() {
     const FAULTING_THREADS: usize = 2;
     const ROUNDS: usize = 300;
     const LIVE: usize = 8;
-    let strategy = file_system_strategy();
+    let strategy = support::file_system_strategy();
     // Only shared-memory mappings are counted: thread stacks stay cached.
     let baseline = shared_memory_mappings();
     std::thread::scope(|scope| {

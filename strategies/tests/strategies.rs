@@ -17,7 +17,7 @@ use tensorshare_strategies::fd_passing::{recv_fd_batch, send_fd_batch};
 use tensorshare_strategies::file_descriptor::{FileDescriptorStrategy, FileIdentity};
 use tensorshare_strategies::file_system::{FileSystemStrategy, SegmentHandle, SegmentName};
 use tensorshare_strategies::memmap::{MemmapHandle, MemmapStrategy};
-use tensorshare_strategies::shm_manager::{self, ManagerHandle, ManagerServer, ServeOptions};
+use tensorshare_strategies::shm_manager::ManagerHandle;
 
 conformance_tests!(file_descriptor, FileDescriptorStrategy);
 conformance_tests!(bytes, BytesStrategy);
@@ -44,66 +44,29 @@ impl ConformanceStrategy for BytesStrategy {
         BytesStrategy
     }
 
-    fn send_handle(mut stream: &UnixStream, bytes: Vec<u8>) {
-        let len = u64::try_from(bytes.len()).expect("length fits u64");
-        stream
-            .write_all(&len.to_le_bytes())
-            .expect("send the length");
-        stream.write_all(&bytes).expect("send the bytes");
+    fn send_handle(stream: &UnixStream, bytes: Vec<u8>) {
+        send_part(stream, &bytes);
     }
 
-    fn recv_handle(mut stream: &UnixStream) -> Vec<u8> {
-        let mut len = [0u8; 8];
-        stream.read_exact(&mut len).expect("receive the length");
-        let len = usize::try_from(u64::from_le_bytes(len)).expect("length fits usize");
-        assert!(len <= 1 << 20, "test handles are small");
-        let mut bytes = vec![0u8; len];
-        stream.read_exact(&mut bytes).expect("receive the bytes");
-        bytes
+    fn recv_handle(stream: &UnixStream) -> Vec<u8> {
+        recv_part(stream)
     }
 }
 
 impl ConformanceStrategy for FileSystemStrategy {
-    /// Segments registered with a manager serving on a thread of this test
-    /// process, at a socket under cargo's per-target scratch directory; it
-    /// is this process's own manager for the type-erased door too.
     fn for_test() -> Self {
-        static MANAGER: std::sync::Once = std::sync::Once::new();
-        MANAGER.call_once(|| {
-            let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-                .join(format!("manager-{}.sock", std::process::id()));
-            let _ = std::fs::remove_file(&path);
-            let server = ManagerServer::bind(&path).expect("bind the test manager");
-            let handle = server.handle().clone();
-            let idle = std::time::Duration::from_secs(3600);
-            std::thread::spawn(move || {
-                server.serve(ServeOptions::default().with_idle_timeout(idle))
-            });
-            let connection = shm_manager::connect(&handle).expect("connect to the test manager");
-            shm_manager::set_own_manager(connection);
-        });
-        FileSystemStrategy::default()
+        support::file_system_strategy()
     }
 
-    fn send_handle(mut stream: &UnixStream, handle: SegmentHandle) {
+    fn send_handle(stream: &UnixStream, handle: SegmentHandle) {
         let (manager, name) = handle.into_parts();
-        for part in [manager.as_bytes(), name.as_str().as_bytes()] {
-            let len = u8::try_from(part.len()).expect("handles are short");
-            stream.write_all(&[len]).expect("send a length");
-            stream.write_all(part).expect("send a part");
-        }
+        send_part(stream, manager.as_bytes());
+        send_part(stream, name.as_str().as_bytes());
     }
 
-    fn recv_handle(mut stream: &UnixStream) -> SegmentHandle {
-        let mut part = || {
-            let mut len = [0u8; 1];
-            stream.read_exact(&mut len).expect("receive a length");
-            let mut bytes = vec![0u8; usize::from(len[0])];
-            stream.read_exact(&mut bytes).expect("receive a part");
-            bytes
-        };
-        let manager = ManagerHandle::from_bytes(&part()).expect("a manager handle");
-        let name = SegmentName::parse(&part()).expect("a segment name");
+    fn recv_handle(stream: &UnixStream) -> SegmentHandle {
+        let manager = ManagerHandle::from_bytes(&recv_part(stream)).expect("a manager handle");
+        let name = SegmentName::parse(&recv_part(stream)).expect("a segment name");
         SegmentHandle::received(manager, name)
     }
 }
@@ -114,38 +77,47 @@ impl ConformanceStrategy for MemmapStrategy {
         MemmapStrategy::default()
     }
 
-    fn send_handle(mut stream: &UnixStream, handle: MemmapHandle) {
-        let path = handle.path_str().expect("UTF-8 path").as_bytes();
-        let len = u16::try_from(path.len()).expect("paths are short");
-        stream.write_all(&len.to_le_bytes()).expect("send a length");
-        stream.write_all(path).expect("send the path");
+    fn send_handle(stream: &UnixStream, handle: MemmapHandle) {
+        send_part(stream, handle.path_str().expect("UTF-8 path").as_bytes());
         let identity = handle
             .identity()
             .expect("an exported handle knows its file");
-        stream
-            .write_all(&identity.dev.to_le_bytes())
-            .expect("send st_dev");
-        stream
-            .write_all(&identity.ino.to_le_bytes())
-            .expect("send st_ino");
+        send_u64(stream, identity.dev);
+        send_u64(stream, identity.ino);
     }
 
-    fn recv_handle(mut stream: &UnixStream) -> MemmapHandle {
-        let mut len = [0u8; 2];
-        stream.read_exact(&mut len).expect("receive a length");
-        let mut path = vec![0u8; usize::from(u16::from_le_bytes(len))];
-        stream.read_exact(&mut path).expect("receive the path");
-        let mut number = || {
-            let mut bytes = [0u8; 8];
-            stream
-                .read_exact(&mut bytes)
-                .expect("receive an identity part");
-            u64::from_le_bytes(bytes)
-        };
+    fn recv_handle(stream: &UnixStream) -> MemmapHandle {
+        let path = String::from_utf8(recv_part(stream)).expect("UTF-8 path");
         let identity = FileIdentity {
-            dev: number(),
-            ino: number(),
+            dev: recv_u64(stream),
+            ino: recv_u64(stream),
         };
-        MemmapHandle::received(String::from_utf8(path).expect("UTF-8 path")).with_identity(identity)
+        MemmapHandle::received(path).with_identity(identity)
     }
+}
+
+fn send_u64(mut stream: &UnixStream, value: u64) {
+    stream
+        .write_all(&value.to_le_bytes())
+        .expect("send a number");
+}
+
+fn recv_u64(mut stream: &UnixStream) -> u64 {
+    let mut bytes = [0u8; 8];
+    stream.read_exact(&mut bytes).expect("receive a number");
+    u64::from_le_bytes(bytes)
+}
+
+/// Sends `bytes` after their length, for [`recv_part`].
+fn send_part(mut stream: &UnixStream, bytes: &[u8]) {
+    send_u64(stream, u64::try_from(bytes.len()).expect("length fits u64"));
+    stream.write_all(bytes).expect("send the bytes");
+}
+
+fn recv_part(mut stream: &UnixStream) -> Vec<u8> {
+    let len = usize::try_from(recv_u64(stream)).expect("length fits usize");
+    assert!(len <= 1 << 20, "test handles are small");
+    let mut bytes = vec![0u8; len];
+    stream.read_exact(&mut bytes).expect("receive the bytes");
+    bytes
 }

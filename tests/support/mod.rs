@@ -6,7 +6,7 @@ pub mod cases;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStderr, Command, Stdio};
+use std::process::{Child, ChildStderr, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use tensorshare::{Address, Authkey};
@@ -66,17 +66,7 @@ pub struct Server {
 impl Server {
     /// Starts `command` and waits for its `listening` line.
     pub fn start(mut command: Command, address: Address) -> Server {
-        let mut child = command
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn server");
-        let stdout = child.stdout.take().expect("stdout piped");
-        let mut line = String::new();
-        BufReader::new(stdout)
-            .read_line(&mut line)
-            .expect("read the server's first line");
+        let (mut child, line) = spawn_for_first_line(&mut command, "the server");
         let stderr = child.stderr.take();
         let mut server = Server {
             child,
@@ -84,7 +74,7 @@ impl Server {
             stderr,
         };
         assert_eq!(
-            line.trim_end(),
+            line,
             format!("listening {}", server.address),
             "server did not start; stderr: {}",
             server.stop_and_read_stderr()
@@ -153,20 +143,13 @@ impl Server {
     }
 
     /// Sends `signal` and waits up to `limit` for the process to exit.
-    pub fn signal_and_wait(&mut self, signal: &str, limit: Duration) -> std::process::ExitStatus {
+    pub fn signal_and_wait(&mut self, signal: &str, limit: Duration) -> ExitStatus {
         let status = Command::new("kill")
             .args([format!("-{signal}"), self.pid().to_string()])
             .status()
             .expect("run kill");
         assert!(status.success(), "kill -{signal} failed");
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Some(status) = self.child.try_wait().expect("wait for server") {
-                return status;
-            }
-            assert!(Instant::now() < deadline, "server ignored SIG{signal}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        exit_within(&mut self.child, limit).unwrap_or_else(|| panic!("server ignored SIG{signal}"))
     }
 }
 
@@ -195,13 +178,83 @@ pub fn assert_echoes_intact(
 }
 
 /// Waits up to 15 seconds for `condition`.
-pub fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
+pub fn eventually(what: &str, condition: impl FnMut() -> bool) {
     // Generous, for a loaded machine: a condition that holds returns at once.
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while !condition() {
-        assert!(Instant::now() < deadline, "timed out waiting: {what}");
+    assert!(
+        wait_until(Duration::from_secs(15), condition),
+        "timed out waiting: {what}"
+    );
+}
+
+/// Polls `condition` until it holds or `limit` has passed; whether it held.
+pub fn wait_until(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        if condition() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// How `child` exited, waiting up to `limit`; `None` if it still runs.
+pub fn exit_within(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
+    let mut status = None;
+    wait_until(limit, || {
+        status = child.try_wait().expect("wait for a child");
+        status.is_some()
+    });
+    status
+}
+
+/// Whether `pid` has exited (gone, or a zombie whose files are closed).
+pub fn has_exited(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // `pid (comm) state ...`
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, tail)| tail.split_whitespace().next())
+            .is_some_and(|state| state == "Z" || state == "X"),
+        Err(_) => true,
+    }
+}
+
+/// A child process, killed and reaped on drop.
+pub struct ChildGuard(pub Child);
+
+impl ChildGuard {
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `command` with stdin closed and stdout and stderr piped, and
+/// reads the first line it prints (without its line end); `what` names it
+/// in failures.
+pub fn spawn_for_first_line(command: &mut Command, what: &str) -> (Child, String) {
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {what}: {e}"));
+    let stdout = child.stdout.take().expect("stdout piped");
+    let mut line = String::new();
+    BufReader::new(stdout)
+        .read_line(&mut line)
+        .unwrap_or_else(|e| panic!("read the first line of {what}: {e}"));
+    line.truncate(line.trim_end().len());
+    (child, line)
 }
 
 /// How many fds `pid` has open.
@@ -224,14 +277,12 @@ pub fn shared_mappings(pid: u32) -> usize {
 /// given back (receivers that got them attached give keys back in batches),
 /// and returns how many are still waiting.
 pub fn settle_unfetched(sharing: &tensorshare::SharingContext) -> usize {
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    loop {
-        let waiting = sharing.unfetched_shares();
-        if waiting == 0 || std::time::Instant::now() > deadline {
-            return waiting;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    let mut waiting = 0;
+    wait_until(Duration::from_secs(5), || {
+        waiting = sharing.unfetched_shares();
+        waiting == 0
+    });
+    waiting
 }
 
 /// The stdout of a child that must have succeeded; the assertion shows both
@@ -245,6 +296,29 @@ pub fn expect_success(output: &std::process::Output, what: &str) -> String {
         String::from_utf8_lossy(&output.stderr)
     );
     stdout
+}
+
+/// `bytes` in lowercase hex.
+pub fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    bytes.iter().fold(String::new(), |mut text, b| {
+        let _ = write!(text, "{b:02x}");
+        text
+    })
+}
+
+/// What stock torch loads from each of `paths` with `weights_only=True`,
+/// one JSON value per file as `compat/python/describe_saved.py` prints it.
+pub fn torch_describes(python: &str, paths: &[PathBuf]) -> Vec<serde_json::Value> {
+    let output = Command::new(python)
+        .arg(python_script("describe_saved.py"))
+        .args(paths)
+        .output()
+        .expect("run describe_saved.py");
+    expect_success(&output, "describe_saved.py")
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON line"))
+        .collect()
 }
 
 /// The `/dev/shm` entries whose names say `pid` created them

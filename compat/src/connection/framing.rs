@@ -378,11 +378,11 @@ pub fn read_message_reusing<R: Read + ?Sized>(
         }
         let end = payload_len.min(buf.len());
         let room = buf.get_mut(filled..end).unwrap_or_default();
-        match reader.read(room) {
-            Ok(0) => return Err(truncated(FramePart::Payload, payload_len, filled)),
-            Ok(n) => filled += n,
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => return Err(e.into()),
+        let wanted = room.len();
+        let received = read_full(reader, room)?;
+        filled += received;
+        if received < wanted {
+            return Err(truncated(FramePart::Payload, payload_len, filled));
         }
     }
     Ok(payload_len)

@@ -56,16 +56,9 @@ impl SharedBytes {
     /// All of `owner`'s bytes, uncopied. `owner.as_ref()` must give the same
     /// bytes every time it is called.
     pub fn from_owner<T: AsRef<[u8]> + Send + Sync + 'static>(owner: T) -> Self {
-        Self::from_arc(Arc::new(owner))
-    }
-
-    /// All of the bytes behind a shared owner, uncopied; the caller may keep
-    /// its own clone of `owner` (e.g. to reuse a buffer once every slice of
-    /// it is gone).
-    fn from_arc(owner: Arc<dyn AsRef<[u8]> + Send + Sync>) -> Self {
-        let len = (*owner).as_ref().len();
+        let len = owner.as_ref().len();
         Self {
-            owner: Owner::Other(owner),
+            owner: Owner::Other(Arc::new(owner)),
             range: 0..len,
         }
     }
@@ -211,22 +204,12 @@ impl fmt::Debug for SharedBytes {
     }
 }
 
-/// `b'...'` with Python's escapes, at most 64 bytes of it.
+/// `b'...'` escaped as a Python bytes literal reads it, at most 64 bytes
+/// of it.
 fn write_repr(f: &mut fmt::Formatter<'_>, bytes: &[u8]) -> fmt::Result {
     const SHOWN: usize = 64;
-    f.write_str("b'")?;
-    for &byte in bytes.iter().take(SHOWN) {
-        match byte {
-            b'\'' => f.write_str("\\'")?,
-            b'\\' => f.write_str("\\\\")?,
-            b'\n' => f.write_str("\\n")?,
-            b'\r' => f.write_str("\\r")?,
-            b'\t' => f.write_str("\\t")?,
-            0x20..=0x7e => write!(f, "{}", char::from(byte))?,
-            _ => write!(f, "\\x{byte:02x}")?,
-        }
-    }
-    f.write_str("'")?;
+    let shown = bytes.get(..SHOWN).unwrap_or(bytes);
+    write!(f, "b'{}'", shown.escape_ascii())?;
     if bytes.len() > SHOWN {
         write!(f, "... ({} bytes)", bytes.len())?;
     }

@@ -218,7 +218,7 @@ fn referenced_by(parent: &Option<NodeId>) -> String {
 /// Panics, as [`Pickle::root`] does, if the arena holds nodes but no root
 /// was set.
 pub fn encode(pickle: &Pickle, options: &EncodeOptions) -> Result<Vec<u8>, EncodeError> {
-    Ok(encode_with(pickle, options, false)?.into_vec())
+    encode_new(pickle, options, false).map(EncodedPickle::into_vec)
 }
 
 /// Encodes the arena's root as a pickle appended to `out`.
@@ -235,8 +235,16 @@ pub fn encode_into(
     options: &EncodeOptions,
     out: &mut Vec<u8>,
 ) -> Result<(), EncodeError> {
-    out.extend_from_slice(&encode(pickle, options)?);
-    Ok(())
+    let root = checked_root(pickle, options.protocol)?;
+    let start = out.len();
+    let writer = FramedWriter::new(std::mem::take(out), false);
+    let (encoded, result) = encode_root(pickle, root, options, writer);
+    // Nothing is out of line: this is `out`'s own buffer back, uncopied.
+    *out = encoded.into_vec();
+    if result.is_err() {
+        out.truncate(start);
+    }
+    result
 }
 
 /// Encodes the arena's root as [`encode`] does, leaving every chunk of
@@ -255,15 +263,49 @@ pub fn encode_vectored(
     pickle: &Pickle,
     options: &EncodeOptions,
 ) -> Result<EncodedPickle, EncodeError> {
-    encode_with(pickle, options, true)
+    encode_new(pickle, options, true)
 }
 
-fn encode_with(
+/// Encodes the arena's root into a new buffer.
+fn encode_new(
     pickle: &Pickle,
     options: &EncodeOptions,
     out_of_line: bool,
 ) -> Result<EncodedPickle, EncodeError> {
+    let root = checked_root(pickle, options.protocol)?;
+    let writer = FramedWriter::new(Vec::new(), out_of_line);
+    let (encoded, result) = encode_root(pickle, root, options, writer);
+    result.map(|()| encoded)
+}
+
+/// Encodes `root`, checked by [`checked_root`], after what `out` holds;
+/// returns all that was written, and the error that stopped the encoder if
+/// one did.
+fn encode_root(
+    pickle: &Pickle,
+    root: NodeId,
+    options: &EncodeOptions,
+    out: FramedWriter,
+) -> (EncodedPickle, Result<(), EncodeError>) {
     let protocol = options.protocol;
+    let mut encoder = Encoder {
+        pickle,
+        protocol,
+        fix_imports: options.fix_imports && protocol < 3,
+        out,
+        node_memo: vec![None; pickle.len()],
+        // Globals and names: about one for every four nodes in torch's
+        // messages; growing the map from empty costs more than the guess.
+        memo: FxHashMap::with_capacity_and_hasher(pickle.len() / 4, Default::default()),
+        memo_len: 0,
+        tasks: Vec::new(),
+    };
+    let result = encoder.run(root);
+    (encoder.out.finish(), result)
+}
+
+/// The root to encode, once the protocol and the graph are checked.
+fn checked_root(pickle: &Pickle, protocol: u8) -> Result<NodeId, EncodeError> {
     if !(LOWEST_PROTOCOL..=HIGHEST_PROTOCOL).contains(&protocol) {
         return Err(EncodeError::UnsupportedProtocol { protocol });
     }
@@ -272,21 +314,7 @@ fn encode_with(
     }
     let root = pickle.root();
     graph_check::check_graph(pickle, root, protocol)?;
-
-    let mut encoder = Encoder {
-        pickle,
-        protocol,
-        fix_imports: options.fix_imports && protocol < 3,
-        out: FramedWriter::new(out_of_line),
-        node_memo: vec![None; pickle.len()],
-        // Globals and names: about one for every four nodes in torch's
-        // messages; growing the map from empty costs more than the guess.
-        memo: FxHashMap::with_capacity_and_hasher(pickle.len() / 4, Default::default()),
-        memo_len: 0,
-        tasks: Vec::new(),
-    };
-    encoder.run(root)?;
-    Ok(encoder.out.finish())
+    Ok(root)
 }
 
 /// What a memo slot holds, for finding it again.

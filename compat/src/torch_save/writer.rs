@@ -52,6 +52,7 @@ use super::legacy::{MAGIC_NUMBER, PROTOCOL_VERSION};
 use crate::dtype::DType;
 use crate::pickle::{
     ByteChunks, EncodeError, EncodeOptions, Global, Node, NodeId, Pickle, SharedBytes, encode,
+    encode_into,
 };
 
 /// The pickle protocol `torch.save` writes by default.
@@ -77,8 +78,9 @@ pub struct SavedStorage<'a> {
     /// storage. Dtypes without a legacy storage class are written as
     /// `torch.storage.UntypedStorage`.
     pub dtype: Option<DType>,
-    /// The little-endian bytes.
-    pub data: &'a [u8],
+    /// The little-endian bytes: private, so that they cannot drift from
+    /// `shared`'s.
+    data: &'a [u8],
     /// The buffer `data` is all of, when it is shared: the chunked legacy
     /// stream then refers to it instead of copying it.
     shared: Option<&'a SharedBytes>,
@@ -281,7 +283,7 @@ pub fn write_zip<W: Write + Seek>(
     storages: &[SavedStorage<'_>],
 ) -> Result<(), WriteError> {
     check_storages(storages, TorchSaveFormat::Zip)?;
-    let pickle = encode_object(object)?;
+    let pickle = encode(object, &save_options())?;
     let stored = SimpleFileOptions::default().compression_method(CompressionMethod::Stored);
     let mut zip = ZipWriter::new(out);
     let record = |zip: &mut ZipWriter<W>, name: &str, bytes: &[u8], aligned: bool| {
@@ -382,10 +384,6 @@ pub fn legacy_stream_chunks(
 /// number, protocol 1001, `sys_info`, the object and the key list.
 fn legacy_head(object: &Pickle, storages: &[SavedStorage<'_>]) -> Result<Vec<u8>, WriteError> {
     check_storages(storages, TorchSaveFormat::Legacy)?;
-    let mut head = encode_object(&magic_number())?;
-    head.extend_from_slice(&encode_object(&single(Node::Int(PROTOCOL_VERSION)))?);
-    head.extend_from_slice(&encode_object(&sys_info())?);
-    head.extend_from_slice(&encode_object(object)?);
     let mut keys = Pickle::new();
     let items = storages
         .iter()
@@ -393,7 +391,12 @@ fn legacy_head(object: &Pickle, storages: &[SavedStorage<'_>]) -> Result<Vec<u8>
         .collect();
     let list = keys.push(Node::List(items));
     keys.set_root(list);
-    head.extend_from_slice(&encode_object(&keys)?);
+    let version = single(Node::Int(PROTOCOL_VERSION));
+    let options = save_options();
+    let mut head = Vec::new();
+    for part in [&magic_number(), &version, &sys_info(), object, &keys] {
+        encode_into(part, &options, &mut head)?;
+    }
     Ok(head)
 }
 
@@ -419,11 +422,9 @@ fn check_storages(
     Ok(())
 }
 
-fn encode_object(pickle: &Pickle) -> Result<Vec<u8>, EncodeError> {
-    encode(
-        pickle,
-        &EncodeOptions::new().with_protocol(TORCH_SAVE_PICKLE_PROTOCOL),
-    )
+/// The options `torch.save` pickles with.
+fn save_options() -> EncodeOptions {
+    EncodeOptions::new().with_protocol(TORCH_SAVE_PICKLE_PROTOCOL)
 }
 
 fn single(node: Node) -> Pickle {

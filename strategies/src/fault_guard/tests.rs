@@ -19,7 +19,6 @@ fn unsealable_file(len: usize) -> OwnedFd {
 }
 
 fn guarded(fd: &OwnedFd, len: usize) -> SharedMapping {
-    let len = NonZeroUsize::new(len).expect("not empty");
     // SAFETY: the file was just sized to at least `len` bytes; its
     // shrinking is what the guard is for.
     unsafe { SharedMapping::map_guarded(fd.as_fd(), len) }.expect("map")
@@ -36,7 +35,6 @@ fn register_apart(mapping: &SharedMapping) -> GuardedRange {
 }
 
 fn unguarded(fd: &OwnedFd, len: usize) -> SharedMapping {
-    let len = NonZeroUsize::new(len).expect("not empty");
     // SAFETY: the file was just sized to at least `len` bytes and the
     // tests that use this mapping do not shrink it while it lives
     // unguarded.

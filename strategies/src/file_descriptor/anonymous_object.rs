@@ -1,8 +1,7 @@
 //! Anonymous shared memory objects: a memfd, or an unlinked POSIX shared
 //! memory object where `memfd_create` is unavailable.
 
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::os::fd::{BorrowedFd, OwnedFd};
 
 use nix::errno::Errno;
 use nix::fcntl::{FcntlArg, OFlag, SealFlag, fcntl};
@@ -10,7 +9,7 @@ use nix::sys::memfd::{MFdFlags, memfd_create};
 use nix::sys::mman::{shm_open, shm_unlink};
 use nix::sys::stat::Mode;
 
-use crate::file_system::random_u64;
+use crate::file_system::unique_name_part;
 
 /// How many random names to try before giving up on `shm_open`.
 const SHM_NAME_ATTEMPTS: usize = 16;
@@ -61,17 +60,9 @@ pub(super) fn create_unlinked_shm() -> Result<OwnedFd, Errno> {
     Err(last)
 }
 
-/// `/tensorshare_<pid>_<counter>_<random>`: unique within the process by the
-/// counter, across processes by the pid and the random part.
+/// `/tensorshare_<pid>_<random>_<counter>`.
 fn random_shm_name() -> String {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let counter = COUNTER.fetch_add(1, Ordering::Relaxed);
-    format!(
-        "/tensorshare_{}_{}_{:016x}",
-        std::process::id(),
-        counter,
-        random_u64()
-    )
+    format!("/tensorshare_{}", unique_name_part())
 }
 
 /// Forbids the object from shrinking or growing, where the kernel allows;
@@ -89,17 +80,18 @@ fn random_shm_name() -> String {
 /// ([`crate::fault_guard`]) instead.
 pub(super) fn seal_size(fd: BorrowedFd<'_>) -> bool {
     let seals = SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW;
-    if fcntl(fd.as_fd(), FcntlArg::F_ADD_SEALS(seals)).is_ok() {
+    if fcntl(fd, FcntlArg::F_ADD_SEALS(seals)).is_ok() {
         return true;
     }
-    fcntl(fd.as_fd(), FcntlArg::F_GET_SEALS)
+    fcntl(fd, FcntlArg::F_GET_SEALS)
         .is_ok_and(|current| current & SealFlag::F_SEAL_SHRINK.bits() != 0)
 }
 
 #[cfg(test)]
 mod tests {
+    use std::os::fd::AsFd;
+
     use super::*;
-    use nix::fcntl::FcntlArg;
     use nix::unistd::ftruncate;
 
     #[test]

@@ -79,26 +79,23 @@ impl SegmentName {
         if !rest.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'_') {
             return Err(invalid("it has bytes other than letters, digits and _"));
         }
-        let Some(fields) = rest.strip_prefix(PREFIX.as_bytes()) else {
+        let Some(numbers) = rest.strip_prefix(PREFIX.as_bytes()) else {
             return Err(invalid("it does not start with /torch_"));
         };
-        let fields: Vec<&[u8]> = fields.split(|b| *b == b'_').collect();
-        if !(2..=3).contains(&fields.len())
-            || fields
-                .iter()
-                .any(|f| f.is_empty() || !f.iter().all(u8::is_ascii_digit))
+        let fields = || numbers.split(|b| *b == b'_');
+        if !(2..=3).contains(&fields().count())
+            || fields().any(|f| f.is_empty() || !f.iter().all(u8::is_ascii_digit))
         {
             return Err(invalid("it does not have two or three decimal fields"));
         }
-        // Checked above: two or three fields of ASCII digits only.
-        let pid_field = fields.first().copied().unwrap_or_default();
-        let pid_text = std::str::from_utf8(pid_field).map_err(|_| invalid("not ASCII"))?;
-        let creator_pid = pid_text
-            .parse::<u32>()
-            .ok()
+        let creator_pid = fields()
+            .next()
+            .and_then(|field| std::str::from_utf8(field).ok())
+            .and_then(|field| field.parse::<u32>().ok())
             .filter(|pid| *pid > 0 && i32::try_from(*pid).is_ok())
             .ok_or_else(|| invalid("the pid field is not a process id"))?;
-        let name = String::from_utf8(bytes.to_vec()).map_err(|_| invalid("not ASCII"))?;
+        // ASCII only, checked above.
+        let name = String::from_utf8_lossy(bytes).into_owned();
         Ok(Self { name, creator_pid })
     }
 
@@ -109,13 +106,9 @@ impl SegmentName {
     /// of a segment before it is opened; `O_EXCL` on creation and mode 0600
     /// do the rest.
     pub fn fresh() -> Self {
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let counter = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let pid = std::process::id();
-        let name = format!("/{PREFIX}{pid}_{}_{counter}", random_u64());
         Self {
-            name,
-            creator_pid: pid,
+            name: format!("/{PREFIX}{}", unique_name_part()),
+            creator_pid: std::process::id(),
         }
     }
 
@@ -135,9 +128,18 @@ impl SegmentName {
     }
 }
 
+/// `<pid>_<random>_<counter>`: the part of every name this crate creates
+/// (segments, shm fallback objects, memmap files) that makes it unique, by
+/// the counter within this process and by the pid across processes, and
+/// unguessable, by 64 random bits.
+pub(crate) fn unique_name_part() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let counter = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!("{}_{}_{counter}", std::process::id(), random_u64())
+}
+
 /// 64 bits from the OS's random source, for the unguessable part of the
-/// names every strategy creates (segments, shm fallback objects, memmap
-/// files).
+/// names this crate creates.
 pub(crate) fn random_u64() -> u64 {
     let mut bytes = [0u8; 8];
     // getrandom only fails when the OS has no random source at all; a

@@ -103,5 +103,3 @@ pub enum RemoveError {
         errno: Errno,
     },
 }
-
-pub(super) use crate::error::errno_of;

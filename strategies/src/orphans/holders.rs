@@ -9,8 +9,9 @@ use std::path::PathBuf;
 use nix::errno::Errno;
 use nix::unistd::geteuid;
 
-use super::error::{ScanError, errno_of};
+use super::error::ScanError;
 use super::listing::FileKey;
+use crate::error::errno_of;
 use crate::file_system::SegmentName;
 
 /// `PF_KTHREAD` in the flags field of `/proc/<pid>/stat`.
@@ -111,13 +112,13 @@ fn visit_fds(pid: u32, by_name: &HashMap<&[u8], FileKey>, found: &mut HashSet<Fi
         let link_path = fd_dir.join(fd_entry.file_name());
         let target = match std::fs::read_link(&link_path) {
             Ok(target) => target,
-            Err(e) => match Visit::of(&e) {
-                Visit::Gone => continue, // closed meanwhile
-                other => {
-                    visit = other;
-                    continue;
+            Err(e) => {
+                // Gone: the fd was closed meanwhile.
+                if Visit::of(&e) == Visit::Unreadable {
+                    visit = Visit::Unreadable;
                 }
-            },
+                continue;
+            }
         };
         let Some(key) = fd_link_file_name(target.as_os_str().as_bytes())
             .and_then(|file_name| by_name.get(file_name))

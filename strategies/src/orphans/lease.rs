@@ -15,7 +15,8 @@ use nix::fcntl::{OFlag, openat};
 use nix::libc::{self, c_int};
 use nix::sys::stat::{Mode, fstat};
 
-use super::listing::{Entry, FileKey, is_regular};
+use super::listing::{Entry, FileKey};
+use crate::mapping::is_regular_file;
 
 /// `F_SETSIG` of `asm-generic/fcntl.h`, which the libc crate does not export
 /// for glibc: 10 on every architecture Rust targets (only parisc differs).
@@ -76,7 +77,8 @@ pub(super) fn hold_exclusively(dir: &OwnedFd, entry: &Entry) -> Probe {
         Err(errno) => return Probe::Unavailable(errno),
     };
     match fstat(&file) {
-        Ok(stat) if is_regular(&stat) && FileKey::new(stat.st_dev, stat.st_ino) == entry.file => {}
+        Ok(stat)
+            if is_regular_file(&stat) && FileKey::new(stat.st_dev, stat.st_ino) == entry.file => {}
         Ok(_) => return Probe::Replaced,
         Err(errno) => return Probe::Unavailable(errno),
     }

@@ -1,7 +1,6 @@
 //! Listing the shared-memory directory: which entries are segments, and
 //! what `lstat` says about each.
 
-use std::collections::BTreeSet;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
@@ -11,10 +10,12 @@ use nix::errno::Errno;
 use nix::fcntl::AtFlags;
 use nix::sys::stat::{FileStat, SFlag, fstatat, major, minor};
 
-use super::error::{ScanError, errno_of};
+use super::error::ScanError;
 use super::orphan_scan::ScanOptions;
 use super::report::{SkipReason, SkippedEntry};
+use crate::error::errno_of;
 use crate::file_system::SegmentName;
+use crate::mapping::{file_type, is_regular_file};
 
 /// A file's identity as `/proc/<pid>/maps` shows it: device major and
 /// minor, and inode.
@@ -57,7 +58,7 @@ pub(super) fn stat_entry(dir: &OwnedFd, name: &SegmentName) -> Result<Lookup, Er
         Err(Errno::ENOENT) => return Ok(Lookup::Gone),
         Err(errno) => return Err(errno),
     };
-    if !is_regular(&stat) {
+    if !is_regular_file(&stat) {
         return Ok(Lookup::NotRegular(file_type_name(file_type(&stat))));
     }
     Ok(Lookup::Found(Entry {
@@ -91,63 +92,65 @@ fn last_change(stat: &FileStat) -> SystemTime {
     at(stat.st_mtime, stat.st_mtime_nsec).max(at(stat.st_ctime, stat.st_ctime_nsec))
 }
 
+#[derive(Default)]
 pub(super) struct Listing {
     pub(super) entries: Vec<Entry>,
     pub(super) skipped: Vec<SkippedEntry>,
     pub(super) missing: Vec<SegmentName>,
 }
 
-pub(super) fn list_segments(dir: &OwnedFd, options: &ScanOptions) -> Result<Listing, ScanError> {
-    let list_error = |e: io::Error| ScanError::ListShmDir {
-        path: options.shm_dir_path().to_path_buf(),
-        errno: errno_of(&e),
-    };
-    // Through the fd, so that the listing and the `lstat`s see one directory.
-    let read_dir =
-        std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd())).map_err(list_error)?;
-    let mut listing = Listing {
-        entries: Vec::new(),
-        skipped: Vec::new(),
-        missing: Vec::new(),
-    };
-    let mut seen = BTreeSet::new();
-    for dir_entry in read_dir {
-        let dir_entry = dir_entry.map_err(list_error)?;
-        let mut shm_name = Vec::with_capacity(dir_entry.file_name().len() + 1);
-        shm_name.push(b'/');
-        shm_name.extend_from_slice(dir_entry.file_name().as_bytes());
-        // Anything else in the directory belongs to other programs.
-        let Ok(name) = SegmentName::parse(&shm_name) else {
-            continue;
-        };
-        if options
-            .only_names()
-            .is_some_and(|only| !only.contains(&name))
-        {
-            continue;
-        }
-        seen.insert(name.clone());
+impl Listing {
+    /// Records `name` by what `lstat` says of it; `false` when it is not
+    /// there.
+    fn add(&mut self, dir: &OwnedFd, name: SegmentName) -> bool {
         match stat_entry(dir, &name) {
-            Ok(Lookup::Found(entry)) => listing.entries.push(entry),
-            Ok(Lookup::NotRegular(file_type)) => listing.skipped.push(SkippedEntry {
+            Ok(Lookup::Found(entry)) => self.entries.push(entry),
+            Ok(Lookup::NotRegular(file_type)) => self.skipped.push(SkippedEntry {
                 name,
                 reason: SkipReason::NotRegularFile { file_type },
             }),
-            Ok(Lookup::Gone) => {
-                seen.remove(&name);
-            }
-            Err(errno) => listing.skipped.push(SkippedEntry {
+            Ok(Lookup::Gone) => return false,
+            Err(errno) => self.skipped.push(SkippedEntry {
                 name,
                 reason: SkipReason::Stat { errno },
             }),
         }
+        true
     }
+}
+
+pub(super) fn list_segments(dir: &OwnedFd, options: &ScanOptions) -> Result<Listing, ScanError> {
+    let mut listing = Listing::default();
     if let Some(only) = options.only_names() {
-        listing.missing = only.difference(&seen).cloned().collect();
+        // Named segments are looked up by name: the rest of the directory
+        // need not be read.
+        for name in only {
+            if !listing.add(dir, name.clone()) {
+                listing.missing.push(name.clone());
+            }
+        }
+    } else {
+        let list_error = |e: io::Error| ScanError::ListShmDir {
+            path: options.shm_dir_path().to_path_buf(),
+            errno: errno_of(&e),
+        };
+        // Through the fd, so that the listing and the `lstat`s see one
+        // directory.
+        let read_dir =
+            std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd())).map_err(list_error)?;
+        for dir_entry in read_dir {
+            let dir_entry = dir_entry.map_err(list_error)?;
+            let mut shm_name = Vec::with_capacity(dir_entry.file_name().len() + 1);
+            shm_name.push(b'/');
+            shm_name.extend_from_slice(dir_entry.file_name().as_bytes());
+            // Anything else in the directory belongs to other programs; a
+            // segment that vanished since the listing is not reported.
+            if let Ok(name) = SegmentName::parse(&shm_name) {
+                listing.add(dir, name);
+            }
+        }
     }
     listing.entries.sort_by(|a, b| a.name.cmp(&b.name));
     listing.skipped.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(listing)
 }
-
-pub(super) use crate::mapping::{file_type, is_regular_file as is_regular};

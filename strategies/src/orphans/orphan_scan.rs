@@ -11,7 +11,7 @@ use nix::sys::stat::Mode;
 
 use super::error::ScanError;
 use super::holders::scan_holders;
-use super::lease::{Probe, hold_exclusively};
+use super::lease::hold_exclusively;
 use super::listing::{FileKey, list_segments};
 use super::report::{SegmentReport, SkippedEntry};
 use super::verdict::judge;
@@ -218,18 +218,11 @@ pub fn scan(options: &ScanOptions) -> Result<OrphanScan, ScanError> {
         .entries
         .iter()
         .filter_map(|entry| {
-            // The lease is given back as soon as the kernel has answered.
-            let judged = judge(
-                entry,
-                &holders,
-                options.min_age,
-                now,
-                || match hold_exclusively(&dir, entry) {
-                    Probe::Exclusive(_) => Probe::Exclusive(None),
-                    other => other,
-                },
-            );
-            judged.into_report(entry)
+            // The verdict drops the probe, and with it any lease taken.
+            judge(entry, &holders, options.min_age, now, || {
+                hold_exclusively(&dir, entry)
+            })
+            .into_report(entry)
         })
         .collect();
     Ok(OrphanScan {

@@ -18,8 +18,8 @@ use nix::sys::socket::{
 use nix::unistd::geteuid;
 
 use super::alloc_info::{ALLOC_INFO_SIZE, AllocInfo};
-use super::error::errno_of;
 use super::{ManagerError, ManagerHandle, launch};
+use crate::error::errno_of;
 use crate::file_system::SegmentName;
 
 /// The environment variable naming the socket of a running manager that
@@ -67,6 +67,14 @@ struct Link {
     /// [`ManagerConnection::open`] on, so that a registration's first read
     /// needs no `setsockopt`; only a read waiting out a remainder changes it.
     read_timeout: Duration,
+}
+
+impl Link {
+    /// Marks the connection broken by `error`, and returns it.
+    fn fail(&mut self, error: ManagerError) -> ManagerError {
+        self.broken = Some(error.to_string());
+        error
+    }
 }
 
 impl ManagerConnection {
@@ -177,12 +185,9 @@ impl ManagerConnection {
             let want = link.owed.min(reply.len());
             match link.stream.read(&mut reply[..want]) {
                 Ok(0) => {
-                    return Err(self.fail(
-                        &mut link,
-                        ManagerError::Closed {
-                            handle: self.handle.to_string(),
-                        },
-                    ));
+                    return Err(link.fail(ManagerError::Closed {
+                        handle: self.handle.to_string(),
+                    }));
                 }
                 Ok(n) => {
                     for &byte in &reply[..n] {
@@ -192,7 +197,7 @@ impl ManagerConnection {
                                 reply: String::from_utf8_lossy(&reply[..n]).into_owned(),
                                 handle: self.handle.to_string(),
                             };
-                            return Err(self.fail(&mut link, error));
+                            return Err(link.fail(error));
                         }
                         link.mid_reply = !link.mid_reply;
                         link.owed -= 1;
@@ -208,7 +213,7 @@ impl ManagerConnection {
                         handle: self.handle.to_string(),
                         errno: errno_of(&err),
                     };
-                    return Err(self.fail(&mut link, error));
+                    return Err(link.fail(error));
                 }
             }
         }
@@ -249,12 +254,6 @@ impl ManagerConnection {
         }
     }
 
-    /// Marks the connection broken by `error`, and returns it.
-    fn fail(&self, link: &mut Link, error: ManagerError) -> ManagerError {
-        link.broken = Some(error.to_string());
-        error
-    }
-
     /// Sends a whole message. `MSG_NOSIGNAL`: a manager that is gone is an
     /// error here, never a `SIGPIPE` that kills the process.
     fn send_message(
@@ -281,7 +280,7 @@ impl ManagerConnection {
                     if sent == 0 && errno == Errno::EAGAIN {
                         return Err(error);
                     }
-                    return Err(self.fail(link, error));
+                    return Err(link.fail(error));
                 }
             }
         }

@@ -4,8 +4,6 @@ use std::time::Duration;
 
 use nix::errno::Errno;
 
-use super::alloc_info::InvalidAllocInfo;
-
 /// What to tell the user when connecting to a manager failed with `errno`.
 fn connect_hint(errno: &Errno) -> &'static str {
     match errno {
@@ -152,9 +150,6 @@ pub enum ManagerError {
         /// The earlier failure, as text.
         cause: String,
     },
-    /// A message a client sent does not decode.
-    #[error(transparent)]
-    InvalidAllocInfo(#[from] InvalidAllocInfo),
     /// No `tensorshare` executable to run the manager daemon was found.
     #[error(
         "cannot start a shared-memory manager: no `tensorshare` executable found ({searched}): \
@@ -243,8 +238,6 @@ pub enum ManagerError {
         errno: Errno,
     },
 }
-
-pub(super) use crate::error::errno_of;
 
 #[cfg(test)]
 mod tests {

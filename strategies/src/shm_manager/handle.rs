@@ -9,7 +9,7 @@ use super::ManagerError;
 
 /// The longest socket path, in bytes: `sun_path` holds 108 bytes, one of
 /// which is the terminating NUL.
-pub const MAX_HANDLE_LEN: usize = 107;
+pub const MAX_HANDLE_LEN: usize = crate::private_dir::MAX_SOCKET_PATH_LEN;
 
 /// The address of a shared-memory manager: the absolute path of its Unix
 /// stream socket, as torch prints it (`/tmp/torch-shm-dir-gHmPMp/manager.sock`)

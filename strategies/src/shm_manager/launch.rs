@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, poll};
 
-use super::error::errno_of;
 use super::server::poll_timeout;
 use super::{ManagerError, ManagerHandle};
+use crate::error::errno_of;
 
 /// The environment variable naming the `tensorshare` executable that runs
 /// the manager daemon.
@@ -148,20 +148,19 @@ impl DaemonLaunch {
         let line = match line {
             Ok(line) => line,
             Err(problem) => {
-                let _ = child.kill();
-                let _ = child.wait();
+                kill_and_reap(&mut child);
                 return Err(broken(problem));
             }
         };
         if line.is_empty() {
-            let status = wait_until(&mut child, deadline);
-            return Err(broken(format!(
-                "it printed no socket path ({})",
-                status.unwrap_or_else(|| "still running".to_owned())
-            )));
+            let status = match wait_or_kill(&mut child, deadline) {
+                Some(Ok(status)) => status.to_string(),
+                _ => "still running".to_owned(),
+            };
+            return Err(broken(format!("it printed no socket path ({status})")));
         }
         if let Some(message) = line.strip_prefix(b"ERROR: ") {
-            let _ = wait_until(&mut child, deadline);
+            let _ = wait_or_kill(&mut child, deadline);
             return Err(ManagerError::LaunchFailed {
                 exe: shown,
                 message: String::from_utf8_lossy(message).into_owned(),
@@ -175,7 +174,7 @@ impl DaemonLaunch {
                 deadline,
             }),
             Err(err) => {
-                let _ = wait_until(&mut child, deadline);
+                let _ = wait_or_kill(&mut child, deadline);
                 Err(broken(format!(
                     "its first line is not a socket path: {err}"
                 )))
@@ -191,19 +190,15 @@ impl DaemonLaunch {
     /// Waits for the launching process, which exits with status 0 as soon as
     /// the daemon has forked away from it, and leaves no zombie.
     pub(super) fn reap(mut self) -> Result<(), ManagerError> {
-        let problem = match wait_status(&mut self.child, self.deadline) {
+        let problem = match wait_or_kill(&mut self.child, self.deadline) {
             Some(Ok(status)) if status.success() => return Ok(()),
             Some(Ok(status)) => format!("it exited with {status} after printing its socket path"),
             Some(Err(errno)) => format!("waiting for it failed ({errno})"),
-            None => {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                format!(
-                    "it printed its socket path but stayed in the foreground for {}s (an old \
-                     tensorshare without --daemon?)",
-                    LAUNCH_TIMEOUT.as_secs()
-                )
-            }
+            None => format!(
+                "it printed its socket path but stayed in the foreground for {}s (an old \
+                 tensorshare without --daemon?)",
+                LAUNCH_TIMEOUT.as_secs()
+            ),
         };
         Err(ManagerError::LaunchBroken {
             exe: self.exe.display().to_string(),
@@ -212,8 +207,9 @@ impl DaemonLaunch {
     }
 }
 
-/// The child's exit status once it exits before `deadline`, `None` after.
-fn wait_status(
+/// The child's exit status once it exits before `deadline`; `None` when it
+/// was still running then, and was killed and reaped.
+fn wait_or_kill(
     child: &mut Child,
     deadline: Instant,
 ) -> Option<Result<std::process::ExitStatus, Errno>> {
@@ -225,6 +221,7 @@ fn wait_status(
             Err(err) => return Some(Err(errno_of(&err))),
         }
         if Instant::now() >= deadline {
+            kill_and_reap(child);
             return None;
         }
         std::thread::sleep(pause);
@@ -232,18 +229,11 @@ fn wait_status(
     }
 }
 
-/// Reaps a child that should be exiting, killing it at `deadline`; its exit
-/// status as text.
-fn wait_until(child: &mut Child, deadline: Instant) -> Option<String> {
-    match wait_status(child, deadline) {
-        Some(Ok(status)) => Some(status.to_string()),
-        Some(Err(_)) => None,
-        None => {
-            let _ = child.kill();
-            let _ = child.wait();
-            None
-        }
-    }
+/// Kills the child and reaps it; it may have exited already, and either
+/// way nothing is left to do about a failure.
+fn kill_and_reap(child: &mut Child) {
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 /// Reads up to the first newline (excluded), or to end of file, before

@@ -14,8 +14,8 @@ use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::error::errno_of;
 use super::{ManagerError, ManagerHandle, daemon};
+use crate::error::errno_of;
 use crate::file_system::SegmentName;
 use private_dir::{SOCKET_NAME, create_private_dir};
 use serve_loop::ServeState;

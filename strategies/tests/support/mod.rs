@@ -1,12 +1,17 @@
 //! Helpers shared by the integration tests: re-running this test binary as a
-//! child process, and counting this process's fds and mappings.
+//! child process, counting this process's fds and mappings, and a
+//! `file_system` strategy that needs no manager daemon.
 
 // Each test crate includes this module and uses a subset of it.
 #![allow(dead_code)]
 
 use std::io::Read;
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::Once;
 use std::time::{Duration, Instant};
+
+use tensorshare_strategies::file_system::FileSystemStrategy;
+use tensorshare_strategies::shm_manager::{self, ManagerServer, ServeOptions};
 
 /// Set in a child process started by [`spawn_self`]: the test that runs there
 /// plays its child role.
@@ -93,4 +98,24 @@ pub fn mapping_count() -> usize {
         .expect("read /proc/self/maps")
         .lines()
         .count()
+}
+
+/// A `file_system` strategy registering with a manager served on a thread
+/// of this process, at a socket under cargo's per-target scratch directory,
+/// and made the process's own (the type-erased door uses it too), so no
+/// daemon is started.
+pub fn file_system_strategy() -> FileSystemStrategy {
+    static MANAGER: Once = Once::new();
+    MANAGER.call_once(|| {
+        let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("manager-{}.sock", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let server = ManagerServer::bind(&path).expect("bind the test manager");
+        let handle = server.handle().clone();
+        let idle = Duration::from_secs(3600);
+        std::thread::spawn(move || server.serve(ServeOptions::default().with_idle_timeout(idle)));
+        let connection = shm_manager::connect(&handle).expect("connect to the test manager");
+        shm_manager::set_own_manager(connection);
+    });
+    FileSystemStrategy::default()
 }

@@ -37,6 +37,14 @@ pub struct EncodedPickle {
 }
 
 impl EncodedPickle {
+    /// Nothing encoded yet, after the bytes of `prefix`.
+    pub(super) fn after(prefix: Vec<u8>) -> Self {
+        Self {
+            inline: prefix,
+            out_of_line: Vec::new(),
+        }
+    }
+
     /// Appends bytes to the opcode buffer.
     pub(super) fn extend(&mut self, bytes: &[u8]) {
         self.inline.extend_from_slice(bytes);

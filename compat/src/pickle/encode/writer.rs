@@ -30,11 +30,12 @@ pub(super) struct FramedWriter {
 }
 
 impl FramedWriter {
-    /// An empty writer; framing starts off. With `out_of_line`, `bytes`
-    /// payloads of [`FRAME_SIZE_TARGET`] or more are not copied.
-    pub(super) fn new(out_of_line: bool) -> Self {
+    /// A writer appending to `prefix`; framing starts off. With
+    /// `out_of_line`, `bytes` chunks of [`FRAME_SIZE_TARGET`] or more are
+    /// not copied.
+    pub(super) fn new(prefix: Vec<u8>, out_of_line: bool) -> Self {
         Self {
-            out: EncodedPickle::default(),
+            out: EncodedPickle::after(prefix),
             out_of_line,
             framing: false,
             frame_start: None,
@@ -64,38 +65,42 @@ impl FramedWriter {
     /// [`FRAME_SIZE_TARGET`] or more go outside any frame, as CPython writes
     /// them, so that a reader can copy them straight into place.
     pub(super) fn write_payload(&mut self, header: &[u8], payload: &[u8]) {
-        if payload.len() >= FRAME_SIZE_TARGET {
-            self.commit_frame();
-            let framing = std::mem::replace(&mut self.framing, false);
-            self.write(header);
-            self.write(payload);
-            self.framing = framing;
-        } else {
-            self.write(header);
-            self.write(payload);
-        }
+        self.write_sized_payload(header, payload.len(), |writer| writer.write(payload));
     }
 
     /// Writes an opcode header and a payload in chunks, as
     /// [`write_payload`](Self::write_payload) writes it joined; large chunks
-    /// of a large payload go out of line, uncopied.
+    /// go out of line, uncopied.
     pub(super) fn write_chunked_payload(&mut self, header: &[u8], chunks: &[SharedBytes]) {
-        let len: usize = chunks.iter().map(|chunk| chunk.len()).sum();
-        if len < FRAME_SIZE_TARGET {
-            self.write(header);
-            chunks.iter().for_each(|chunk| self.write(chunk));
-            return;
-        }
-        self.commit_frame();
-        let framing = std::mem::replace(&mut self.framing, false);
-        self.write(header);
-        for chunk in chunks {
-            if self.out_of_line && chunk.len() >= FRAME_SIZE_TARGET {
-                self.out.push_out_of_line(chunk.clone());
-            } else {
-                self.write(chunk);
+        let len = chunks.iter().map(|chunk| chunk.len()).sum();
+        self.write_sized_payload(header, len, |writer| {
+            for chunk in chunks {
+                // A chunk this large makes the payload unframed, so no frame
+                // header ever needs patching across it.
+                if writer.out_of_line && chunk.len() >= FRAME_SIZE_TARGET {
+                    writer.out.push_out_of_line(chunk.clone());
+                } else {
+                    writer.write(chunk);
+                }
             }
+        });
+    }
+
+    /// Writes `header`, then the `len`-byte payload `write_body` writes,
+    /// outside any frame from [`FRAME_SIZE_TARGET`] bytes on.
+    fn write_sized_payload(
+        &mut self,
+        header: &[u8],
+        len: usize,
+        write_body: impl FnOnce(&mut Self),
+    ) {
+        let framing = self.framing;
+        if len >= FRAME_SIZE_TARGET {
+            self.commit_frame();
+            self.framing = false;
         }
+        self.write(header);
+        write_body(self);
         self.framing = framing;
     }
 

@@ -2,10 +2,10 @@
 
 use std::path::PathBuf;
 
-use crate::private_dir::create_private_dir_in;
+use crate::error::errno_of;
+use crate::file_system::random_u64;
+use crate::private_dir::{create_private_dir_in, socket_parent_dir};
 use crate::shm_manager::ManagerError;
-use crate::shm_manager::error::errno_of;
-use crate::shm_manager::handle::MAX_HANDLE_LEN;
 
 /// The name of the socket inside a private directory, as torch names it.
 pub(super) const SOCKET_NAME: &str = "manager.sock";
@@ -15,17 +15,14 @@ pub(super) const DIR_PREFIX: &str = "tensorshare-shm-";
 
 /// Random characters in a private directory's name, as `mkdtemp`'s `XXXXXX`.
 const DIR_RANDOM_LEN: usize = 6;
+// One character per byte of a `random_u64`.
+const _: () = assert!(DIR_RANDOM_LEN <= size_of::<u64>());
 
-/// Creates `DIR_PREFIX` + 6 random characters, mode 0700, in `$TMPDIR`, or
-/// in `/tmp` when that is unset, relative, or too deep for a socket path.
+/// Creates `DIR_PREFIX` + 6 random characters, mode 0700, in
+/// [`socket_parent_dir`].
 pub(super) fn create_private_dir() -> Result<PathBuf, ManagerError> {
     let inner_len = 1 + DIR_PREFIX.len() + DIR_RANDOM_LEN + 1 + SOCKET_NAME.len();
-    let temp = std::env::temp_dir();
-    let parent = if temp.is_absolute() && temp.as_os_str().len() + inner_len <= MAX_HANDLE_LEN {
-        temp
-    } else {
-        PathBuf::from("/tmp")
-    };
+    let parent = socket_parent_dir(inner_len);
     create_private_dir_in(&parent, || Ok(format!("{DIR_PREFIX}{}", random_suffix()))).map_err(
         |err| ManagerError::CreateDir {
             parent: parent.display().to_string(),
@@ -37,17 +34,10 @@ pub(super) fn create_private_dir() -> Result<PathBuf, ManagerError> {
 /// `DIR_RANDOM_LEN` characters of `[0-9A-Za-z]` from the OS's random source.
 fn random_suffix() -> String {
     const ALPHABET: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
-    let mut bytes = [0u8; DIR_RANDOM_LEN];
-    if getrandom::fill(&mut bytes).is_err() {
-        // No random source at all: a per-process hash seed is the best
-        // there is, and mkdir's EEXIST keeps names unique.
-        use std::hash::{BuildHasher, Hasher};
-        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-        hasher.write_u32(std::process::id());
-        bytes.copy_from_slice(&hasher.finish().to_ne_bytes()[..DIR_RANDOM_LEN]);
-    }
-    bytes
+    random_u64()
+        .to_ne_bytes()
         .iter()
+        .take(DIR_RANDOM_LEN)
         .map(|b| char::from(ALPHABET[usize::from(*b) % ALPHABET.len()]))
         .collect()
 }

@@ -115,8 +115,7 @@ impl ServeState {
 
     /// Unlinks every name still registered.
     pub(super) fn unlink_all(&mut self) {
-        let names: Vec<SegmentName> = self.names.drain().map(|(name, _)| name).collect();
-        for name in names {
+        for name in std::mem::take(&mut self.names).into_keys() {
             self.unlink(name);
         }
     }

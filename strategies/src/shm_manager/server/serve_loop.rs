@@ -13,9 +13,9 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use super::registrations::Registration;
 use super::session::Client;
 use super::{ManagerReport, StopReason};
+use crate::error::errno_of;
 use crate::file_system::SegmentName;
 use crate::shm_manager::ManagerError;
-use crate::shm_manager::error::errno_of;
 
 /// How long to stop accepting after `accept` failed (out of fds): the
 /// connection stays queued, so the listener would poll readable at once.
@@ -126,29 +126,26 @@ impl ServeState {
                     });
                 }
             }
-            let woke: Vec<PollFlags> = fds
+            // Collected so that the borrow of the clients' streams ends
+            // before they are serviced; in the order the fds were pushed.
+            let mut woke = fds
                 .iter()
                 .map(|fd| fd.revents().unwrap_or(PollFlags::empty()))
-                .collect();
+                .collect::<Vec<_>>()
+                .into_iter();
             drop(fds);
+            let mut next_woke = || woke.next().is_some_and(|events| !events.is_empty());
 
-            let mut next = 0;
-            if shutdown.is_some() {
-                if !woke[next].is_empty() {
-                    return Ok(StopReason::Shutdown);
-                }
-                next += 1;
+            if shutdown.is_some() && next_woke() {
+                return Ok(StopReason::Shutdown);
             }
             let now = Instant::now();
-            if listening {
-                if !woke[next].is_empty() {
-                    self.accept(listener, now);
-                }
-                next += 1;
+            if listening && next_woke() {
+                self.accept(listener, now);
             }
-            for (id, events) in ids.into_iter().zip(&woke[next..]) {
+            for (id, events) in ids.into_iter().zip(woke) {
                 if !events.is_empty() {
-                    self.service(id, *events, now);
+                    self.service(id, events, now);
                 }
             }
         }
