@@ -5,6 +5,8 @@
 //! one object on the other side and two views of one storage share it, as
 //! with torch's own `ForkingPickler`.
 
+use std::borrow::Cow;
+
 use rustc_hash::FxHashMap;
 
 use tensorshare_compat::pickle::{Construction, Global, Node, NodeId, Object, Pickle};
@@ -38,7 +40,11 @@ impl PickleBuilder {
     }
 
     /// Adds a reference to `module.name`.
-    pub fn global(&mut self, module: &str, name: &str) -> NodeId {
+    pub fn global(
+        &mut self,
+        module: impl Into<Cow<'static, str>>,
+        name: impl Into<Cow<'static, str>>,
+    ) -> NodeId {
         self.push(Node::Global(Global::new(module, name)))
     }
 
@@ -213,8 +219,8 @@ impl Reducer<'_> {
                 let size = self.out.global("torch", "Size");
                 self.out.call(size, vec![dims])
             }
-            Value::Global(g) => self.out.global(&g.module, &g.name),
-            Value::Callable(c) => self.out.global(&c.name().module, &c.name().name),
+            Value::Global(g) => self.out.push(Node::Global(g.clone())),
+            Value::Callable(c) => self.out.push(Node::Global(c.name().clone())),
             Value::Custom(c) => {
                 return Err(Error::Unsupported(format!(
                     "no reducer for a {} value; send its parts as plain values",

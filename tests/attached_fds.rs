@@ -97,7 +97,7 @@ fn legacy_float_storage_pickle(address: &str, key: i64) -> Vec<u8> {
     };
     let mut pickle = Pickle::new();
     let global = |pickle: &mut Pickle, module: &str, name: &str| {
-        pickle.push(Node::Global(Global::new(module, name)))
+        pickle.push(Node::Global(Global::copied(module, name)))
     };
     let rebuild = global(
         &mut pickle,

@@ -61,7 +61,7 @@ fn memmap_segment(storage: &Storage) -> &MemmapSegment {
 /// Adds `getattr(torch._C.StorageBase, 'from_file')(path, shared, nbytes)`.
 fn from_file_call(
     out: &mut PickleBuilder,
-    class: (&str, &str),
+    class: (&'static str, &'static str),
     path: &str,
     shared: bool,
     nbytes: usize,
@@ -335,7 +335,7 @@ fn getattr_is_allowed_only_for_from_file() {
     assert!(err.contains("StorageBase.from_file"), "{err}");
 
     // Another attribute, another object, another argument count.
-    let getattr_of = |module: &str, name: &str, attribute: &str| {
+    let getattr_of = |module: &'static str, name: &'static str, attribute: &str| {
         let mut out = PickleBuilder::default();
         let getattr = out.global("builtins", "getattr");
         let object = out.global(module, name);

@@ -34,7 +34,7 @@ impl Arena {
         self.add(Node::Tuple(items))
     }
     fn global(&mut self, module: &str, name: &str) -> NodeId {
-        self.add(Node::Global(Global::new(module, name)))
+        self.add(Node::Global(Global::copied(module, name)))
     }
     fn ints(&mut self, values: &[i64]) -> Vec<NodeId> {
         values.iter().map(|&v| self.int(v)).collect()

@@ -250,7 +250,7 @@ impl Arena {
         (0..count).map(|i| self.add(Node::Int(i))).collect()
     }
     fn reduce(&mut self, module: &str, name: &str) -> Object {
-        let callable = self.add(Node::Global(Global::new(module, name)));
+        let callable = self.add(Node::Global(Global::copied(module, name)));
         let args = self.add(Node::Tuple(vec![]));
         Object {
             callable,

@@ -48,7 +48,7 @@ fn read(bytes: &[u8]) -> Result<TorchSaveArchive, TorchSaveError> {
 
 fn global_name(pickle: &Pickle, id: NodeId) -> Option<(&str, &str)> {
     match pickle.get(id)? {
-        Node::Global(g) => Some((g.module.as_str(), g.name.as_str())),
+        Node::Global(g) => Some((&*g.module, &*g.name)),
         _ => None,
     }
 }

@@ -50,7 +50,7 @@ fn storage_classes_and_counts_per_format() {
             .values()
             .map(|r| (r.storage_class.clone(), r.numel, r.data.as_slice()))
             .collect();
-        let untyped = |name: &str| match format {
+        let untyped = |name: &'static str| match format {
             TorchSaveFormat::Zip => Global::new("torch.storage", "UntypedStorage"),
             TorchSaveFormat::Legacy => Global::new("torch", name),
         };

@@ -37,6 +37,7 @@ mod torch;
 pub(crate) use torch::REDUCTIONS;
 
 use rustc_hash::FxHashMap;
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 
@@ -88,6 +89,9 @@ enum Binding {
     Callable(Callable),
 }
 
+/// The allowed names of one module, each with its global and binding.
+type NamesInModule = FxHashMap<Cow<'static, str>, (Global, Binding)>;
+
 /// Settings for decoding and rebuilding.
 #[derive(Clone, Debug)]
 pub struct LoadOptions {
@@ -114,9 +118,11 @@ impl Default for LoadOptions {
 /// refused until registered.
 #[derive(Clone, Debug)]
 pub struct Registry {
-    /// A fixed table looked up with a peer's names, never filled by them:
-    /// a fast hash is safe.
-    bindings: FxHashMap<Global, Binding>,
+    /// Module, then qualified name, to the global and what it means; two
+    /// levels so that a peer's names are looked up as they are, without
+    /// building a key. A fixed table looked up with a peer's names, never
+    /// filled by them: a fast hash is safe.
+    bindings: FxHashMap<Cow<'static, str>, NamesInModule>,
     options: LoadOptions,
 }
 
@@ -156,48 +162,72 @@ impl Registry {
     /// users can override the built-in rebuilders.
     pub fn register_rebuilder(
         &mut self,
-        module: &str,
-        name: &str,
+        module: impl Into<Cow<'static, str>>,
+        name: impl Into<Cow<'static, str>>,
         rebuilder: impl Rebuilder + 'static,
     ) -> &mut Self {
         let global = Global::new(module, name);
         let callable = Callable::new(global.clone(), rebuilder);
-        self.bindings.insert(global, Binding::Callable(callable));
-        self
+        self.bind(global, Binding::Callable(callable))
     }
 
     /// Allows `module.name` and makes it evaluate to `value` (for classes
     /// passed as arguments and constants such as dtypes).
-    pub fn register_constant(&mut self, module: &str, name: &str, value: Value) -> &mut Self {
+    pub fn register_constant(
+        &mut self,
+        module: impl Into<Cow<'static, str>>,
+        name: impl Into<Cow<'static, str>>,
+        value: Value,
+    ) -> &mut Self {
+        self.bind(Global::new(module, name), Binding::Constant(value))
+    }
+
+    fn bind(&mut self, global: Global, binding: Binding) -> &mut Self {
         self.bindings
-            .insert(Global::new(module, name), Binding::Constant(value));
+            .entry(global.module.clone())
+            .or_default()
+            .insert(global.name.clone(), (global, binding));
         self
     }
 
     /// Refuses `module.name` from now on.
     pub fn unregister(&mut self, module: &str, name: &str) -> &mut Self {
-        self.bindings.remove(&Global::new(module, name));
+        if let Some(names) = self.bindings.get_mut(module) {
+            names.remove(name);
+            if names.is_empty() {
+                self.bindings.remove(module);
+            }
+        }
         self
     }
 
     /// Whether a pickle may name `module.name`.
     pub fn allows(&self, module: &str, name: &str) -> bool {
-        self.bindings.contains_key(&Global::new(module, name))
+        self.entry(module, name).is_some()
     }
 
     /// Every allowed global, sorted.
     pub fn globals(&self) -> Vec<&Global> {
-        let mut globals: Vec<_> = self.bindings.keys().collect();
+        let mut globals: Vec<_> = self
+            .bindings
+            .values()
+            .flat_map(|names| names.values().map(|(global, _)| global))
+            .collect();
         globals.sort();
         globals
     }
 
+    fn entry(&self, module: &str, name: &str) -> Option<&(Global, Binding)> {
+        self.bindings.get(module)?.get(name)
+    }
+
     /// What `global` evaluates to, if it is registered.
     pub(crate) fn resolve(&self, global: &Global) -> Option<Value> {
-        self.bindings.get(global).map(|binding| match binding {
-            Binding::Constant(value) => value.clone(),
-            Binding::Callable(callable) => Value::Callable(callable.clone()),
-        })
+        self.entry(&global.module, &global.name)
+            .map(|(_, binding)| match binding {
+                Binding::Constant(value) => value.clone(),
+                Binding::Callable(callable) => Value::Callable(callable.clone()),
+            })
     }
 
     /// Decodes one pickle and rebuilds it, executing nothing that is not a
@@ -226,5 +256,9 @@ impl Registry {
 impl GlobalFilter for Registry {
     fn allows(&self, module: &str, name: &str) -> bool {
         Registry::allows(self, module, name)
+    }
+
+    fn admit(&self, module: &str, name: &str) -> Option<Global> {
+        self.entry(module, name).map(|(global, _)| global.clone())
     }
 }

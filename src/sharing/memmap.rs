@@ -77,7 +77,7 @@ fn getattr_from_file(call: Call<'_>) -> Result<Value, RebuildError> {
         return Err(call.invalid(only));
     };
     let storage_class = matches!(
-        (class.module.as_str(), class.name.as_str()),
+        (&*class.module, &*class.name),
         ("torch._C", "StorageBase") | ("torch.storage" | "torch", "UntypedStorage")
     );
     if !storage_class || attribute != FROM_FILE {

@@ -13,7 +13,7 @@ mod text;
 
 pub use error::{DecodeError, DecodeErrorCode};
 
-use super::{Pickle, SharedBytes};
+use super::{Global, Pickle, SharedBytes};
 
 /// Decides which globals a pickle may name.
 ///
@@ -36,6 +36,17 @@ use super::{Pickle, SharedBytes};
 pub trait GlobalFilter {
     /// Whether `module.name` may become a [`Node::Global`](super::Node::Global).
     fn allows(&self, module: &str, name: &str) -> bool;
+
+    /// The [`Global`] a pickle naming `module.name` gets, or `None` to
+    /// refuse it.
+    ///
+    /// The default copies the names when [`allows`](Self::allows) says
+    /// yes. A filter that keeps the globals it allows can hand out copies
+    /// of its own instead, which cost nothing for `'static` names.
+    fn admit(&self, module: &str, name: &str) -> Option<Global> {
+        self.allows(module, name)
+            .then(|| Global::copied(module, name))
+    }
 }
 
 impl<F: Fn(&str, &str) -> bool> GlobalFilter for F {

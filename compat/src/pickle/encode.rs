@@ -273,7 +273,11 @@ fn encode_new(
     out_of_line: bool,
 ) -> Result<EncodedPickle, EncodeError> {
     let root = checked_root(pickle, options.protocol)?;
-    let writer = FramedWriter::new(Vec::new(), out_of_line);
+    // Torch's messages take about ten bytes a node; growing from empty
+    // would copy the buffer several times over. Past a frame, growth is
+    // cheap next to the writing.
+    let guess = (16 + pickle.len() * 10).min(writer::FRAME_SIZE_TARGET);
+    let writer = FramedWriter::new(Vec::with_capacity(guess), out_of_line);
     let (encoded, result) = encode_root(pickle, root, options, writer);
     result.map(|()| encoded)
 }
@@ -294,11 +298,11 @@ fn encode_root(
         fix_imports: options.fix_imports && protocol < 3,
         out,
         node_memo: vec![None; pickle.len()],
-        // Globals and names: about one for every four nodes in torch's
-        // messages; growing the map from empty costs more than the guess.
-        memo: FxHashMap::with_capacity_and_hasher(pickle.len() / 4, Default::default()),
+        // Globals and their names: about two for every three nodes in
+        // torch's messages; growing the map costs more than the guess.
+        memo: FxHashMap::with_capacity_and_hasher(pickle.len().min(1024), Default::default()),
         memo_len: 0,
-        tasks: Vec::new(),
+        tasks: Vec::with_capacity(pickle.len().min(1024)),
     };
     let result = encoder.run(root);
     (encoder.out.finish(), result)

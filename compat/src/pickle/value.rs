@@ -6,6 +6,8 @@
 //! they are referenced (`EMPTY_LIST`, `MEMOIZE`, ..., `APPENDS`), and a
 //! hostile pickle can build cycles. Dropping an arena never recurses.
 
+use std::borrow::Cow;
+
 use super::ByteChunks;
 
 /// Index of a node in a [`Pickle`] arena.
@@ -20,21 +22,40 @@ impl NodeId {
 }
 
 /// A `module.name` reference, as `GLOBAL` or `STACK_GLOBAL` name it.
+///
+/// Names known when the program is written are borrowed, not copied, so a
+/// table of allowed globals hands out copies of its entries for free.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Global {
     /// The module, e.g. `torch._utils`.
-    pub module: String,
+    pub module: Cow<'static, str>,
     /// The qualified name within the module, e.g. `_rebuild_tensor_v2`.
-    pub name: String,
+    pub name: Cow<'static, str>,
 }
 
 impl Global {
-    /// A global from its module and qualified name.
-    pub fn new(module: impl Into<String>, name: impl Into<String>) -> Self {
+    /// A global from its module and qualified name: `&'static str`s are
+    /// borrowed, `String`s moved in.
+    pub fn new(module: impl Into<Cow<'static, str>>, name: impl Into<Cow<'static, str>>) -> Self {
         Self {
             module: module.into(),
             name: name.into(),
         }
+    }
+
+    /// A global from names that live for the whole program, usable in
+    /// constants.
+    pub const fn from_static(module: &'static str, name: &'static str) -> Self {
+        Self {
+            module: Cow::Borrowed(module),
+            name: Cow::Borrowed(name),
+        }
+    }
+
+    /// A global naming `module.name`, copying names that do not live long
+    /// enough to be borrowed.
+    pub fn copied(module: &str, name: &str) -> Self {
+        Self::new(module.to_owned(), name.to_owned())
     }
 }
 

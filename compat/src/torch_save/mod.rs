@@ -276,6 +276,12 @@ impl GlobalFilter for WithStorageClasses<'_> {
     fn allows(&self, module: &str, name: &str) -> bool {
         is_storage_class_global(module, name) || self.0.allows(module, name)
     }
+
+    fn admit(&self, module: &str, name: &str) -> Option<Global> {
+        self.0
+            .admit(module, name)
+            .or_else(|| is_storage_class_global(module, name).then(|| Global::copied(module, name)))
+    }
 }
 
 /// A filter that allows no global: for the pickles that hold plain data.

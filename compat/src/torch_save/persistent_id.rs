@@ -53,7 +53,7 @@ fn storage_class_dtype(class: &Global) -> Result<Option<DType>, ()> {
     if !is_storage_class_global(&class.module, &class.name) {
         return Err(());
     }
-    if matches!(class.name.as_str(), "UntypedStorage" | "_UntypedStorage") {
+    if matches!(&*class.name, "UntypedStorage" | "_UntypedStorage") {
         return Ok(None);
     }
     DType::from_legacy_storage_class(&class.name)

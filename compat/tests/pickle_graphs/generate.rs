@@ -208,7 +208,7 @@ impl Builder {
     }
 
     fn global(&mut self, module: &str, name: &str) -> NodeId {
-        self.pickle.push(Node::Global(Global::new(module, name)))
+        self.pickle.push(Node::Global(Global::copied(module, name)))
     }
 
     fn object(&mut self, module: &str, name: &str, newobj: bool) -> Object {

@@ -15,25 +15,28 @@ impl Machine<'_> {
             GLOBAL => {
                 let module = self.take_line()?;
                 let name = self.take_line()?;
-                let (module, name) = (self.utf8(module)?, self.utf8(name)?);
+                let (module, name) = (self.utf8_str(module)?, self.utf8_str(name)?);
                 self.global(module, name)?
             }
             STACK_GLOBAL => {
                 let [module, name] = self.pop_n::<2>()?;
-                let (module, name) = match (self.node(module), self.node(name)) {
-                    (Node::Str(module), Node::Str(name)) => (module.clone(), name.clone()),
+                let global = match (self.node(module), self.node(name)) {
+                    (Node::Str(module), Node::Str(name)) => self.admit(module, name)?,
                     (Node::Str(_), _) => {
                         return Err(self.wrong_type("STACK_GLOBAL", "a str", name));
                     }
                     _ => return Err(self.wrong_type("STACK_GLOBAL", "a str", module)),
                 };
-                self.global(module, name)?
+                self.add(Node::Global(global), 0)?
             }
             INST => {
                 let items = self.pop_mark()?;
                 let module = self.take_line()?;
                 let name = self.take_line()?;
-                let (module, name) = (self.ascii("INST", module)?, self.ascii("INST", name)?);
+                let (module, name) = (
+                    self.ascii_str("INST", module)?,
+                    self.ascii_str("INST", name)?,
+                );
                 let callable = self.global(module, name)?;
                 let args = self.tuple(items)?;
                 self.object(callable, Construction::Reduce { args })?

@@ -341,11 +341,19 @@ impl<'a> Machine<'a> {
         self.push(id)
     }
 
-    /// A [`Node::Global`] if the filter allows it.
-    pub(super) fn global(&mut self, module: String, name: String) -> Result<NodeId, DecodeError> {
-        if !self.filter.allows(&module, &name) {
-            return Err(self.error(DecodeErrorCode::DisallowedGlobal { module, name }));
-        }
-        self.add(Node::Global(Global { module, name }), 0)
+    /// The global `module.name`, if the filter allows it.
+    pub(super) fn admit(&self, module: &str, name: &str) -> Result<Global, DecodeError> {
+        self.filter.admit(module, name).ok_or_else(|| {
+            self.error(DecodeErrorCode::DisallowedGlobal {
+                module: module.to_owned(),
+                name: name.to_owned(),
+            })
+        })
+    }
+
+    /// A [`Node::Global`] for `module.name`, if the filter allows it.
+    pub(super) fn global(&mut self, module: &str, name: &str) -> Result<NodeId, DecodeError> {
+        let global = self.admit(module, name)?;
+        self.add(Node::Global(global), 0)
     }
 }

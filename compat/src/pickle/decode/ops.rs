@@ -356,14 +356,26 @@ impl Machine<'_> {
     }
 
     pub(super) fn utf8(&self, bytes: &[u8]) -> Result<String, DecodeError> {
-        String::from_utf8(bytes.to_vec()).map_err(|_| self.error(Code::InvalidUtf8))
+        self.utf8_str(bytes).map(str::to_owned)
+    }
+
+    pub(super) fn utf8_str<'b>(&self, bytes: &'b [u8]) -> Result<&'b str, DecodeError> {
+        std::str::from_utf8(bytes).map_err(|_| self.error(Code::InvalidUtf8))
     }
 
     pub(super) fn ascii(&self, opcode: &'static str, bytes: &[u8]) -> Result<String, DecodeError> {
+        self.ascii_str(opcode, bytes).map(str::to_owned)
+    }
+
+    pub(super) fn ascii_str<'b>(
+        &self,
+        opcode: &'static str,
+        bytes: &'b [u8],
+    ) -> Result<&'b str, DecodeError> {
         if !bytes.is_ascii() {
             return Err(self.error(Code::NotAscii { opcode }));
         }
-        self.utf8(bytes)
+        self.utf8_str(bytes)
     }
 
     /// The node in `slot`, created on first use.

@@ -21,6 +21,9 @@ enum Edges {
 ///
 /// Iterative: a graph of any depth is checked in constant stack space.
 pub(super) fn check_graph(pickle: &Pickle, root: NodeId, protocol: u8) -> Result<(), EncodeError> {
+    if children_come_first(pickle) && root.index() < pickle.len() {
+        return Ok(());
+    }
     let node = |id: NodeId, parent: Option<NodeId>| {
         pickle.get(id).ok_or(EncodeError::InvalidNodeId {
             id,
@@ -104,6 +107,17 @@ pub(super) fn check_graph(pickle: &Pickle, root: NodeId, protocol: u8) -> Result
         }
     }
     Ok(())
+}
+
+/// Whether every node references only nodes pushed before it, as arenas
+/// built bottom-up (by reducers) are: then every reference is in the arena
+/// and no cycle exists, and one pass without allocating proves it.
+fn children_come_first(pickle: &Pickle) -> bool {
+    pickle.iter().all(|(id, node)| {
+        let mut earlier = true;
+        for_each_child(node, 0, Edges::All, |child| earlier &= child < id);
+        earlier
+    })
 }
 
 /// Calls `visit` on each child of `node` along the chosen edges.

@@ -1,0 +1,73 @@
+//! CPU cost of one `file_descriptor` tensor message, without the syscalls
+//! that move it: pickling (reduce and encode), decoding, and rebuilding.
+//!
+//! `cargo bench --bench message_cpu`. The end-to-end comparison with torch
+//! is `tensorshare bench`; this isolates the pickle work inside it.
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use tensorshare::{
+    Authkey, DType, Registry, SharingContext, Storage, StrategyKind, Tensor, TensorView, Value,
+};
+use tensorshare_compat::pickle::{Limits, decode_all};
+
+const ROUNDS: usize = 7;
+const ITERATIONS: usize = 20_000;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // Registrations are dropped at once: nothing fetches them here.
+    let sharing = SharingContext::new(Authkey::new(b"bench".to_vec()))
+        .with_unfetched_lifetime(Duration::ZERO);
+    let mut writer = Storage::allocate(StrategyKind::FileDescriptor, 4096)?;
+    writer.as_bytes_mut().fill(7);
+    let tensor = Value::Tensor(Tensor::new(
+        writer.freeze(),
+        TensorView::contiguous(DType::UInt8, &[4096]),
+    )?);
+    let message = sharing.dumps(&tensor)?;
+    let registry = Registry::default();
+    let limits = Limits::default();
+
+    println!(
+        "one 4 KiB file_descriptor tensor message ({} bytes), median of {ROUNDS} rounds of {ITERATIONS}",
+        message.len()
+    );
+    report("dumps (reduce, register, encode)", || {
+        black_box(
+            sharing
+                .dumps(black_box(&tensor))
+                .map(|m| m.len())
+                .unwrap_or(0),
+        );
+    });
+    report("decode", || {
+        black_box(decode_all(black_box(&message), &registry, &limits).is_ok());
+    });
+    report("loads without attaching (decode, rebuild)", || {
+        black_box(registry.loads(black_box(&message)).is_ok());
+    });
+    Ok(())
+}
+
+/// Runs `op` unless the command line names other cases.
+fn report(name: &str, mut op: impl FnMut()) {
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    if !filters.is_empty() && !filters.iter().any(|f| name.contains(f.as_str())) {
+        return;
+    }
+    let mut rounds: Vec<f64> = (0..ROUNDS)
+        .map(|_| {
+            let start = Instant::now();
+            for _ in 0..ITERATIONS {
+                op();
+            }
+            start.elapsed().as_secs_f64() / ITERATIONS as f64
+        })
+        .collect();
+    rounds.sort_by(f64::total_cmp);
+    println!("{name:<44} {:>8.2} µs", rounds[ROUNDS / 2] * 1e6);
+}
