@@ -104,7 +104,11 @@ pub(crate) fn reduce_value(value: &Value, storages: &dyn StorageReducer) -> Resu
         storages,
         seen_storages: FxHashMap::default(),
     };
-    let mut out = PickleBuilder::default();
+    // A tensor message is about 40 nodes: room for them up front saves
+    // growing the arena several times per message.
+    let mut out = PickleBuilder {
+        pickle: Pickle::with_capacity(48),
+    };
     let root = reduce_with(value, &mut leaves, &mut out)?;
     Ok(out.finish(root))
 }

@@ -225,14 +225,12 @@ pub(crate) struct Walker<'a> {
     pickle: &'a Pickle,
     persistent: Option<&'a dyn PersistentLoad>,
     archive_depth: usize,
-    /// By node index: whether more than one edge points at the node. Their
-    /// values are cached so identity (one tensor twice, two views of one
-    /// storage) survives the rebuild.
-    shared: Vec<bool>,
+    /// By node index: whether more than one edge points at the node, and
+    /// whether it is being evaluated.
+    marks: Vec<NodeMarks>,
+    /// Values of shared nodes, so identity (one tensor twice, two views of
+    /// one storage) survives the rebuild.
     cache: FxHashMap<NodeId, Value>,
-    /// By node index: whether the node is being evaluated (a cycle if met
-    /// again).
-    in_progress: Vec<bool>,
     max_depth: usize,
     storages: RefCell<HashMap<StorageKey, Storage>>,
     sharing: Option<&'a Receipt<'a>>,
@@ -249,9 +247,8 @@ impl<'a> Walker<'a> {
             pickle,
             persistent,
             archive_depth: 0,
-            shared: shared_nodes(pickle),
+            marks: marks(pickle),
             cache: FxHashMap::default(),
-            in_progress: vec![false; pickle.len()],
             max_depth: registry.options().limits.max_depth,
             storages: RefCell::new(HashMap::new()),
             sharing: None,
@@ -304,23 +301,23 @@ impl<'a> Walker<'a> {
         if depth > self.max_depth {
             return Err(RebuildError::TooDeep(self.max_depth));
         }
-        let shared = self.shared.get(id.index()).copied().unwrap_or(false);
+        // Ids come from the decoder's arena, so every one has a slot; `get`
+        // keeps a malformed id an error rather than a panic.
+        let Some(marks) = self.marks.get_mut(id.index()) else {
+            return Err(RebuildError::Cycle);
+        };
+        let shared = marks.shared;
         if shared {
             if let Some(value) = self.cache.get(&id) {
                 return Ok(value.clone());
             }
         }
-        // Ids come from the decoder's arena, so every one has a slot; `get`
-        // keeps a malformed id an error rather than a panic.
-        let Some(busy) = self.in_progress.get_mut(id.index()) else {
-            return Err(RebuildError::Cycle);
-        };
-        if std::mem::replace(busy, true) {
+        if std::mem::replace(&mut marks.busy, true) {
             return Err(RebuildError::Cycle);
         }
         let value = self.eval_uncached(id, depth);
-        if let Some(busy) = self.in_progress.get_mut(id.index()) {
-            *busy = false;
+        if let Some(marks) = self.marks.get_mut(id.index()) {
+            marks.busy = false;
         }
         let value = value?;
         if shared {
@@ -428,14 +425,23 @@ impl<'a> Walker<'a> {
     }
 }
 
-/// By node index: whether more than one edge points at the node.
-fn shared_nodes(pickle: &Pickle) -> Vec<bool> {
-    let mut seen = vec![false; pickle.len()];
-    let mut shared = vec![false; pickle.len()];
+/// What the walker knows of one node.
+#[derive(Clone, Copy, Default)]
+struct NodeMarks {
+    /// An edge points at the node.
+    seen: bool,
+    /// More than one edge points at the node.
+    shared: bool,
+    /// The node is being evaluated: meeting it again is a cycle.
+    busy: bool,
+}
+
+/// By node index: which nodes more than one edge points at.
+fn marks(pickle: &Pickle) -> Vec<NodeMarks> {
+    let mut marks = vec![NodeMarks::default(); pickle.len()];
     let mut visit = |id: NodeId| {
-        let index = id.index();
-        if let (Some(seen), Some(shared)) = (seen.get_mut(index), shared.get_mut(index)) {
-            *shared |= std::mem::replace(seen, true);
+        if let Some(marks) = marks.get_mut(id.index()) {
+            marks.shared |= std::mem::replace(&mut marks.seen, true);
         }
     };
     for (_, node) in pickle.iter() {
@@ -467,5 +473,5 @@ fn shared_nodes(pickle: &Pickle) -> Vec<bool> {
             _ => {}
         }
     }
-    shared
+    marks
 }

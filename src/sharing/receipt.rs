@@ -15,7 +15,6 @@
 //! trusted exactly as far as the sharer the same sender names.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 
 use tensorshare_compat::pickle::Global;
@@ -30,12 +29,27 @@ pub(crate) struct Receipt<'a> {
     attached: Option<AttachedFds>,
 }
 
-/// Fds that arrived with a message, by the key of the `DupFd` they stand
-/// for.
+/// Fds that arrived with a message, each with the key of the `DupFd` it
+/// stands for, by ascending key; an fd is taken out when its storage maps.
 struct AttachedFds {
     address: Vec<u8>,
-    keys: Vec<i64>,
-    by_key: RefCell<HashMap<i64, OwnedFd>>,
+    by_key: RefCell<Vec<(i64, Option<OwnedFd>)>>,
+}
+
+impl AttachedFds {
+    /// The fd that came for `key`, if it is still here.
+    fn take(&self, key: i64) -> Option<OwnedFd> {
+        let mut by_key = self.by_key.borrow_mut();
+        let index = by_key.binary_search_by_key(&key, |(k, _)| *k).ok()?;
+        by_key.get_mut(index)?.1.take()
+    }
+
+    /// The sender's sharer and every key that came with an fd, used or
+    /// not: what to give back.
+    fn into_release(self) -> (Vec<u8>, Vec<i64>) {
+        let keys = self.by_key.into_inner().into_iter().map(|(key, _)| key);
+        (self.address, keys.collect())
+    }
 }
 
 impl<'a> Receipt<'a> {
@@ -65,7 +79,7 @@ impl<'a> Receipt<'a> {
             .attached
             .as_ref()
             .filter(|attached| attached.address == dup_fd.address)
-            .and_then(|attached| attached.by_key.borrow_mut().remove(&dup_fd.key));
+            .and_then(|attached| attached.take(dup_fd.key));
         // An attached fd that cannot be what the DupFd names (not shared
         // memory, too small, not writable) is not trusted over the sharer.
         if let Some(Ok(storage)) = attached.map(|fd| self.context.map_fd(fd, nbytes)) {
@@ -98,7 +112,10 @@ impl<'a> Receipt<'a> {
 impl std::fmt::Debug for Receipt<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Receipt")
-            .field("attached", &self.attached.as_ref().map(|a| a.keys.len()))
+            .field(
+                "attached",
+                &self.attached.as_ref().map(|a| a.by_key.borrow().len()),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -108,9 +125,8 @@ impl Drop for Receipt<'_> {
     /// sender's copies are no longer needed, whatever became of the rebuild.
     fn drop(&mut self) {
         if let Some(attached) = self.attached.take() {
-            self.context
-                .releases
-                .release(attached.address, attached.keys);
+            let (address, keys) = attached.into_release();
+            self.context.releases.release(address, keys);
         }
     }
 }
@@ -135,10 +151,9 @@ fn pair(values: &[Value], fds: Vec<OwnedFd>) -> Option<AttachedFds> {
     if keys.windows(2).any(|pair| pair[0] == pair[1]) {
         return None;
     }
-    let by_key = keys.iter().copied().zip(fds).collect();
+    let by_key = keys.into_iter().zip(fds.into_iter().map(Some)).collect();
     Some(AttachedFds {
         address,
-        keys,
         by_key: RefCell::new(by_key),
     })
 }

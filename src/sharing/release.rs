@@ -2,21 +2,28 @@
 //! messages, in batches, off the receiving thread.
 //!
 //! Each batch costs a connection and a handshake with the sender's sharer,
-//! so keys gather for [`BATCH_WINDOW`] first: a stream of small tensors
-//! gives back hundreds per connection, and a sender's copies never outlive
-//! their receipt by much more than the window. A sender that has gone has
-//! nothing left to give back; failures are dropped.
+//! so keys gather for up to [`BATCH_WINDOW`], or until [`BATCH_KEYS`] of
+//! them wait: a stream of small tensors gives back hundreds per connection,
+//! and a sender's copies never outlive their receipt by much more than the
+//! window nor number more than a batch. A sender that has gone has nothing
+//! left to give back; failures are dropped.
+//!
+//! Queueing a key is on every receive's path, so it wakes the thread only
+//! when the thread waits for what this key completes: not once per key.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, JoinHandle};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::lock;
 use crate::resource_sharer::{join_within, release_fds};
 
 /// How long keys gather before a batch goes out.
-const BATCH_WINDOW: Duration = Duration::from_millis(2);
+const BATCH_WINDOW: Duration = Duration::from_millis(10);
+
+/// How many waiting keys send a batch before the window ends.
+const BATCH_KEYS: usize = 256;
 
 /// How long one batch may take before it is abandoned; the sender's
 /// unfetched-fd deadline closes what it could not give back.
@@ -39,10 +46,26 @@ struct Shared {
     wake: Condvar,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Pending {
     by_address: HashMap<Vec<u8>, Vec<i64>>,
+    /// Keys in `by_address`.
+    count: usize,
+    /// The count at which the thread wants waking: 1 while it waits for
+    /// work, [`BATCH_KEYS`] while it gathers, never while it sends.
+    wake_at: usize,
     closing: bool,
+}
+
+impl Default for Pending {
+    fn default() -> Self {
+        Self {
+            by_address: HashMap::new(),
+            count: 0,
+            wake_at: 1,
+            closing: false,
+        }
+    }
 }
 
 impl Releases {
@@ -62,12 +85,15 @@ impl Releases {
         if keys.is_empty() {
             return;
         }
-        lock(&self.shared.pending)
-            .by_address
-            .entry(address)
-            .or_default()
-            .extend(keys);
-        self.shared.wake.notify_one();
+        let mut pending = lock(&self.shared.pending);
+        let before = pending.count;
+        pending.count += keys.len();
+        let wake = before < pending.wake_at && pending.count >= pending.wake_at;
+        pending.by_address.entry(address).or_default().extend(keys);
+        drop(pending);
+        if wake {
+            self.shared.wake.notify_one();
+        }
         self.start_thread();
     }
 
@@ -91,7 +117,7 @@ impl Releases {
         lock(&self.shared.pending).closing = true;
         self.shared.wake.notify_one();
         if let Some(thread) = lock(&self.thread).take() {
-            join_within(thread, std::time::Instant::now() + DRAIN_GRACE);
+            join_within(thread, Instant::now() + DRAIN_GRACE);
         }
     }
 }
@@ -106,24 +132,48 @@ impl Shared {
     fn run(&self) {
         loop {
             let mut pending = lock(&self.pending);
-            while pending.by_address.is_empty() && !pending.closing {
-                pending = self
-                    .wake
-                    .wait(pending)
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+            pending.wake_at = 1;
+            while pending.count == 0 && !pending.closing {
+                pending = self.wait(pending, None);
             }
-            if pending.by_address.is_empty() {
+            if pending.count == 0 {
                 return;
             }
-            if !pending.closing {
-                drop(pending);
-                thread::sleep(BATCH_WINDOW);
-                pending = lock(&self.pending);
+            let deadline = Instant::now() + BATCH_WINDOW;
+            pending.wake_at = BATCH_KEYS;
+            while pending.count < BATCH_KEYS && !pending.closing {
+                let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+                    break;
+                };
+                pending = self.wait(pending, Some(left));
             }
+            pending.wake_at = usize::MAX;
+            pending.count = 0;
             let batch = std::mem::take(&mut pending.by_address);
             drop(pending);
             for (address, keys) in batch {
                 let _ = release_fds(&address, &keys, &self.authkey, RELEASE_TIMEOUT);
+            }
+        }
+    }
+
+    /// Waits for a wake-up, at most `timeout` if one is given.
+    fn wait<'a>(
+        &self,
+        pending: MutexGuard<'a, Pending>,
+        timeout: Option<Duration>,
+    ) -> MutexGuard<'a, Pending> {
+        match timeout {
+            None => self
+                .wake
+                .wait(pending)
+                .unwrap_or_else(PoisonError::into_inner),
+            Some(timeout) => {
+                let (pending, _) = self
+                    .wake
+                    .wait_timeout(pending, timeout)
+                    .unwrap_or_else(PoisonError::into_inner);
+                pending
             }
         }
     }

@@ -179,6 +179,14 @@ impl Pickle {
         Self::default()
     }
 
+    /// An empty arena with room for `nodes` nodes.
+    pub fn with_capacity(nodes: usize) -> Self {
+        Self {
+            nodes: Vec::with_capacity(nodes),
+            root: None,
+        }
+    }
+
     /// Adds a node and returns its id.
     ///
     /// # Panics

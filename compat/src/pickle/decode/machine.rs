@@ -48,6 +48,10 @@ pub(super) struct Machine<'a> {
 impl<'a> Machine<'a> {
     pub(super) fn new(input: &'a [u8], filter: &'a dyn GlobalFilter, limits: &Limits) -> Self {
         let max_nodes = limits.max_nodes.min(u32::MAX as usize);
+        // Torch's messages take about nine bytes a node: room for that
+        // saves growing the arena several times per message, and the cap
+        // keeps a large input from reserving for nodes it may not have.
+        let nodes = (input.len() / 8).clamp(8, 1024).min(max_nodes);
         Self {
             input,
             shared_input: None,
@@ -58,9 +62,9 @@ impl<'a> Machine<'a> {
                 max_nodes,
                 ..*limits
             },
-            pickle: Pickle::new(),
-            depths: Vec::new(),
-            stack: Vec::new(),
+            pickle: Pickle::with_capacity(nodes),
+            depths: Vec::with_capacity(nodes),
+            stack: Vec::with_capacity(16),
             marks: Vec::new(),
             memo: Memo::default(),
             singletons: Singletons::default(),
