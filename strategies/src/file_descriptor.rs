@@ -3,11 +3,13 @@
 //!
 //! Allocation creates a memfd (`MFD_CLOEXEC | MFD_ALLOW_SEALING`), or an
 //! unlinked `shm_open` object where memfds are unavailable, sizes it with
-//! `ftruncate`, reserves its pages with `fallocate` (as PyTorch's
-//! `MapAllocator` does), seals it against shrinking and growing, and maps it
-//! `MAP_SHARED` read-write. Reserving first turns "shared memory is full"
-//! into an allocation error instead of a `SIGBUS` when a page is first
-//! written, and moves the page allocation out of the writer's page faults.
+//! `ftruncate`, seals it against shrinking and growing, maps it
+//! `MAP_SHARED` read-write, and populates every page of the mapping
+//! ([`crate::populate`]; `fallocate` on kernels before 5.14, and before
+//! mapping for the `shm_open` object, which lives in the sized `/dev/shm`).
+//! Having the pages first turns "out of memory" into an allocation error
+//! instead of a `SIGBUS` when a page is first written, and spares the writer
+//! a page fault per page.
 //! The handle is a duplicate of the fd ([`OwnedFd`]); it reaches the other
 //! process by `SCM_RIGHTS`
 //! ([`crate::fd_passing`]), which is how PyTorch's `file_descriptor`
@@ -54,7 +56,7 @@ use nix::sys::stat::{FileStat, fstat};
 use nix::unistd::ftruncate;
 
 use crate::error::{MAX_SEGMENT_BYTES, errno_of};
-use crate::mapping::{SharedMapping, check_covers, file_type, is_regular_file, reserve};
+use crate::mapping::{SharedMapping, check_covers, file_type, is_regular_file, provision, reserve};
 use crate::{
     AllocateError, ExportError, ImportError, Segment, SharingStrategy, StrategyKind,
     WritableSegment,
@@ -192,14 +194,22 @@ impl SharingStrategy for FileDescriptorStrategy {
         let fd = anonymous_object::create()
             .map_err(|errno| AllocateError::create_object(nbytes, errno))?;
         ftruncate(&fd, file_len).map_err(|errno| AllocateError::resize(nbytes, errno))?;
-        reserve(fd.as_fd(), file_len).map_err(|errno| AllocateError::resize(nbytes, errno))?;
+        // Only a memfd takes seals; the `shm_open` fallback lives in the
+        // sized `/dev/shm`, where pages are reserved before mapping.
         let sealed = anonymous_object::seal_size(fd.as_fd());
+        if !sealed {
+            reserve(fd.as_fd(), file_len).map_err(|errno| AllocateError::resize(nbytes, errno))?;
+        }
         let stat = fstat(&fd).map_err(|errno| AllocateError::CreateObject { errno })?;
         // SAFETY: `ftruncate` just sized the object to exactly `nbytes`;
         // `sealed` is what `seal_size` found (the unlinked shm fallback,
         // which a receiver could truncate, is not).
-        let mapping = unsafe { map_sized(fd.as_fd(), nbytes, sealed) }
+        let mut mapping = unsafe { map_sized(fd.as_fd(), nbytes, sealed) }
             .map_err(|errno| AllocateError::map(nbytes, errno))?;
+        if sealed {
+            provision(&mut mapping, fd.as_fd(), file_len)
+                .map_err(|errno| AllocateError::resize(nbytes, errno))?;
+        }
         Ok(FdSegment {
             mapping,
             fd,

@@ -91,6 +91,7 @@ mod kind;
 mod mapping;
 pub mod memmap;
 pub mod orphans;
+mod populate;
 pub mod private_dir;
 mod segment;
 pub mod shm_manager;

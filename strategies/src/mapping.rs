@@ -2,7 +2,7 @@
 //!
 //! # Safety
 //!
-//! This module opts in to `unsafe` for five things, each with the check
+//! This module opts in to `unsafe` for six things, each with the check
 //! that makes it sound:
 //!
 //! - `mmap` with no address hint cannot touch existing memory; the kernel
@@ -26,6 +26,8 @@
 //!   by every holder, while the one owner of the data writes the bytes after
 //!   it; the two never overlap, and `tail_mut`'s contract keeps the tail
 //!   uniquely borrowed.
+//! - Populating a mapping's pages ([`crate::populate`]): the range is the
+//!   whole of one mapping this type owns, borrowed mutably for the call.
 //! - `munmap` in `Drop`, exactly once, on the range `mmap` returned.
 #![allow(unsafe_code)]
 
@@ -182,6 +184,35 @@ impl SharedMapping {
         })
     }
 
+    /// Allocates and maps every page now, writable, on several threads for
+    /// a large mapping (see [`crate::populate`]): running out of memory is
+    /// an error here instead of a `SIGBUS` or an out-of-memory kill on a
+    /// write later, and a writer then takes no page faults.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` on kernels before 5.14, which lack the call; `ENOMEM` or
+    /// `ENOSPC` when the pages cannot be had (a write would have raised
+    /// `SIGBUS`).
+    fn populate_writable(&mut self) -> Result<(), Errno> {
+        if self.len == 0 {
+            return Ok(());
+        }
+        // SAFETY: `ptr` and `len` are this mapping's whole range, from one
+        // successful shared, writable `mmap`; `&mut self` keeps the range
+        // ours for the call.
+        let result = unsafe { crate::populate::populate_writable(self.ptr, self.len) };
+        // The kernel's word for "a write here would raise SIGBUS": the
+        // filesystem or the commit limit has no room for the page.
+        result.map_err(|errno| {
+            if errno == Errno::EFAULT {
+                Errno::ENOSPC
+            } else {
+                errno
+            }
+        })
+    }
+
     /// Whether a page of this mapping was lost to the file shrinking and
     /// replaced with zeros by the fault guard; always `false` for a mapping
     /// made with [`map`](Self::map).
@@ -254,6 +285,32 @@ impl SharedMapping {
         // processes update these bytes with atomic instructions only (torch's
         // `std::atomic<int>`), the use `AtomicI32` documents for shared memory.
         Some(unsafe { AtomicI32::from_ptr(self.ptr.as_ptr().cast::<i32>()) })
+    }
+}
+
+/// Has every page of a new memfd's `mapping` of `fd` (`len` bytes)
+/// allocated and mapped before its writer touches one: populated
+/// ([`SharedMapping::populate_writable`]), or on kernels before 5.14
+/// reserved ([`reserve`]).
+///
+/// Only for objects limited by memory alone. On a filesystem of fixed size
+/// (`/dev/shm`) populating a segment larger than the free space would fill
+/// it, for every process using it, before failing, where `fallocate`
+/// refuses at once; and with the pages reserved, populating them costs
+/// more than the writer's faults.
+///
+/// # Errors
+///
+/// `ENOMEM` or `ENOSPC` when the pages cannot be had; on older kernels,
+/// what `fallocate` fails with.
+pub(crate) fn provision(
+    mapping: &mut SharedMapping,
+    fd: BorrowedFd<'_>,
+    len: i64,
+) -> Result<(), Errno> {
+    match mapping.populate_writable() {
+        Err(Errno::EINVAL) => reserve(fd, len),
+        other => other,
     }
 }
 

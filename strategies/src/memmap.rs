@@ -447,6 +447,9 @@ impl SharingStrategy for MemmapStrategy {
         // Removes the file on any error below.
         let created = CreatedFile(&path);
         ftruncate(&fd, file_len).map_err(|errno| AllocateError::resize(nbytes, errno))?;
+        // Reserved, not populated as shared memory is: filesystems with
+        // large folios fault a file in many pages at a time, which beats
+        // populating it page by page.
         reserve(fd.as_fd(), file_len).map_err(|errno| AllocateError::resize(nbytes, errno))?;
         let stat = fstat(&fd).map_err(|errno| AllocateError::CreateFile {
             dir: self.dir.display().to_string(),
