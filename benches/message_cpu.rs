@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use tensorshare::{
     Authkey, DType, Registry, SharingContext, Storage, StrategyKind, Tensor, TensorView, Value,
 };
-use tensorshare_compat::pickle::{Limits, decode_all};
+use tensorshare_compat::pickle::{EncodeOptions, Limits, decode_all, encode};
 
 const ROUNDS: usize = 7;
 const ITERATIONS: usize = 20_000;
@@ -37,6 +37,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         black_box(
             sharing
                 .dumps(black_box(&tensor))
+                .map(|m| m.len())
+                .unwrap_or(0),
+        );
+    });
+    let decoded = decode_all(&message, &registry, &limits)?.pickle;
+    let options = EncodeOptions::new();
+    report("encode (the decoded message)", || {
+        black_box(
+            encode(black_box(&decoded), &options)
                 .map(|m| m.len())
                 .unwrap_or(0),
         );
