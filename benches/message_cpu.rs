@@ -2,15 +2,47 @@
 //! that move it: pickling (reduce and encode), decoding, and rebuilding.
 //!
 //! `cargo bench --bench message_cpu`. The end-to-end comparison with torch
-//! is `tensorshare bench`; this isolates the pickle work inside it.
+//! is `tensorshare bench`; this isolates the pickle work inside it. Each
+//! line gives the median time per message and the heap allocations per
+//! message, which unlike the time do not vary from run to run.
 
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use tensorshare::{
     Authkey, DType, Registry, SharingContext, Storage, StrategyKind, Tensor, TensorView, Value,
 };
 use tensorshare_compat::pickle::{EncodeOptions, Limits, decode_all, encode};
+
+/// The system allocator, counting allocations.
+struct Counting;
+
+static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: every call is forwarded unchanged to the system allocator.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
 
 const ROUNDS: usize = 7;
 const ITERATIONS: usize = 20_000;
@@ -68,6 +100,9 @@ fn report(name: &str, mut op: impl FnMut()) {
     if !filters.is_empty() && !filters.iter().any(|f| name.contains(f.as_str())) {
         return;
     }
+    let allocations_before = ALLOCATIONS.load(Ordering::Relaxed);
+    op();
+    let allocations = ALLOCATIONS.load(Ordering::Relaxed) - allocations_before;
     let mut rounds: Vec<f64> = (0..ROUNDS)
         .map(|_| {
             let start = Instant::now();
@@ -78,5 +113,8 @@ fn report(name: &str, mut op: impl FnMut()) {
         })
         .collect();
     rounds.sort_by(f64::total_cmp);
-    println!("{name:<44} {:>8.2} µs", rounds[ROUNDS / 2] * 1e6);
+    println!(
+        "{name:<44} {:>8.2} µs {allocations:>5} allocations",
+        rounds[ROUNDS / 2] * 1e6
+    );
 }

@@ -5,7 +5,7 @@
 //! unlinked `shm_open` object where memfds are unavailable, sizes it with
 //! `ftruncate`, seals it against shrinking and growing, maps it
 //! `MAP_SHARED` read-write, and populates every page of the mapping
-//! ([`crate::populate`]; `fallocate` on kernels before 5.14, and before
+//! (`MADV_POPULATE_WRITE`; `fallocate` on kernels before 5.14, and before
 //! mapping for the `shm_open` object, which lives in the sized `/dev/shm`).
 //! Having the pages first turns "out of memory" into an allocation error
 //! instead of a `SIGBUS` when a page is first written, and spares the writer

@@ -52,6 +52,11 @@
 //!   Memory shared with other processes is outside what Rust's memory model
 //!   describes; the [`Segment`] docs state the contract, as memmap2 does for
 //!   file mappings.
+//! - The private `populate` module has the kernel allocate and map every
+//!   page of a fresh memfd mapping (`madvise(MADV_POPULATE_WRITE)`, on
+//!   several threads for large ones), which faults pages in as writes would
+//!   and changes no byte; `mapping` calls it on the whole of a mapping it
+//!   owns.
 //! - The private `fault_guard` module installs a process-wide `SIGBUS`
 //!   handler, once, the first time a file that cannot be sealed against
 //!   shrinking is mapped (a `file_system` segment, a tmpfs fd such as
