@@ -7,7 +7,7 @@ use rustc_hash::FxHashMap;
 
 use tensorshare_compat::pickle::{Construction, Global, Node, NodeId, Object, Pickle};
 
-use super::Registry;
+use super::{Callable, Registry};
 use crate::sharing::Receipt;
 use crate::{Storage, Value};
 
@@ -234,6 +234,8 @@ pub(crate) struct Walker<'a> {
     max_depth: usize,
     storages: RefCell<HashMap<StorageKey, Storage>>,
     sharing: Option<&'a Receipt<'a>>,
+    /// The arguments of the calls being rebuilt, innermost last.
+    arguments: Vec<Value>,
 }
 
 impl<'a> Walker<'a> {
@@ -252,6 +254,7 @@ impl<'a> Walker<'a> {
             max_depth: registry.options().limits.max_depth,
             storages: RefCell::new(HashMap::new()),
             sharing: None,
+            arguments: Vec::new(),
         }
     }
 
@@ -266,7 +269,10 @@ impl<'a> Walker<'a> {
     /// message, before any storage is attached. Call it before
     /// [`attaching`](Self::attaching), so that nothing it evaluates fetches
     /// or maps.
-    pub(crate) fn objects_built_by(&mut self, global: &Global) -> Result<Vec<Value>, RebuildError> {
+    pub(crate) fn objects_built_by(
+        &mut self,
+        global: &Global,
+    ) -> Result<Vec<(NodeId, Value)>, RebuildError> {
         let pickle = self.pickle;
         let values = pickle
             .iter()
@@ -276,13 +282,25 @@ impl<'a> Walker<'a> {
                 }
                 _ => false,
             })
-            .map(|(id, _)| self.eval(id, 0))
+            .map(|(id, _)| Ok((id, self.eval(id, 0)?)))
             .collect();
         // Nothing evaluated here, attached or not, may stand in for what the
-        // attaching run builds.
+        // attaching run builds, unless handed back with `keep_built`.
         self.cache.clear();
         self.storages.borrow_mut().clear();
         values
+    }
+
+    /// Has the runs that follow take `value` for node `id` instead of
+    /// rebuilding it: for a value [`objects_built_by`](Self::objects_built_by)
+    /// built that holds no storage, such as a `DupFd`'s description, which is
+    /// the same attached or not.
+    pub(crate) fn keep_built(&mut self, id: NodeId, value: Value) {
+        if let Some(marks) = self.marks.get_mut(id.index()) {
+            // The cache is consulted for shared nodes only.
+            marks.shared = true;
+            self.cache.insert(id, value);
+        }
     }
 
     pub(crate) fn in_archive(mut self, archive_depth: usize) -> Self {
@@ -382,15 +400,56 @@ impl<'a> Walker<'a> {
             Construction::NewObj { args } => (CallKind::NewObj, *args, None),
             Construction::NewObjEx { args, kwargs } => (CallKind::NewObjEx, *args, Some(*kwargs)),
         };
-        let args = match self.eval(args, depth + 1)? {
-            Value::Tuple(items) => items,
-            other => {
-                return Err(RebuildError::Invalid {
-                    callee: callable.name().clone(),
-                    message: format!("arguments must be a tuple, got {}", other.type_name()),
-                });
+        let base = self.arguments.len();
+        let pushed = self.push_arguments(args, depth, &callable);
+        let result = pushed.and_then(|()| self.call(&callable, kind, kwargs, object, base, depth));
+        self.arguments.truncate(base);
+        result
+    }
+
+    /// Pushes the items of the argument tuple `args` onto
+    /// [`arguments`](Self::arguments): each call's arguments are a slice of
+    /// one vector rather than a tuple of their own.
+    fn push_arguments(
+        &mut self,
+        args: NodeId,
+        depth: usize,
+        callable: &Callable,
+    ) -> Result<(), RebuildError> {
+        let pickle = self.pickle;
+        let unshared = self
+            .marks
+            .get(args.index())
+            .is_some_and(|marks| !marks.shared);
+        if let (Some(Node::Tuple(items)), true) = (pickle.get(args), unshared) {
+            for &item in items {
+                let value = self.eval(item, depth + 2)?;
+                self.arguments.push(value);
             }
-        };
+            return Ok(());
+        }
+        match self.eval(args, depth + 1)? {
+            Value::Tuple(items) => {
+                self.arguments.extend(items);
+                Ok(())
+            }
+            other => Err(RebuildError::Invalid {
+                callee: callable.name().clone(),
+                message: format!("arguments must be a tuple, got {}", other.type_name()),
+            }),
+        }
+    }
+
+    /// Calls `callable` with the arguments pushed from `base` on.
+    fn call(
+        &mut self,
+        callable: &Callable,
+        kind: CallKind,
+        kwargs: Option<NodeId>,
+        object: &Object,
+        base: usize,
+        depth: usize,
+    ) -> Result<Value, RebuildError> {
         let kwargs = match kwargs {
             None => Vec::new(),
             Some(id) => match self.eval(id, depth + 1)? {
@@ -409,10 +468,13 @@ impl<'a> Walker<'a> {
         let state = object.state.map(|s| self.eval(s, depth + 1)).transpose()?;
         let list_items = self.eval_all(&object.list_items, depth)?;
         let dict_items = self.eval_pairs(&object.dict_items, depth)?;
-        callable.call(Call {
+        // Out of `self` for the call, which borrows the walker's caches;
+        // put back after, so its capacity serves every call.
+        let arguments = std::mem::take(&mut self.arguments);
+        let result = callable.call(Call {
             callee: callable.name(),
             kind,
-            args: &args,
+            args: arguments.get(base..).unwrap_or_default(),
             kwargs: &kwargs,
             state: state.as_ref(),
             list_items: &list_items,
@@ -421,7 +483,9 @@ impl<'a> Walker<'a> {
             archive_depth: self.archive_depth,
             storages: &self.storages,
             sharing: self.sharing,
-        })
+        });
+        self.arguments = arguments;
+        result
     }
 }
 

@@ -60,15 +60,28 @@ impl<'a> Receipt<'a> {
         walker: &mut Walker<'_>,
         fds: Vec<OwnedFd>,
     ) -> Self {
-        let attached = if fds.is_empty() {
-            None
-        } else {
-            let dup_fd = Global::new("multiprocessing.resource_sharer", "DupFd");
-            walker
-                .objects_built_by(&dup_fd)
-                .ok()
-                .and_then(|values| pair(&values, fds))
+        if fds.is_empty() {
+            return Self {
+                context,
+                attached: None,
+            };
+        }
+        let dup_fd = Global::new("multiprocessing.resource_sharer", "DupFd");
+        let Ok(built) = walker.objects_built_by(&dup_fd) else {
+            return Self {
+                context,
+                attached: None,
+            };
         };
+        let dup_fds: Option<Vec<&DupFdRef>> =
+            built.iter().map(|(_, value)| dup_fd_of(value)).collect();
+        let attached = dup_fds.and_then(|dup_fds| pair(&dup_fds, fds));
+        // A DupFd's description holds no storage: the rebuild reuses it.
+        for (id, value) in built {
+            if dup_fd_of(&value).is_some() {
+                walker.keep_built(id, value);
+            }
+        }
         Self { context, attached }
     }
 
@@ -131,17 +144,18 @@ impl Drop for Receipt<'_> {
     }
 }
 
+/// The `DupFd` description `value` is, if it is one.
+fn dup_fd_of(value: &Value) -> Option<&DupFdRef> {
+    match value {
+        Value::Custom(custom) => custom.value.downcast_ref::<DupFdRef>(),
+        _ => None,
+    }
+}
+
 /// Pairs `fds` with the `DupFd`s of a message by ascending key, the order
 /// the sender attached them in; `None` (closing the fds) unless every
 /// `DupFd` names the same sharer, no key repeats, and the counts agree.
-fn pair(values: &[Value], fds: Vec<OwnedFd>) -> Option<AttachedFds> {
-    let dup_fds: Vec<&DupFdRef> = values
-        .iter()
-        .map(|value| match value {
-            Value::Custom(custom) => custom.value.downcast_ref::<DupFdRef>(),
-            _ => None,
-        })
-        .collect::<Option<_>>()?;
+fn pair(dup_fds: &[&DupFdRef], fds: Vec<OwnedFd>) -> Option<AttachedFds> {
     let address = dup_fds.first()?.address.clone();
     if dup_fds.len() != fds.len() || dup_fds.iter().any(|d| d.address != address) {
         return None;

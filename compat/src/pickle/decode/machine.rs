@@ -66,7 +66,8 @@ impl<'a> Machine<'a> {
             depths: Vec::with_capacity(nodes),
             stack: Vec::with_capacity(16),
             marks: Vec::new(),
-            memo: Memo::default(),
+            // Torch's messages memoize nearly every node.
+            memo: Memo::with_capacity(nodes),
             singletons: Singletons::default(),
         }
     }

@@ -22,6 +22,14 @@ pub(super) struct Memo {
 }
 
 impl Memo {
+    /// A memo with dense room for keys below `keys`.
+    pub(super) fn with_capacity(keys: usize) -> Self {
+        Self {
+            dense: Vec::with_capacity(keys.min(DENSE_KEYS as usize)),
+            ..Self::default()
+        }
+    }
+
     /// How many keys hold an entry.
     pub(super) fn len(&self) -> usize {
         self.len
