@@ -2,15 +2,15 @@
 
 mod cli;
 
+use std::process::ExitCode;
+
+use clap::Parser;
+
 /// Messages are made of many small allocations, which mimalloc serves
 /// faster than glibc's allocator.
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-use std::process::ExitCode;
-
-use clap::Parser;
 
 fn main() -> ExitCode {
     let args = cli::Cli::parse();

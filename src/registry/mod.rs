@@ -89,7 +89,9 @@ enum Binding {
     Callable(Callable),
 }
 
-/// The allowed names of one module, each with its global and binding.
+/// The allowed names of one module, each with its binding and the whole
+/// global, kept so that admitting a peer's name hands out a copy of it
+/// (free for `'static` names) rather than building one.
 type NamesInModule = FxHashMap<Cow<'static, str>, (Global, Binding)>;
 
 /// Settings for decoding and rebuilding.

@@ -43,15 +43,6 @@ impl Global {
         }
     }
 
-    /// A global from names that live for the whole program, usable in
-    /// constants.
-    pub const fn from_static(module: &'static str, name: &'static str) -> Self {
-        Self {
-            module: Cow::Borrowed(module),
-            name: Cow::Borrowed(name),
-        }
-    }
-
     /// A global naming `module.name`, copying names that do not live long
     /// enough to be borrowed.
     pub fn copied(module: &str, name: &str) -> Self {
