@@ -1,6 +1,7 @@
 //! `tensorshare bench` runs every path, torch's and ours, and prints one
-//! row each with a ratio to torch's best, then a line comparing the bytes
-//! strategy with torch's plain pickle path and memcpy.
+//! row each with a ratio to torch's best, then a line comparing
+//! `file_descriptor` with torch's best sharing strategy and one comparing
+//! the bytes strategy with torch's plain pickle path and memcpy.
 
 mod support;
 
@@ -63,6 +64,14 @@ fn bench_runs_every_path_side_by_side() {
         "{stdout}"
     );
     assert!(summary.contains(" GB/s"), "{stdout}");
+    let file_descriptor = stdout
+        .lines()
+        .find(|line| line.starts_with("file_descriptor: "))
+        .unwrap_or_else(|| panic!("no file_descriptor line:\n{stdout}"));
+    assert!(
+        file_descriptor.contains("Rust -> Rust") && file_descriptor.contains("vs torch file_"),
+        "{stdout}"
+    );
 }
 
 #[test]
@@ -112,7 +121,11 @@ fn rust_only_paths_need_no_python() {
     assert!(rows[0].contains("Rust  -> Rust"), "{stdout}");
     // No torch path ran, so there is no ratio to show.
     assert!(rows[0].ends_with(" -"), "{stdout}");
-    // Nor a bytes comparison; memcpy needs no peer.
+    // Nor a comparison with torch; memcpy needs no peer.
+    assert!(
+        stdout.contains("file_descriptor: needs rust-to-rust and torch-fd or torch-fs\n"),
+        "{stdout}"
+    );
     assert!(
         stdout.contains("bytes: needs rust-to-rust-bytes and torch-pickle; memcpy "),
         "{stdout}"

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use clap::Args;
+use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use tensorshare::connection::{ConnectionOptions, PrivateTempDir};
 use tensorshare::{Address, Authkey, Listener, SharingContext, StrategyKind};
@@ -32,8 +32,9 @@ pub struct BenchArgs {
     quick: bool,
     /// The paths to run, comma-separated (default: all but the Rust/torch
     /// bytes and memmap ones, each of which costs a torch start per size).
-    /// The ratio column needs a torch -> torch path; the bytes line under
-    /// each size needs rust-to-rust-bytes and torch-pickle.
+    /// The ratio column needs a torch -> torch path; the lines under each
+    /// size need rust-to-rust and torch-fd or torch-fs (file_descriptor),
+    /// rust-to-rust-bytes and torch-pickle (bytes).
     #[arg(
         long,
         value_delimiter = ',',
@@ -53,7 +54,7 @@ pub struct BenchPeerArgs {
 }
 
 /// The paths compared, in table order.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Route {
     /// torch producer, torch consumer, file_descriptor.
     TorchFd,
@@ -144,6 +145,12 @@ impl Route {
 
     fn needs_torch(self) -> bool {
         self.torch_produces() || self.torch_consumes()
+    }
+
+    /// The name `--paths` takes.
+    fn name(self) -> String {
+        self.to_possible_value()
+            .map_or_else(|| format!("{self:?}"), |value| value.get_name().to_owned())
     }
 }
 
@@ -322,47 +329,81 @@ fn print_rows(rows: &[Row], size: usize, memcpy: f64) {
             ratio,
         );
     }
-    println!("{}\n", bytes_summary(rows, size, memcpy));
+    println!("{}\n", summary(rows, size, memcpy));
 }
 
-/// The bytes strategy against torch's plain pickle path, and the bandwidth
-/// of one in-process copy of `size` bytes, e.g.
-/// `bytes: Rust -> Rust 41.2 ms vs torch pickle 282 ms = 6.85x (target 5x: met); memcpy 9.81 GB/s`.
-fn bytes_summary(rows: &[Row], size: usize, memcpy: f64) -> String {
-    let per_tensor = |path: Route| {
-        rows.iter()
-            .find(|row| row.path == path)
-            .map(|row| row.per_tensor)
-    };
+/// A target of ours against torch: our path, torch's paths whose best it
+/// must beat, and by how much at which sizes.
+struct Target {
+    name: &'static str,
+    ours: Route,
+    theirs: &'static [Route],
+    ratios: &'static [(usize, f64)],
+}
+
+/// `file_descriptor` Rust to Rust: 10x torch's best sharing strategy at
+/// 4 KiB, and at least its throughput at 64 MiB.
+const FILE_DESCRIPTOR_TARGET: Target = Target {
+    name: "file_descriptor",
+    ours: Route::RustToRust,
+    theirs: &[Route::TorchFd, Route::TorchFs],
+    ratios: &[(4 << 10, 10.0), (64 << 20, 1.0)],
+};
+
+/// `bytes` Rust to Rust: 5x torch's plain pickle path at 64 MiB.
+const BYTES_TARGET: Target = Target {
+    name: "bytes",
+    ours: Route::RustToRustBytes,
+    theirs: &[Route::TorchPickle],
+    ratios: &[(64 << 20, 5.0)],
+};
+
+/// The lines under a size's rows: each target, the bytes one followed by
+/// the bandwidth of one in-process copy of `size` bytes, e.g.
+/// `bytes: Rust -> Rust 41.2 ms vs torch pickle 282 ms = 6.85x (target 5x: met); memcpy 9.81 GB/s (one thread)`.
+fn summary(rows: &[Row], size: usize, memcpy: f64) -> String {
     let memcpy = format!("memcpy {:.2} GB/s (one thread)", size as f64 / memcpy / 1e9);
-    let (Some(ours), Some(pickle)) = (
-        per_tensor(Route::RustToRustBytes),
-        per_tensor(Route::TorchPickle),
-    ) else {
-        return format!("bytes: needs rust-to-rust-bytes and torch-pickle; {memcpy}");
-    };
-    let ratio = pickle / ours;
-    let target = if size == BYTES_TARGET_SIZE {
-        let verdict = if ratio >= BYTES_TARGET_RATIO {
-            "met"
-        } else {
-            "NOT met"
-        };
-        format!(" (target {BYTES_TARGET_RATIO}x: {verdict})")
-    } else {
-        String::new()
-    };
     format!(
-        "bytes: Rust -> Rust {} vs torch pickle {} = {ratio:.2}x{target}; {memcpy}",
-        super::format::duration(ours),
-        super::format::duration(pickle),
+        "{}\n{}; {memcpy}",
+        versus(rows, size, &FILE_DESCRIPTOR_TARGET),
+        versus(rows, size, &BYTES_TARGET),
     )
 }
 
-/// The size at which the bytes strategy must beat torch's plain pickle
-/// path by [`BYTES_TARGET_RATIO`].
-const BYTES_TARGET_SIZE: usize = 64 << 20;
-const BYTES_TARGET_RATIO: f64 = 5.0;
+/// `target`'s line: our path against torch's best, with the verdict at a
+/// size the target names; or which paths the line needs.
+fn versus(rows: &[Row], size: usize, target: &Target) -> String {
+    let ours = rows.iter().find(|row| row.path == target.ours);
+    let best = rows
+        .iter()
+        .filter(|row| target.theirs.contains(&row.path))
+        .min_by(|a, b| a.per_tensor.total_cmp(&b.per_tensor));
+    let (Some(ours), Some(best)) = (ours, best) else {
+        let theirs: Vec<String> = target.theirs.iter().map(|path| path.name()).collect();
+        return format!(
+            "{}: needs {} and {}",
+            target.name,
+            target.ours.name(),
+            theirs.join(" or ")
+        );
+    };
+    let ratio = best.per_tensor / ours.per_tensor;
+    let verdict = match target.ratios.iter().find(|(at, _)| *at == size) {
+        Some((_, wanted)) if ratio >= *wanted => format!(" (target {wanted}x: met)"),
+        Some((_, wanted)) => format!(" (target {wanted}x: NOT met)"),
+        None => String::new(),
+    };
+    let theirs = match best.path {
+        Route::TorchPickle => "torch pickle".to_owned(),
+        path => format!("torch {}", path.strategy()),
+    };
+    format!(
+        "{}: Rust -> Rust {} vs {theirs} {} = {ratio:.2}x{verdict}",
+        target.name,
+        super::format::duration(ours.per_tensor),
+        super::format::duration(best.per_tensor),
+    )
+}
 
 /// Median seconds for one plain copy of `size` bytes within this process,
 /// between buffers already faulted in: the bandwidth the bytes strategy's
