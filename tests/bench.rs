@@ -24,6 +24,14 @@ fn quick_bench(args: &[&str]) -> (String, Vec<String>) {
     (stdout, rows)
 }
 
+/// The line of `stdout` that starts with `prefix`.
+fn line_starting<'a>(stdout: &'a str, prefix: &str) -> &'a str {
+    stdout
+        .lines()
+        .find(|line| line.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no line starting {prefix:?}:\n{stdout}"))
+}
+
 #[test]
 fn bench_runs_every_path_side_by_side() {
     let Some(python) = support::test_python("bench_runs_every_path_side_by_side") else {
@@ -55,19 +63,13 @@ fn bench_runs_every_path_side_by_side() {
         .filter(|row| row.contains("torch -> torch") && row.ends_with(" 1.00x"))
         .count();
     assert_eq!(best, 1, "{stdout}");
-    let summary = stdout
-        .lines()
-        .find(|line| line.starts_with("bytes: "))
-        .unwrap_or_else(|| panic!("no bytes line:\n{stdout}"));
+    let summary = line_starting(&stdout, "bytes: ");
     assert!(
         summary.contains("Rust -> Rust") && summary.contains("vs torch pickle"),
         "{stdout}"
     );
     assert!(summary.contains(" GB/s"), "{stdout}");
-    let file_descriptor = stdout
-        .lines()
-        .find(|line| line.starts_with("file_descriptor: "))
-        .unwrap_or_else(|| panic!("no file_descriptor line:\n{stdout}"));
+    let file_descriptor = line_starting(&stdout, "file_descriptor: ");
     assert!(
         file_descriptor.contains("Rust -> Rust") && file_descriptor.contains("vs torch file_"),
         "{stdout}"

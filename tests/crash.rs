@@ -17,7 +17,7 @@ use tensorshare::connection::ConnectionOptions;
 use tensorshare::{Address, Authkey, Client, DType, SharingContext, Storage, StrategyKind, Value};
 use tensorshare::{Tensor, TensorView};
 
-use support::{Server, exit_within, python_script, segments_of, test_python};
+use support::{Server, exit_within, python_script, segments_of, test_python, wait_until};
 
 /// Set in a child process that plays the Rust producer.
 const PRODUCER_ENV: &str = "TENSORSHARE_CRASH_PRODUCER";
@@ -168,16 +168,14 @@ fn run_trial(trial: Trial, python: Option<&str>) -> Result<(), String> {
             .status();
         wait_within(&mut server.child, Duration::from_secs(30))?;
     }
-    let deadline = Instant::now() + CLEANUP_LIMIT;
-    loop {
-        let left: Vec<String> = pids.iter().flat_map(|&pid| segments_of(pid)).collect();
-        if left.is_empty() {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            return Err(format!("left in /dev/shm: {left:?}"));
-        }
-        std::thread::sleep(Duration::from_millis(50));
+    let mut left = Vec::new();
+    if wait_until(CLEANUP_LIMIT, || {
+        left = pids.iter().flat_map(|&pid| segments_of(pid)).collect();
+        left.is_empty()
+    }) {
+        Ok(())
+    } else {
+        Err(format!("left in /dev/shm: {left:?}"))
     }
 }
 

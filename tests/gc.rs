@@ -9,7 +9,6 @@
 mod support;
 
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
@@ -206,20 +205,14 @@ time.sleep(600)
 #[test]
 fn a_segment_mapped_after_its_fd_was_closed_is_kept() {
     let segment = ShmFile::create_closed(dead_pid(), 4096);
-    let mut child = Command::new("python3")
-        .args(["-c", MAPPER])
-        .arg(&segment.path)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn python3");
-    let stdout = child.stdout.take().expect("stdout piped");
+    let (child, line) = support::spawn_for_first_line(
+        Command::new("python3")
+            .args(["-c", MAPPER])
+            .arg(&segment.path),
+        "the mapper",
+    );
     let mapper = ChildGuard(child);
-    let mut line = String::new();
-    BufReader::new(stdout)
-        .read_line(&mut line)
-        .expect("read the mapper's line");
-    assert_eq!(line.trim(), "ready");
+    assert_eq!(line, "ready");
 
     // What the test is about: mapped, and no fd left.
     let file_name = segment.path.file_name().expect("a file name");

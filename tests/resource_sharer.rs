@@ -34,7 +34,7 @@ use tensorshare_compat::connection::{Dialect, client_handshake, write_message};
 use tensorshare_strategies::file_descriptor::{FdSegment, FileDescriptorStrategy};
 use tensorshare_strategies::{SharingStrategy, WritableSegment};
 
-use support::{hex, interop_required, test_python, wait_until};
+use support::{eventually, hex, interop_required, test_python};
 
 const AUTHKEY: &[u8] = b"resource sharer test authkey";
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -61,15 +61,6 @@ fn identity_and_contents(fd: OwnedFd, len: usize) -> ((u64, u64), Vec<u8>) {
 fn identity_of(segment: &FdSegment) -> (u64, u64) {
     let identity = segment.identity();
     (identity.dev, identity.ino)
-}
-
-/// Polls `condition` for up to five seconds: some counters are updated just
-/// after the client has its answer.
-fn eventually(what: &str, condition: impl FnMut() -> bool) {
-    assert!(
-        wait_until(Duration::from_secs(5), condition),
-        "timed out waiting for {what}"
-    );
 }
 
 fn stats_eventually(sharer: &ResourceSharer, what: &str, check: impl Fn(&SharerStats) -> bool) {

@@ -313,7 +313,6 @@ fn print_rows(rows: &[Row], size: usize, memcpy: f64) {
         .map(|row| row.per_tensor)
         .fold(f64::INFINITY, f64::min);
     for row in rows {
-        let size = row.workload.size;
         let ratio = if torch_best.is_finite() {
             format!("{:.2}x", torch_best / row.per_tensor)
         } else {

@@ -253,6 +253,16 @@ impl ReceivedFd {
         Ok(Self { fd, stat })
     }
 
+    /// An fd whose `fstat` was taken already.
+    pub(crate) fn with_stat(fd: OwnedFd, stat: FileStat) -> Self {
+        Self { fd, stat }
+    }
+
+    /// The fd and its `fstat`.
+    pub(crate) fn into_parts(self) -> (OwnedFd, FileStat) {
+        (self.fd, self.stat)
+    }
+
     /// `(st_dev, st_ino)` of the file.
     pub fn identity(&self) -> FileIdentity {
         FileIdentity::of(&self.stat)

@@ -64,7 +64,6 @@ use nix::sys::statvfs::statvfs;
 use nix::unistd::ftruncate;
 
 pub use name::{InvalidSegmentName, MAX_SEGMENT_NAME_LEN, SegmentName};
-pub(crate) use name::{random_u64, unique_name_part};
 
 use crate::error::MAX_SEGMENT_BYTES;
 use crate::file_descriptor::FileIdentity;

@@ -101,6 +101,7 @@ pub mod private_dir;
 mod segment;
 pub mod shm_manager;
 mod strategy;
+mod unique_name;
 
 pub use error::{AllocateError, ExportError, ImportError, MAX_SEGMENT_BYTES, human_bytes};
 pub use kind::{StrategyKind, UnknownStrategyError};

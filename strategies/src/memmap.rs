@@ -52,9 +52,9 @@ use nix::sys::stat::{FileStat, Mode, fstat, lstat};
 use nix::unistd::{ftruncate, geteuid, unlink};
 
 use crate::error::MAX_SEGMENT_BYTES;
-use crate::file_descriptor::FileIdentity;
-use crate::file_system::unique_name_part;
+use crate::file_descriptor::{FileIdentity, ReceivedFd};
 use crate::mapping::{SharedMapping, check_covers, is_regular_file, reserve};
+use crate::unique_name::unique_name_part;
 use crate::{
     AllocateError, ExportError, ImportError, Segment, SharingStrategy, StrategyKind,
     WritableSegment,
@@ -183,8 +183,7 @@ impl MemmapStrategy {
     pub fn open_received(&self, path: &Path) -> Result<ReceivedFile, ImportError> {
         let (fd, stat) = self.open_checked(path, 0)?;
         Ok(ReceivedFile {
-            fd,
-            stat,
+            file: ReceivedFd::with_stat(fd, stat),
             path: path.to_path_buf(),
         })
     }
@@ -203,7 +202,8 @@ impl MemmapStrategy {
         if nbytes > MAX_SEGMENT_BYTES {
             return Err(ImportError::TooLarge { nbytes });
         }
-        let ReceivedFile { fd, stat, path } = file;
+        let ReceivedFile { file, path } = file;
+        let (fd, stat) = file.into_parts();
         check_covers(&stat, 0, nbytes)?;
         // SAFETY: `fstat` just showed the file covers `nbytes`; a holder
         // that truncates it later is what the guard handles.
@@ -494,8 +494,7 @@ impl SharingStrategy for MemmapStrategy {
             });
         }
         let file = ReceivedFile {
-            fd,
-            stat,
+            file: ReceivedFd::with_stat(fd, stat),
             path: handle.path,
         };
         self.import_received(file, nbytes)
@@ -507,15 +506,14 @@ impl SharingStrategy for MemmapStrategy {
 /// [`MemmapStrategy::import_received`] has mapped it.
 #[derive(Debug)]
 pub struct ReceivedFile {
-    fd: OwnedFd,
-    stat: FileStat,
+    file: ReceivedFd,
     path: PathBuf,
 }
 
 impl ReceivedFile {
     /// `(st_dev, st_ino)` of the file.
     pub fn identity(&self) -> FileIdentity {
-        FileIdentity::of(&self.stat)
+        self.file.identity()
     }
 }
 

@@ -200,18 +200,21 @@ impl Hash for SharedBytes {
 impl fmt::Debug for SharedBytes {
     /// As Python's `repr` of the bytes, cut after 64 of them.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write_repr(f, self)
+        write_repr(f, self, self.len())
     }
 }
 
-/// `b'...'` escaped as a Python bytes literal reads it, at most 64 bytes
-/// of it.
-fn write_repr(f: &mut fmt::Formatter<'_>, bytes: &[u8]) -> fmt::Result {
-    const SHOWN: usize = 64;
-    let shown = bytes.get(..SHOWN).unwrap_or(bytes);
+/// How many bytes `Debug` shows.
+const REPR_SHOWN: usize = 64;
+
+/// `b'...'` escaped as a Python bytes literal reads it: the first
+/// [`REPR_SHOWN`] bytes of `head`, and the length `len` of the whole when
+/// there is more.
+fn write_repr(f: &mut fmt::Formatter<'_>, head: &[u8], len: usize) -> fmt::Result {
+    let shown = head.get(..REPR_SHOWN).unwrap_or(head);
     write!(f, "b'{}'", shown.escape_ascii())?;
-    if bytes.len() > SHOWN {
-        write!(f, "... ({} bytes)", bytes.len())?;
+    if len > REPR_SHOWN {
+        write!(f, "... ({len} bytes)")?;
     }
     Ok(())
 }
@@ -221,7 +224,7 @@ fn write_repr(f: &mut fmt::Formatter<'_>, bytes: &[u8]) -> fmt::Result {
 /// chunks back to back, large ones without copying them (see
 /// [`EncodedPickle`](super::EncodedPickle)).
 ///
-/// Equality, hashing and `Debug` see the concatenated bytes.
+/// Equality and `Debug` see the concatenated bytes.
 ///
 /// # Examples
 ///
@@ -233,36 +236,55 @@ fn write_repr(f: &mut fmt::Formatter<'_>, bytes: &[u8]) -> fmt::Result {
 /// assert_eq!(joined, ByteChunks::from(b"header".to_vec()));
 /// assert_eq!(&*joined.contiguous(), b"header");
 /// ```
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct ByteChunks {
-    chunks: Vec<SharedBytes>,
+    chunks: Chunks,
+}
+
+/// One chunk, what the decoder always makes, is held without a vector of
+/// its own.
+#[derive(Clone)]
+enum Chunks {
+    One(SharedBytes),
+    Many(Vec<SharedBytes>),
+}
+
+impl Default for ByteChunks {
+    fn default() -> Self {
+        Self::from_chunks(Vec::new())
+    }
 }
 
 impl ByteChunks {
     /// The concatenation of `chunks`, uncopied.
     pub fn from_chunks(chunks: Vec<SharedBytes>) -> Self {
-        Self { chunks }
+        Self {
+            chunks: Chunks::Many(chunks),
+        }
     }
 
     /// The chunks, in order.
     pub fn chunks(&self) -> &[SharedBytes] {
-        &self.chunks
+        match &self.chunks {
+            Chunks::One(chunk) => std::slice::from_ref(chunk),
+            Chunks::Many(chunks) => chunks,
+        }
     }
 
     /// Total length in bytes.
     pub fn len(&self) -> usize {
-        self.chunks.iter().map(|chunk| chunk.len()).sum()
+        self.chunks().iter().map(|chunk| chunk.len()).sum()
     }
 
     /// Whether there are no bytes.
     pub fn is_empty(&self) -> bool {
-        self.chunks.iter().all(|chunk| chunk.is_empty())
+        self.chunks().iter().all(|chunk| chunk.is_empty())
     }
 
     /// The bytes in one slice: borrowed when they are one chunk (always, for
     /// decoded pickles), else joined.
     pub fn contiguous(&self) -> Cow<'_, [u8]> {
-        match self.chunks.as_slice() {
+        match self.chunks() {
             [] => Cow::Borrowed(&[]),
             [chunk] => Cow::Borrowed(chunk.as_slice()),
             chunks => Cow::Owned(join(chunks)),
@@ -271,11 +293,12 @@ impl ByteChunks {
 
     /// The bytes as one [`SharedBytes`]: the chunk itself when there is one,
     /// else joined.
-    pub fn into_shared(mut self) -> SharedBytes {
-        match self.chunks.len() {
-            0 => SharedBytes::default(),
-            1 => self.chunks.swap_remove(0),
-            _ => SharedBytes::from(join(&self.chunks)),
+    pub fn into_shared(self) -> SharedBytes {
+        match self.chunks {
+            Chunks::One(chunk) => chunk,
+            Chunks::Many(mut chunks) if chunks.len() == 1 => chunks.swap_remove(0),
+            Chunks::Many(chunks) if chunks.is_empty() => SharedBytes::default(),
+            Chunks::Many(chunks) => SharedBytes::from(join(&chunks)),
         }
     }
 
@@ -296,7 +319,7 @@ fn join(chunks: &[SharedBytes]) -> Vec<u8> {
 impl From<SharedBytes> for ByteChunks {
     fn from(chunk: SharedBytes) -> Self {
         Self {
-            chunks: vec![chunk],
+            chunks: Chunks::One(chunk),
         }
     }
 }
@@ -326,25 +349,26 @@ impl PartialEq for ByteChunks {
     fn eq(&self, other: &Self) -> bool {
         self.len() == other.len()
             && self
-                .chunks
+                .chunks()
                 .iter()
                 .flat_map(|chunk| chunk.iter())
-                .eq(other.chunks.iter().flat_map(|chunk| chunk.iter()))
+                .eq(other.chunks().iter().flat_map(|chunk| chunk.iter()))
     }
 }
 
 impl Eq for ByteChunks {}
 
-impl Hash for ByteChunks {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        self.contiguous().hash(state);
-    }
-}
-
 impl fmt::Debug for ByteChunks {
-    /// As Python's `repr` of the bytes, cut after 64 of them.
+    /// As Python's `repr` of the bytes, cut after 64 of them; only those
+    /// are gathered from the chunks.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write_repr(f, &self.contiguous())
+        let head: Vec<u8> = self
+            .chunks()
+            .iter()
+            .flat_map(|chunk| chunk.iter().copied())
+            .take(REPR_SHOWN)
+            .collect();
+        write_repr(f, &head, self.len())
     }
 }
 
@@ -406,6 +430,13 @@ mod tests {
         assert!(ByteChunks::from_chunks(vec![SharedBytes::default()]).is_empty());
         assert_eq!(split.clone().into_shared(), SharedBytes::from(b"abc"));
         assert_eq!(format!("{split:?}"), "b'abc'");
+        let long = ByteChunks::from_chunks(vec![vec![b'x'; 60].into(), vec![b'y'; 40].into()]);
+        let shown = format!("{long:?}");
+        assert!(
+            shown.starts_with(&format!("b'{}yyyy'", "x".repeat(60))),
+            "{shown}"
+        );
+        assert!(shown.ends_with("'... (100 bytes)"), "{shown}");
     }
 
     #[test]

@@ -276,7 +276,7 @@ fn encode_new(
     // Torch's messages take about nine bytes a node; growing from empty
     // would copy the buffer several times over. Past a frame, growth is
     // cheap next to the writing.
-    let guess = (16 + pickle.len() * 9).min(writer::FRAME_SIZE_TARGET);
+    let guess = (16 + pickle.len() * 9).min(crate::pickle::FRAME_SIZE_TARGET);
     let writer = FramedWriter::new(Vec::with_capacity(guess), out_of_line);
     let (encoded, result) = encode_root(pickle, root, options, writer);
     result.map(|()| encoded)

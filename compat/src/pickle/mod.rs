@@ -13,6 +13,12 @@ pub mod opcodes;
 mod value;
 
 pub use bytes::{ByteChunks, SharedBytes};
+
+/// CPython's `_FRAME_SIZE_TARGET`: a frame is closed at the first opcode
+/// boundary past this size, and payloads this large are written unframed.
+/// The same size decides which `bytes` payloads the encoder leaves in their
+/// own buffers and the decoder shares rather than copies.
+pub(crate) const FRAME_SIZE_TARGET: usize = 64 * 1024;
 pub use decode::*;
 pub use encode::*;
 pub use value::{Construction, Global, Node, NodeId, Object, Pickle};

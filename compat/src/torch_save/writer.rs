@@ -78,12 +78,17 @@ pub struct SavedStorage<'a> {
     /// storage. Dtypes without a legacy storage class are written as
     /// `torch.storage.UntypedStorage`.
     pub dtype: Option<DType>,
-    /// The little-endian bytes: private, so that they cannot drift from
-    /// `shared`'s.
-    data: &'a [u8],
-    /// The buffer `data` is all of, when it is shared: the chunked legacy
-    /// stream then refers to it instead of copying it.
-    shared: Option<&'a SharedBytes>,
+    /// The little-endian bytes.
+    bytes: StorageBytes<'a>,
+}
+
+/// Where a saved storage's bytes are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum StorageBytes<'a> {
+    Borrowed(&'a [u8]),
+    /// In a shared buffer: the chunked legacy stream refers to it instead
+    /// of copying it.
+    Shared(&'a SharedBytes),
 }
 
 impl<'a> SavedStorage<'a> {
@@ -92,8 +97,7 @@ impl<'a> SavedStorage<'a> {
         Self {
             key,
             dtype,
-            data,
-            shared: None,
+            bytes: StorageBytes::Borrowed(data),
         }
     }
 
@@ -103,8 +107,15 @@ impl<'a> SavedStorage<'a> {
         Self {
             key,
             dtype,
-            data,
-            shared: Some(data),
+            bytes: StorageBytes::Shared(data),
+        }
+    }
+
+    /// The little-endian bytes.
+    fn data(&self) -> &'a [u8] {
+        match self.bytes {
+            StorageBytes::Borrowed(data) => data,
+            StorageBytes::Shared(data) => data,
         }
     }
 
@@ -148,14 +159,14 @@ impl<'a> SavedStorage<'a> {
     /// elements.
     pub fn numel(&self, format: TorchSaveFormat) -> Result<u64, WriteError> {
         let size = self.class_dtype(format).map_or(1, DType::element_size);
-        if self.data.len() % size != 0 {
+        if self.data().len() % size != 0 {
             return Err(WriteError::RaggedStorage {
                 key: self.key.to_owned(),
-                nbytes: self.data.len(),
+                nbytes: self.data().len(),
                 element_size: size,
             });
         }
-        Ok((self.data.len() / size) as u64)
+        Ok((self.data().len() / size) as u64)
     }
 }
 
@@ -310,7 +321,7 @@ pub fn write_zip<W: Write + Seek>(
         record(
             &mut zip,
             &format!("data/{}", storage.key),
-            storage.data,
+            storage.data(),
             true,
         )?;
     }
@@ -345,7 +356,7 @@ pub fn write_legacy<W: Write>(
     out.write_all(&legacy_head(object, storages)?)?;
     for storage in storages {
         out.write_all(&storage.numel(TorchSaveFormat::Legacy)?.to_le_bytes())?;
-        out.write_all(storage.data)?;
+        out.write_all(storage.data())?;
     }
     Ok(())
 }
@@ -366,12 +377,12 @@ pub fn legacy_stream_chunks(
     let mut pending = legacy_head(object, storages)?;
     for storage in storages {
         pending.extend_from_slice(&storage.numel(TorchSaveFormat::Legacy)?.to_le_bytes());
-        match storage.shared {
-            Some(shared) => {
+        match storage.bytes {
+            StorageBytes::Shared(shared) => {
                 chunks.push(SharedBytes::from(std::mem::take(&mut pending)));
                 chunks.push(shared.clone());
             }
-            None => pending.extend_from_slice(storage.data),
+            StorageBytes::Borrowed(data) => pending.extend_from_slice(data),
         }
     }
     if !pending.is_empty() {

@@ -9,7 +9,7 @@ use nix::sys::memfd::{MFdFlags, memfd_create};
 use nix::sys::mman::{shm_open, shm_unlink};
 use nix::sys::stat::Mode;
 
-use crate::file_system::unique_name_part;
+use crate::unique_name::unique_name_part;
 
 /// How many random names to try before giving up on `shm_open`.
 const SHM_NAME_ATTEMPTS: usize = 16;

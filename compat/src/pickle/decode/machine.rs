@@ -5,12 +5,7 @@ use super::error::{DecodeError, DecodeErrorCode};
 use super::memo::Memo;
 use super::ops::Flow;
 use super::{Decoded, GlobalFilter, Limits};
-use crate::pickle::{ByteChunks, Global, Node, NodeId, Pickle, SharedBytes};
-
-/// `bytes` payloads this long or longer share a shared input's buffer: the
-/// size from which CPython writes payloads outside frames, so a storage is
-/// always shared and a short name never pins a message.
-const SHARE_MIN_LEN: usize = 64 * 1024;
+use crate::pickle::{ByteChunks, FRAME_SIZE_TARGET, Global, Node, NodeId, Pickle, SharedBytes};
 
 /// Nodes CPython keeps as singletons: one arena node each, created on
 /// first use, so that a pickle of a million `None`s costs no arena space.
@@ -129,14 +124,15 @@ impl<'a> Machine<'a> {
     }
 
     /// The next `len` bytes as a `bytes` payload: a slice of the shared
-    /// input from [`SHARE_MIN_LEN`] bytes on, else a copy (a small copy
-    /// costs less than keeping a whole message alive for it).
+    /// input from [`FRAME_SIZE_TARGET`] bytes on, the size from which
+    /// CPython writes payloads outside frames, so that a storage is always
+    /// shared; else a copy, so that a short name never pins a message.
     pub(super) fn take_bytes(&mut self, len: u64) -> Result<ByteChunks, DecodeError> {
         let start = self.pos;
         let bytes = self.take(len)?;
         let shared = self
             .shared_input
-            .filter(|_| bytes.len() >= SHARE_MIN_LEN)
+            .filter(|_| bytes.len() >= FRAME_SIZE_TARGET)
             .and_then(|input| input.slice(start..start + bytes.len()));
         Ok(match shared {
             Some(slice) => ByteChunks::from(slice),

@@ -28,7 +28,7 @@ use crate::pickle::SharedBytes;
 /// assert_eq!(encoded.into_vec(), encode(&pickle, &EncodeOptions::new())?);
 /// # Ok::<(), tensorshare_compat::pickle::EncodeError>(())
 /// ```
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug)]
 pub struct EncodedPickle {
     inline: Vec<u8>,
     /// Payloads written from their own buffers, each before `inline[at]`,

@@ -21,7 +21,7 @@ enum Edges {
 ///
 /// Iterative: a graph of any depth is checked in constant stack space.
 pub(super) fn check_graph(pickle: &Pickle, root: NodeId, protocol: u8) -> Result<(), EncodeError> {
-    if children_come_first(pickle) && root.index() < pickle.len() {
+    if root.index() < pickle.len() && children_come_first(pickle) {
         return Ok(());
     }
     let node = |id: NodeId, parent: Option<NodeId>| {

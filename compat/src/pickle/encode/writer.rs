@@ -5,12 +5,8 @@
 //! boundaries land where `pickle.dumps` puts them.
 
 use super::EncodedPickle;
-use crate::pickle::SharedBytes;
 use crate::pickle::opcodes::FRAME;
-
-/// CPython's `_FRAME_SIZE_TARGET`: a frame is closed at the first opcode
-/// boundary past this size, and payloads this large are written unframed.
-pub(super) const FRAME_SIZE_TARGET: usize = 64 * 1024;
+use crate::pickle::{FRAME_SIZE_TARGET, SharedBytes};
 
 /// CPython drops a frame header whose frame holds fewer bytes than this: the
 /// header would cost more than it saves.

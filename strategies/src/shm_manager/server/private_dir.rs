@@ -3,9 +3,9 @@
 use std::path::PathBuf;
 
 use crate::error::errno_of;
-use crate::file_system::random_u64;
 use crate::private_dir::{create_private_dir_in, socket_parent_dir};
 use crate::shm_manager::ManagerError;
+use crate::unique_name::random_u64;
 
 /// The name of the socket inside a private directory, as torch names it.
 pub(super) const SOCKET_NAME: &str = "manager.sock";
