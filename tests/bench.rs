@@ -1,7 +1,8 @@
 //! `tensorshare bench` runs every path, torch's and ours, and prints one
 //! row each with a ratio to torch's best, then a line comparing
-//! `file_descriptor` with torch's best sharing strategy and one comparing
-//! the bytes strategy with torch's plain pickle path and memcpy.
+//! `file_descriptor` with torch's best sharing strategy, one on its floor
+//! (the fds sent alone), and one comparing the bytes strategy with torch's
+//! plain pickle path and memcpy.
 
 mod support;
 
@@ -57,6 +58,7 @@ fn bench_runs_every_path_side_by_side() {
             "torch -> torch  file_system",
             "torch -> torch  pickle (bytes)",
             "Rust  -> Rust   file_descriptor",
+            "Rust  -> Rust   fds, no pickle",
             "Rust  -> torch  file_descriptor",
             "torch -> Rust   file_descriptor",
             "Rust  -> Rust   file_system",
@@ -81,6 +83,11 @@ fn bench_runs_every_path_side_by_side() {
     let file_descriptor = line_starting(&stdout, "file_descriptor: ");
     assert!(
         file_descriptor.contains("Rust -> Rust") && file_descriptor.contains("vs torch file_"),
+        "{stdout}"
+    );
+    let floor = line_starting(&stdout, "floor: fds, no pickle ");
+    assert!(
+        floor.contains("x torch file_") && floor.contains("; rust-to-rust costs "),
         "{stdout}"
     );
 }
@@ -124,15 +131,31 @@ fn bench_without_torch_says_what_to_do() {
 
 #[test]
 fn rust_only_paths_need_no_python() {
-    let (stdout, rows) =
-        quick_bench(&["--paths", "rust-to-rust", "--python", "/nonexistent/python"]);
-    assert_eq!(rows.len(), 1, "{stdout}");
-    assert!(rows[0].contains("Rust  -> Rust"), "{stdout}");
+    let (stdout, rows) = quick_bench(&[
+        "--paths",
+        "rust-to-rust,rust-to-rust-raw-fds",
+        "--python",
+        "/nonexistent/python",
+    ]);
+    assert_eq!(rows.len(), 2, "{stdout}");
+    assert!(
+        rows[0].contains("Rust  -> Rust   file_descriptor"),
+        "{stdout}"
+    );
+    assert!(
+        rows[1].contains("Rust  -> Rust   fds, no pickle"),
+        "{stdout}"
+    );
     // No torch path ran, so there is no ratio to show.
-    assert!(rows[0].ends_with(" -"), "{stdout}");
+    assert!(rows.iter().all(|row| row.ends_with(" -")), "{stdout}");
     // Nor a comparison with torch; memcpy needs no peer.
     assert!(
         stdout.contains("file_descriptor: needs rust-to-rust and torch-fd or torch-fs\n"),
+        "{stdout}"
+    );
+    let floor = line_starting(&stdout, "floor: fds, no pickle ");
+    assert!(
+        floor.contains("; rust-to-rust costs ") && !floor.contains("torch"),
         "{stdout}"
     );
     assert!(

@@ -11,7 +11,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use tensorshare::connection::{ConnectionOptions, PrivateTempDir};
 use tensorshare::{Address, Authkey, Listener, SharingContext, StrategyKind};
 
-use super::bench_stream::{Workload, consume, produce};
+use super::bench_stream::{Framing, Workload, consume, produce};
 use super::peer::{Peer, connect_back};
 
 const BENCH_PEER: &str = include_str!("../../compat/python/bench_peer.py");
@@ -39,8 +39,8 @@ pub struct BenchArgs {
         long,
         value_delimiter = ',',
         value_enum,
-        default_value = "torch-fd,torch-fs,torch-pickle,rust-to-rust,rust-to-torch,torch-to-rust,\
-                         rust-to-rust-fs,rust-to-torch-fs,torch-to-rust-fs,\
+        default_value = "torch-fd,torch-fs,torch-pickle,rust-to-rust,rust-to-rust-raw-fds,\
+                         rust-to-torch,torch-to-rust,rust-to-rust-fs,rust-to-torch-fs,torch-to-rust-fs,\
                          rust-to-rust-bytes,rust-to-rust-memmap"
     )]
     paths: Vec<Route>,
@@ -51,6 +51,10 @@ pub struct BenchPeerArgs {
     /// The producer's listener; the authkey comes in TENSORSHARE_AUTHKEY.
     #[arg(long)]
     connect: Address,
+    /// Receive each storage's fd alone on an empty message (the producer's
+    /// `rust-to-rust-raw-fds` path), not pickled tensors.
+    #[arg(long)]
+    raw_fds: bool,
 }
 
 /// The paths compared, in table order.
@@ -65,6 +69,10 @@ enum Route {
     TorchPickle,
     /// Rust producer, Rust consumer, file_descriptor.
     RustToRust,
+    /// Rust producer, Rust consumer, file_descriptor with each fd alone on
+    /// a message: the strategy's kernel work without the pickle, resource
+    /// sharer or cache around it, the floor under rust-to-rust.
+    RustToRustRawFds,
     /// Rust producer, torch consumer, file_descriptor.
     RustToTorch,
     /// torch producer, Rust consumer, file_descriptor.
@@ -95,6 +103,9 @@ impl Route {
             (false, true) => "Rust  -> torch",
             (true, false) => "torch -> Rust ",
         };
+        if self.framing() == Framing::RawFds {
+            return format!("{ends}  fds, no pickle");
+        }
         if self.torch_produces() && self.strategy() == StrategyKind::Bytes {
             // torch has no bytes strategy: its producer pickles the tensor.
             return format!("{ends}  pickle (bytes)");
@@ -112,7 +123,7 @@ impl Route {
             Route::TorchFd => (Torch, Torch, FileDescriptor),
             Route::TorchFs => (Torch, Torch, FileSystem),
             Route::TorchPickle => (Torch, Torch, Bytes),
-            Route::RustToRust => (Rust, Rust, FileDescriptor),
+            Route::RustToRust | Route::RustToRustRawFds => (Rust, Rust, FileDescriptor),
             Route::RustToTorch => (Rust, Torch, FileDescriptor),
             Route::TorchToRust => (Torch, Rust, FileDescriptor),
             Route::RustToRustFs => (Rust, Rust, FileSystem),
@@ -128,6 +139,14 @@ impl Route {
 
     fn strategy(self) -> StrategyKind {
         self.parts().2
+    }
+
+    fn framing(self) -> Framing {
+        if self == Route::RustToRustRawFds {
+            Framing::RawFds
+        } else {
+            Framing::Pickled
+        }
     }
 
     fn torch_produces(self) -> bool {
@@ -230,7 +249,12 @@ pub fn run(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
 pub fn run_peer(args: BenchPeerArgs) -> Result<(), Box<dyn std::error::Error>> {
     let (authkey, mut connection) = connect_back(&args.connect)?;
     let sharing = SharingContext::new(authkey);
-    consume(&mut connection, &sharing)?;
+    let framing = if args.raw_fds {
+        Framing::RawFds
+    } else {
+        Framing::Pickled
+    };
+    consume(&mut connection, &sharing, framing)?;
     Ok(())
 }
 
@@ -294,14 +318,18 @@ fn run_path(
     } else if path.torch_consumes() {
         torch.spawn(&["consume"], None, Some((&address, &authkey)))?
     } else {
-        Peer::spawn_self("bench-peer", listener.address(), &authkey, &[])?
+        let raw: &[&str] = match path.framing() {
+            Framing::RawFds => &["--raw-fds"],
+            Framing::Pickled => &[],
+        };
+        Peer::spawn_self("bench-peer", listener.address(), &authkey, raw)?
     };
     let mut connection = peer.accept(&listener)?;
     if path.torch_produces() {
-        consume(&mut connection, &sharing)?;
+        consume(&mut connection, &sharing, Framing::Pickled)?;
         return torch.seconds(peer.finish()?);
     }
-    let rounds = produce(&mut connection, &sharing, workload)?;
+    let rounds = produce(&mut connection, &sharing, workload, path.framing())?;
     peer.finish()?;
     Ok(rounds.iter().map(Duration::as_secs_f64).collect())
 }
@@ -362,21 +390,56 @@ const BYTES_TARGET: Target = Target {
 /// `bytes: Rust -> Rust 41.2 ms vs torch pickle 282 ms = 6.85x (target 5x: met); memcpy 9.81 GB/s (one thread)`.
 fn summary(rows: &[Row], size: usize, memcpy: f64) -> String {
     let memcpy = format!("memcpy {:.2} GB/s (one thread)", size as f64 / memcpy / 1e9);
+    let floor = floor(rows).map(|line| line + "\n").unwrap_or_default();
     format!(
-        "{}\n{}; {memcpy}",
+        "{}\n{floor}{}; {memcpy}",
         versus(rows, size, &FILE_DESCRIPTOR_TARGET),
         versus(rows, size, &BYTES_TARGET),
     )
+}
+
+/// The fastest of `routes` among `rows`.
+fn fastest<'a>(rows: &'a [Row], routes: &[Route]) -> Option<&'a Row> {
+    rows.iter()
+        .filter(|row| routes.contains(&row.path))
+        .min_by(|a, b| a.per_tensor.total_cmp(&b.per_tensor))
+}
+
+/// The line on the `file_descriptor` floor, when its path ran: what the
+/// strategy's kernel work alone costs, against torch's best and against
+/// the whole path, e.g.
+/// `floor: fds, no pickle 14.2 µs = 11.55x torch file_system; rust-to-rust costs 1.85x that`.
+fn floor(rows: &[Row]) -> Option<String> {
+    let floor = rows
+        .iter()
+        .find(|row| row.path == Route::RustToRustRawFds)?
+        .per_tensor;
+    let mut line = format!("floor: fds, no pickle {}", super::format::duration(floor));
+    if let Some(best) = fastest(rows, FILE_DESCRIPTOR_TARGET.theirs) {
+        line += &format!(
+            " = {:.2}x torch {}",
+            best.per_tensor / floor,
+            best.path.strategy()
+        );
+    }
+    if let Some(ours) = rows
+        .iter()
+        .find(|row| row.path == FILE_DESCRIPTOR_TARGET.ours)
+    {
+        line += &format!(
+            "; {} costs {:.2}x that",
+            ours.path.name(),
+            ours.per_tensor / floor
+        );
+    }
+    Some(line)
 }
 
 /// `target`'s line: our path against torch's best, with the verdict at a
 /// size the target names; or which paths the line needs.
 fn versus(rows: &[Row], size: usize, target: &Target) -> String {
     let ours = rows.iter().find(|row| row.path == target.ours);
-    let best = rows
-        .iter()
-        .filter(|row| target.theirs.contains(&row.path))
-        .min_by(|a, b| a.per_tensor.total_cmp(&b.per_tensor));
+    let best = fastest(rows, target.theirs);
     let (Some(ours), Some(best)) = (ours, best) else {
         let theirs: Vec<String> = target.theirs.iter().map(|path| path.name()).collect();
         return format!(

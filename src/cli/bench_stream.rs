@@ -9,13 +9,31 @@
 //!
 //! Tensor `i` of a run is `size` bytes of uint8, every byte `i % 251`,
 //! written by the producer straight into shared memory.
+//!
+//! Between two Rust ends the tensors may also travel as [`Framing::RawFds`]:
+//! the same storages, each fd alone on an empty message, which measures
+//! what the `file_descriptor` strategy costs without the pickle around it.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use tensorshare::{Connection, DType, SharingContext, Storage, Tensor, TensorView, Value};
+use tensorshare_strategies::SharingStrategy;
+use tensorshare_strategies::file_descriptor::{FdSegment, FileDescriptorStrategy};
 
 const FILL_MODULUS: usize = 251;
+
+/// How the tensors of a Rust-to-Rust run travel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Framing {
+    /// Pickled as torch's `ForkingPickler` writes them, fds attached and
+    /// registered with the resource sharer: the path programs take.
+    Pickled,
+    /// Each storage's fd alone on an empty message, mapped by the consumer
+    /// through the `file_descriptor` strategy with no pickle, resource
+    /// sharer or cache: the floor under [`Framing::Pickled`].
+    RawFds,
+}
 
 /// What the producer announces.
 #[derive(Clone, Copy, Debug)]
@@ -63,12 +81,12 @@ pub fn produce(
     connection: &mut Connection,
     sharing: &SharingContext,
     workload: Workload,
+    framing: Framing,
 ) -> Result<Vec<Duration>, Box<dyn std::error::Error>> {
     connection.send(&workload.to_value(), sharing)?;
-    send_run(connection, sharing, workload.size, workload.warmup)?;
-    (0..workload.rounds)
-        .map(|_| send_run(connection, sharing, workload.size, workload.count))
-        .collect()
+    let mut run = |count| send_run(connection, sharing, framing, workload.size, count);
+    run(workload.warmup)?;
+    (0..workload.rounds).map(|_| run(workload.count)).collect()
 }
 
 /// Sends `count` fresh tensors and waits for the ack. As in the torch
@@ -77,6 +95,7 @@ pub fn produce(
 fn send_run(
     connection: &mut Connection,
     sharing: &SharingContext,
+    framing: Framing,
     size: usize,
     count: usize,
 ) -> Result<Duration, Box<dyn std::error::Error>> {
@@ -89,7 +108,16 @@ fn send_run(
             writer.freeze(),
             TensorView::contiguous(DType::UInt8, &[size]),
         )?);
-        connection.send(&tensor, sharing)?;
+        match framing {
+            Framing::Pickled => connection.send(&tensor, sharing)?,
+            Framing::RawFds => {
+                let segment = tensor
+                    .as_tensor()
+                    .and_then(|tensor| tensor.storage().local_segment::<FdSegment>())
+                    .ok_or("raw fds need the file_descriptor strategy")?;
+                connection.send_bytes_with_fds(&[], &[segment.fd()])?;
+            }
+        }
         kept.push(tensor);
     }
     let ack = connection.recv(sharing)?;
@@ -137,11 +165,13 @@ fn fill_in_parallel(bytes: &mut [u8], byte: u8) {
 pub fn consume(
     connection: &mut Connection,
     sharing: &SharingContext,
+    framing: Framing,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let workload = Workload::from_value(&connection.recv(sharing)?)?;
-    receive_run(connection, sharing, workload.size, workload.warmup)?;
+    let mut run = |count| receive_run(connection, sharing, framing, workload.size, count);
+    run(workload.warmup)?;
     for _ in 0..workload.rounds {
-        receive_run(connection, sharing, workload.size, workload.count)?;
+        run(workload.count)?;
     }
     Ok(())
 }
@@ -149,32 +179,54 @@ pub fn consume(
 fn receive_run(
     connection: &mut Connection,
     sharing: &SharingContext,
+    framing: Framing,
     size: usize,
     count: usize,
 ) -> Result<(), Box<dyn std::error::Error>> {
+    let mut empty = Vec::new();
     for index in 0..count {
-        let received = connection.recv(sharing)?;
-        check(&received, size, index)?;
+        match framing {
+            Framing::Pickled => check_tensor(&connection.recv(sharing)?, size, index)?,
+            Framing::RawFds => {
+                let fds = connection.recv_bytes_with_fds(&mut empty)?;
+                let [fd] = <[_; 1]>::try_from(fds)
+                    .map_err(|fds| format!("tensor {index}: {} fds, expected 1", fds.len()))?;
+                let segment = FileDescriptorStrategy.import(fd, size)?;
+                check_bytes(
+                    Storage::from_segment(Arc::new(segment)).bytes(),
+                    size,
+                    index,
+                )?;
+            }
+        }
     }
     connection.send(&Value::Int(count as i64), sharing)?;
     Ok(())
 }
 
-fn check(received: &Value, size: usize, index: usize) -> Result<(), String> {
+fn check_tensor(received: &Value, size: usize, index: usize) -> Result<(), String> {
     let tensor = received
         .as_tensor()
         .ok_or_else(|| format!("tensor {index}: received {}", received.type_name()))?;
-    let expected = (index % FILL_MODULUS) as u8;
-    let bytes = tensor
-        .storage()
-        .bytes()
-        .ok_or_else(|| format!("tensor {index}: its bytes are not in this process"))?;
-    let fits = tensor.dtype() == DType::UInt8 && tensor.numel() == size && bytes.len() >= size;
-    if !fits {
+    if tensor.dtype() != DType::UInt8 || tensor.numel() != size {
         return Err(format!(
             "tensor {index}: expected {size} uint8 elements, got {tensor:?}"
         ));
     }
+    check_bytes(tensor.storage().bytes(), size, index)
+}
+
+/// Checks the first and last of a tensor's `size` bytes.
+fn check_bytes(bytes: Option<&[u8]>, size: usize, index: usize) -> Result<(), String> {
+    let bytes =
+        bytes.ok_or_else(|| format!("tensor {index}: its bytes are not in this process"))?;
+    if bytes.len() < size {
+        return Err(format!(
+            "tensor {index}: {} bytes, expected {size}",
+            bytes.len()
+        ));
+    }
+    let expected = (index % FILL_MODULUS) as u8;
     if bytes.first() != Some(&expected) || bytes.get(size.saturating_sub(1)) != Some(&expected) {
         return Err(format!(
             "tensor {index}: first or last byte is not {expected}"
