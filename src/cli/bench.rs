@@ -385,8 +385,9 @@ const BYTES_TARGET: Target = Target {
     ratios: &[(64 << 20, 5.0)],
 };
 
-/// The lines under a size's rows: each target, the bytes one followed by
-/// the bandwidth of one in-process copy of `size` bytes, e.g.
+/// The lines under a size's rows: the `file_descriptor` target, its floor
+/// when that path ran, and the bytes target followed by the bandwidth of
+/// one in-process copy of `size` bytes, e.g.
 /// `bytes: Rust -> Rust 41.2 ms vs torch pickle 282 ms = 6.85x (target 5x: met); memcpy 9.81 GB/s (one thread)`.
 fn summary(rows: &[Row], size: usize, memcpy: f64) -> String {
     let memcpy = format!("memcpy {:.2} GB/s (one thread)", size as f64 / memcpy / 1e9);
