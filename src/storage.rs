@@ -150,6 +150,10 @@ impl AsRef<[u8]> for StorageBytes {
 pub struct StorageWriter(Box<dyn WritableSegment>);
 
 impl StorageWriter {
+    pub(crate) fn new(segment: Box<dyn WritableSegment>) -> Self {
+        Self(segment)
+    }
+
     /// The bytes, writable: nothing else in this process can see them yet.
     pub fn as_bytes_mut(&mut self) -> &mut [u8] {
         self.0.as_bytes_mut()

@@ -102,7 +102,7 @@ fn send_run(
     let mut kept = Vec::with_capacity(count);
     let start = Instant::now();
     for index in 0..count {
-        let mut writer = Storage::allocate(sharing.strategy(), size)?;
+        let mut writer = sharing.allocate(size)?;
         fill_in_parallel(writer.as_bytes_mut(), (index % FILL_MODULUS) as u8);
         let tensor = Value::Tensor(Tensor::new(
             writer.freeze(),

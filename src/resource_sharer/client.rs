@@ -11,7 +11,7 @@ use tensorshare_compat::pickle::EncodeError;
 use tensorshare_strategies::Errno;
 use tensorshare_strategies::fd_passing::{RecvFdsError, recv_fd_batch};
 
-use super::request::{DupFdRequest, MAX_RELEASE_KEYS, ReleaseRequest};
+use super::request::{DupFdRequest, MAX_RELEASE_KEYS, ReleaseRequest, UnmappedRequest};
 use crate::connection::deadline::DeadlineStream;
 use crate::connection::is_timeout;
 use crate::connection::{Address, ConnectionError};
@@ -238,16 +238,45 @@ pub fn release_fds(
     authkey: &[u8],
     timeout: Duration,
 ) -> Result<(), FetchError> {
+    send_keys(address, keys, authkey, timeout, |keys| {
+        ReleaseRequest { keys }.to_pickle()
+    })
+}
+
+/// Tells the tensorshare sharer at `address` that the storages that
+/// arrived under `keys` are no longer mapped here, so that their sender may
+/// reuse the memory ([`UnmappedRequest`]); batched as [`release_fds`].
+///
+/// # Errors
+///
+/// As [`release_fds`].
+pub fn report_unmapped(
+    address: &[u8],
+    keys: &[i64],
+    authkey: &[u8],
+    timeout: Duration,
+) -> Result<(), FetchError> {
+    send_keys(address, keys, authkey, timeout, |keys| {
+        UnmappedRequest { keys }.to_pickle()
+    })
+}
+
+/// One connection and request, made by `request`, per
+/// [`MAX_RELEASE_KEYS`] keys.
+fn send_keys(
+    address: &[u8],
+    keys: &[i64],
+    authkey: &[u8],
+    timeout: Duration,
+    request: impl Fn(Vec<i64>) -> Result<Vec<u8>, EncodeError>,
+) -> Result<(), FetchError> {
     let shown = address.escape_ascii().to_string();
     for batch in keys.chunks(MAX_RELEASE_KEYS) {
         let first = batch.first().copied().unwrap_or_default();
         let stream = connect(address, &shown, first)?;
         let mut io = DeadlineStream::new(&stream, timeout);
         handshake(&mut io, &shown, authkey, timeout)?;
-        let request = ReleaseRequest {
-            keys: batch.to_vec(),
-        }
-        .to_pickle()?;
+        let request = request(batch.to_vec())?;
         send_request(&mut io, &request, &shown, first, timeout)?;
     }
     Ok(())

@@ -66,11 +66,12 @@ mod serve;
 mod server;
 mod stats;
 
-pub use client::{FetchError, FetchStage, fetch_fd, release_fds};
+pub use client::{FetchError, FetchStage, fetch_fd, release_fds, report_unmapped};
 pub use options::SharerOptions;
 pub use registration::{DupFdId, Registration};
 pub use request::{
     DupFdRequest, MAX_RELEASE_KEYS, MAX_REQUEST_LEN, ReleaseRequest, RequestError, SharerRequest,
+    UnmappedRequest,
 };
 pub(crate) use server::join_within;
 pub use server::{RegisterError, ResourceSharer, SharerError};

@@ -23,6 +23,9 @@ const REQUEST_LIMITS: Limits = Limits {
 /// The tag that starts a [`ReleaseRequest`].
 const RELEASE_TAG: &str = "tensorshare.release";
 
+/// The tag that starts an [`UnmappedRequest`].
+const UNMAPPED_TAG: &str = "tensorshare.unmapped";
+
 /// What `DupFd.detach()` sends after the handshake: the pickled tuple
 /// `(key, os.getpid())`.
 ///
@@ -92,9 +95,11 @@ impl DupFdRequest {
     pub fn from_pickle(bytes: &[u8]) -> Result<Self, RequestError> {
         match SharerRequest::from_pickle(bytes)? {
             SharerRequest::Fetch(request) => Ok(request),
-            SharerRequest::Release(_) => Err(RequestError::NotKeyAndPid {
-                found: "a tensorshare release",
-            }),
+            SharerRequest::Release(_) | SharerRequest::Unmapped(_) => {
+                Err(RequestError::NotKeyAndPid {
+                    found: "a tensorshare release",
+                })
+            }
         }
     }
 }
@@ -129,18 +134,57 @@ impl ReleaseRequest {
     /// Only if the encoder refuses a tuple of a str and ints, which it does
     /// not.
     pub fn to_pickle(&self) -> Result<Vec<u8>, EncodeError> {
-        let mut pickle = Pickle::new();
-        let tag = pickle.push(Node::Str(RELEASE_TAG.into()));
-        let keys = self
-            .keys
-            .iter()
-            .map(|&key| pickle.push(Node::Int(key)))
-            .collect();
-        let keys = pickle.push(Node::List(keys));
-        let tuple = pickle.push(Node::Tuple(vec![tag, keys]));
-        pickle.set_root(tuple);
-        encode(&pickle, &EncodeOptions::new())
+        tagged_keys(RELEASE_TAG, &self.keys)
     }
+}
+
+/// What a tensorshare receiver sends the sharer of a storage's sender once
+/// the storage has died here, never having been sent on: the keys it
+/// arrived under, as the pickled tuple `("tensorshare.unmapped", [key,
+/// ...])`. Nothing in the receiver maps the memory or holds an fd of it any
+/// more, so the sender may reuse it for a new storage. The sharer answers
+/// nothing.
+///
+/// # Examples
+///
+/// ```
+/// use tensorshare::resource_sharer::{SharerRequest, UnmappedRequest};
+///
+/// let unmapped = UnmappedRequest { keys: vec![3, 4] };
+/// let bytes = unmapped.to_pickle()?;
+/// assert_eq!(SharerRequest::from_pickle(&bytes)?, SharerRequest::Unmapped(unmapped));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct UnmappedRequest {
+    /// The keys, at most [`MAX_RELEASE_KEYS`].
+    pub keys: Vec<i64>,
+}
+
+impl UnmappedRequest {
+    /// The request's pickle (protocol 4).
+    ///
+    /// # Errors
+    ///
+    /// Only if the encoder refuses a tuple of a str and ints, which it does
+    /// not.
+    pub fn to_pickle(&self) -> Result<Vec<u8>, EncodeError> {
+        tagged_keys(UNMAPPED_TAG, &self.keys)
+    }
+}
+
+/// `(tag, [key, ...])`, pickled with protocol 4.
+fn tagged_keys(tag: &str, keys: &[i64]) -> Result<Vec<u8>, EncodeError> {
+    let mut pickle = Pickle::new();
+    let tag = pickle.push(Node::Str(tag.into()));
+    let keys = keys
+        .iter()
+        .map(|&key| pickle.push(Node::Int(key)))
+        .collect();
+    let keys = pickle.push(Node::List(keys));
+    let tuple = pickle.push(Node::Tuple(vec![tag, keys]));
+    pickle.set_root(tuple);
+    encode(&pickle, &EncodeOptions::new())
 }
 
 /// Any request a [`ResourceSharer`](super::ResourceSharer) serves.
@@ -150,6 +194,9 @@ pub enum SharerRequest {
     Fetch(DupFdRequest),
     /// tensorshare's release: close the fds, they arrived another way.
     Release(ReleaseRequest),
+    /// tensorshare's notice that a receiver no longer maps the storages
+    /// sent under these keys.
+    Unmapped(UnmappedRequest),
 }
 
 impl SharerRequest {
@@ -180,7 +227,9 @@ impl SharerRequest {
                 key: *key,
                 pid: *pid,
             })),
-            (Some(Node::Str(tag)), Some(Node::List(keys))) if tag == RELEASE_TAG => {
+            (Some(Node::Str(tag)), Some(Node::List(keys)))
+                if tag == RELEASE_TAG || tag == UNMAPPED_TAG =>
+            {
                 let keys = keys
                     .iter()
                     .map(|&id| match pickle.get(id) {
@@ -192,7 +241,11 @@ impl SharerRequest {
                     .ok_or(RequestError::NotKeyAndPid {
                         found: "a release whose keys are not at most 1024 64-bit ints",
                     })?;
-                Ok(Self::Release(ReleaseRequest { keys }))
+                Ok(if tag == RELEASE_TAG {
+                    Self::Release(ReleaseRequest { keys })
+                } else {
+                    Self::Unmapped(UnmappedRequest { keys })
+                })
             }
             _ => Err(RequestError::NotKeyAndPid {
                 found: "a 2-tuple holding something other than two 64-bit ints",
@@ -230,6 +283,11 @@ mod tests {
             SharerRequest::Release(release)
         );
         assert!(DupFdRequest::from_pickle(&bytes).is_err());
+        let unmapped = UnmappedRequest { keys: vec![7, 8] };
+        assert_eq!(
+            SharerRequest::from_pickle(&unmapped.to_pickle().unwrap()).unwrap(),
+            SharerRequest::Unmapped(unmapped)
+        );
         let too_many = ReleaseRequest {
             keys: vec![1; MAX_RELEASE_KEYS + 1],
         };

@@ -28,6 +28,12 @@ pub(crate) enum Outcome {
     Served,
     /// A tensorshare receiver gave back this many keys.
     Released(usize),
+    /// A tensorshare receiver no longer maps the storages of this many
+    /// keys, and gave back this many of them that it had not released yet.
+    Unmapped {
+        keys: usize,
+        released: usize,
+    },
     WrongAuthkey,
     BadHandshake,
     MalformedRequest,
@@ -110,6 +116,10 @@ fn serve_connection(shared: &Shared, stream: &UnixStream) -> Outcome {
                 .filter(|&&key| shared.take(key).is_some())
                 .count();
             return Outcome::Released(released);
+        }
+        Ok(SharerRequest::Unmapped(unmapped)) => {
+            let (keys, released) = shared.note_unmapped(&unmapped.keys);
+            return Outcome::Unmapped { keys, released };
         }
         Err(_) => return Outcome::MalformedRequest,
     };

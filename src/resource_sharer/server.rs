@@ -98,12 +98,42 @@ pub(crate) struct Shared {
     /// The connection each worker is serving, to cut it short at shutdown.
     pub(crate) in_flight: Vec<Mutex<Option<Arc<UnixStream>>>>,
     table: Mutex<Table>,
+    /// Keys reported unmapped, until their owner collects them.
+    unmapped: Mutex<Vec<i64>>,
 }
+
+/// The most unmapped keys kept for collection: a sender that never
+/// collects them, or a client that reports too many, costs at most this
+/// much memory, and a key dropped here only means memory not reused.
+const MAX_UNMAPPED_KEPT: usize = 16 * 1024;
 
 impl Shared {
     /// Removes `key`'s fd: the one serving of a key, or its withdrawal.
     pub(crate) fn take(&self, key: i64) -> Option<OwnedFd> {
         lock(&self.table).fds.remove(&key)
+    }
+
+    /// Keeps those of `keys` that were ever registered here for their
+    /// owner to collect, closing any still registered: the receiver had
+    /// the fd, and its release may be served after this on another worker.
+    /// Returns how many were kept, and how many of those it closed.
+    pub(crate) fn note_unmapped(&self, keys: &[i64]) -> (usize, usize) {
+        let mut closed = Vec::new();
+        let known: Vec<i64> = {
+            let mut table = lock(&self.table);
+            let last_key = table.last_key;
+            keys.iter()
+                .copied()
+                .filter(|key| (1..=last_key).contains(key))
+                .inspect(|key| closed.extend(table.fds.remove(key)))
+                .collect()
+        };
+        let closed = closed.len();
+        let mut unmapped = lock(&self.unmapped);
+        let room = MAX_UNMAPPED_KEPT.saturating_sub(unmapped.len());
+        let kept = known.len().min(room);
+        unmapped.extend(known.into_iter().take(kept));
+        (kept, closed)
     }
 }
 
@@ -192,6 +222,7 @@ impl ResourceSharer {
             queue: Mutex::new(Some(sender)),
             in_flight: (0..options.workers()).map(|_| Mutex::new(None)).collect(),
             table: Mutex::new(Table::default()),
+            unmapped: Mutex::new(Vec::new()),
         });
         // From here on, dropping `sharer` on error undoes everything.
         let sharer = Arc::new(Self {
@@ -344,6 +375,11 @@ impl ResourceSharer {
 
     pub(crate) fn is_registered(&self, key: i64) -> bool {
         lock(&self.shared.table).fds.contains_key(&key)
+    }
+
+    /// The keys receivers have reported unmapped since the last call.
+    pub(crate) fn take_unmapped(&self) -> Vec<i64> {
+        std::mem::take(&mut *lock(&self.shared.unmapped))
     }
 }
 

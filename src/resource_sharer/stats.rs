@@ -16,6 +16,9 @@ pub struct SharerStats {
     /// Fds closed at their receiver's request because they reached it
     /// attached to the message itself.
     pub released: u64,
+    /// Keys whose storages a tensorshare receiver reported unmapped, so that
+    /// their memory may be reused.
+    pub unmapped: u64,
     /// Clients whose authkey differs from the sharer's.
     pub wrong_authkey: u64,
     /// Clients that did not follow the authkey handshake.
@@ -42,6 +45,7 @@ pub struct SharerStats {
 pub(crate) struct Counters {
     served: AtomicU64,
     released: AtomicU64,
+    unmapped: AtomicU64,
     wrong_authkey: AtomicU64,
     bad_handshake: AtomicU64,
     malformed_request: AtomicU64,
@@ -58,6 +62,11 @@ impl Counters {
             Outcome::Served => &self.served,
             Outcome::Released(keys) => {
                 self.released.fetch_add(keys as u64, Ordering::Relaxed);
+                return;
+            }
+            Outcome::Unmapped { keys, released } => {
+                self.unmapped.fetch_add(keys as u64, Ordering::Relaxed);
+                self.released.fetch_add(released as u64, Ordering::Relaxed);
                 return;
             }
             Outcome::WrongAuthkey => &self.wrong_authkey,
@@ -77,6 +86,7 @@ impl Counters {
         SharerStats {
             served: read(&self.served),
             released: read(&self.released),
+            unmapped: read(&self.unmapped),
             wrong_authkey: read(&self.wrong_authkey),
             bad_handshake: read(&self.bad_handshake),
             malformed_request: read(&self.malformed_request),

@@ -13,7 +13,7 @@ use tensorshare_strategies::file_descriptor::{FdSegment, FileDescriptorStrategy,
 use super::SharingContext;
 use crate::reduce::{PickleBuilder, StorageReducer};
 use crate::registry::REDUCTIONS;
-use crate::{Error, Storage, StrategyKind};
+use crate::{DupFdRef, Error, Storage, StrategyKind};
 
 /// Writes storages as `rebuild_storage_fd(UntypedStorage, DupFd, nbytes)`,
 /// and keeps each shared storage with its registration key.
@@ -47,10 +47,13 @@ impl StorageReducer for FdReducer<'_> {
         let segment = shared
             .local_segment::<FdSegment>()
             .ok_or_else(|| Error::Unsupported("storage did not move into a memfd".into()))?;
-        self.context.by_inode.insert(segment.identity(), &shared);
+        let identity = segment.identity();
+        self.context.by_inode.insert(identity, &shared);
         let fd = FileDescriptorStrategy.export(segment)?;
         let registration = self.context.resource_sharer()?.register(fd)?;
         let id = registration.id().clone();
+        self.context.pool.sent(identity, id.key);
+        self.context.notices.sent_on(identity);
         self.context.keep_registration(registration);
         self.shared.borrow_mut().push((id.key, shared.clone()));
 
@@ -76,17 +79,41 @@ impl StorageReducer for FdReducer<'_> {
 impl SharingContext {
     /// Maps `nbytes` of a received fd, once per shared object while it
     /// lives (torch's `storage_from_cache` by `(st_dev, st_ino)`).
-    pub(super) fn map_fd(&self, fd: OwnedFd, nbytes: usize) -> Result<Storage, Error> {
+    ///
+    /// An fd that came `attached` to its message, under a key from a
+    /// tensorshare sharer, makes a storage whose sender hears when it is
+    /// unmapped here, so that it may reuse the memory.
+    pub(super) fn map_fd(
+        &self,
+        fd: OwnedFd,
+        nbytes: usize,
+        attached: Option<&DupFdRef>,
+    ) -> Result<Storage, Error> {
         let received = ReceivedFd::new(fd)?;
+        let identity = received.identity();
+        let mut mapped_here = false;
         // A later message may describe more of the object than an earlier
         // one mapped: map it again rather than read past the end.
-        self.by_inode.get_or_try_replace(
-            &received.identity(),
+        let storage = self.by_inode.get_or_try_replace(
+            &identity,
             |cached| cached.nbytes() >= nbytes,
             || {
+                mapped_here = true;
                 let segment = FileDescriptorStrategy.import_received(received, nbytes)?;
-                Ok(Storage::from_segment(Arc::new(segment)))
+                Ok::<_, Error>(match attached {
+                    Some(dup_fd) => Storage::from_segment(Arc::new(self.notices.noticed(
+                        segment,
+                        &dup_fd.address,
+                        dup_fd.key,
+                    ))),
+                    None => Storage::from_segment(Arc::new(segment)),
+                })
             },
-        )
+        )?;
+        if let (Some(dup_fd), false) = (attached, mapped_here) {
+            self.notices
+                .arrived_again(identity, &dup_fd.address, dup_fd.key);
+        }
+        Ok(storage)
     }
 }

@@ -14,6 +14,7 @@ mod file_descriptor;
 mod file_system;
 mod memmap;
 mod receipt;
+mod recycle;
 mod release;
 
 use std::collections::VecDeque;
@@ -26,7 +27,7 @@ use tensorshare_compat::pickle::{
     encode_vectored,
 };
 use tensorshare_strategies::fd_passing::MAX_FDS_PER_MESSAGE;
-use tensorshare_strategies::file_descriptor::{FdSegment, FileIdentity};
+use tensorshare_strategies::file_descriptor::{FdSegment, FileDescriptorStrategy, FileIdentity};
 use tensorshare_strategies::file_system::SegmentName;
 use tensorshare_strategies::memmap::MemmapStrategy;
 
@@ -36,7 +37,9 @@ pub(crate) use receipt::Receipt;
 
 use crate::registry::rebuild::Walker;
 use crate::resource_sharer::{Registration, ResourceSharer};
+use crate::storage::StorageWriter;
 use crate::{Authkey, Error, Registry, Storage, StrategyKind, Value};
+use tensorshare_strategies::AllocateError;
 
 /// How long to wait for a peer's resource sharer to hand over an fd.
 const DEFAULT_FETCH_TIMEOUT: Duration = Duration::from_secs(30);
@@ -101,9 +104,19 @@ pub struct SharingContext {
     /// Whether [`Connection::send`](crate::Connection::send) attaches fds to
     /// the message.
     inline_fds: bool,
-    /// Keys of fds that arrived attached, to give back to their senders.
-    releases: release::Releases,
+    /// Keys of fds that arrived attached, to give back to their senders,
+    /// and of storages no longer mapped here, to report.
+    releases: Arc<release::Releases>,
+    /// Memfds made by [`allocate`](Self::allocate), reused once their
+    /// receivers have unmapped them.
+    pool: Arc<recycle::SegmentPool>,
+    /// The received storages whose senders hear when they are unmapped.
+    notices: Arc<recycle::NoticeBoard>,
 }
+
+/// The most bytes of free memfds a context keeps for reuse, however much
+/// its producer held at once.
+const MAX_RECYCLED_BYTES: usize = 1 << 30;
 
 impl SharingContext {
     /// A context with torch's default registry, sharing by file descriptor.
@@ -111,6 +124,7 @@ impl SharingContext {
     /// `authkey` must equal the peers' `multiprocessing.current_process().authkey`
     /// (see [`connection`](crate::connection#agreeing-on-the-authkey)).
     pub fn new(authkey: Authkey) -> Self {
+        let releases = Arc::new(release::Releases::new(authkey.as_bytes()));
         Self {
             registry: Registry::default(),
             strategy: StrategyKind::FileDescriptor,
@@ -124,7 +138,12 @@ impl SharingContext {
             sent_files: Mutex::new(VecDeque::new()),
             registrations: Mutex::new(VecDeque::new()),
             inline_fds: true,
-            releases: release::Releases::new(authkey.as_bytes()),
+            pool: Arc::new(recycle::SegmentPool::new(
+                recyclable_fds(),
+                MAX_RECYCLED_BYTES,
+            )),
+            notices: Arc::new(recycle::NoticeBoard::new(Arc::downgrade(&releases))),
+            releases,
             authkey,
         }
     }
@@ -183,6 +202,69 @@ impl SharingContext {
     /// The process authkey.
     pub fn authkey(&self) -> &Authkey {
         &self.authkey
+    }
+
+    /// Allocates `nbytes` zero-filled bytes to be written in place and
+    /// shared with this context's strategy, as
+    /// [`Storage::allocate`] does, reusing memory where it can.
+    ///
+    /// Under `file_descriptor` the memfd of a storage allocated here goes
+    /// back to the context when the storage dies, and a later allocation of
+    /// the same size takes it again once every process it was sent to has
+    /// unmapped it: a tensorshare receiver reports that when its storage
+    /// dies; a Python receiver never does, so a memfd it fetched is never
+    /// reused. A stream of tensors then costs no new memfd, mapping or page
+    /// per tensor. Free memfds are kept for at most 10 seconds, within the
+    /// most bytes the producer held at once (at least 64 MiB, at most
+    /// 1 GiB) and a quarter of the fd limit.
+    ///
+    /// # Errors
+    ///
+    /// As [`Storage::allocate`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tensorshare::{Authkey, SharingContext};
+    ///
+    /// let sharing = SharingContext::new(Authkey::new(b"secret".to_vec()));
+    /// let mut writer = sharing.allocate(4096)?;
+    /// assert!(writer.as_bytes_mut().iter().all(|&b| b == 0));
+    /// writer.as_bytes_mut().fill(7);
+    /// let first = writer.freeze();
+    /// drop(first);
+    /// // Never sent: its memfd comes back at once, zeroed.
+    /// let mut again = sharing.allocate(4096)?;
+    /// assert!(again.as_bytes_mut().iter().all(|&b| b == 0));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn allocate(&self, nbytes: usize) -> Result<StorageWriter, AllocateError> {
+        if self.strategy != StrategyKind::FileDescriptor || nbytes == 0 {
+            return Storage::allocate(self.strategy, nbytes);
+        }
+        if let Some(sharer) = self.sharer.get() {
+            self.pool.unmapped(sharer.take_unmapped());
+        }
+        let segment = match self.pool.take(nbytes) {
+            Some(mut segment) => {
+                use tensorshare_strategies::WritableSegment;
+                segment.as_bytes_mut().fill(0);
+                segment
+            }
+            None => {
+                use tensorshare_strategies::SharingStrategy;
+                let segment = FileDescriptorStrategy.allocate(nbytes).or_else(|_| {
+                    // Out of fds or memory: what the pool keeps goes first.
+                    self.pool.clear_idle();
+                    FileDescriptorStrategy.allocate(nbytes)
+                })?;
+                self.pool.adopt(segment.identity(), nbytes);
+                segment
+            }
+        };
+        Ok(StorageWriter::new(Box::new(recycle::Pooled::new(
+            segment, &self.pool,
+        ))))
     }
 
     /// Pickles `value` as torch's `ForkingPickler` would, sharing every
@@ -308,6 +390,14 @@ impl SharingContext {
         registrations.retain(|(_, registration)| registration.is_pending());
         registrations.len()
     }
+}
+
+/// How many free memfds a context keeps: a quarter of the fd limit.
+fn recyclable_fds() -> usize {
+    use nix::sys::resource::{Resource, getrlimit};
+    getrlimit(Resource::RLIMIT_NOFILE).map_or(256, |(soft, _)| {
+        usize::try_from(soft / 4).unwrap_or(usize::MAX)
+    })
 }
 
 /// `rebuild_storage_empty(UntypedStorage)`, torch's form for a storage of no

@@ -95,7 +95,8 @@ impl<'a> Receipt<'a> {
             .and_then(|attached| attached.take(dup_fd.key));
         // An attached fd that cannot be what the DupFd names (not shared
         // memory, too small, not writable) is not trusted over the sharer.
-        if let Some(Ok(storage)) = attached.map(|fd| self.context.map_fd(fd, nbytes)) {
+        if let Some(Ok(storage)) = attached.map(|fd| self.context.map_fd(fd, nbytes, Some(dup_fd)))
+        {
             return Ok(storage);
         }
         let fd = crate::resource_sharer::fetch_fd(
@@ -104,7 +105,7 @@ impl<'a> Receipt<'a> {
             self.context.authkey().as_bytes(),
             self.context.fetch_timeout,
         )?;
-        self.context.map_fd(fd, nbytes)
+        self.context.map_fd(fd, nbytes, None)
     }
 
     /// The storage a `file_system` segment reference names, `nbytes` long.

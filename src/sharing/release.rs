@@ -1,5 +1,6 @@
 //! Giving keys back to the senders whose fds arrived attached to their
-//! messages, in batches, off the receiving thread.
+//! messages, and telling them when those storages are unmapped here, in
+//! batches, off the receiving thread.
 //!
 //! Each batch costs a connection and a handshake with the sender's sharer,
 //! so keys gather for up to [`BATCH_WINDOW`], or until [`BATCH_KEYS`] of
@@ -17,7 +18,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use super::lock;
-use crate::resource_sharer::{join_within, release_fds};
+use crate::resource_sharer::{join_within, release_fds, report_unmapped};
 
 /// How long keys gather before a batch goes out.
 const BATCH_WINDOW: Duration = Duration::from_millis(10);
@@ -46,10 +47,18 @@ struct Shared {
     wake: Condvar,
 }
 
+#[derive(Debug, Default)]
+struct Batch {
+    /// Keys whose fds arrived, by the sharer that registered them.
+    released: HashMap<Vec<u8>, Vec<i64>>,
+    /// Keys whose storages are no longer mapped here, likewise.
+    unmapped: HashMap<Vec<u8>, Vec<i64>>,
+}
+
 #[derive(Debug)]
 struct Pending {
-    by_address: HashMap<Vec<u8>, Vec<i64>>,
-    /// Keys in `by_address`.
+    batch: Batch,
+    /// Keys in `batch`.
     count: usize,
     /// The count at which the thread wants waking: 1 while it waits for
     /// work, [`BATCH_KEYS`] while it gathers, never while it sends.
@@ -60,7 +69,7 @@ struct Pending {
 impl Default for Pending {
     fn default() -> Self {
         Self {
-            by_address: HashMap::new(),
+            batch: Batch::default(),
             count: 0,
             wake_at: 1,
             closing: false,
@@ -80,8 +89,23 @@ impl Releases {
         }
     }
 
-    /// Queues `keys` for the sharer at `address`.
+    /// Queues `keys` for the sharer at `address`: their fds arrived.
     pub(crate) fn release(&self, address: Vec<u8>, keys: Vec<i64>) {
+        self.queue(address, keys, |batch| &mut batch.released);
+    }
+
+    /// Queues `keys` for the sharer at `address`: the storage they came
+    /// under is no longer mapped here.
+    pub(crate) fn unmapped(&self, address: Vec<u8>, keys: Vec<i64>) {
+        self.queue(address, keys, |batch| &mut batch.unmapped);
+    }
+
+    fn queue(
+        &self,
+        address: Vec<u8>,
+        keys: Vec<i64>,
+        list: impl FnOnce(&mut Batch) -> &mut HashMap<Vec<u8>, Vec<i64>>,
+    ) {
         if keys.is_empty() {
             return;
         }
@@ -89,7 +113,10 @@ impl Releases {
         let before = pending.count;
         pending.count += keys.len();
         let wake = before < pending.wake_at && pending.count >= pending.wake_at;
-        pending.by_address.entry(address).or_default().extend(keys);
+        list(&mut pending.batch)
+            .entry(address)
+            .or_default()
+            .extend(keys);
         drop(pending);
         if wake {
             self.shared.wake.notify_one();
@@ -149,10 +176,13 @@ impl Shared {
             }
             pending.wake_at = usize::MAX;
             pending.count = 0;
-            let batch = std::mem::take(&mut pending.by_address);
+            let batch = std::mem::take(&mut pending.batch);
             drop(pending);
-            for (address, keys) in batch {
+            for (address, keys) in batch.released {
                 let _ = release_fds(&address, &keys, &self.authkey, RELEASE_TIMEOUT);
+            }
+            for (address, keys) in batch.unmapped {
+                let _ = report_unmapped(&address, &keys, &self.authkey, RELEASE_TIMEOUT);
             }
         }
     }

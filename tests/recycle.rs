@@ -1,0 +1,193 @@
+//! `SharingContext::allocate` reuses a memfd once every process it went to
+//! has said it no longer maps it, and never before: not while a receiver
+//! holds the storage, not after a receiver sent it on, not when the fd was
+//! fetched through the resource sharer as a Python receiver fetches it.
+
+mod support;
+
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
+
+use tensorshare::connection::ConnectionOptions;
+use tensorshare::{Authkey, Connection, DType, SharingContext, Storage, Tensor, TensorView, Value};
+use tensorshare_strategies::file_descriptor::{FdSegment, FileIdentity};
+
+use support::{eventually, wait_until};
+
+const NBYTES: usize = 4096;
+
+/// Two ends of a connection in this process.
+fn pair() -> (Connection, Connection) {
+    let (a, b) = UnixStream::pair().expect("socket pair");
+    (
+        Connection::from_stream(a, ConnectionOptions::default()),
+        Connection::from_stream(b, ConnectionOptions::default()),
+    )
+}
+
+/// A storage allocated through `sharing`, every byte `byte`.
+fn filled(sharing: &SharingContext, byte: u8) -> Storage {
+    let mut writer = sharing.allocate(NBYTES).expect("allocate");
+    assert!(
+        writer.as_bytes_mut().iter().all(|&b| b == 0),
+        "allocated bytes are zero"
+    );
+    writer.as_bytes_mut().fill(byte);
+    writer.freeze()
+}
+
+fn identity(storage: &Storage) -> FileIdentity {
+    storage
+        .local_segment::<FdSegment>()
+        .expect("a memfd")
+        .identity()
+}
+
+/// Sends `storage` as a tensor from `from` to `to`; the storage received.
+fn send(
+    storage: &Storage,
+    (sender, from): (&mut Connection, &SharingContext),
+    (receiver, to): (&mut Connection, &SharingContext),
+) -> Storage {
+    let tensor = Tensor::new(
+        storage.clone(),
+        TensorView::contiguous(DType::UInt8, &[NBYTES]),
+    )
+    .expect("tensor");
+    sender.send(&Value::Tensor(tensor), from).expect("send");
+    let received = receiver.recv(to).expect("recv");
+    received.as_tensor().expect("a tensor").storage().clone()
+}
+
+/// Whether `sharing` hands out the memfd `identity` again; the storage it
+/// handed out is dropped.
+fn reuses(sharing: &SharingContext, identity: FileIdentity) -> bool {
+    self::identity(&filled(sharing, 0)) == identity
+}
+
+#[test]
+fn a_memfd_both_ends_dropped_is_allocated_again_zeroed() {
+    let authkey = Authkey::random().unwrap();
+    let producer = SharingContext::new(authkey.clone());
+    let consumer = SharingContext::new(authkey);
+    let (mut tx, mut rx) = pair();
+    let sent = filled(&producer, 7);
+    let first = identity(&sent);
+    let received = send(&sent, (&mut tx, &producer), (&mut rx, &consumer));
+    assert_eq!(received.bytes(), Some(&[7; NBYTES][..]));
+    drop((sent, received));
+    eventually("the consumer reports the storage unmapped", || {
+        producer
+            .sharer_stats()
+            .is_some_and(|stats| stats.unmapped == 1)
+    });
+    // Zero-filled and the same memory (`filled` checks the zeros).
+    assert!(reuses(&producer, first));
+}
+
+#[test]
+fn a_memfd_its_receiver_still_holds_is_not_reused() {
+    let authkey = Authkey::random().unwrap();
+    let producer = SharingContext::new(authkey.clone());
+    let consumer = SharingContext::new(authkey);
+    let (mut tx, mut rx) = pair();
+    let sent = filled(&producer, 1);
+    let first = identity(&sent);
+    let held = send(&sent, (&mut tx, &producer), (&mut rx, &consumer));
+    drop(sent);
+    // Long past the receiver's batching window: nothing to report.
+    std::thread::sleep(Duration::from_millis(200));
+    let other = filled(&producer, 0);
+    assert_ne!(identity(&other), first);
+    assert_eq!(held.bytes(), Some(&[1; NBYTES][..]), "its bytes are intact");
+
+    // Once it goes, the memfd comes back.
+    drop(held);
+    eventually("the consumer reports the storage unmapped", || {
+        producer
+            .sharer_stats()
+            .is_some_and(|stats| stats.unmapped == 1)
+    });
+    assert!(reuses(&producer, first));
+}
+
+#[test]
+fn a_memfd_its_receiver_sent_on_is_not_reused() {
+    let authkey = Authkey::random().unwrap();
+    let producer = SharingContext::new(authkey.clone());
+    let relay = SharingContext::new(authkey.clone());
+    let last = SharingContext::new(authkey);
+    let (mut tx, mut rx) = pair();
+    let (mut relay_tx, mut last_rx) = pair();
+    let sent = filled(&producer, 2);
+    let first = identity(&sent);
+    let relayed = send(&sent, (&mut tx, &producer), (&mut rx, &relay));
+    let at_last = send(&relayed, (&mut relay_tx, &relay), (&mut last_rx, &last));
+    drop((sent, relayed));
+    // The last receiver reports to the relay, which did not make the memfd;
+    // the producer hears nothing however long it waits.
+    drop(at_last);
+    eventually("the last receiver reports to the relay", || {
+        relay
+            .sharer_stats()
+            .is_some_and(|stats| stats.unmapped == 1)
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(producer.sharer_stats().map(|stats| stats.unmapped), Some(0));
+    assert!(!reuses(&producer, first));
+}
+
+#[test]
+fn a_memfd_fetched_through_the_resource_sharer_is_not_reused() {
+    // Without attached fds the receiver fetches each one from the sender's
+    // resource sharer, as a Python receiver does, and reports nothing.
+    let authkey = Authkey::random().unwrap();
+    let producer = SharingContext::new(authkey.clone()).with_inline_fds(false);
+    let consumer = SharingContext::new(authkey);
+    let (mut tx, mut rx) = pair();
+    let sent = filled(&producer, 3);
+    let first = identity(&sent);
+    let received = send(&sent, (&mut tx, &producer), (&mut rx, &consumer));
+    assert_eq!(producer.sharer_stats().map(|stats| stats.served), Some(1));
+    drop((sent, received));
+    assert!(!wait_until(Duration::from_millis(300), || {
+        producer
+            .sharer_stats()
+            .is_some_and(|stats| stats.unmapped > 0)
+    }));
+    assert!(!reuses(&producer, first));
+}
+
+#[test]
+fn a_stream_reuses_a_few_memfds_and_every_tensor_arrives_intact() {
+    let authkey = Authkey::random().unwrap();
+    let producer = SharingContext::new(authkey.clone());
+    let consumer = SharingContext::new(authkey);
+    let (mut tx, mut rx) = pair();
+    let mut memfds = std::collections::HashSet::new();
+    for round in 0..20_u8 {
+        for index in 0..50_u8 {
+            let byte = round.wrapping_mul(50).wrapping_add(index);
+            let sent = filled(&producer, byte);
+            memfds.insert(identity(&sent));
+            let received = send(&sent, (&mut tx, &producer), (&mut rx, &consumer));
+            assert!(
+                received
+                    .bytes()
+                    .is_some_and(|b| b.iter().all(|&x| x == byte)),
+                "tensor {byte} arrived changed"
+            );
+        }
+        // Let the reports of this round arrive.
+        wait_until(Duration::from_secs(5), || {
+            producer
+                .sharer_stats()
+                .is_some_and(|stats| stats.unmapped == u64::from(round + 1) * 50)
+        });
+    }
+    assert!(
+        memfds.len() < 200,
+        "1000 tensors took {} memfds",
+        memfds.len()
+    );
+}
