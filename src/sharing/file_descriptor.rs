@@ -99,7 +99,12 @@ impl SharingContext {
             |cached| cached.nbytes() >= nbytes,
             || {
                 mapped_here = true;
-                let segment = FileDescriptorStrategy.import_received(received, nbytes)?;
+                let segment = match self.notices.take_dormant(identity) {
+                    Some(dormant) => {
+                        FileDescriptorStrategy.import_reusing(received, nbytes, dormant)?
+                    }
+                    None => FileDescriptorStrategy.import_received(received, nbytes)?,
+                };
                 Ok::<_, Error>(match attached {
                     Some(dup_fd) => Storage::from_segment(Arc::new(self.notices.noticed(
                         segment,

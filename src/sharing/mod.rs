@@ -13,9 +13,11 @@ mod cache;
 mod file_descriptor;
 mod file_system;
 mod memmap;
+mod notices;
 mod receipt;
 mod recycle;
 mod release;
+mod watched;
 
 use std::collections::VecDeque;
 use std::os::fd::{BorrowedFd, OwnedFd};
@@ -111,7 +113,7 @@ pub struct SharingContext {
     /// receivers have unmapped them.
     pool: Arc<recycle::SegmentPool>,
     /// The received storages whose senders hear when they are unmapped.
-    notices: Arc<recycle::NoticeBoard>,
+    notices: Arc<notices::NoticeBoard>,
 }
 
 /// The most bytes of free memfds a context keeps for reuse, however much
@@ -142,7 +144,7 @@ impl SharingContext {
                 recyclable_fds(),
                 MAX_RECYCLED_BYTES,
             )),
-            notices: Arc::new(recycle::NoticeBoard::new(Arc::downgrade(&releases))),
+            notices: Arc::new(notices::NoticeBoard::new(Arc::downgrade(&releases))),
             releases,
             authkey,
         }
@@ -262,7 +264,7 @@ impl SharingContext {
                 segment
             }
         };
-        Ok(StorageWriter::new(Box::new(recycle::Pooled::new(
+        Ok(StorageWriter::new(Box::new(watched::Watched::new(
             segment, &self.pool,
         ))))
     }

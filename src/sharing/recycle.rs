@@ -12,23 +12,22 @@
 //! A segment is free only when nothing outside this process can see it any
 //! more. Each time it is sent, the pool records the resource-sharer key it
 //! went under; a tensorshare receiver reports each key unmapped when its
-//! storage dies there ([`Noticed`], [`NoticeBoard`]), and the sharer
-//! collects those reports. A key fetched by a Python process is never
+//! storage dies there ([`NoticeBoard`](super::notices::NoticeBoard)), and
+//! the sharer collects those reports. A key fetched by a Python process is never
 //! reported, so its segment is never reused: it is freed as always once the
 //! pool gives up on it. Whatever the receivers say, only senders' own
 //! segments are ever reused, and only the memory of a storage that died
 //! here.
 
-use std::any::Any;
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use tensorshare_strategies::Segment;
 use tensorshare_strategies::file_descriptor::{FdSegment, FileIdentity};
-use tensorshare_strategies::{Segment, StrategyKind, WritableSegment};
 
 use super::lock;
-use super::release::Releases;
+use super::watched::Watcher;
 
 /// How long a segment waits for its receivers' reports after its storage
 /// died here before the pool frees it.
@@ -62,6 +61,9 @@ struct PoolState {
     tracked: HashMap<FileIdentity, Tracked>,
     /// The segment each key not yet reported was sent for.
     keys: HashMap<i64, FileIdentity>,
+    /// Parked segments, oldest first, with when each was parked: a stale
+    /// entry (the segment became free or parked again) is skipped.
+    parked: VecDeque<(Instant, FileIdentity)>,
     /// Bytes of tracked segments, and the most there ever were at once:
     /// the pool keeps up to that much free.
     tracked_bytes: usize,
@@ -141,10 +143,12 @@ impl SegmentPool {
             }
         }
     }
+}
 
+impl Watcher for SegmentPool {
     /// Takes back the segment of a storage that died here: free at once if
     /// every receiver has reported it, else parked until they do.
-    fn give_back(&self, segment: FdSegment) {
+    fn ended(&self, segment: FdSegment) {
         let identity = segment.identity();
         let mut state = lock(&self.state);
         let now = Instant::now();
@@ -153,11 +157,16 @@ impl SegmentPool {
             Some(tracked) if tracked.outstanding.is_empty() => {
                 self.make_idle(&mut state, identity, segment, now);
             }
-            Some(tracked) => tracked.parked = Some((now, segment)),
+            Some(tracked) => {
+                tracked.parked = Some((now, segment));
+                state.parked.push_back((now, identity));
+            }
             None => {}
         }
     }
+}
 
+impl SegmentPool {
     /// Puts `segment` on the free list, or frees it when the pool holds
     /// enough.
     fn make_idle(
@@ -224,30 +233,39 @@ impl PoolState {
             self.idle_bytes -= segment.len();
             self.idle_segments -= 1;
         }
-        let stale: Vec<FileIdentity> = self
-            .tracked
-            .iter()
-            .filter(|(_, tracked)| {
-                tracked
-                    .parked
-                    .as_ref()
-                    .is_some_and(|(since, _)| now.duration_since(*since) > PARKED_LIFETIME)
-            })
-            .map(|(identity, _)| *identity)
-            .collect();
-        for identity in stale {
-            if let Some(nbytes) = self
-                .tracked
-                .get(&identity)
-                .and_then(|tracked| tracked.parked.as_ref())
-                .map(|(_, segment)| segment.len())
-            {
+        while let Some(&(since, identity)) = self.parked.front() {
+            let still_parked = self.parked_len(identity, since);
+            if still_parked.is_some() && now.duration_since(since) <= PARKED_LIFETIME {
+                break;
+            }
+            self.parked.pop_front();
+            if let Some(nbytes) = still_parked {
                 self.untrack(identity, nbytes);
             }
+        }
+        // Entries behind one that waits long go stale as their segments
+        // become free: drop them before they outnumber the segments.
+        if self.parked.len() > 2 * self.tracked.len() + 64 {
+            let parked = std::mem::take(&mut self.parked);
+            self.parked = parked
+                .into_iter()
+                .filter(|&(since, identity)| self.parked_len(identity, since).is_some())
+                .collect();
         }
         for segment in expired {
             self.untrack(segment.identity(), segment.len());
         }
+    }
+
+    /// The length of the segment `identity` if it is still the one parked
+    /// at `since`.
+    fn parked_len(&self, identity: FileIdentity, since: Instant) -> Option<usize> {
+        self.tracked
+            .get(&identity)?
+            .parked
+            .as_ref()
+            .filter(|(parked_at, _)| *parked_at == since)
+            .map(|(_, segment)| segment.len())
     }
 
     /// Forgets the segment `identity` and the keys it waited for; a parked
@@ -262,192 +280,11 @@ impl PoolState {
     }
 }
 
-/// A storage's segment from the pool: the memfd segment itself to every
-/// reader ([`Segment::as_any`] is the `FdSegment`'s), given back to the
-/// pool instead of unmapped when the storage dies.
-#[derive(Debug)]
-pub(crate) struct Pooled {
-    segment: Option<FdSegment>,
-    pool: Weak<SegmentPool>,
-}
-
-impl Pooled {
-    pub(crate) fn new(segment: FdSegment, pool: &Arc<SegmentPool>) -> Self {
-        Self {
-            segment: Some(segment),
-            pool: Arc::downgrade(pool),
-        }
-    }
-}
-
-impl Segment for Pooled {
-    fn as_bytes(&self) -> &[u8] {
-        self.segment.as_ref().map_or(&[], Segment::as_bytes)
-    }
-
-    fn kind(&self) -> StrategyKind {
-        StrategyKind::FileDescriptor
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        match &self.segment {
-            Some(segment) => segment.as_any(),
-            None => self,
-        }
-    }
-}
-
-impl WritableSegment for Pooled {
-    fn as_bytes_mut(&mut self) -> &mut [u8] {
-        self.segment
-            .as_mut()
-            .map_or(&mut [], WritableSegment::as_bytes_mut)
-    }
-
-    fn into_shared(self: Box<Self>) -> Arc<dyn Segment> {
-        Arc::new(*self)
-    }
-}
-
-impl Drop for Pooled {
-    fn drop(&mut self) {
-        if let (Some(segment), Some(pool)) = (self.segment.take(), self.pool.upgrade()) {
-            pool.give_back(segment);
-        }
-    }
-}
-
-/// What this process owes the senders of the storages it received with
-/// fds attached: the keys to report unmapped once each storage dies here.
-#[derive(Debug)]
-pub(crate) struct NoticeBoard {
-    entries: Mutex<HashMap<FileIdentity, Notice>>,
-    releases: Weak<Releases>,
-}
-
-#[derive(Debug)]
-struct Notice {
-    /// The sender's sharer.
-    address: Vec<u8>,
-    /// The keys the storage arrived under, one per message.
-    keys: Vec<i64>,
-    /// Mappings of it alive here.
-    mapped: usize,
-    /// Whether it was sent on: another process may map it now, and only
-    /// the sender's own receivers could say when it stops.
-    sent_on: bool,
-}
-
-impl NoticeBoard {
-    pub(crate) fn new(releases: Weak<Releases>) -> Self {
-        Self {
-            entries: Mutex::new(HashMap::new()),
-            releases,
-        }
-    }
-
-    /// Wraps a segment just mapped from an fd that arrived attached under
-    /// `key` from the sharer at `address`.
-    pub(crate) fn noticed(
-        self: &Arc<Self>,
-        segment: FdSegment,
-        address: &[u8],
-        key: i64,
-    ) -> Noticed {
-        let identity = segment.identity();
-        let mut entries = lock(&self.entries);
-        let notice = entries.entry(identity).or_insert_with(|| Notice {
-            address: address.to_vec(),
-            keys: Vec::new(),
-            mapped: 0,
-            sent_on: false,
-        });
-        notice.mapped += 1;
-        if notice.address == address {
-            notice.keys.push(key);
-        }
-        Noticed {
-            segment: Some(segment),
-            board: Arc::downgrade(self),
-        }
-    }
-
-    /// Adds `key` for a storage already mapped here that arrived again.
-    pub(crate) fn arrived_again(&self, identity: FileIdentity, address: &[u8], key: i64) {
-        if let Some(notice) = lock(&self.entries).get_mut(&identity) {
-            if notice.address == address {
-                notice.keys.push(key);
-            }
-        }
-    }
-
-    /// Marks the storage `identity` as sent on: its sender hears nothing.
-    pub(crate) fn sent_on(&self, identity: FileIdentity) {
-        if let Some(notice) = lock(&self.entries).get_mut(&identity) {
-            notice.sent_on = true;
-        }
-    }
-
-    /// One mapping of `identity` is gone: when it was the last, and the
-    /// storage was not sent on, the sharer and keys to report unmapped.
-    fn due(&self, identity: FileIdentity) -> Option<(Vec<u8>, Vec<i64>)> {
-        let mut entries = lock(&self.entries);
-        let notice = entries.get_mut(&identity)?;
-        notice.mapped = notice.mapped.saturating_sub(1);
-        if notice.mapped > 0 {
-            return None;
-        }
-        let notice = entries.remove(&identity)?;
-        (!notice.sent_on).then_some((notice.address, notice.keys))
-    }
-}
-
-/// A received storage's segment whose sender hears when it is unmapped: the
-/// memfd segment itself to every reader.
-#[derive(Debug)]
-pub(crate) struct Noticed {
-    segment: Option<FdSegment>,
-    board: Weak<NoticeBoard>,
-}
-
-impl Segment for Noticed {
-    fn as_bytes(&self) -> &[u8] {
-        self.segment.as_ref().map_or(&[], Segment::as_bytes)
-    }
-
-    fn kind(&self) -> StrategyKind {
-        StrategyKind::FileDescriptor
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        match &self.segment {
-            Some(segment) => segment.as_any(),
-            None => self,
-        }
-    }
-}
-
-impl Drop for Noticed {
-    fn drop(&mut self) {
-        let Some(segment) = self.segment.take() else {
-            return;
-        };
-        let identity = segment.identity();
-        // Unmapped and closed before the sender may reuse the memory.
-        drop(segment);
-        let Some(board) = self.board.upgrade() else {
-            return;
-        };
-        if let (Some((address, keys)), Some(releases)) =
-            (board.due(identity), board.releases.upgrade())
-        {
-            releases.unmapped(address, keys);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
+    use super::super::watched::Watched;
     use super::*;
     use tensorshare_strategies::SharingStrategy;
     use tensorshare_strategies::file_descriptor::FileDescriptorStrategy;
@@ -458,14 +295,17 @@ mod tests {
 
     /// A storage's segment from `pool`, as `SharingContext::allocate` makes
     /// it, and its identity.
-    fn storage_segment(pool: &Arc<SegmentPool>, nbytes: usize) -> (Pooled, FileIdentity) {
+    fn storage_segment(
+        pool: &Arc<SegmentPool>,
+        nbytes: usize,
+    ) -> (Watched<SegmentPool>, FileIdentity) {
         let segment = pool.take(nbytes).unwrap_or_else(|| {
             let segment = FileDescriptorStrategy.allocate(nbytes).expect("memfd");
             pool.adopt(segment.identity(), nbytes);
             segment
         });
         let identity = segment.identity();
-        (Pooled::new(segment, pool), identity)
+        (Watched::new(segment, pool), identity)
     }
 
     #[test]
@@ -513,7 +353,7 @@ mod tests {
         let foreign = FileDescriptorStrategy.allocate(4096).expect("memfd");
         pool.sent(foreign.identity(), 3);
         pool.unmapped(vec![3]);
-        pool.give_back(foreign);
+        pool.ended(foreign);
         assert_eq!(pool.idle_segments(), 0);
     }
 
@@ -536,47 +376,5 @@ mod tests {
         let (one, _) = storage_segment(&pool, big);
         drop(one);
         assert_eq!(pool.idle_segments(), 2);
-    }
-
-    #[test]
-    fn a_received_segment_is_due_when_its_last_mapping_goes() {
-        let board = Arc::new(NoticeBoard::new(Weak::new()));
-        let memfd = FileDescriptorStrategy.allocate(4096).expect("memfd");
-        let identity = memfd.identity();
-        let noticed = board.noticed(memfd, b"\0sharer", 5);
-        assert!(noticed.as_any().downcast_ref::<FdSegment>().is_some());
-        board.arrived_again(identity, b"\0sharer", 6);
-        // Another sharer cannot vouch for this sender's memory.
-        board.arrived_again(identity, b"\0elsewhere", 8);
-        // A second mapping of the same memory (a longer view of it).
-        let second = FileDescriptorStrategy.import(
-            noticed
-                .as_any()
-                .downcast_ref::<FdSegment>()
-                .expect("an fd segment")
-                .try_clone_fd()
-                .expect("dup"),
-            4096,
-        );
-        let second = board.noticed(second.expect("mapped"), b"\0sharer", 7);
-        assert_eq!(board.due(identity), None, "one mapping is left");
-        assert_eq!(
-            board.due(identity),
-            Some((b"\0sharer".to_vec(), vec![5, 6, 7]))
-        );
-        drop((noticed, second));
-        assert!(lock(&board.entries).is_empty());
-    }
-
-    #[test]
-    fn a_received_segment_sent_on_is_never_due() {
-        let board = Arc::new(NoticeBoard::new(Weak::new()));
-        let memfd = FileDescriptorStrategy.allocate(4096).expect("memfd");
-        let identity = memfd.identity();
-        let noticed = board.noticed(memfd, b"\0sharer", 9);
-        board.sent_on(identity);
-        assert_eq!(board.due(identity), None);
-        drop(noticed);
-        assert!(lock(&board.entries).is_empty());
     }
 }

@@ -149,6 +149,48 @@ impl FdSegment {
             .try_clone()
             .map_err(|err| ExportError::from_dup_errno(errno_of(&err)))
     }
+
+    /// Closes the fd and keeps the mapping, for a segment whose file is
+    /// sealed against shrinking (the mapping then stays valid whoever else
+    /// holds the file): a later segment of the same file maps with no
+    /// `mmap` ([`FileDescriptorStrategy::import_reusing`]). `None`, the
+    /// segment unmapped, for a file that may shrink.
+    pub fn into_dormant(self) -> Option<DormantMapping> {
+        let FdSegment {
+            mapping,
+            fd,
+            identity,
+            sealed,
+        } = self;
+        drop(fd);
+        sealed.then_some(DormantMapping { mapping, identity })
+    }
+}
+
+/// The mapping of a sealed memfd whose segment has ended, kept so that the
+/// same file arriving again maps without an `mmap` and with its pages
+/// still in place. Dropping it unmaps.
+#[derive(Debug)]
+pub struct DormantMapping {
+    mapping: SharedMapping,
+    identity: FileIdentity,
+}
+
+impl DormantMapping {
+    /// `(st_dev, st_ino)` of the file it maps.
+    pub fn identity(&self) -> FileIdentity {
+        self.identity
+    }
+
+    /// How many bytes it maps.
+    pub fn len(&self) -> usize {
+        self.mapping.len()
+    }
+
+    /// Whether it maps no bytes (never: empty segments are not mapped).
+    pub fn is_empty(&self) -> bool {
+        self.mapping.len() == 0
+    }
 }
 
 impl Segment for FdSegment {
@@ -304,6 +346,41 @@ impl FileDescriptorStrategy {
             fd,
             identity: FileIdentity::of(&stat),
             sealed,
+        })
+    }
+}
+
+impl FileDescriptorStrategy {
+    /// As [`import_received`](Self::import_received), but takes over
+    /// `dormant` when it maps the first `nbytes` of the received file: the
+    /// segment is then made with no `mmap` and no sealing (the file was
+    /// sealed when it was first mapped, and seals are never removed).
+    /// Otherwise `dormant` is unmapped and the fd mapped afresh.
+    ///
+    /// # Errors
+    ///
+    /// As [`import_received`](Self::import_received).
+    pub fn import_reusing(
+        &self,
+        received: ReceivedFd,
+        nbytes: usize,
+        dormant: DormantMapping,
+    ) -> Result<FdSegment, ImportError> {
+        // The dormant mapping keeps its file alive, so no other file can
+        // have its identity.
+        let same_file = dormant.identity == received.identity()
+            && dormant.mapping.len() == nbytes
+            && is_regular_file(&received.stat)
+            && check_covers(&received.stat, 0, nbytes).is_ok();
+        if !same_file {
+            drop(dormant);
+            return self.import_received(received, nbytes);
+        }
+        Ok(FdSegment {
+            mapping: dormant.mapping,
+            fd: received.fd,
+            identity: dormant.identity,
+            sealed: true,
         })
     }
 }

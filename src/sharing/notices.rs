@@ -1,0 +1,291 @@
+//! Telling the senders of storages this process received when it no
+//! longer maps them, so that they may reuse the memory
+//! ([`recycle`](super::recycle)).
+//!
+//! Only storages whose fds arrived attached to their message are noticed:
+//! only a tensorshare sender attaches fds, and a CPython sharer must never
+//! get a tensorshare request (its serving thread would print a traceback).
+//!
+//! A noticed storage's mapping outlives it for a moment, dormant: its
+//! sender reuses the memfd for a later tensor, and when that arrives here
+//! it takes over the mapping, with no `mmap` and its pages still mapped.
+//! The sender only needs to know that no storage here uses the memory; a
+//! dormant mapping is never read.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use tensorshare_strategies::file_descriptor::{DormantMapping, FdSegment, FileIdentity};
+
+use super::lock;
+use super::release::Releases;
+use super::watched::{Watched, Watcher};
+
+/// How long a dormant mapping waits for its memfd to arrive again.
+const DORMANT_LIFETIME: Duration = Duration::from_secs(2);
+
+/// The most bytes dormant mappings hold: pages their senders may have
+/// freed meanwhile stay allocated until the mapping goes.
+const MAX_DORMANT_BYTES: usize = 32 << 20;
+
+/// The most dormant mappings kept.
+const MAX_DORMANT_MAPPINGS: usize = 4096;
+
+/// What this process owes the senders of the storages it received with
+/// fds attached: the keys to report unmapped once each storage dies here.
+#[derive(Debug)]
+pub(crate) struct NoticeBoard {
+    entries: Mutex<HashMap<FileIdentity, Notice>>,
+    dormant: Mutex<Dormant>,
+    releases: Weak<Releases>,
+}
+
+/// Mappings of noticed storages that died here, by file.
+#[derive(Debug, Default)]
+struct Dormant {
+    by_identity: HashMap<FileIdentity, (u64, DormantMapping)>,
+    /// Oldest first: when each went dormant, and under which generation,
+    /// so that an entry taken and put back is not evicted by its old place.
+    order: VecDeque<(Instant, u64, FileIdentity)>,
+    generation: u64,
+    bytes: usize,
+}
+
+impl Dormant {
+    fn put(&mut self, mapping: DormantMapping, now: Instant) {
+        self.generation += 1;
+        let identity = mapping.identity();
+        self.bytes += mapping.len();
+        if let Some((_, old)) = self
+            .by_identity
+            .insert(identity, (self.generation, mapping))
+        {
+            self.bytes -= old.len();
+        }
+        self.order.push_back((now, self.generation, identity));
+        self.evict(now);
+    }
+
+    fn take(&mut self, identity: FileIdentity, now: Instant) -> Option<DormantMapping> {
+        self.evict(now);
+        let (_, mapping) = self.by_identity.remove(&identity)?;
+        self.bytes -= mapping.len();
+        Some(mapping)
+    }
+
+    /// Unmaps the oldest until the rest are young enough and within the
+    /// caps.
+    fn evict(&mut self, now: Instant) {
+        while let Some(&(since, generation, identity)) = self.order.front() {
+            let over = self.bytes > MAX_DORMANT_BYTES
+                || self.by_identity.len() > MAX_DORMANT_MAPPINGS
+                || now.duration_since(since) > DORMANT_LIFETIME;
+            let current = self
+                .by_identity
+                .get(&identity)
+                .is_some_and(|(g, _)| *g == generation);
+            if current && !over {
+                return;
+            }
+            self.order.pop_front();
+            if current {
+                if let Some((_, mapping)) = self.by_identity.remove(&identity) {
+                    self.bytes -= mapping.len();
+                }
+            }
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Notice {
+    /// The sender's sharer.
+    address: Vec<u8>,
+    /// The keys the storage arrived under, one per message.
+    keys: Vec<i64>,
+    /// Mappings of it alive here.
+    mapped: usize,
+    /// Whether it was sent on: another process may map it now, and only
+    /// the sender's own receivers could say when it stops.
+    sent_on: bool,
+}
+
+impl NoticeBoard {
+    pub(crate) fn new(releases: Weak<Releases>) -> Self {
+        Self {
+            entries: Mutex::new(HashMap::new()),
+            dormant: Mutex::new(Dormant::default()),
+            releases,
+        }
+    }
+
+    /// The dormant mapping of the file `identity`, if one is kept.
+    pub(crate) fn take_dormant(&self, identity: FileIdentity) -> Option<DormantMapping> {
+        lock(&self.dormant).take(identity, Instant::now())
+    }
+
+    /// Wraps a segment just mapped from an fd that arrived attached under
+    /// `key` from the sharer at `address`.
+    pub(crate) fn noticed(
+        self: &Arc<Self>,
+        segment: FdSegment,
+        address: &[u8],
+        key: i64,
+    ) -> Watched<Self> {
+        let identity = segment.identity();
+        let mut entries = lock(&self.entries);
+        let notice = entries.entry(identity).or_insert_with(|| Notice {
+            address: address.to_vec(),
+            keys: Vec::new(),
+            mapped: 0,
+            sent_on: false,
+        });
+        notice.mapped += 1;
+        if notice.address == address {
+            notice.keys.push(key);
+        }
+        drop(entries);
+        Watched::new(segment, self)
+    }
+
+    /// Adds `key` for a storage already mapped here that arrived again.
+    pub(crate) fn arrived_again(&self, identity: FileIdentity, address: &[u8], key: i64) {
+        if let Some(notice) = lock(&self.entries).get_mut(&identity) {
+            if notice.address == address {
+                notice.keys.push(key);
+            }
+        }
+    }
+
+    /// Marks the storage `identity` as sent on: its sender hears nothing.
+    pub(crate) fn sent_on(&self, identity: FileIdentity) {
+        if let Some(notice) = lock(&self.entries).get_mut(&identity) {
+            notice.sent_on = true;
+        }
+    }
+
+    /// One mapping of `identity` is gone: when it was the last, and the
+    /// storage was not sent on, the sharer and keys to report unmapped.
+    fn due(&self, identity: FileIdentity) -> Option<(Vec<u8>, Vec<i64>)> {
+        let mut entries = lock(&self.entries);
+        let notice = entries.get_mut(&identity)?;
+        notice.mapped = notice.mapped.saturating_sub(1);
+        if notice.mapped > 0 {
+            return None;
+        }
+        let notice = entries.remove(&identity)?;
+        (!notice.sent_on).then_some((notice.address, notice.keys))
+    }
+}
+
+impl Watcher for NoticeBoard {
+    /// Closes the segment's fd and keeps its mapping dormant, or unmaps it,
+    /// before the sender hears: it may reuse the memory at once.
+    fn ended(&self, segment: FdSegment) {
+        let identity = segment.identity();
+        let Some((address, keys)) = self.due(identity) else {
+            return;
+        };
+        if let Some(dormant) = segment.into_dormant() {
+            lock(&self.dormant).put(dormant, Instant::now());
+        }
+        if let Some(releases) = self.releases.upgrade() {
+            releases.unmapped(address, keys);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tensorshare_strategies::file_descriptor::FileDescriptorStrategy;
+    use tensorshare_strategies::{Segment, SharingStrategy};
+
+    use super::*;
+
+    #[test]
+    fn a_received_segment_is_due_when_its_last_mapping_goes() {
+        let board = Arc::new(NoticeBoard::new(Weak::new()));
+        let memfd = FileDescriptorStrategy.allocate(4096).expect("memfd");
+        let identity = memfd.identity();
+        let noticed = board.noticed(memfd, b"\0sharer", 5);
+        assert!(noticed.as_any().downcast_ref::<FdSegment>().is_some());
+        board.arrived_again(identity, b"\0sharer", 6);
+        // Another sharer cannot vouch for this sender's memory.
+        board.arrived_again(identity, b"\0elsewhere", 8);
+        // A second mapping of the same memory (a longer view of it).
+        let second = FileDescriptorStrategy.import(
+            noticed
+                .as_any()
+                .downcast_ref::<FdSegment>()
+                .expect("an fd segment")
+                .try_clone_fd()
+                .expect("dup"),
+            4096,
+        );
+        let second = board.noticed(second.expect("mapped"), b"\0sharer", 7);
+        assert_eq!(board.due(identity), None, "one mapping is left");
+        assert_eq!(
+            board.due(identity),
+            Some((b"\0sharer".to_vec(), vec![5, 6, 7]))
+        );
+        drop((noticed, second));
+        assert!(lock(&board.entries).is_empty());
+    }
+
+    #[test]
+    fn a_reported_segment_stays_mapped_dormant_for_its_next_arrival() {
+        let board = Arc::new(NoticeBoard::new(Weak::new()));
+        let memfd = FileDescriptorStrategy.allocate(4096).expect("memfd");
+        let identity = memfd.identity();
+        let fd = memfd.try_clone_fd().expect("dup");
+        drop(board.noticed(memfd, b"\0sharer", 1));
+        let dormant = board.take_dormant(identity).expect("kept dormant");
+        assert_eq!(board.take_dormant(identity).map(|d| d.len()), None);
+        let received = tensorshare_strategies::file_descriptor::ReceivedFd::new(fd).expect("stat");
+        let again = FileDescriptorStrategy
+            .import_reusing(received, 4096, dormant)
+            .expect("same file");
+        assert_eq!(again.identity(), identity);
+    }
+
+    #[test]
+    fn dormant_mappings_stay_within_their_caps() {
+        let mut dormant = Dormant::default();
+        let now = Instant::now();
+        let big = MAX_DORMANT_BYTES / 2;
+        let identities: Vec<FileIdentity> = (0..3)
+            .map(|_| {
+                let memfd = FileDescriptorStrategy.allocate(big).expect("memfd");
+                let identity = memfd.identity();
+                dormant.put(memfd.into_dormant().expect("sealed"), now);
+                identity
+            })
+            .collect();
+        assert!(dormant.bytes <= MAX_DORMANT_BYTES);
+        assert!(
+            dormant.take(identities[0], now).is_none(),
+            "the oldest went"
+        );
+        assert!(dormant.take(identities[2], now).is_some());
+        assert!(
+            dormant
+                .take(identities[1], now + DORMANT_LIFETIME * 2)
+                .is_none(),
+            "too old"
+        );
+        assert_eq!(dormant.bytes, 0);
+    }
+
+    #[test]
+    fn a_received_segment_sent_on_is_never_due() {
+        let board = Arc::new(NoticeBoard::new(Weak::new()));
+        let memfd = FileDescriptorStrategy.allocate(4096).expect("memfd");
+        let identity = memfd.identity();
+        let noticed = board.noticed(memfd, b"\0sharer", 9);
+        board.sent_on(identity);
+        assert_eq!(board.due(identity), None);
+        drop(noticed);
+        assert!(lock(&board.entries).is_empty());
+    }
+}

@@ -1,0 +1,70 @@
+//! A storage's memfd segment whose end is handed to someone who cares:
+//! the pool that reuses it, or the board that tells its sender.
+
+use std::any::Any;
+use std::sync::{Arc, Weak};
+
+use tensorshare_strategies::file_descriptor::FdSegment;
+use tensorshare_strategies::{Segment, StrategyKind, WritableSegment};
+
+/// Who takes a [`Watched`] segment when its storage dies.
+pub(crate) trait Watcher: Send + Sync + std::fmt::Debug + 'static {
+    /// Takes the segment of a storage that died.
+    fn ended(&self, segment: FdSegment);
+}
+
+/// A memfd segment that is the `FdSegment` itself to every reader
+/// ([`Segment::as_any`] is the inner segment's, so `local_segment` and
+/// `downcast_ref` see through it), handed to its watcher when it is
+/// dropped instead of being unmapped there.
+#[derive(Debug)]
+pub(crate) struct Watched<W: Watcher> {
+    segment: Option<FdSegment>,
+    watcher: Weak<W>,
+}
+
+impl<W: Watcher> Watched<W> {
+    pub(crate) fn new(segment: FdSegment, watcher: &Arc<W>) -> Self {
+        Self {
+            segment: Some(segment),
+            watcher: Arc::downgrade(watcher),
+        }
+    }
+}
+
+impl<W: Watcher> Segment for Watched<W> {
+    fn as_bytes(&self) -> &[u8] {
+        self.segment.as_ref().map_or(&[], Segment::as_bytes)
+    }
+
+    fn kind(&self) -> StrategyKind {
+        StrategyKind::FileDescriptor
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        match &self.segment {
+            Some(segment) => segment.as_any(),
+            None => self,
+        }
+    }
+}
+
+impl<W: Watcher> WritableSegment for Watched<W> {
+    fn as_bytes_mut(&mut self) -> &mut [u8] {
+        self.segment
+            .as_mut()
+            .map_or(&mut [], WritableSegment::as_bytes_mut)
+    }
+
+    fn into_shared(self: Box<Self>) -> Arc<dyn Segment> {
+        Arc::new(*self)
+    }
+}
+
+impl<W: Watcher> Drop for Watched<W> {
+    fn drop(&mut self) {
+        if let (Some(segment), Some(watcher)) = (self.segment.take(), self.watcher.upgrade()) {
+            watcher.ended(segment);
+        }
+    }
+}
