@@ -73,6 +73,6 @@ pub use request::{
     DupFdRequest, MAX_RELEASE_KEYS, MAX_REQUEST_LEN, ReleaseRequest, RequestError, SharerRequest,
     UnmappedRequest,
 };
-pub(crate) use server::join_within;
+pub(crate) use server::{KeyReports, join_within};
 pub use server::{RegisterError, ResourceSharer, SharerError};
 pub use stats::SharerStats;

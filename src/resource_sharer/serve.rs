@@ -127,6 +127,7 @@ fn serve_connection(shared: &Shared, stream: &UnixStream) -> Outcome {
     let Some(fd) = shared.take(request.key) else {
         return Outcome::UnknownKey;
     };
+    shared.note_fetched(request.key);
     if io.arm_write_timeout().is_err() {
         return Outcome::TimedOut;
     }

@@ -98,19 +98,37 @@ pub(crate) struct Shared {
     /// The connection each worker is serving, to cut it short at shutdown.
     pub(crate) in_flight: Vec<Mutex<Option<Arc<UnixStream>>>>,
     table: Mutex<Table>,
-    /// Keys reported unmapped, until their owner collects them.
-    unmapped: Mutex<Vec<i64>>,
+    /// What became of keys, until their owner collects it.
+    reports: Mutex<KeyReports>,
 }
 
-/// The most unmapped keys kept for collection: a sender that never
+/// What became of registered keys since their owner last asked: fetched
+/// through the sharer (by a receiver that will never report them
+/// unmapped), or reported unmapped by a tensorshare receiver.
+#[derive(Debug, Default)]
+pub(crate) struct KeyReports {
+    pub(crate) fetched: Vec<i64>,
+    pub(crate) unmapped: Vec<i64>,
+}
+
+/// The most keys of each kind kept for collection: a sender that never
 /// collects them, or a client that reports too many, costs at most this
-/// much memory, and a key dropped here only means memory not reused.
-const MAX_UNMAPPED_KEPT: usize = 16 * 1024;
+/// much memory. An unmapped key dropped here only means memory not reused;
+/// a fetched one, a memfd kept until the pool gives up on it.
+const MAX_REPORTS_KEPT: usize = 16 * 1024;
 
 impl Shared {
     /// Removes `key`'s fd: the one serving of a key, or its withdrawal.
     pub(crate) fn take(&self, key: i64) -> Option<OwnedFd> {
         lock(&self.table).fds.remove(&key)
+    }
+
+    /// Notes that a receiver fetched `key`.
+    pub(crate) fn note_fetched(&self, key: i64) {
+        let mut reports = lock(&self.reports);
+        if reports.fetched.len() < MAX_REPORTS_KEPT {
+            reports.fetched.push(key);
+        }
     }
 
     /// Keeps those of `keys` that were ever registered here for their
@@ -129,8 +147,8 @@ impl Shared {
                 .collect()
         };
         let closed = closed.len();
-        let mut unmapped = lock(&self.unmapped);
-        let room = MAX_UNMAPPED_KEPT.saturating_sub(unmapped.len());
+        let unmapped = &mut lock(&self.reports).unmapped;
+        let room = MAX_REPORTS_KEPT.saturating_sub(unmapped.len());
         let kept = known.len().min(room);
         unmapped.extend(known.into_iter().take(kept));
         (kept, closed)
@@ -222,7 +240,7 @@ impl ResourceSharer {
             queue: Mutex::new(Some(sender)),
             in_flight: (0..options.workers()).map(|_| Mutex::new(None)).collect(),
             table: Mutex::new(Table::default()),
-            unmapped: Mutex::new(Vec::new()),
+            reports: Mutex::new(KeyReports::default()),
         });
         // From here on, dropping `sharer` on error undoes everything.
         let sharer = Arc::new(Self {
@@ -377,9 +395,9 @@ impl ResourceSharer {
         lock(&self.shared.table).fds.contains_key(&key)
     }
 
-    /// The keys receivers have reported unmapped since the last call.
-    pub(crate) fn take_unmapped(&self) -> Vec<i64> {
-        std::mem::take(&mut *lock(&self.shared.unmapped))
+    /// What became of keys since the last call.
+    pub(crate) fn take_reports(&self) -> KeyReports {
+        std::mem::take(&mut *lock(&self.shared.reports))
     }
 }
 

@@ -245,7 +245,7 @@ impl SharingContext {
             return Storage::allocate(self.strategy, nbytes);
         }
         if let Some(sharer) = self.sharer.get() {
-            self.pool.unmapped(sharer.take_unmapped());
+            self.pool.take_reports(sharer.take_reports());
         }
         let segment = match self.pool.take(nbytes) {
             Some(mut segment) => {

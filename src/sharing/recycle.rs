@@ -28,6 +28,7 @@ use tensorshare_strategies::file_descriptor::{FdSegment, FileIdentity};
 
 use super::lock;
 use super::watched::Watcher;
+use crate::resource_sharer::KeyReports;
 
 /// How long a segment waits for its receivers' reports after its storage
 /// died here before the pool frees it.
@@ -64,6 +65,8 @@ struct PoolState {
     /// Parked segments, oldest first, with when each was parked: a stale
     /// entry (the segment became free or parked again) is skipped.
     parked: VecDeque<(Instant, FileIdentity)>,
+    /// How many segments are parked.
+    parked_segments: usize,
     /// Bytes of tracked segments, and the most there ever were at once:
     /// the pool keeps up to that much free.
     tracked_bytes: usize,
@@ -74,6 +77,9 @@ struct PoolState {
 struct Tracked {
     /// Keys it was sent under that no receiver has reported yet.
     outstanding: Vec<i64>,
+    /// Whether a receiver fetched it through the resource sharer: one that
+    /// never reports (a Python process), so it is never reused.
+    fetched: bool,
     /// The segment, once its storage died here, while some receiver may
     /// still map it.
     parked: Option<(Instant, FdSegment)>,
@@ -119,16 +125,30 @@ impl SegmentPool {
         }
     }
 
-    /// Takes receivers' reports that the storages sent under `keys` are no
-    /// longer mapped; a segment whose last key this was and whose storage
-    /// died here becomes free.
-    pub(crate) fn unmapped(&self, keys: Vec<i64>) {
-        if keys.is_empty() {
+    /// Takes what the sharer saw of keys: a segment fetched under one is
+    /// never reused, and freed at once if its storage died here; a segment
+    /// whose last key was reported unmapped, and whose storage died here,
+    /// becomes free.
+    pub(crate) fn take_reports(&self, reports: KeyReports) {
+        if reports.fetched.is_empty() && reports.unmapped.is_empty() {
             return;
         }
         let mut state = lock(&self.state);
+        for key in reports.fetched {
+            let Some(identity) = state.keys.remove(&key) else {
+                continue;
+            };
+            let Some(tracked) = state.tracked.get_mut(&identity) else {
+                continue;
+            };
+            tracked.fetched = true;
+            if let Some((_, segment)) = &tracked.parked {
+                let nbytes = segment.len();
+                state.untrack(identity, nbytes);
+            }
+        }
         let now = Instant::now();
-        for key in keys {
+        for key in reports.unmapped {
             let Some(identity) = state.keys.remove(&key) else {
                 continue;
             };
@@ -136,8 +156,9 @@ impl SegmentPool {
                 continue;
             };
             tracked.outstanding.retain(|&k| k != key);
-            if tracked.outstanding.is_empty() {
+            if tracked.outstanding.is_empty() && !tracked.fetched {
                 if let Some((_, segment)) = tracked.parked.take() {
+                    state.parked_segments -= 1;
                     self.make_idle(&mut state, identity, segment, now);
                 }
             }
@@ -154,12 +175,18 @@ impl Watcher for SegmentPool {
         let now = Instant::now();
         state.expire(now);
         match state.tracked.get_mut(&identity) {
+            Some(tracked) if tracked.fetched => state.untrack(identity, segment.len()),
             Some(tracked) if tracked.outstanding.is_empty() => {
                 self.make_idle(&mut state, identity, segment, now);
             }
             Some(tracked) => {
                 tracked.parked = Some((now, segment));
                 state.parked.push_back((now, identity));
+                state.parked_segments += 1;
+                // Each waits with its fd open: the oldest go first.
+                while state.parked_segments > self.max_idle_segments {
+                    state.free_oldest_parked();
+                }
             }
             None => {}
         }
@@ -234,14 +261,12 @@ impl PoolState {
             self.idle_segments -= 1;
         }
         while let Some(&(since, identity)) = self.parked.front() {
-            let still_parked = self.parked_len(identity, since);
-            if still_parked.is_some() && now.duration_since(since) <= PARKED_LIFETIME {
+            if self.parked_len(identity, since).is_some()
+                && now.duration_since(since) <= PARKED_LIFETIME
+            {
                 break;
             }
-            self.parked.pop_front();
-            if let Some(nbytes) = still_parked {
-                self.untrack(identity, nbytes);
-            }
+            self.free_oldest_parked();
         }
         // Entries behind one that waits long go stale as their segments
         // become free: drop them before they outnumber the segments.
@@ -254,6 +279,16 @@ impl PoolState {
         }
         for segment in expired {
             self.untrack(segment.identity(), segment.len());
+        }
+    }
+
+    /// Frees the segment parked longest, dropping stale entries on the way.
+    fn free_oldest_parked(&mut self) {
+        while let Some((since, identity)) = self.parked.pop_front() {
+            if let Some(nbytes) = self.parked_len(identity, since) {
+                self.untrack(identity, nbytes);
+                return;
+            }
         }
     }
 
@@ -272,6 +307,9 @@ impl PoolState {
     /// segment is freed with it.
     fn untrack(&mut self, identity: FileIdentity, nbytes: usize) {
         if let Some(tracked) = self.tracked.remove(&identity) {
+            if tracked.parked.is_some() {
+                self.parked_segments -= 1;
+            }
             for key in tracked.outstanding {
                 self.keys.remove(&key);
             }
@@ -288,6 +326,13 @@ mod tests {
     use super::*;
     use tensorshare_strategies::SharingStrategy;
     use tensorshare_strategies::file_descriptor::FileDescriptorStrategy;
+
+    fn unmapped(keys: &[i64]) -> KeyReports {
+        KeyReports {
+            unmapped: keys.to_vec(),
+            ..KeyReports::default()
+        }
+    }
 
     fn pool() -> Arc<SegmentPool> {
         Arc::new(SegmentPool::new(16, 1 << 30))
@@ -329,9 +374,9 @@ mod tests {
         pool.sent(identity, 2);
         drop(segment);
         assert_eq!(pool.idle_segments(), 0, "parked while keys are out");
-        pool.unmapped(vec![1, 99]);
+        pool.take_reports(unmapped(&[1, 99]));
         assert_eq!(pool.idle_segments(), 0, "key 2 is still out");
-        pool.unmapped(vec![2]);
+        pool.take_reports(unmapped(&[2]));
         assert_eq!(pool.idle_segments(), 1);
         assert_eq!(pool.take(4096).map(|s| s.identity()), Some(identity));
     }
@@ -341,7 +386,7 @@ mod tests {
         let pool = pool();
         let (segment, identity) = storage_segment(&pool, 4096);
         pool.sent(identity, 7);
-        pool.unmapped(vec![7, 7]);
+        pool.take_reports(unmapped(&[7, 7]));
         assert_eq!(pool.idle_segments(), 0, "its storage is alive here");
         drop(segment);
         assert_eq!(pool.idle_segments(), 1);
@@ -352,9 +397,36 @@ mod tests {
         let pool = pool();
         let foreign = FileDescriptorStrategy.allocate(4096).expect("memfd");
         pool.sent(foreign.identity(), 3);
-        pool.unmapped(vec![3]);
+        pool.take_reports(unmapped(&[3]));
         pool.ended(foreign);
         assert_eq!(pool.idle_segments(), 0);
+    }
+
+    #[test]
+    fn a_segment_fetched_through_the_sharer_is_freed_and_never_reused() {
+        let pool = pool();
+        let (segment, identity) = storage_segment(&pool, 4096);
+        pool.sent(identity, 1);
+        pool.sent(identity, 2);
+        drop(segment);
+        pool.take_reports(KeyReports {
+            fetched: vec![1],
+            unmapped: vec![2],
+        });
+        assert_eq!(pool.idle_segments(), 0);
+        assert!(lock(&pool.state).tracked.is_empty(), "freed at once");
+    }
+
+    #[test]
+    fn parked_segments_stay_within_the_fd_budget() {
+        let pool = Arc::new(SegmentPool::new(2, 1 << 30));
+        for key in 0..5 {
+            let (segment, identity) = storage_segment(&pool, 4096);
+            pool.sent(identity, key);
+            drop(segment);
+        }
+        let state = lock(&pool.state);
+        assert_eq!((state.parked_segments, state.tracked.len()), (2, 2));
     }
 
     #[test]
