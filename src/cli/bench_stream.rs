@@ -31,7 +31,10 @@ pub enum Framing {
     Pickled,
     /// Each storage's fd alone on an empty message, mapped by the consumer
     /// through the `file_descriptor` strategy with no pickle, resource
-    /// sharer or cache: the floor under [`Framing::Pickled`].
+    /// sharer or cache: the floor under [`Framing::Pickled`]. The producer
+    /// still reuses its memfds, safely only because it frees a round's
+    /// tensors after the ack, when the consumer has unmapped them all; the
+    /// consumer maps each one afresh.
     RawFds,
 }
 
@@ -89,9 +92,10 @@ pub fn produce(
     (0..workload.rounds).map(|_| run(workload.count)).collect()
 }
 
-/// Sends `count` fresh tensors and waits for the ack. As in the torch
-/// producer, every tensor is kept until the ack and freed after the clock
-/// stops.
+/// Sends `count` new tensors, allocated through `sharing` (which reuses
+/// the memfds its receivers have reported unmapped), and waits for the
+/// ack. As in the torch producer, every tensor is kept until the ack and
+/// freed after the clock stops.
 fn send_run(
     connection: &mut Connection,
     sharing: &SharingContext,
