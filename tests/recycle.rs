@@ -25,6 +25,28 @@ fn pair() -> (Connection, Connection) {
     )
 }
 
+/// A producer and a consumer sharing one authkey, with a connection from
+/// the first to the second.
+fn producer_and_consumer() -> (SharingContext, SharingContext, Connection, Connection) {
+    let authkey = Authkey::random().unwrap();
+    let (tx, rx) = pair();
+    (
+        SharingContext::new(authkey.clone()),
+        SharingContext::new(authkey),
+        tx,
+        rx,
+    )
+}
+
+/// Waits until `count` keys were reported unmapped to `sharing`'s sharer.
+fn await_unmapped(sharing: &SharingContext, count: u64) {
+    eventually("the receivers report their storages unmapped", || {
+        sharing
+            .sharer_stats()
+            .is_some_and(|stats| stats.unmapped == count)
+    });
+}
+
 /// A storage allocated through `sharing`, every byte `byte`.
 fn filled(sharing: &SharingContext, byte: u8) -> Storage {
     let mut writer = sharing.allocate(NBYTES).expect("allocate");
@@ -67,30 +89,20 @@ fn reuses(sharing: &SharingContext, identity: FileIdentity) -> bool {
 
 #[test]
 fn a_memfd_both_ends_dropped_is_allocated_again_zeroed() {
-    let authkey = Authkey::random().unwrap();
-    let producer = SharingContext::new(authkey.clone());
-    let consumer = SharingContext::new(authkey);
-    let (mut tx, mut rx) = pair();
+    let (producer, consumer, mut tx, mut rx) = producer_and_consumer();
     let sent = filled(&producer, 7);
     let first = identity(&sent);
     let received = send(&sent, (&mut tx, &producer), (&mut rx, &consumer));
     assert_eq!(received.bytes(), Some(&[7; NBYTES][..]));
     drop((sent, received));
-    eventually("the consumer reports the storage unmapped", || {
-        producer
-            .sharer_stats()
-            .is_some_and(|stats| stats.unmapped == 1)
-    });
+    await_unmapped(&producer, 1);
     // Zero-filled and the same memory (`filled` checks the zeros).
     assert!(reuses(&producer, first));
 }
 
 #[test]
 fn a_memfd_its_receiver_still_holds_is_not_reused() {
-    let authkey = Authkey::random().unwrap();
-    let producer = SharingContext::new(authkey.clone());
-    let consumer = SharingContext::new(authkey);
-    let (mut tx, mut rx) = pair();
+    let (producer, consumer, mut tx, mut rx) = producer_and_consumer();
     let sent = filled(&producer, 1);
     let first = identity(&sent);
     let held = send(&sent, (&mut tx, &producer), (&mut rx, &consumer));
@@ -103,11 +115,7 @@ fn a_memfd_its_receiver_still_holds_is_not_reused() {
 
     // Once it goes, the memfd comes back.
     drop(held);
-    eventually("the consumer reports the storage unmapped", || {
-        producer
-            .sharer_stats()
-            .is_some_and(|stats| stats.unmapped == 1)
-    });
+    await_unmapped(&producer, 1);
     assert!(reuses(&producer, first));
 }
 
@@ -127,11 +135,7 @@ fn a_memfd_its_receiver_sent_on_is_not_reused() {
     // The last receiver reports to the relay, which did not make the memfd;
     // the producer hears nothing however long it waits.
     drop(at_last);
-    eventually("the last receiver reports to the relay", || {
-        relay
-            .sharer_stats()
-            .is_some_and(|stats| stats.unmapped == 1)
-    });
+    await_unmapped(&relay, 1);
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(producer.sharer_stats().map(|stats| stats.unmapped), Some(0));
     assert!(!reuses(&producer, first));
@@ -160,10 +164,7 @@ fn a_memfd_fetched_through_the_resource_sharer_is_not_reused() {
 
 #[test]
 fn a_stream_reuses_a_few_memfds_and_every_tensor_arrives_intact() {
-    let authkey = Authkey::random().unwrap();
-    let producer = SharingContext::new(authkey.clone());
-    let consumer = SharingContext::new(authkey);
-    let (mut tx, mut rx) = pair();
+    let (producer, consumer, mut tx, mut rx) = producer_and_consumer();
     let mut memfds = std::collections::HashSet::new();
     for round in 0..20_u8 {
         for index in 0..50_u8 {
