@@ -184,8 +184,7 @@ impl Watcher for SegmentPool {
                 state.parked.push_back((now, identity));
                 state.parked_segments += 1;
                 // Each waits with its fd open: the oldest go first.
-                while state.parked_segments > self.max_idle_segments {
-                    state.free_oldest_parked();
+                while state.parked_segments > self.max_idle_segments && state.free_oldest_parked() {
                 }
             }
             None => {}
@@ -261,12 +260,14 @@ impl PoolState {
             self.idle_segments -= 1;
         }
         while let Some(&(since, identity)) = self.parked.front() {
-            if self.parked_len(identity, since).is_some()
-                && now.duration_since(since) <= PARKED_LIFETIME
-            {
+            let parked = self.parked_len(identity, since);
+            if parked.is_some() && now.duration_since(since) <= PARKED_LIFETIME {
                 break;
             }
-            self.free_oldest_parked();
+            self.parked.pop_front();
+            if let Some(nbytes) = parked {
+                self.untrack(identity, nbytes);
+            }
         }
         // Entries behind one that waits long go stale as their segments
         // become free: drop them before they outnumber the segments.
@@ -282,14 +283,16 @@ impl PoolState {
         }
     }
 
-    /// Frees the segment parked longest, dropping stale entries on the way.
-    fn free_oldest_parked(&mut self) {
+    /// Frees the segment parked longest, dropping stale entries on the
+    /// way; whether there was one.
+    fn free_oldest_parked(&mut self) -> bool {
         while let Some((since, identity)) = self.parked.pop_front() {
             if let Some(nbytes) = self.parked_len(identity, since) {
                 self.untrack(identity, nbytes);
-                return;
+                return true;
             }
         }
+        false
     }
 
     /// The length of the segment `identity` if it is still the one parked
@@ -427,6 +430,22 @@ mod tests {
         }
         let state = lock(&pool.state);
         assert_eq!((state.parked_segments, state.tracked.len()), (2, 2));
+    }
+
+    #[test]
+    fn segments_free_or_parked_too_long_are_freed() {
+        let pool = pool();
+        let (idle, _) = storage_segment(&pool, 4096);
+        let (parked, identity) = storage_segment(&pool, 4096);
+        pool.sent(identity, 1);
+        drop((idle, parked));
+        let mut state = lock(&pool.state);
+        assert_eq!((state.idle_segments, state.parked_segments), (1, 1));
+        state.expire(Instant::now() + IDLE_LIFETIME + Duration::from_secs(1));
+        assert_eq!((state.idle_segments, state.parked_segments), (0, 1));
+        state.expire(Instant::now() + PARKED_LIFETIME + Duration::from_secs(1));
+        assert_eq!(state.parked_segments, 0);
+        assert!(state.tracked.is_empty() && state.keys.is_empty());
     }
 
     #[test]
