@@ -216,9 +216,10 @@ impl SharingContext {
     /// unmapped it: a tensorshare receiver reports that when its storage
     /// dies; a Python receiver never does, so a memfd it fetched is never
     /// reused. A stream of tensors then costs no new memfd, mapping or page
-    /// per tensor. Free memfds are kept for at most 10 seconds, within the
-    /// most bytes the producer held at once (at least 64 MiB, at most
-    /// 1 GiB) and a quarter of the fd limit.
+    /// per tensor. Free memfds are kept within the most bytes the producer
+    /// held at once (at least 64 MiB, at most 1 GiB) and a quarter of the
+    /// fd limit; one not reused for 10 seconds is freed by the next
+    /// allocation, and all of them with the context.
     ///
     /// # Errors
     ///
@@ -255,9 +256,12 @@ impl SharingContext {
             }
             None => {
                 use tensorshare_strategies::SharingStrategy;
-                let segment = FileDescriptorStrategy.allocate(nbytes).or_else(|_| {
-                    // Out of fds or memory: what the pool keeps goes first.
-                    self.pool.clear_idle();
+                let segment = FileDescriptorStrategy.allocate(nbytes).or_else(|error| {
+                    // Out of fds or memory, perhaps to the pool: what it
+                    // keeps goes first.
+                    if self.pool.clear_idle() == 0 {
+                        return Err(error);
+                    }
                     FileDescriptorStrategy.allocate(nbytes)
                 })?;
                 self.pool.adopt(segment.identity(), nbytes);

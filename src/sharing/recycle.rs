@@ -221,16 +221,16 @@ impl SegmentPool {
             .push_back((now, segment));
     }
 
-    /// Frees every free segment: their fds and memory go back to the
-    /// system (when allocating ran out of either).
-    pub(crate) fn clear_idle(&self) {
+    /// Frees every free segment, so that their fds and memory go back to
+    /// the system (when allocating ran out of either); how many there were.
+    pub(crate) fn clear_idle(&self) -> usize {
         let mut state = lock(&self.state);
         let idle = std::mem::take(&mut state.idle);
         for (_, segment) in idle.into_values().flatten() {
             state.untrack(segment.identity(), segment.len());
         }
         state.idle_bytes = 0;
-        state.idle_segments = 0;
+        std::mem::take(&mut state.idle_segments)
     }
 
     /// How many segments are free for reuse.
@@ -453,8 +453,7 @@ mod tests {
         let pool = Arc::new(SegmentPool::new(2, 1 << 30));
         let segments: Vec<_> = (0..3).map(|_| storage_segment(&pool, 4096).0).collect();
         drop(segments);
-        assert_eq!(pool.idle_segments(), 2);
-        pool.clear_idle();
+        assert_eq!(pool.clear_idle(), 2);
         assert_eq!(pool.idle_segments(), 0);
 
         // Free bytes stay within the most the producer held at once, or
