@@ -75,8 +75,7 @@ pub fn run(args: DemoArgs) -> Result<(), Box<dyn std::error::Error>> {
             &message("begin", Value::Str(strategy.to_string())),
             &sharing,
         )?;
-        let (elapsed, zero_copy) =
-            send_stream(&mut connection, &sharing, strategy, &workload, &progress)?;
+        let (elapsed, zero_copy) = send_stream(&mut connection, &sharing, &workload, &progress)?;
         legs.push(Leg {
             strategy,
             direction: "A -> B",
@@ -121,7 +120,7 @@ pub fn run_peer(args: DemoPeerArgs) -> Result<(), Box<dyn std::error::Error>> {
                 let sharing = SharingContext::new(authkey.clone()).with_strategy(strategy);
                 receive_stream(&mut connection, &sharing, &workload, &hidden)?;
                 let (elapsed, zero_copy) =
-                    send_stream(&mut connection, &sharing, strategy, &workload, &hidden)?;
+                    send_stream(&mut connection, &sharing, &workload, &hidden)?;
                 let report = Value::Tuple(vec![
                     Value::Float(elapsed.as_secs_f64()),
                     Value::Bool(zero_copy),
@@ -164,14 +163,13 @@ fn workload(count: usize) -> Vec<TensorSpec> {
 fn send_stream(
     connection: &mut Connection,
     sharing: &SharingContext,
-    kind: StrategyKind,
     workload: &[TensorSpec],
     progress: &ProgressBar,
 ) -> Result<(Duration, bool), Box<dyn std::error::Error>> {
     let start = Instant::now();
     let mut identities = Vec::with_capacity(workload.len());
     for (index, spec) in workload.iter().enumerate() {
-        let tensor = spec.build(kind, index as u64)?;
+        let tensor = spec.build(sharing, index as u64)?;
         identities.push(shared_identity(tensor.storage()));
         let item = Value::Tuple(vec![Value::Int(index as i64), Value::Tensor(tensor)]);
         connection.send(&item, sharing)?;

@@ -2,7 +2,7 @@
 //! process checks them without a copy of what was sent; and what a storage
 //! maps, to tell a zero-copy receipt from a copy.
 
-use tensorshare::{DType, Storage, StorageWriter, StrategyKind, Tensor, TensorView};
+use tensorshare::{DType, SharingContext, Storage, StorageWriter, Tensor, TensorView};
 use tensorshare_strategies::file_descriptor::FdSegment;
 use tensorshare_strategies::file_system::FileSystemSegment;
 use tensorshare_strategies::memmap::MemmapSegment;
@@ -22,13 +22,14 @@ pub fn fill(writer: &mut StorageWriter, index: u64) {
     }
 }
 
-/// Allocates `nbytes` with `kind` and writes the pattern of `index` in place.
+/// Allocates `nbytes` through `sharing` (reusing the memfds its receivers
+/// have unmapped) and writes the pattern of `index` in place.
 pub fn patterned(
-    kind: StrategyKind,
+    sharing: &SharingContext,
     nbytes: usize,
     index: u64,
 ) -> Result<Storage, tensorshare::Error> {
-    let mut writer = Storage::allocate(kind, nbytes)?;
+    let mut writer = sharing.allocate(nbytes)?;
     fill(&mut writer, index);
     Ok(writer.freeze())
 }
@@ -69,8 +70,12 @@ impl TensorSpec {
     }
 
     /// Allocates, writes and wraps tensor number `index` of this spec.
-    pub fn build(&self, kind: StrategyKind, index: u64) -> Result<Tensor, tensorshare::Error> {
-        let storage = patterned(kind, self.nbytes(), index)?;
+    pub fn build(
+        &self,
+        sharing: &SharingContext,
+        index: u64,
+    ) -> Result<Tensor, tensorshare::Error> {
+        let storage = patterned(sharing, self.nbytes(), index)?;
         Ok(Tensor::new(storage, self.view())?)
     }
 
