@@ -65,49 +65,44 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "one 4 KiB file_descriptor tensor message ({} bytes), median of {ROUNDS} rounds of {ITERATIONS}",
         message.len()
     );
-    report("dumps (reduce, register, encode)", || {
-        black_box(
-            sharing
-                .dumps(black_box(&tensor))
-                .map(|m| m.len())
-                .unwrap_or(0),
-        );
-    });
-    let decoded = decode_all(&message, &registry, &limits)?.pickle;
-    let options = EncodeOptions::new();
-    report("encode (the decoded message)", || {
-        black_box(
-            encode(black_box(&decoded), &options)
-                .map(|m| m.len())
-                .unwrap_or(0),
-        );
-    });
-    report("decode", || {
-        black_box(decode_all(black_box(&message), &registry, &limits).is_ok());
-    });
-    report("loads without attaching (decode, rebuild)", || {
-        black_box(registry.loads(black_box(&message)).is_ok());
-    });
-    Ok(())
-}
-
-/// Runs `op` unless the command line names other cases.
-fn report(name: &str, mut op: impl FnMut()) {
     let filters: Vec<String> = std::env::args()
         .skip(1)
         .filter(|a| !a.starts_with('-'))
         .collect();
+    let report = |name: &str, op: &mut dyn FnMut() -> bool| report(&filters, name, op);
+    report("dumps (reduce, register, encode)", &mut || {
+        sharing.dumps(black_box(&tensor)).map(black_box).is_ok()
+    });
+    let decoded = decode_all(&message, &registry, &limits)?.pickle;
+    let options = EncodeOptions::new();
+    report("encode (the decoded message)", &mut || {
+        encode(black_box(&decoded), &options).map(black_box).is_ok()
+    });
+    report("decode", &mut || {
+        decode_all(black_box(&message), &registry, &limits)
+            .map(black_box)
+            .is_ok()
+    });
+    report("loads without attaching (decode, rebuild)", &mut || {
+        registry.loads(black_box(&message)).map(black_box).is_ok()
+    });
+    Ok(())
+}
+
+/// Runs `op`, which says whether it succeeded, unless `filters` name other
+/// cases; a case that fails is not timed.
+fn report(filters: &[String], name: &str, op: &mut dyn FnMut() -> bool) {
     if !filters.is_empty() && !filters.iter().any(|f| name.contains(f.as_str())) {
         return;
     }
     let allocations_before = ALLOCATIONS.load(Ordering::Relaxed);
-    op();
+    assert!(op(), "{name} failed");
     let allocations = ALLOCATIONS.load(Ordering::Relaxed) - allocations_before;
     let mut rounds: Vec<f64> = (0..ROUNDS)
         .map(|_| {
             let start = Instant::now();
             for _ in 0..ITERATIONS {
-                op();
+                black_box(op());
             }
             start.elapsed().as_secs_f64() / ITERATIONS as f64
         })

@@ -205,14 +205,21 @@ time.sleep(600)
 #[test]
 fn a_segment_mapped_after_its_fd_was_closed_is_kept() {
     let segment = ShmFile::create_closed(dead_pid(), 4096);
-    let (child, line) = support::spawn_for_first_line(
+    let (mut child, line) = support::spawn_for_first_line(
         Command::new("python3")
             .args(["-c", MAPPER])
             .arg(&segment.path),
         "the mapper",
     );
+    if line != "ready" {
+        // It exited: what it said is on stderr.
+        let mut stderr = String::new();
+        if let Some(mut pipe) = child.stderr.take() {
+            let _ = std::io::Read::read_to_string(&mut pipe, &mut stderr);
+        }
+        assert_eq!(line, "ready", "the mapper: {stderr}");
+    }
     let mapper = ChildGuard(child);
-    assert_eq!(line, "ready");
 
     // What the test is about: mapped, and no fd left.
     let file_name = segment.path.file_name().expect("a file name");

@@ -180,11 +180,7 @@ fn a_stream_reuses_a_few_memfds_and_every_tensor_arrives_intact() {
             );
         }
         // Let the reports of this round arrive.
-        wait_until(Duration::from_secs(5), || {
-            producer
-                .sharer_stats()
-                .is_some_and(|stats| stats.unmapped == u64::from(round + 1) * 50)
-        });
+        await_unmapped(&producer, u64::from(round + 1) * 50);
     }
     assert!(
         memfds.len() < 200,

@@ -399,6 +399,11 @@ fn summary(rows: &[Row], size: usize, memcpy: f64) -> String {
     )
 }
 
+/// The row of `route`, if it ran.
+fn row_of(rows: &[Row], route: Route) -> Option<&Row> {
+    rows.iter().find(|row| row.path == route)
+}
+
 /// The fastest of `routes` among `rows`.
 fn fastest<'a>(rows: &'a [Row], routes: &[Route]) -> Option<&'a Row> {
     rows.iter()
@@ -411,10 +416,7 @@ fn fastest<'a>(rows: &'a [Row], routes: &[Route]) -> Option<&'a Row> {
 /// the whole path, e.g.
 /// `floor: fds, no pickle 14.2 µs = 11.55x torch file_system; rust-to-rust costs 1.85x that`.
 fn floor(rows: &[Row]) -> Option<String> {
-    let floor = rows
-        .iter()
-        .find(|row| row.path == Route::RustToRustRawFds)?
-        .per_tensor;
+    let floor = row_of(rows, Route::RustToRustRawFds)?.per_tensor;
     let mut line = format!("floor: fds, no pickle {}", super::format::duration(floor));
     if let Some(best) = fastest(rows, FILE_DESCRIPTOR_TARGET.theirs) {
         line += &format!(
@@ -423,10 +425,7 @@ fn floor(rows: &[Row]) -> Option<String> {
             best.path.strategy()
         );
     }
-    if let Some(ours) = rows
-        .iter()
-        .find(|row| row.path == FILE_DESCRIPTOR_TARGET.ours)
-    {
+    if let Some(ours) = row_of(rows, FILE_DESCRIPTOR_TARGET.ours) {
         line += &format!(
             "; {} costs {:.2}x that",
             ours.path.name(),
@@ -439,7 +438,7 @@ fn floor(rows: &[Row]) -> Option<String> {
 /// `target`'s line: our path against torch's best, with the verdict at a
 /// size the target names; or which paths the line needs.
 fn versus(rows: &[Row], size: usize, target: &Target) -> String {
-    let ours = rows.iter().find(|row| row.path == target.ours);
+    let ours = row_of(rows, target.ours);
     let best = fastest(rows, target.theirs);
     let (Some(ours), Some(best)) = (ours, best) else {
         let theirs: Vec<String> = target.theirs.iter().map(|path| path.name()).collect();

@@ -14,12 +14,12 @@
 //! the same storages, each fd alone on an empty message, which measures
 //! what the `file_descriptor` strategy costs without the pickle around it.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use tensorshare::{Connection, DType, SharingContext, Storage, Tensor, TensorView, Value};
-use tensorshare_strategies::SharingStrategy;
+use tensorshare::{Connection, DType, SharingContext, Tensor, TensorView, Value};
 use tensorshare_strategies::file_descriptor::{FdSegment, FileDescriptorStrategy};
+use tensorshare_strategies::{Segment, SharingStrategy};
 
 const FILL_MODULUS: usize = 251;
 
@@ -108,19 +108,19 @@ fn send_run(
     for index in 0..count {
         let mut writer = sharing.allocate(size)?;
         fill_in_parallel(writer.as_bytes_mut(), (index % FILL_MODULUS) as u8);
+        let storage = writer.freeze();
+        if framing == Framing::RawFds {
+            let segment = storage
+                .local_segment::<FdSegment>()
+                .ok_or("raw fds need the file_descriptor strategy")?;
+            connection.send_bytes_with_fds(&[], &[segment.fd()])?;
+        }
         let tensor = Value::Tensor(Tensor::new(
-            writer.freeze(),
+            storage,
             TensorView::contiguous(DType::UInt8, &[size]),
         )?);
-        match framing {
-            Framing::Pickled => connection.send(&tensor, sharing)?,
-            Framing::RawFds => {
-                let segment = tensor
-                    .as_tensor()
-                    .and_then(|tensor| tensor.storage().local_segment::<FdSegment>())
-                    .ok_or("raw fds need the file_descriptor strategy")?;
-                connection.send_bytes_with_fds(&[], &[segment.fd()])?;
-            }
+        if framing == Framing::Pickled {
+            connection.send(&tensor, sharing)?;
         }
         kept.push(tensor);
     }
@@ -196,11 +196,7 @@ fn receive_run(
                 let [fd] = <[_; 1]>::try_from(fds)
                     .map_err(|fds| format!("tensor {index}: {} fds, expected 1", fds.len()))?;
                 let segment = FileDescriptorStrategy.import(fd, size)?;
-                check_bytes(
-                    Storage::from_segment(Arc::new(segment)).bytes(),
-                    size,
-                    index,
-                )?;
+                check_bytes(Some(segment.as_bytes()), size, index)?;
             }
         }
     }

@@ -297,8 +297,7 @@ impl<'a> Walker<'a> {
     /// the same attached or not.
     pub(crate) fn keep_built(&mut self, id: NodeId, value: Value) {
         if let Some(marks) = self.marks.get_mut(id.index()) {
-            // The cache is consulted for shared nodes only.
-            marks.shared = true;
+            marks.cached = true;
             self.cache.insert(id, value);
         }
     }
@@ -324,8 +323,8 @@ impl<'a> Walker<'a> {
         let Some(marks) = self.marks.get_mut(id.index()) else {
             return Err(RebuildError::Cycle);
         };
-        let shared = marks.shared;
-        if shared {
+        let cached = marks.cached;
+        if cached {
             if let Some(value) = self.cache.get(&id) {
                 return Ok(value.clone());
             }
@@ -338,7 +337,7 @@ impl<'a> Walker<'a> {
             marks.busy = false;
         }
         let value = value?;
-        if shared {
+        if cached {
             self.cache.insert(id, value.clone());
         }
         Ok(value)
@@ -420,7 +419,7 @@ impl<'a> Walker<'a> {
         let unshared = self
             .marks
             .get(args.index())
-            .is_some_and(|marks| !marks.shared);
+            .is_some_and(|marks| !marks.cached);
         if let (Some(Node::Tuple(items)), true) = (pickle.get(args), unshared) {
             for &item in items {
                 let value = self.eval(item, depth + 2)?;
@@ -468,13 +467,10 @@ impl<'a> Walker<'a> {
         let state = object.state.map(|s| self.eval(s, depth + 1)).transpose()?;
         let list_items = self.eval_all(&object.list_items, depth)?;
         let dict_items = self.eval_pairs(&object.dict_items, depth)?;
-        // Out of `self` for the call, which borrows the walker's caches;
-        // put back after, so its capacity serves every call.
-        let arguments = std::mem::take(&mut self.arguments);
-        let result = callable.call(Call {
+        callable.call(Call {
             callee: callable.name(),
             kind,
-            args: arguments.get(base..).unwrap_or_default(),
+            args: self.arguments.get(base..).unwrap_or_default(),
             kwargs: &kwargs,
             state: state.as_ref(),
             list_items: &list_items,
@@ -483,9 +479,7 @@ impl<'a> Walker<'a> {
             archive_depth: self.archive_depth,
             storages: &self.storages,
             sharing: self.sharing,
-        });
-        self.arguments = arguments;
-        result
+        })
     }
 }
 
@@ -494,8 +488,10 @@ impl<'a> Walker<'a> {
 struct NodeMarks {
     /// An edge points at the node.
     seen: bool,
-    /// More than one edge points at the node.
-    shared: bool,
+    /// Its value goes in the cache and comes from it: more than one edge
+    /// points at the node, or it was built ahead
+    /// ([`keep_built`](Walker::keep_built)).
+    cached: bool,
     /// The node is being evaluated: meeting it again is a cycle.
     busy: bool,
 }
@@ -505,7 +501,7 @@ fn marks(pickle: &Pickle) -> Vec<NodeMarks> {
     let mut marks = vec![NodeMarks::default(); pickle.len()];
     let mut visit = |id: NodeId| {
         if let Some(marks) = marks.get_mut(id.index()) {
-            marks.shared |= std::mem::replace(&mut marks.seen, true);
+            marks.cached |= std::mem::replace(&mut marks.seen, true);
         }
     };
     for (_, node) in pickle.iter() {

@@ -8,6 +8,7 @@
 //! [`loads`](SharingContext::loads) rebuilds a pickle and attaches every
 //! storage it names, fetching fds from the sender's resource sharer.
 
+mod aging;
 mod bytes;
 mod cache;
 mod file_descriptor;
@@ -32,6 +33,7 @@ use tensorshare_strategies::fd_passing::MAX_FDS_PER_MESSAGE;
 use tensorshare_strategies::file_descriptor::{FdSegment, FileDescriptorStrategy, FileIdentity};
 use tensorshare_strategies::file_system::SegmentName;
 use tensorshare_strategies::memmap::MemmapStrategy;
+use tensorshare_strategies::{AllocateError, SharingStrategy, WritableSegment};
 
 pub use cache::WeakStorageCache;
 pub(crate) use memmap::register as register_memmap;
@@ -41,7 +43,6 @@ use crate::registry::rebuild::Walker;
 use crate::resource_sharer::{Registration, ResourceSharer};
 use crate::storage::StorageWriter;
 use crate::{Authkey, Error, Registry, Storage, StrategyKind, Value};
-use tensorshare_strategies::AllocateError;
 
 /// How long to wait for a peer's resource sharer to hand over an fd.
 const DEFAULT_FETCH_TIMEOUT: Duration = Duration::from_secs(30);
@@ -250,12 +251,10 @@ impl SharingContext {
         }
         let segment = match self.pool.take(nbytes) {
             Some(mut segment) => {
-                use tensorshare_strategies::WritableSegment;
                 segment.as_bytes_mut().fill(0);
                 segment
             }
             None => {
-                use tensorshare_strategies::SharingStrategy;
                 let segment = FileDescriptorStrategy.allocate(nbytes).or_else(|error| {
                     // Out of fds or memory, perhaps to the pool: what it
                     // keeps goes first.

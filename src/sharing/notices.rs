@@ -12,12 +12,13 @@
 //! The sender only needs to know that no storage here uses the memory; a
 //! dormant mapping is never read.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use tensorshare_strategies::file_descriptor::{DormantMapping, FdSegment, FileIdentity};
 
+use super::aging::AgingMap;
 use super::lock;
 use super::release::Releases;
 use super::watched::{Watched, Watcher};
@@ -41,35 +42,25 @@ pub(crate) struct NoticeBoard {
     releases: Weak<Releases>,
 }
 
-/// Mappings of noticed storages that died here, by file.
+/// Mappings of noticed storages that died here, by file, oldest first.
 #[derive(Debug, Default)]
 struct Dormant {
-    by_identity: HashMap<FileIdentity, (u64, DormantMapping)>,
-    /// Oldest first: when each went dormant, and under which generation,
-    /// so that an entry taken and put back is not evicted by its old place.
-    order: VecDeque<(Instant, u64, FileIdentity)>,
-    generation: u64,
+    mappings: AgingMap<FileIdentity, DormantMapping>,
     bytes: usize,
 }
 
 impl Dormant {
     fn put(&mut self, mapping: DormantMapping, now: Instant) {
-        self.generation += 1;
-        let identity = mapping.identity();
         self.bytes += mapping.len();
-        if let Some((_, old)) = self
-            .by_identity
-            .insert(identity, (self.generation, mapping))
-        {
+        if let Some(old) = self.mappings.insert(mapping.identity(), mapping, now) {
             self.bytes -= old.len();
         }
-        self.order.push_back((now, self.generation, identity));
         self.evict(now);
     }
 
     fn take(&mut self, identity: FileIdentity, now: Instant) -> Option<DormantMapping> {
         self.evict(now);
-        let (_, mapping) = self.by_identity.remove(&identity)?;
+        let mapping = self.mappings.remove(&identity)?;
         self.bytes -= mapping.len();
         Some(mapping)
     }
@@ -77,22 +68,15 @@ impl Dormant {
     /// Unmaps the oldest until the rest are young enough and within the
     /// caps.
     fn evict(&mut self, now: Instant) {
-        while let Some(&(since, generation, identity)) = self.order.front() {
+        while let Some(since) = self.mappings.oldest() {
             let over = self.bytes > MAX_DORMANT_BYTES
-                || self.by_identity.len() > MAX_DORMANT_MAPPINGS
+                || self.mappings.len() > MAX_DORMANT_MAPPINGS
                 || now.duration_since(since) > DORMANT_LIFETIME;
-            let current = self
-                .by_identity
-                .get(&identity)
-                .is_some_and(|(g, _)| *g == generation);
-            if current && !over {
+            if !over {
                 return;
             }
-            self.order.pop_front();
-            if current {
-                if let Some((_, mapping)) = self.by_identity.remove(&identity) {
-                    self.bytes -= mapping.len();
-                }
+            if let Some((_, mapping)) = self.mappings.pop_oldest() {
+                self.bytes -= mapping.len();
             }
         }
     }

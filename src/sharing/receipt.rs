@@ -60,28 +60,11 @@ impl<'a> Receipt<'a> {
         walker: &mut Walker<'_>,
         fds: Vec<OwnedFd>,
     ) -> Self {
-        if fds.is_empty() {
-            return Self {
-                context,
-                attached: None,
-            };
-        }
-        let dup_fd = Global::new("multiprocessing.resource_sharer", "DupFd");
-        let Ok(built) = walker.objects_built_by(&dup_fd) else {
-            return Self {
-                context,
-                attached: None,
-            };
+        let attached = if fds.is_empty() {
+            None
+        } else {
+            attached_fds(walker, fds)
         };
-        let dup_fds: Option<Vec<&DupFdRef>> =
-            built.iter().map(|(_, value)| dup_fd_of(value)).collect();
-        let attached = dup_fds.and_then(|dup_fds| pair(&dup_fds, fds));
-        // A DupFd's description holds no storage: the rebuild reuses it.
-        for (id, value) in built {
-            if dup_fd_of(&value).is_some() {
-                walker.keep_built(id, value);
-            }
-        }
         Self { context, attached }
     }
 
@@ -143,6 +126,22 @@ impl Drop for Receipt<'_> {
             self.context.releases.release(address, keys);
         }
     }
+}
+
+/// Pairs `fds` with the `DupFd`s of the pickle `walker` is about to
+/// rebuild; the `DupFd` descriptions it builds for this are kept for the
+/// rebuild, since they hold no storage.
+fn attached_fds(walker: &mut Walker<'_>, fds: Vec<OwnedFd>) -> Option<AttachedFds> {
+    let dup_fd = Global::new("multiprocessing.resource_sharer", "DupFd");
+    let built = walker.objects_built_by(&dup_fd).ok()?;
+    let dup_fds: Option<Vec<&DupFdRef>> = built.iter().map(|(_, value)| dup_fd_of(value)).collect();
+    let attached = dup_fds.and_then(|dup_fds| pair(&dup_fds, fds));
+    for (id, value) in built {
+        if dup_fd_of(&value).is_some() {
+            walker.keep_built(id, value);
+        }
+    }
+    attached
 }
 
 /// The `DupFd` description `value` is, if it is one.

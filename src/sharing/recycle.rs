@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 use tensorshare_strategies::Segment;
 use tensorshare_strategies::file_descriptor::{FdSegment, FileIdentity};
 
+use super::aging::AgingMap;
 use super::lock;
 use super::watched::Watcher;
 use crate::resource_sharer::KeyReports;
@@ -45,7 +46,7 @@ const MIN_IDLE_BYTES: usize = 64 << 20;
 #[derive(Debug)]
 pub(crate) struct SegmentPool {
     state: Mutex<PoolState>,
-    /// The most free segments kept: each holds an fd.
+    /// The most free segments kept, and the most parked: each holds an fd.
     max_idle_segments: usize,
     /// The most free bytes kept, whatever the producer held at once.
     max_idle_bytes: usize,
@@ -53,36 +54,78 @@ pub(crate) struct SegmentPool {
 
 #[derive(Debug, Default)]
 struct PoolState {
-    /// Free segments by length, oldest first, with when each became free.
-    idle: HashMap<usize, VecDeque<(Instant, FdSegment)>>,
-    idle_bytes: usize,
-    idle_segments: usize,
-    /// Every segment the pool made that is held by a storage, or waits for
-    /// its receivers.
+    idle: Idle,
+    /// Segments whose storage died here while some receiver may still map
+    /// them, oldest first.
+    parked: AgingMap<FileIdentity, FdSegment>,
+    /// Every segment the pool made that is held by a storage, parked or
+    /// free.
     tracked: HashMap<FileIdentity, Tracked>,
     /// The segment each key not yet reported was sent for.
     keys: HashMap<i64, FileIdentity>,
-    /// Parked segments, oldest first, with when each was parked: a stale
-    /// entry (the segment became free or parked again) is skipped.
-    parked: VecDeque<(Instant, FileIdentity)>,
-    /// How many segments are parked.
-    parked_segments: usize,
     /// Bytes of tracked segments, and the most there ever were at once:
     /// the pool keeps up to that much free.
     tracked_bytes: usize,
     peak_tracked_bytes: usize,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Tracked {
+    nbytes: usize,
     /// Keys it was sent under that no receiver has reported yet.
     outstanding: Vec<i64>,
     /// Whether a receiver fetched it through the resource sharer: one that
     /// never reports (a Python process), so it is never reused.
     fetched: bool,
-    /// The segment, once its storage died here, while some receiver may
-    /// still map it.
-    parked: Option<(Instant, FdSegment)>,
+}
+
+/// Free segments by length, oldest first, with when each became free.
+#[derive(Debug, Default)]
+struct Idle {
+    by_len: HashMap<usize, VecDeque<(Instant, FdSegment)>>,
+    bytes: usize,
+    segments: usize,
+}
+
+impl Idle {
+    fn push(&mut self, segment: FdSegment, now: Instant) {
+        self.bytes += segment.len();
+        self.segments += 1;
+        self.by_len
+            .entry(segment.len())
+            .or_default()
+            .push_back((now, segment));
+    }
+
+    fn pop(&mut self, nbytes: usize) -> Option<FdSegment> {
+        let queue = self.by_len.get_mut(&nbytes)?;
+        let (_, segment) = queue.pop_front()?;
+        if queue.is_empty() {
+            self.by_len.remove(&nbytes);
+        }
+        self.bytes -= nbytes;
+        self.segments -= 1;
+        Some(segment)
+    }
+
+    /// Takes out the segments free since before `cutoff`, or all of them.
+    fn drain(&mut self, cutoff: Option<Instant>) -> Vec<FdSegment> {
+        let mut drained = Vec::new();
+        for queue in self.by_len.values_mut() {
+            while let Some((since, _)) = queue.front() {
+                if cutoff.is_some_and(|cutoff| *since >= cutoff) {
+                    break;
+                }
+                drained.extend(queue.pop_front().map(|(_, segment)| segment));
+            }
+        }
+        self.by_len.retain(|_, queue| !queue.is_empty());
+        for segment in &drained {
+            self.bytes -= segment.len();
+            self.segments -= 1;
+        }
+        drained
+    }
 }
 
 impl SegmentPool {
@@ -101,16 +144,18 @@ impl SegmentPool {
     pub(crate) fn take(&self, nbytes: usize) -> Option<FdSegment> {
         let mut state = lock(&self.state);
         state.expire(Instant::now());
-        let (_, segment) = state.idle.get_mut(&nbytes)?.pop_front()?;
-        state.idle_bytes -= nbytes;
-        state.idle_segments -= 1;
-        Some(segment)
+        state.idle.pop(nbytes)
     }
 
     /// Starts tracking a new segment of `nbytes` made for a storage.
     pub(crate) fn adopt(&self, identity: FileIdentity, nbytes: usize) {
         let mut state = lock(&self.state);
-        state.tracked.insert(identity, Tracked::default());
+        let tracked = Tracked {
+            nbytes,
+            outstanding: Vec::new(),
+            fetched: false,
+        };
+        state.tracked.insert(identity, tracked);
         state.tracked_bytes += nbytes;
         state.peak_tracked_bytes = state.peak_tracked_bytes.max(state.tracked_bytes);
     }
@@ -138,13 +183,11 @@ impl SegmentPool {
             let Some(identity) = state.keys.remove(&key) else {
                 continue;
             };
-            let Some(tracked) = state.tracked.get_mut(&identity) else {
-                continue;
-            };
-            tracked.fetched = true;
-            if let Some((_, segment)) = &tracked.parked {
-                let nbytes = segment.len();
-                state.untrack(identity, nbytes);
+            if let Some(tracked) = state.tracked.get_mut(&identity) {
+                tracked.fetched = true;
+                if state.parked.remove(&identity).is_some() {
+                    state.untrack(identity);
+                }
             }
         }
         let now = Instant::now();
@@ -157,12 +200,43 @@ impl SegmentPool {
             };
             tracked.outstanding.retain(|&k| k != key);
             if tracked.outstanding.is_empty() && !tracked.fetched {
-                if let Some((_, segment)) = tracked.parked.take() {
-                    state.parked_segments -= 1;
-                    self.make_idle(&mut state, identity, segment, now);
+                if let Some(segment) = state.parked.remove(&identity) {
+                    self.make_idle(&mut state, segment, now);
                 }
             }
         }
+    }
+
+    /// Puts `segment` on the free list, or frees it when the pool holds
+    /// enough.
+    fn make_idle(&self, state: &mut PoolState, segment: FdSegment, now: Instant) {
+        let byte_limit = self
+            .max_idle_bytes
+            .min(state.peak_tracked_bytes.max(MIN_IDLE_BYTES));
+        if state.idle.segments >= self.max_idle_segments
+            || state.idle.bytes.saturating_add(segment.len()) > byte_limit
+        {
+            state.untrack(segment.identity());
+            return;
+        }
+        state.idle.push(segment, now);
+    }
+
+    /// Frees every free segment, so that their fds and memory go back to
+    /// the system (when allocating ran out of either); how many there were.
+    pub(crate) fn clear_idle(&self) -> usize {
+        let mut state = lock(&self.state);
+        let freed = state.idle.drain(None);
+        for segment in &freed {
+            state.untrack(segment.identity());
+        }
+        freed.len()
+    }
+
+    /// How many segments are free for reuse.
+    #[cfg(test)]
+    fn idle_segments(&self) -> usize {
+        lock(&self.state).idle.segments
     }
 }
 
@@ -174,69 +248,23 @@ impl Watcher for SegmentPool {
         let mut state = lock(&self.state);
         let now = Instant::now();
         state.expire(now);
-        match state.tracked.get_mut(&identity) {
-            Some(tracked) if tracked.fetched => state.untrack(identity, segment.len()),
-            Some(tracked) if tracked.outstanding.is_empty() => {
-                self.make_idle(&mut state, identity, segment, now);
-            }
-            Some(tracked) => {
-                tracked.parked = Some((now, segment));
-                state.parked.push_back((now, identity));
-                state.parked_segments += 1;
-                // Each waits with its fd open: the oldest go first.
-                while state.parked_segments > self.max_idle_segments && state.free_oldest_parked() {
-                }
-            }
-            None => {}
-        }
-    }
-}
-
-impl SegmentPool {
-    /// Puts `segment` on the free list, or frees it when the pool holds
-    /// enough.
-    fn make_idle(
-        &self,
-        state: &mut PoolState,
-        identity: FileIdentity,
-        segment: FdSegment,
-        now: Instant,
-    ) {
-        let nbytes = segment.len();
-        let byte_limit = self
-            .max_idle_bytes
-            .min(state.peak_tracked_bytes.max(MIN_IDLE_BYTES));
-        if state.idle_segments >= self.max_idle_segments
-            || state.idle_bytes.saturating_add(nbytes) > byte_limit
-        {
-            state.untrack(identity, nbytes);
+        let Some(tracked) = state.tracked.get(&identity) else {
             return;
+        };
+        if tracked.fetched {
+            state.untrack(identity);
+        } else if tracked.outstanding.is_empty() {
+            self.make_idle(&mut state, segment, now);
+        } else {
+            state.parked.insert(identity, segment, now);
+            // Each waits with its fd open: the oldest go first.
+            while state.parked.len() > self.max_idle_segments {
+                let Some((oldest, _)) = state.parked.pop_oldest() else {
+                    break;
+                };
+                state.untrack(oldest);
+            }
         }
-        state.idle_bytes += nbytes;
-        state.idle_segments += 1;
-        state
-            .idle
-            .entry(nbytes)
-            .or_default()
-            .push_back((now, segment));
-    }
-
-    /// Frees every free segment, so that their fds and memory go back to
-    /// the system (when allocating ran out of either); how many there were.
-    pub(crate) fn clear_idle(&self) -> usize {
-        let mut state = lock(&self.state);
-        let idle = std::mem::take(&mut state.idle);
-        for (_, segment) in idle.into_values().flatten() {
-            state.untrack(segment.identity(), segment.len());
-        }
-        state.idle_bytes = 0;
-        std::mem::take(&mut state.idle_segments)
-    }
-
-    /// How many segments are free for reuse.
-    #[cfg(test)]
-    fn idle_segments(&self) -> usize {
-        lock(&self.state).idle_segments
     }
 }
 
@@ -244,79 +272,33 @@ impl PoolState {
     /// Frees segments free for too long, and parked segments whose
     /// receivers never reported.
     fn expire(&mut self, now: Instant) {
-        let mut expired = Vec::new();
-        for queue in self.idle.values_mut() {
-            while queue
-                .front()
-                .is_some_and(|(since, _)| now.duration_since(*since) > IDLE_LIFETIME)
-            {
-                if let Some((_, segment)) = queue.pop_front() {
-                    expired.push(segment);
-                }
+        let cutoff = now.checked_sub(IDLE_LIFETIME);
+        if cutoff.is_some() {
+            for segment in self.idle.drain(cutoff) {
+                self.untrack(segment.identity());
             }
         }
-        for segment in &expired {
-            self.idle_bytes -= segment.len();
-            self.idle_segments -= 1;
-        }
-        while let Some(&(since, identity)) = self.parked.front() {
-            let parked = self.parked_len(identity, since);
-            if parked.is_some() && now.duration_since(since) <= PARKED_LIFETIME {
-                break;
-            }
-            self.parked.pop_front();
-            if let Some(nbytes) = parked {
-                self.untrack(identity, nbytes);
-            }
-        }
-        // Entries behind one that waits long go stale as their segments
-        // become free: drop them before they outnumber the segments.
-        if self.parked.len() > 2 * self.tracked.len() + 64 {
-            let parked = std::mem::take(&mut self.parked);
-            self.parked = parked
-                .into_iter()
-                .filter(|&(since, identity)| self.parked_len(identity, since).is_some())
-                .collect();
-        }
-        for segment in expired {
-            self.untrack(segment.identity(), segment.len());
-        }
-    }
-
-    /// Frees the segment parked longest, dropping stale entries on the
-    /// way; whether there was one.
-    fn free_oldest_parked(&mut self) -> bool {
-        while let Some((since, identity)) = self.parked.pop_front() {
-            if let Some(nbytes) = self.parked_len(identity, since) {
-                self.untrack(identity, nbytes);
-                return true;
-            }
-        }
-        false
-    }
-
-    /// The length of the segment `identity` if it is still the one parked
-    /// at `since`.
-    fn parked_len(&self, identity: FileIdentity, since: Instant) -> Option<usize> {
-        self.tracked
-            .get(&identity)?
+        while self
             .parked
-            .as_ref()
-            .filter(|(parked_at, _)| *parked_at == since)
-            .map(|(_, segment)| segment.len())
+            .oldest()
+            .is_some_and(|since| now.duration_since(since) > PARKED_LIFETIME)
+        {
+            let Some((identity, _)) = self.parked.pop_oldest() else {
+                break;
+            };
+            self.untrack(identity);
+        }
     }
 
     /// Forgets the segment `identity` and the keys it waited for; a parked
     /// segment is freed with it.
-    fn untrack(&mut self, identity: FileIdentity, nbytes: usize) {
+    fn untrack(&mut self, identity: FileIdentity) {
+        self.parked.remove(&identity);
         if let Some(tracked) = self.tracked.remove(&identity) {
-            if tracked.parked.is_some() {
-                self.parked_segments -= 1;
-            }
             for key in tracked.outstanding {
                 self.keys.remove(&key);
             }
-            self.tracked_bytes = self.tracked_bytes.saturating_sub(nbytes);
+            self.tracked_bytes -= tracked.nbytes;
         }
     }
 }
@@ -429,7 +411,7 @@ mod tests {
             drop(segment);
         }
         let state = lock(&pool.state);
-        assert_eq!((state.parked_segments, state.tracked.len()), (2, 2));
+        assert_eq!((state.parked.len(), state.tracked.len()), (2, 2));
     }
 
     #[test]
@@ -440,11 +422,11 @@ mod tests {
         pool.sent(identity, 1);
         drop((idle, parked));
         let mut state = lock(&pool.state);
-        assert_eq!((state.idle_segments, state.parked_segments), (1, 1));
+        assert_eq!((state.idle.segments, state.parked.len()), (1, 1));
         state.expire(Instant::now() + IDLE_LIFETIME + Duration::from_secs(1));
-        assert_eq!((state.idle_segments, state.parked_segments), (0, 1));
+        assert_eq!((state.idle.segments, state.parked.len()), (0, 1));
         state.expire(Instant::now() + PARKED_LIFETIME + Duration::from_secs(1));
-        assert_eq!(state.parked_segments, 0);
+        assert_eq!(state.parked.len(), 0);
         assert!(state.tracked.is_empty() && state.keys.is_empty());
     }
 

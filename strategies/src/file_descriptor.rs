@@ -187,7 +187,7 @@ impl DormantMapping {
         self.mapping.len()
     }
 
-    /// Whether it maps no bytes (never: empty segments are not mapped).
+    /// Whether it maps no bytes (the dormant mapping of an empty segment).
     pub fn is_empty(&self) -> bool {
         self.mapping.len() == 0
     }
@@ -348,9 +348,7 @@ impl FileDescriptorStrategy {
             sealed,
         })
     }
-}
 
-impl FileDescriptorStrategy {
     /// As [`import_received`](Self::import_received), but takes over
     /// `dormant` when it maps the first `nbytes` of the received file: the
     /// segment is then made with no `mmap` and no sealing (the file was
@@ -367,7 +365,9 @@ impl FileDescriptorStrategy {
         dormant: DormantMapping,
     ) -> Result<FdSegment, ImportError> {
         // The dormant mapping keeps its file alive, so no other file can
-        // have its identity.
+        // have its identity, and that file was a regular one, sealed against
+        // shrinking, covering the mapping. The type and size checks cost no
+        // syscall and keep this path as strict as a fresh import.
         let same_file = dormant.identity == received.identity()
             && dormant.mapping.len() == nbytes
             && is_regular_file(&received.stat)

@@ -23,6 +23,7 @@
 use std::ffi::c_void;
 use std::ptr::NonNull;
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 
 use nix::errno::Errno;
@@ -35,6 +36,9 @@ const MIN_BYTES_PER_THREAD: usize = 8 << 20;
 /// Chunks start at multiples of this, which is a multiple of every page
 /// size Linux uses for such mappings.
 const CHUNK_ALIGN: usize = 2 << 20;
+
+/// Whether the kernel refused `MADV_POPULATE_WRITE` (before 5.14).
+static UNSUPPORTED: AtomicBool = AtomicBool::new(false);
 
 /// Populates `len` bytes from `start` for writing.
 ///
@@ -49,6 +53,11 @@ const CHUNK_ALIGN: usize = 2 << 20;
 /// `start..start + len` is a page-aligned range of one `MAP_SHARED`,
 /// writable mapping the caller owns.
 pub(crate) unsafe fn populate_writable(start: NonNull<u8>, len: usize) -> Result<(), Errno> {
+    // A kernel that refused the call once refuses it always: no more
+    // threads and failing calls for every segment.
+    if UNSUPPORTED.load(Ordering::Relaxed) {
+        return Err(Errno::EINVAL);
+    }
     let threads = threads_for(len);
     if threads <= 1 {
         // SAFETY: the caller's contract.
@@ -119,6 +128,10 @@ unsafe fn populate(start: NonNull<u8>, len: usize) -> Result<(), Errno> {
             unsafe { madvise(start.cast::<c_void>(), len, MmapAdvise::MADV_POPULATE_WRITE) };
         match result {
             Err(Errno::EINTR) => continue,
+            Err(Errno::EINVAL) => {
+                UNSUPPORTED.store(true, Ordering::Relaxed);
+                return Err(Errno::EINVAL);
+            }
             other => return other,
         }
     }

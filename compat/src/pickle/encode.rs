@@ -299,7 +299,8 @@ fn encode_root(
         out,
         node_memo: vec![None; pickle.len()],
         // Globals and their names: about two for every three nodes in
-        // torch's messages; growing the map costs more than the guess.
+        // torch's messages. One slot per node covers them, and growing the
+        // map costs more than the spare slots.
         memo: FxHashMap::with_capacity_and_hasher(pickle.len().min(1024), Default::default()),
         memo_len: 0,
         tasks: Vec::with_capacity(pickle.len().min(1024)),

@@ -1,0 +1,113 @@
+//! A map whose entries also leave oldest first: segments the pool parks
+//! while receivers still map them, and mappings a receiver keeps dormant.
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::Hash;
+use std::time::Instant;
+
+/// Entries by key, and the order they came in.
+///
+/// Removing by key leaves a stale place in the queue; a stamp per insertion
+/// tells a stale place from the entry's current one, so that an entry taken
+/// out and put back is not aged by its first place.
+#[derive(Debug)]
+pub(crate) struct AgingMap<K, V> {
+    entries: HashMap<K, (u64, V)>,
+    order: VecDeque<(Instant, u64, K)>,
+    stamps: u64,
+}
+
+impl<K, V> Default for AgingMap<K, V> {
+    fn default() -> Self {
+        Self {
+            entries: HashMap::new(),
+            order: VecDeque::new(),
+            stamps: 0,
+        }
+    }
+}
+
+impl<K: Copy + Eq + Hash, V> AgingMap<K, V> {
+    /// Inserts `value` under `key` as of `now`; the value it replaces.
+    pub(crate) fn insert(&mut self, key: K, value: V, now: Instant) -> Option<V> {
+        self.stamps += 1;
+        self.order.push_back((now, self.stamps, key));
+        let replaced = self.entries.insert(key, (self.stamps, value));
+        // Places left by entries removed out of order go before they
+        // outnumber the entries.
+        if self.order.len() > 2 * self.entries.len() + 64 {
+            let entries = &self.entries;
+            self.order
+                .retain(|(_, stamp, key)| entries.get(key).is_some_and(|(s, _)| s == stamp));
+        }
+        replaced.map(|(_, value)| value)
+    }
+
+    pub(crate) fn remove(&mut self, key: &K) -> Option<V> {
+        self.entries.remove(key).map(|(_, value)| value)
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// When the oldest entry came in.
+    pub(crate) fn oldest(&mut self) -> Option<Instant> {
+        self.drop_stale_front();
+        self.order.front().map(|(since, _, _)| *since)
+    }
+
+    /// Removes the oldest entry.
+    pub(crate) fn pop_oldest(&mut self) -> Option<(K, V)> {
+        self.drop_stale_front();
+        let (_, _, key) = self.order.pop_front()?;
+        let value = self.remove(&key)?;
+        Some((key, value))
+    }
+
+    fn drop_stale_front(&mut self) {
+        while let Some((_, stamp, key)) = self.order.front() {
+            if self
+                .entries
+                .get(key)
+                .is_some_and(|(current, _)| current == stamp)
+            {
+                return;
+            }
+            self.order.pop_front();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn entries_leave_oldest_first_by_their_latest_insertion() {
+        let start = Instant::now();
+        let at = |seconds| start + Duration::from_secs(seconds);
+        let mut map = AgingMap::default();
+        map.insert('a', 1, at(0));
+        map.insert('b', 2, at(1));
+        assert_eq!(map.remove(&'a'), Some(1));
+        map.insert('a', 3, at(2));
+        assert_eq!(map.oldest(), Some(at(1)));
+        assert_eq!(map.pop_oldest(), Some(('b', 2)));
+        assert_eq!(map.pop_oldest(), Some(('a', 3)));
+        assert_eq!((map.pop_oldest(), map.len()), (None, 0));
+    }
+
+    #[test]
+    fn stale_places_do_not_pile_up() {
+        let now = Instant::now();
+        let mut map = AgingMap::default();
+        for round in 0..1000 {
+            map.insert(round % 3, round, now);
+            map.remove(&(round % 3));
+        }
+        assert!(map.order.len() <= 64 + 1);
+    }
+}
