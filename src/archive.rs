@@ -9,21 +9,29 @@ use tensorshare_compat::torch_save::{
     self, ReadOptions, StorageRecord, TorchSaveArchive, TorchSaveFormat,
 };
 
+use crate::registry::audit::GlobalAudit;
 use crate::registry::rebuild::{PersistentLoad, Walker};
 use crate::registry::{Call, RebuildError, Registry};
 use crate::{DType, Error, Storage, Value};
 
 /// Reads a `torch.save` file (zip or legacy) and rebuilds its object.
 ///
+/// Storages saved on any device (`cuda:0`, `mps`, ...) read as CPU
+/// storages, as `torch.load(map_location="cpu")` reads them;
+/// [`Storage::saved_location`] says where each was saved.
+///
 /// # Errors
 ///
 /// [`Error::TorchSave`] for a malformed archive, [`Error::Decode`] or
-/// [`Error::Rebuild`] for its pickle.
+/// [`Error::Rebuild`] for its pickle, the latter naming every global
+/// outside the allowlist.
 pub fn load_torch_save(
     bytes: &[u8],
     registry: &Registry,
 ) -> Result<(TorchSaveFormat, Value), Error> {
-    let archive = torch_save::read(bytes, registry, &read_options(registry))?;
+    let audit = GlobalAudit::new(registry);
+    let archive = torch_save::read(bytes, &audit, &read_options(registry))?;
+    audit.finish()?;
     rebuild_archive(archive, registry, 0)
 }
 
@@ -89,6 +97,11 @@ pub(crate) fn load_from_bytes(call: Call<'_>) -> Result<Value, RebuildError> {
 /// the archive's records, one [`Storage`] per key so views share it. A
 /// record's bytes move into its storage, uncopied, the first time its key
 /// is loaded.
+///
+/// Every location reads as CPU bytes, as `torch.load(map_location="cpu")`
+/// reads it: most checkpoints were saved from a GPU, and the file holds the
+/// bytes whatever device they came from. The storage keeps the location for
+/// display ([`Storage::saved_location`]).
 struct ArchiveStorages {
     records: RefCell<BTreeMap<String, StorageRecord>>,
     loaded: RefCell<HashMap<String, Storage>>,
@@ -118,28 +131,24 @@ impl PersistentLoad for ArchiveStorages {
                 "persistent id is not ('storage', cls, key, location, numel)".into(),
             ));
         };
-        if tag != "storage" {
+        if &**tag != "storage" {
             return Err(invalid(format!("unknown persistent id kind '{tag}'")));
-        }
-        if location != "cpu" && !location.starts_with("cpu:") {
-            return Err(invalid(format!(
-                "storage '{key}' was saved on '{location}'; only CPU storages can be shared: move it to CPU before saving"
-            )));
         }
         let mut records = self.records.borrow_mut();
         let record = records
-            .get_mut(key)
+            .get_mut(&**key)
             .ok_or_else(|| invalid(format!("storage '{key}' has no record in the archive")))?;
         let mut loaded = self.loaded.borrow_mut();
-        let storage = match loaded.get(key) {
+        let storage = match loaded.get(&**key) {
             Some(storage) => storage.clone(),
             None => {
                 let data = std::mem::take(&mut record.data);
                 let nbytes = data.len();
-                let storage = Storage::from_shared_bytes(data).map_err(|error| {
-                    invalid(format!("storage '{key}' of {nbytes} bytes: {error}"))
-                })?;
-                loaded.insert(key.clone(), storage.clone());
+                let storage =
+                    Storage::from_saved_bytes(data, location.clone()).map_err(|error| {
+                        invalid(format!("storage '{key}' of {nbytes} bytes: {error}"))
+                    })?;
+                loaded.insert(key.to_string(), storage.clone());
                 storage
             }
         };

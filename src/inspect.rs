@@ -1,6 +1,13 @@
 //! `tensorshare inspect`: decode any torch pickle or `.pt` file without
 //! executing anything and describe what is in it.
 //!
+//! Both forms of a [`Report`] are bounded by the input's size: an object
+//! the pickle references from several places is shown in full once, with
+//! an `id`, and as a reference after (`{"type": "list", "ref": 3}` in JSON,
+//! `list #3, shown above` in text). Tensors are referenced by their own
+//! ids. Strings of up to 64 bytes and bytes-like values, whose display is
+//! short, are shown wherever they occur.
+//!
 //! # Examples
 //!
 //! ```
@@ -11,20 +18,32 @@
 //! let report = inspect(b"\x80\x02]q\x00(K\x01X\x01\x00\x00\x00aq\x01e.", &Registry::default())?;
 //! assert_eq!(report.format, Format::Pickle);
 //! assert_eq!(report.to_json()["object"], serde_json::json!([1, "a"]));
+//!
+//! // l = []; pickle.dumps([l, l], protocol=2): the shared list is shown once.
+//! let report = inspect(b"\x80\x02]q\x00(]q\x01h\x01e.", &Registry::default())?;
+//! assert_eq!(
+//!     report.to_json()["object"],
+//!     serde_json::json!([{"type": "list", "id": 0, "items": []}, {"type": "list", "ref": 0}])
+//! );
 //! # Ok::<(), tensorshare::Error>(())
 //! ```
 
-use std::collections::HashMap;
 use std::fmt::Write as _;
 
+use rustc_hash::{FxHashMap, FxHashSet};
 use serde_json::{Map, Value as Json, json};
 use tensorshare_compat::dtype::Scalar;
+use tensorshare_compat::pickle::Global;
 use tensorshare_compat::torch_save::TorchSaveFormat;
 
-use crate::{Error, Registry, Storage, Tensor, Value};
+use crate::registry::CallKind;
+use crate::{DType, Error, Opaque, OpaqueCall, Registry, Storage, StorageKind, Tensor, Value};
 
 /// Elements shown per tensor.
 pub const HEAD_ELEMENTS: usize = 8;
+
+/// Strings longer than this many bytes are shown once when shared.
+const SHORT_STRING: usize = 64;
 
 /// What kind of file was inspected.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,11 +76,35 @@ pub struct Report {
     pub object: Value,
 }
 
+/// What a report holds that is not plain data: the globals outside the
+/// allowlist and the calls recorded instead of made (see
+/// [`UnknownGlobals::Opaque`](crate::registry::UnknownGlobals::Opaque)).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OpaqueSummary {
+    /// Every global outside the allowlist, in order of first appearance.
+    pub globals: Vec<Global>,
+    /// How many calls were recorded instead of made.
+    pub calls: usize,
+    /// How many of them an allowlisted rebuilder refused.
+    pub refused: usize,
+}
+
+impl OpaqueSummary {
+    /// Whether the report is plain data: nothing opaque in it.
+    pub fn is_empty(&self) -> bool {
+        self.globals.is_empty() && self.calls == 0
+    }
+}
+
 /// The first bytes of a legacy `torch.save` stream: protocol 2 and the
 /// magic number `0x1950a86a20f9469cfc6c` as `LONG1`.
 const LEGACY_MAGIC: &[u8] = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19";
 
 /// Decodes `bytes` as a torch pickle or `torch.save` file.
+///
+/// Globals outside `registry`'s allowlist are refused, all of them named,
+/// unless its options keep them as opaque nodes
+/// ([`UnknownGlobals::Opaque`](crate::registry::UnknownGlobals::Opaque)).
 ///
 /// # Errors
 ///
@@ -83,10 +126,10 @@ pub fn inspect(bytes: &[u8], registry: &Registry) -> Result<Report, Error> {
 }
 
 impl Report {
-    /// The report as JSON: `format`, the `object` tree, and `tensors` (every
-    /// tensor occurrence, depth first).
+    /// The report as JSON: `format`, the `object` tree, and `tensors` (each
+    /// distinct tensor once, in order of first appearance).
     pub fn to_json(&self) -> Json {
-        let mut ids = Ids::default();
+        let mut ids = Ids::new(&self.object);
         let object = ids.value_json(&self.object);
         let tensors: Vec<Json> = self
             .object
@@ -97,48 +140,252 @@ impl Report {
         json!({ "format": self.format.name(), "object": object, "tensors": tensors })
     }
 
-    /// The report as an indented text tree.
+    /// [`to_json`](Self::to_json) as indented text, two spaces a level up
+    /// to [`MAX_INDENT`] levels: deeper ones stay there, so the text grows
+    /// with the input, however deep its nesting.
+    pub fn to_json_pretty(&self) -> String {
+        let mut out = Vec::new();
+        let mut serializer =
+            serde_json::Serializer::with_formatter(&mut out, CappedIndent::default());
+        // Writing a `serde_json::Value` to memory cannot fail.
+        let _ = serde::Serialize::serialize(&self.to_json(), &mut serializer);
+        out.push(b'\n');
+        String::from_utf8(out).unwrap_or_default()
+    }
+
+    /// The report as an indented text tree, two spaces a level up to
+    /// [`MAX_INDENT`] levels; a deeper line starts with its level
+    /// (`(level 40)`).
     pub fn to_text(&self) -> String {
-        let mut ids = Ids::default();
+        let mut ids = Ids::new(&self.object);
         let mut out = format!("format: {}\n", self.format.name());
         let mut stack = vec![(0usize, String::new(), &self.object)];
-        while let Some((indent, label, value)) = stack.pop() {
-            let pad = "  ".repeat(indent);
-            let children: Vec<(String, &Value)> = match value {
-                Value::Tuple(items)
-                | Value::List(items)
-                | Value::Set(items)
-                | Value::FrozenSet(items) => items
-                    .iter()
-                    .enumerate()
-                    .map(|(i, v)| (format!("[{i}] "), v))
-                    .collect(),
-                Value::Dict(items) | Value::OrderedDict(items) => items
-                    .iter()
-                    .map(|(k, v)| (format!("{}: ", short(k)), v))
-                    .collect(),
-                _ => Vec::new(),
-            };
-            let _ = writeln!(out, "{pad}{label}{}", ids.describe(value));
-            for (label, child) in children.into_iter().rev() {
-                stack.push((indent + 1, label, child));
+        while let Some((level, label, value)) = stack.pop() {
+            let (line, expand) = ids.describe(value);
+            let _ = write!(out, "{}", "  ".repeat(level.min(MAX_INDENT)));
+            if level > MAX_INDENT {
+                let _ = write!(out, "(level {level}) ");
+            }
+            let _ = writeln!(out, "{label}{line}");
+            if expand {
+                for (label, child) in labeled_children(value).into_iter().rev() {
+                    stack.push((level + 1, label, child));
+                }
             }
         }
         out
     }
+
+    /// The globals outside the allowlist and the calls recorded instead of
+    /// made: empty unless the registry kept them as opaque nodes.
+    pub fn opaque_summary(&self) -> OpaqueSummary {
+        let mut summary = OpaqueSummary::default();
+        let mut seen_globals = FxHashSet::default();
+        for value in self.object.distinct() {
+            let Value::Opaque(opaque) = value else {
+                continue;
+            };
+            match &**opaque {
+                Opaque::Global(global) => {
+                    if seen_globals.insert(global.clone()) {
+                        summary.globals.push(global.clone());
+                    }
+                }
+                Opaque::Call(call) => {
+                    summary.calls += 1;
+                    summary.refused += usize::from(call.refused.is_some());
+                }
+            }
+        }
+        summary
+    }
 }
 
-/// Stable small ids for tensors and storages, by first appearance.
+/// Nesting levels that [`Report::to_text`] and [`Report::to_json_pretty`]
+/// indent.
+pub const MAX_INDENT: usize = 16;
+
+/// serde_json's pretty printing with the indentation capped at
+/// [`MAX_INDENT`] levels.
 #[derive(Default)]
+struct CappedIndent {
+    level: usize,
+    has_value: bool,
+}
+
+impl CappedIndent {
+    fn newline<W: ?Sized + std::io::Write>(&self, writer: &mut W) -> std::io::Result<()> {
+        writer.write_all(b"\n")?;
+        for _ in 0..self.level.min(MAX_INDENT) {
+            writer.write_all(b"  ")?;
+        }
+        Ok(())
+    }
+
+    fn open<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        bracket: &[u8],
+    ) -> std::io::Result<()> {
+        self.level += 1;
+        self.has_value = false;
+        writer.write_all(bracket)
+    }
+
+    fn close<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        bracket: &[u8],
+    ) -> std::io::Result<()> {
+        self.level -= 1;
+        if self.has_value {
+            self.newline(writer)?;
+        }
+        writer.write_all(bracket)
+    }
+
+    fn item<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        if !first {
+            writer.write_all(b",")?;
+        }
+        self.newline(writer)
+    }
+}
+
+impl serde_json::ser::Formatter for CappedIndent {
+    fn begin_array<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.open(writer, b"[")
+    }
+
+    fn end_array<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.close(writer, b"]")
+    }
+
+    fn begin_array_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        self.item(writer, first)
+    }
+
+    fn end_array_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        _writer: &mut W,
+    ) -> std::io::Result<()> {
+        self.has_value = true;
+        Ok(())
+    }
+
+    fn begin_object<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.open(writer, b"{")
+    }
+
+    fn end_object<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.close(writer, b"}")
+    }
+
+    fn begin_object_key<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        self.item(writer, first)
+    }
+
+    fn begin_object_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+    ) -> std::io::Result<()> {
+        writer.write_all(b": ")
+    }
+
+    fn end_object_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        _writer: &mut W,
+    ) -> std::io::Result<()> {
+        self.has_value = true;
+        Ok(())
+    }
+}
+
+/// How one occurrence of a value is shown.
+enum Occurrence {
+    /// Not shared, or too short to be worth an id: in full, without one.
+    Only,
+    /// The first of several: in full, with this id.
+    First(usize),
+    /// Shown before with this id: as a reference.
+    Again(usize),
+}
+
+/// Ids for tensors, storages and shared objects, by first appearance.
 struct Ids {
-    tensors: HashMap<usize, usize>,
-    storages: HashMap<usize, usize>,
+    /// Identities of the objects that occur more than once.
+    repeated: FxHashSet<usize>,
+    objects: FxHashMap<usize, usize>,
+    tensors: FxHashMap<usize, usize>,
+    storages: FxHashMap<usize, usize>,
 }
 
 impl Ids {
-    fn tensor(&mut self, t: &Tensor) -> usize {
+    fn new(root: &Value) -> Self {
+        let mut seen = FxHashSet::default();
+        let mut repeated = FxHashSet::default();
+        let mut stack = vec![root];
+        while let Some(value) = stack.pop() {
+            if let Some(identity) = value.shared_identity() {
+                if !seen.insert(identity) {
+                    repeated.insert(identity);
+                    continue;
+                }
+            }
+            stack.extend(value.children());
+        }
+        Self {
+            repeated,
+            objects: FxHashMap::default(),
+            tensors: FxHashMap::default(),
+            storages: FxHashMap::default(),
+        }
+    }
+
+    fn occurrence(&mut self, value: &Value) -> Occurrence {
+        let short = match value {
+            Value::Str(s) => s.len() <= SHORT_STRING,
+            Value::ByteArray(_) => true,
+            _ => false,
+        };
+        let Some(identity) = value.shared_identity().filter(|_| !short) else {
+            return Occurrence::Only;
+        };
+        if !self.repeated.contains(&identity) {
+            return Occurrence::Only;
+        }
+        let next = self.objects.len();
+        match self.objects.get(&identity) {
+            Some(&id) => Occurrence::Again(id),
+            None => {
+                self.objects.insert(identity, next);
+                Occurrence::First(next)
+            }
+        }
+    }
+
+    /// The tensor's id, and whether it was shown before.
+    fn tensor(&mut self, t: &Tensor) -> (usize, bool) {
         let next = self.tensors.len();
-        *self.tensors.entry(t.identity()).or_insert(next)
+        match self.tensors.get(&t.identity()) {
+            Some(&id) => (id, true),
+            None => {
+                self.tensors.insert(t.identity(), next);
+                (next, false)
+            }
+        }
     }
 
     fn storage(&mut self, s: &Storage) -> usize {
@@ -147,13 +394,21 @@ impl Ids {
     }
 
     fn storage_json(&mut self, s: &Storage) -> Json {
-        json!({ "id": self.storage(s), "kind": s.kind().name(), "nbytes": s.nbytes() })
+        let mut fields = Map::new();
+        fields.insert("id".into(), json!(self.storage(s)));
+        fields.insert("kind".into(), json!(s.kind().name()));
+        fields.insert("nbytes".into(), json!(s.nbytes()));
+        if let Some(location) = s.saved_location() {
+            fields.insert("location".into(), json!(location));
+        }
+        Json::Object(fields)
     }
 
     fn tensor_json(&mut self, t: &Tensor) -> Json {
+        let (id, _) = self.tensor(t);
         let mut fields = Map::new();
         fields.insert("type".into(), json!("tensor"));
-        fields.insert("id".into(), json!(self.tensor(t)));
+        fields.insert("id".into(), json!(id));
         fields.insert("dtype".into(), json!(t.dtype().name()));
         fields.insert("shape".into(), json!(t.sizes()));
         fields.insert("stride".into(), json!(t.strides()));
@@ -162,10 +417,8 @@ impl Ids {
         fields.insert("parameter".into(), json!(t.is_parameter()));
         fields.insert("storage".into(), self.storage_json(t.storage()));
         if let Some(head) = head(t) {
-            fields.insert(
-                "head".into(),
-                Json::Array(head.iter().map(scalar_json).collect()),
-            );
+            let head = head.iter().map(|s| scalar_json(s, t.dtype())).collect();
+            fields.insert("head".into(), Json::Array(head));
         }
         Json::Object(fields)
     }
@@ -173,40 +426,98 @@ impl Ids {
     /// The object tree as JSON; recursion depth is bounded by the decoder's
     /// nesting limit.
     fn value_json(&mut self, value: &Value) -> Json {
-        let tagged = |kind: &str, items: Json| json!({ "type": kind, "items": items });
+        if let Value::Tensor(t) = value {
+            return match self.tensors.get(&t.identity()) {
+                Some(&id) => json!({ "type": "tensor", "ref": id }),
+                None => self.tensor_json(t),
+            };
+        }
+        let id = match self.occurrence(value) {
+            Occurrence::Again(id) => return json!({ "type": json_type(value), "ref": id }),
+            Occurrence::First(id) => Some(id),
+            Occurrence::Only => None,
+        };
+        let mut json = match value {
+            Value::List(items) if id.is_none() => return self.values_json(items),
+            Value::Str(s) if id.is_none() => return json!(&**s),
+            _ => self.tagged_json(value),
+        };
+        if let (Some(id), Json::Object(fields)) = (id, &mut json) {
+            fields.insert("id".into(), json!(id));
+        }
+        json
+    }
+
+    /// A value as a JSON object with a `type`, or as the JSON scalar it is.
+    fn tagged_json(&mut self, value: &Value) -> Json {
+        let kind = json_type(value);
         match value {
             Value::None => Json::Null,
             Value::Bool(b) => json!(b),
             Value::Int(i) => json!(i),
-            Value::BigInt(bytes) => json!({ "type": "int", "value": big_int_decimal(bytes) }),
-            Value::Float(f) => float_json(*f),
-            Value::Str(s) => json!(s),
-            Value::Bytes(b) => json!({ "type": "bytes", "len": b.len(), "head": hex(b) }),
-            Value::ByteArray(b) => json!({ "type": "bytearray", "len": b.len(), "head": hex(b) }),
-            Value::List(items) => Json::Array(items.iter().map(|v| self.value_json(v)).collect()),
-            Value::Tuple(items) => tagged("tuple", self.values_json(items)),
-            Value::Set(items) => tagged("set", self.values_json(items)),
-            Value::FrozenSet(items) => tagged("frozenset", self.values_json(items)),
-            Value::Dict(items) => tagged("dict", self.pairs_json(items)),
-            Value::OrderedDict(items) => tagged("OrderedDict", self.pairs_json(items)),
+            Value::BigInt(bytes) => json!({ "type": kind, "value": big_int_decimal(bytes) }),
+            Value::Float(f) => float_json(*f, DType::Float64),
+            Value::Str(s) => json!({ "type": kind, "value": &**s }),
+            Value::Bytes(b) => json!({ "type": kind, "len": b.len(), "head": hex(b) }),
+            Value::ByteArray(b) => json!({ "type": kind, "len": b.len(), "head": hex(b) }),
+            Value::Tuple(items)
+            | Value::List(items)
+            | Value::Set(items)
+            | Value::FrozenSet(items) => json!({ "type": kind, "items": self.values_json(items) }),
+            Value::Dict(pairs) | Value::OrderedDict(pairs) => {
+                json!({ "type": kind, "items": self.pairs_json(pairs) })
+            }
             Value::Tensor(t) => self.tensor_json(t),
             Value::Storage(s) => {
                 let mut storage = self.storage_json(s);
-                storage["type"] = json!("storage");
+                storage["type"] = json!(kind);
                 storage
             }
             Value::TypedStorage(s, dtype) => {
                 let mut storage = self.storage_json(s);
-                storage["type"] = json!("storage");
+                storage["type"] = json!(kind);
                 storage["dtype"] = json!(dtype.name());
                 storage
             }
-            Value::DType(d) => json!({ "type": "dtype", "name": d.name() }),
-            Value::Size(dims) => json!({ "type": "Size", "value": dims }),
-            Value::Global(g) => json!({ "type": "global", "name": g.to_string() }),
-            Value::Callable(c) => json!({ "type": "global", "name": c.name().to_string() }),
-            Value::Custom(c) => json!({ "type": "object", "class": c.global.to_string() }),
+            Value::DType(d) => json!({ "type": kind, "name": d.name() }),
+            Value::Size(dims) => json!({ "type": kind, "value": &**dims }),
+            Value::Global(g) => json!({ "type": kind, "name": g.to_string() }),
+            Value::Callable(c) => json!({ "type": kind, "name": c.name().to_string() }),
+            Value::Custom(c) => json!({ "type": kind, "class": c.global.to_string() }),
+            Value::Opaque(opaque) => match &**opaque {
+                Opaque::Global(g) => {
+                    json!({ "type": kind, "name": g.to_string(), "allowed": false })
+                }
+                Opaque::Call(call) => self.call_json(call),
+            },
         }
+    }
+
+    fn call_json(&mut self, call: &OpaqueCall) -> Json {
+        let mut fields = Map::new();
+        fields.insert("type".into(), json!("call"));
+        match call.callee_name() {
+            Some(global) => fields.insert("global".into(), json!(global.to_string())),
+            None => fields.insert("callee".into(), self.value_json(&call.callee)),
+        };
+        fields.insert("opcode".into(), json!(opcode_name(call.kind)));
+        fields.insert("args".into(), self.values_json(&call.args));
+        if !call.kwargs.is_empty() {
+            fields.insert("kwargs".into(), self.pairs_json(&call.kwargs));
+        }
+        if let Some(state) = &call.state {
+            fields.insert("state".into(), self.value_json(state));
+        }
+        if !call.list_items.is_empty() {
+            fields.insert("appends".into(), self.values_json(&call.list_items));
+        }
+        if !call.dict_items.is_empty() {
+            fields.insert("setitems".into(), self.pairs_json(&call.dict_items));
+        }
+        if let Some(refused) = &call.refused {
+            fields.insert("refused".into(), json!(refused));
+        }
+        Json::Object(fields)
     }
 
     fn values_json(&mut self, items: &[Value]) -> Json {
@@ -222,44 +533,165 @@ impl Ids {
         )
     }
 
-    /// One line describing a value (containers by their size).
-    fn describe(&mut self, value: &Value) -> String {
-        match value {
-            Value::Tensor(t) => {
-                let id = self.tensor(t);
-                let storage = self.storage(t.storage());
-                let mut line = format!(
-                    "tensor #{id} {} shape {:?} stride {:?} offset {}{}{}  storage #{storage} {} {} bytes",
-                    t.dtype(),
-                    t.sizes(),
-                    t.strides(),
-                    t.storage_offset(),
-                    if t.requires_grad() {
-                        " requires_grad"
-                    } else {
-                        ""
-                    },
-                    if t.is_parameter() { " Parameter" } else { "" },
-                    t.storage().kind(),
-                    t.storage().nbytes(),
-                );
-                if let Some(head) = head(t) {
-                    let shown: Vec<String> =
-                        head.iter().map(|s| scalar_json(s).to_string()).collect();
-                    let more = if t.numel() > head.len() { ", ..." } else { "" };
-                    let _ = write!(line, "  [{}{more}]", shown.join(", "));
-                }
-                line
-            }
-            Value::List(items) => format!("list ({} items)", items.len()),
-            Value::Tuple(items) => format!("tuple ({} items)", items.len()),
-            Value::Set(items) => format!("set ({} items)", items.len()),
-            Value::FrozenSet(items) => format!("frozenset ({} items)", items.len()),
-            Value::Dict(items) => format!("dict ({} items)", items.len()),
-            Value::OrderedDict(items) => format!("OrderedDict ({} items)", items.len()),
-            other => self.value_json(other).to_string(),
+    /// One line describing a value, and whether its children follow on
+    /// lines of their own (not for a shared object shown above).
+    fn describe(&mut self, value: &Value) -> (String, bool) {
+        if let Value::Tensor(t) = value {
+            return (self.describe_tensor(t), false);
         }
+        let (tag, expand) = match self.occurrence(value) {
+            Occurrence::Again(id) => {
+                return (format!("{} #{id}, shown above", json_type(value)), false);
+            }
+            Occurrence::First(id) => (format!(" #{id}"), true),
+            Occurrence::Only => (String::new(), true),
+        };
+        let count = |n: usize, noun: &str| match n {
+            1 => format!("1 {noun}"),
+            n => format!("{n} {noun}s"),
+        };
+        let line = match value {
+            Value::Tuple(items)
+            | Value::List(items)
+            | Value::Set(items)
+            | Value::FrozenSet(items) => {
+                format!("{}{tag} ({})", json_type(value), count(items.len(), "item"))
+            }
+            Value::Dict(pairs) | Value::OrderedDict(pairs) => {
+                format!("{}{tag} ({})", json_type(value), count(pairs.len(), "item"))
+            }
+            Value::Str(s) if tag.is_empty() => format!("{s:?}"),
+            Value::Str(s) => format!("str{tag} {s:?}"),
+            Value::Opaque(opaque) => match &**opaque {
+                Opaque::Global(g) => format!("global {g}{tag}, outside the allowlist"),
+                Opaque::Call(call) => {
+                    let callee = call
+                        .callee_name()
+                        .map_or_else(|| "a computed callee".to_owned(), Global::to_string);
+                    let refused = match &call.refused {
+                        Some(why) => format!(", refused: {why}"),
+                        None => String::new(),
+                    };
+                    format!(
+                        "call{tag} of {callee} by {}, not made{refused}",
+                        opcode_name(call.kind)
+                    )
+                }
+            },
+            other => format!("{}{tag}", self.tagged_json(other)),
+        };
+        (line, expand)
     }
+
+    fn describe_tensor(&mut self, t: &Tensor) -> String {
+        let (id, shown) = self.tensor(t);
+        if shown {
+            return format!("tensor #{id}, shown above");
+        }
+        let storage = t.storage();
+        let storage_id = self.storage(storage);
+        let mut line = format!(
+            "tensor #{id}: {} {:?}, stride {:?}, offset {}",
+            t.dtype(),
+            t.sizes(),
+            t.strides(),
+            t.storage_offset(),
+        );
+        if t.is_parameter() {
+            line.push_str(", Parameter");
+        }
+        if t.requires_grad() {
+            line.push_str(", requires_grad");
+        }
+        let _ = write!(
+            line,
+            "; storage #{storage_id}: {} bytes {}",
+            storage.nbytes(),
+            residence_phrase(storage.kind()),
+        );
+        if let Some(location) = storage.saved_location() {
+            let _ = write!(line, ", saved on {location}");
+        }
+        if let Some(head) = head(t) {
+            let shown: Vec<String> = head.iter().map(|s| scalar_text(s, t.dtype())).collect();
+            let more = if t.numel() > head.len() { ", ..." } else { "" };
+            let _ = write!(line, "; [{}{more}]", shown.join(", "));
+        }
+        line
+    }
+}
+
+/// Where a storage of `kind` keeps its bytes, as a phrase after "N bytes".
+fn residence_phrase(kind: StorageKind) -> &'static str {
+    match kind {
+        StorageKind::Bytes => "held in this process",
+        StorageKind::FileDescriptor => "shared by file descriptor",
+        StorageKind::FileSystem => "in a named shared-memory segment",
+        StorageKind::Memmap => "in a file mapped by each holder",
+        StorageKind::Empty => "(empty)",
+        StorageKind::Cuda => "on a GPU",
+    }
+}
+
+/// The `type` a value has in JSON, and its name in text.
+fn json_type(value: &Value) -> &'static str {
+    match value {
+        Value::BigInt(_) => "int",
+        Value::Storage(_) | Value::TypedStorage(..) => "storage",
+        Value::Global(_) | Value::Callable(_) => "global",
+        Value::Custom(_) => "object",
+        Value::Opaque(opaque) => match **opaque {
+            Opaque::Global(_) => "global",
+            Opaque::Call(_) => "call",
+        },
+        other => other.type_name(),
+    }
+}
+
+fn opcode_name(kind: CallKind) -> &'static str {
+    match kind {
+        CallKind::Reduce => "REDUCE",
+        CallKind::NewObj => "NEWOBJ",
+        CallKind::NewObjEx => "NEWOBJ_EX",
+    }
+}
+
+/// The children of a value with the labels the text form puts before them.
+fn labeled_children(value: &Value) -> Vec<(String, &Value)> {
+    let mut children = Vec::new();
+    match value {
+        Value::Tuple(items) | Value::List(items) | Value::Set(items) | Value::FrozenSet(items) => {
+            indexed(&mut children, "", items);
+        }
+        Value::Dict(pairs) | Value::OrderedDict(pairs) => keyed(&mut children, "", pairs),
+        Value::Opaque(opaque) => {
+            if let Opaque::Call(call) = &**opaque {
+                if call.callee_name().is_none() {
+                    children.push(("callee: ".to_owned(), &call.callee));
+                }
+                indexed(&mut children, "arg", &call.args);
+                keyed(&mut children, "kwarg ", &call.kwargs);
+                children.extend(call.state.iter().map(|s| ("state: ".to_owned(), s)));
+                indexed(&mut children, "append", &call.list_items);
+                keyed(&mut children, "setitem ", &call.dict_items);
+            }
+        }
+        _ => {}
+    }
+    children
+}
+
+fn indexed<'a>(out: &mut Vec<(String, &'a Value)>, prefix: &str, items: &'a [Value]) {
+    let labeled = items.iter().enumerate();
+    out.extend(labeled.map(|(i, v)| (format!("{prefix}[{i}] "), v)));
+}
+
+fn keyed<'a>(out: &mut Vec<(String, &'a Value)>, prefix: &str, pairs: &'a [(Value, Value)]) {
+    out.extend(
+        pairs
+            .iter()
+            .map(|(k, v)| (format!("{prefix}{}: ", short(k)), v)),
+    );
 }
 
 /// A dict key, briefly.
@@ -273,7 +705,7 @@ fn short(key: &Value) -> String {
 
 /// Up to [`HEAD_ELEMENTS`] elements in logical order, when the bytes are here.
 pub fn head(t: &Tensor) -> Option<Vec<Scalar>> {
-    if matches!(t.dtype(), crate::DType::Float4E2M1FnX2) {
+    if matches!(t.dtype(), DType::Float4E2M1FnX2) {
         return None;
     }
     let elements = t.elements()?;
@@ -283,25 +715,42 @@ pub fn head(t: &Tensor) -> Option<Vec<Scalar>> {
         .collect()
 }
 
-fn float_json(f: f64) -> Json {
-    if f.is_nan() {
-        json!("nan")
-    } else if f.is_infinite() {
-        json!(if f > 0.0 { "inf" } else { "-inf" })
-    } else {
-        json!(f)
+/// A float as JSON: the shortest decimal that reads back as the same
+/// element of `dtype`; non-finite values as the strings `nan`, `inf`,
+/// `-inf`.
+fn float_json(f: f64, dtype: DType) -> Json {
+    let text = dtype.shortest_decimal(f);
+    match text.parse::<f64>() {
+        Ok(shortest) if f.is_finite() => json!(shortest),
+        _ => json!(text),
     }
 }
 
-/// An element as JSON, in the form `inspect --json` documents.
-pub fn scalar_json(scalar: &Scalar) -> Json {
+/// An element of `dtype` as JSON, in the form `inspect --json` documents.
+pub fn scalar_json(scalar: &Scalar, dtype: DType) -> Json {
     match *scalar {
         Scalar::Bool(b) => json!(b),
         Scalar::Int(i) => json!(i),
         Scalar::UInt(u) => json!(u),
-        Scalar::Float(f) => float_json(f),
+        Scalar::Float(f) => float_json(f, dtype),
         Scalar::Complex(re, im) | Scalar::PackedFloat4(re, im) => {
-            json!([float_json(re), float_json(im)])
+            json!([float_json(re, dtype), float_json(im, dtype)])
+        }
+    }
+}
+
+/// An element of `dtype` as the text form shows it: floats at the dtype's
+/// precision, complex numbers as Python writes them (`1.5-2j`).
+fn scalar_text(scalar: &Scalar, dtype: DType) -> String {
+    match *scalar {
+        Scalar::Bool(b) => if b { "True" } else { "False" }.to_owned(),
+        Scalar::Int(i) => i.to_string(),
+        Scalar::UInt(u) => u.to_string(),
+        Scalar::Float(f) => dtype.shortest_decimal(f),
+        Scalar::Complex(re, im) | Scalar::PackedFloat4(re, im) => {
+            let im_text = dtype.shortest_decimal(im.abs());
+            let sign = if im.is_sign_negative() { '-' } else { '+' };
+            format!("{}{sign}{im_text}j", dtype.shortest_decimal(re))
         }
     }
 }

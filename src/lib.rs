@@ -26,4 +26,4 @@ pub use tensorshare_compat::DType;
 pub use tensorshare_compat::dtype::Scalar;
 pub use tensorshare_compat::pickle::SharedBytes;
 pub use tensorshare_strategies::StrategyKind;
-pub use value::{Custom, Value};
+pub use value::{Children, Custom, Distinct, Opaque, OpaqueCall, Value};

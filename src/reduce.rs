@@ -140,7 +140,7 @@ pub(crate) fn reduce_with(
     let mut reducer = Reducer {
         out,
         leaves,
-        tensors: FxHashMap::default(),
+        written: FxHashMap::default(),
     };
     reducer.value(value, 0)
 }
@@ -148,7 +148,11 @@ pub(crate) fn reduce_with(
 struct Reducer<'a> {
     out: &'a mut PickleBuilder,
     leaves: &'a mut dyn LeafReducer,
-    tensors: FxHashMap<usize, NodeId>,
+    /// The node of each shared object already written, by
+    /// [`Value::shared_identity`]: an object referenced twice is written
+    /// once and memoized, as Python's pickler does, so a pickle's size
+    /// follows the graph's, not its expansion's.
+    written: FxHashMap<usize, NodeId>,
 }
 
 /// The `torch.multiprocessing` form: storages through a strategy's
@@ -165,6 +169,18 @@ impl Reducer<'_> {
                 "values nested deeper than {MAX_DEPTH} levels"
             )));
         }
+        let identity = value.shared_identity();
+        if let Some(&node) = identity.and_then(|identity| self.written.get(&identity)) {
+            return Ok(node);
+        }
+        let node = self.value_unwritten(value, depth)?;
+        if let Some(identity) = identity {
+            self.written.insert(identity, node);
+        }
+        Ok(node)
+    }
+
+    fn value_unwritten(&mut self, value: &Value, depth: usize) -> Result<NodeId, Error> {
         let all = |items: &[Value], this: &mut Self| -> Result<Vec<NodeId>, Error> {
             items.iter().map(|v| this.value(v, depth + 1)).collect()
         };
@@ -172,11 +188,11 @@ impl Reducer<'_> {
             Value::None => self.out.push(Node::None),
             Value::Bool(b) => self.out.push(Node::Bool(*b)),
             Value::Int(i) => self.out.push(Node::Int(*i)),
-            Value::BigInt(bytes) => self.out.push(Node::BigInt(bytes.clone())),
+            Value::BigInt(bytes) => self.out.push(Node::BigInt(bytes.to_vec())),
             Value::Float(f) => self.out.push(Node::Float(*f)),
-            Value::Str(s) => self.out.push(Node::Str(s.clone())),
+            Value::Str(s) => self.out.push(Node::Str(s.to_string())),
             Value::Bytes(b) => self.out.push(Node::Bytes(b.clone().into())),
-            Value::ByteArray(b) => self.out.push(Node::ByteArray(b.clone())),
+            Value::ByteArray(b) => self.out.push(Node::ByteArray(b.to_vec())),
             Value::Tuple(items) => {
                 let items = all(items, self)?;
                 self.out.push(Node::Tuple(items))
@@ -206,14 +222,7 @@ impl Reducer<'_> {
                 }
                 node
             }
-            Value::Tensor(t) => match self.tensors.get(&t.identity()) {
-                Some(&node) => node,
-                None => {
-                    let node = self.leaves.tensor(t, self.out)?;
-                    self.tensors.insert(t.identity(), node);
-                    node
-                }
-            },
+            Value::Tensor(t) => self.leaves.tensor(t, self.out)?,
             Value::Storage(s) => self.leaves.storage(s, self.out)?,
             Value::TypedStorage(s, dtype) => self.leaves.typed_storage(s, *dtype, self.out)?,
             Value::DType(dtype) => self.out.global("torch", dtype.name()),
@@ -229,6 +238,13 @@ impl Reducer<'_> {
                 return Err(Error::Unsupported(format!(
                     "no reducer for a {} value; send its parts as plain values",
                     c.global
+                )));
+            }
+            Value::Opaque(_) => {
+                return Err(Error::Unsupported(format!(
+                    "an {} is a description of what a refused pickle asked for, not data; \
+                     it cannot be written",
+                    value.type_name()
                 )));
             }
         })

@@ -118,6 +118,19 @@ struct StorageInner {
     /// This storage's bytes moved into shared memory for sending, made once
     /// and kept while this storage lives.
     shared_twin: OnceLock<Storage>,
+    /// Where `torch.save` said the storage lived, for one read from an
+    /// archive.
+    saved_location: Option<Arc<str>>,
+}
+
+/// `bytes` on the heap: the vector itself when they are all of one no one
+/// else holds, else one copy.
+fn heap_segment(bytes: SharedBytes) -> Result<Arc<dyn Segment>, AllocateError> {
+    let segment = match bytes.try_into_vec() {
+        Ok(vec) => BytesSegment::from_vec(vec),
+        Err(shared) => BytesSegment::copy_of(&shared)?,
+    };
+    Ok(Arc::new(segment))
 }
 
 /// A storage's bytes as the owner of a [`SharedBytes`].
@@ -196,30 +209,49 @@ impl Storage {
     ///
     /// [`AllocateError`] when the copy cannot be allocated.
     pub fn from_shared_bytes(bytes: SharedBytes) -> Result<Self, AllocateError> {
-        let segment = match bytes.try_into_vec() {
-            Ok(vec) => BytesSegment::from_vec(vec),
-            Err(shared) => BytesSegment::copy_of(&shared)?,
-        };
-        Ok(Self::from_segment(Arc::new(segment)))
+        Ok(Self::from_segment(heap_segment(bytes)?))
+    }
+
+    /// A heap storage read from a `torch.save` archive that says it was
+    /// saved on `location` (`cpu`, `cuda:0`, `mps`, ...). Its bytes are
+    /// here whatever the location, as `torch.load(map_location="cpu")`
+    /// reads them.
+    pub(crate) fn from_saved_bytes(
+        bytes: SharedBytes,
+        location: Arc<str>,
+    ) -> Result<Self, AllocateError> {
+        let segment = heap_segment(bytes)?;
+        Ok(Self::new(
+            segment.len(),
+            Residence::Local(segment),
+            Some(location),
+        ))
     }
 
     /// A storage over a local segment, covering all of it.
     pub fn from_segment(segment: Arc<dyn Segment>) -> Self {
-        let nbytes = segment.len();
-        Self(Arc::new(StorageInner {
-            nbytes,
-            residence: Residence::Local(segment),
-            shared_twin: OnceLock::new(),
-        }))
+        Self::new(segment.len(), Residence::Local(segment), None)
     }
 
     /// A storage described by a handle whose bytes are elsewhere.
     pub fn remote(residence: Residence, nbytes: usize) -> Self {
+        Self::new(nbytes, residence, None)
+    }
+
+    fn new(nbytes: usize, residence: Residence, saved_location: Option<Arc<str>>) -> Self {
         Self(Arc::new(StorageInner {
             nbytes,
             residence,
             shared_twin: OnceLock::new(),
+            saved_location,
         }))
+    }
+
+    /// Where the storage was when `torch.save` wrote it (`cpu`, `cuda:0`,
+    /// `mps`, ...), for one read from a `torch.save` archive; its bytes are
+    /// in this process whatever the location. `None` for any other storage.
+    pub fn saved_location(&self) -> Option<&str> {
+        self.0.saved_location.as_deref()
     }
 
     /// Size in bytes.

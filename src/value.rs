@@ -5,12 +5,21 @@ use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 
+use rustc_hash::FxHashSet;
 use tensorshare_compat::pickle::{Global, SharedBytes};
 
-use crate::registry::Callable;
+use crate::registry::{CallKind, Callable};
 use crate::{DType, Storage, Tensor};
 
 /// A rebuilt Python object.
+///
+/// Python objects are shared by reference, and a pickle's memo keeps them
+/// shared: one list can sit in a thousand places, nested a hundred deep, in
+/// a few hundred bytes. Containers and strings are therefore reference
+/// counted, so cloning a `Value` is cheap and a shared object stays one
+/// object: a graph's memory follows the pickle's size, never the size of
+/// its expansion. Walk one with [`Value::shared_identity`] in hand (as
+/// [`Value::tensors`] and `inspect` do) to visit each shared object once.
 #[derive(Clone, Debug)]
 pub enum Value {
     /// `None`.
@@ -20,27 +29,27 @@ pub enum Value {
     /// An `int` that fits in 64 bits.
     Int(i64),
     /// A larger `int`, little-endian two's complement.
-    BigInt(Vec<u8>),
+    BigInt(Arc<[u8]>),
     /// A `float`.
     Float(f64),
     /// A `str`.
-    Str(String),
+    Str(Arc<str>),
     /// A `bytes`: a large one received shares the message's buffer.
     Bytes(SharedBytes),
     /// A `bytearray`.
-    ByteArray(Vec<u8>),
+    ByteArray(Arc<[u8]>),
     /// A `tuple`.
-    Tuple(Vec<Value>),
+    Tuple(Arc<[Value]>),
     /// A `list`.
-    List(Vec<Value>),
+    List(Arc<[Value]>),
     /// A `dict`, in insertion order.
-    Dict(Vec<(Value, Value)>),
+    Dict(Arc<[(Value, Value)]>),
     /// A `collections.OrderedDict`.
-    OrderedDict(Vec<(Value, Value)>),
+    OrderedDict(Arc<[(Value, Value)]>),
     /// A `set`.
-    Set(Vec<Value>),
+    Set(Arc<[Value]>),
     /// A `frozenset`.
-    FrozenSet(Vec<Value>),
+    FrozenSet(Arc<[Value]>),
     /// A `torch.Tensor` or `torch.nn.Parameter`.
     Tensor(Tensor),
     /// A `torch.UntypedStorage`.
@@ -51,7 +60,7 @@ pub enum Value {
     /// A `torch.dtype`.
     DType(DType),
     /// A `torch.Size`.
-    Size(Vec<i64>),
+    Size(Arc<[i64]>),
     /// An allowlisted class or function referenced by name and not called
     /// (e.g. the `cls` argument of torch's rebuilders).
     Global(Global),
@@ -60,6 +69,66 @@ pub enum Value {
     Callable(Callable),
     /// A value made by a user rebuilder.
     Custom(Custom),
+    /// A global outside the allowlist, or a call the pickle asks of one,
+    /// kept inert for display. Only a registry whose
+    /// [`LoadOptions::unknown_globals`](crate::registry::LoadOptions::unknown_globals)
+    /// is [`UnknownGlobals::Opaque`](crate::registry::UnknownGlobals::Opaque)
+    /// makes them; nothing is ever called.
+    Opaque(Arc<Opaque>),
+}
+
+/// What a pickle names or asks to call outside the allowlist, recorded and
+/// never executed.
+#[derive(Clone, Debug)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "only ever held behind the Arc of Value::Opaque"
+)]
+pub enum Opaque {
+    /// A global the registry does not allow, such as `os.system`.
+    Global(Global),
+    /// A call: `callee(*args, **kwargs)`, then `BUILD` state and appended
+    /// items, as the pickle asks for it.
+    Call(OpaqueCall),
+}
+
+/// A call recorded instead of made: its callee is outside the allowlist,
+/// or the registered rebuilder refused what it was given (`refused` says
+/// why).
+#[derive(Clone, Debug)]
+pub struct OpaqueCall {
+    /// What would be called: usually an [`Opaque::Global`].
+    pub callee: Value,
+    /// Which opcode asks for the call.
+    pub kind: CallKind,
+    /// Positional arguments.
+    pub args: Vec<Value>,
+    /// Keyword arguments (`NEWOBJ_EX`).
+    pub kwargs: Vec<(Value, Value)>,
+    /// The argument of `BUILD` (`__setstate__`), if any.
+    pub state: Option<Value>,
+    /// Items `APPENDS` adds to the result.
+    pub list_items: Vec<Value>,
+    /// Items `SETITEMS` sets on the result.
+    pub dict_items: Vec<(Value, Value)>,
+    /// Why the allowlisted rebuilder of `callee` refused the call, when it
+    /// is allowlisted.
+    pub refused: Option<String>,
+}
+
+impl OpaqueCall {
+    /// The name of what would be called, when it is a global.
+    pub fn callee_name(&self) -> Option<&Global> {
+        match &self.callee {
+            Value::Global(global) => Some(global),
+            Value::Callable(callable) => Some(callable.name()),
+            Value::Opaque(opaque) => match &**opaque {
+                Opaque::Global(global) => Some(global),
+                Opaque::Call(_) => None,
+            },
+            _ => None,
+        }
+    }
 }
 
 /// A value of a user-defined type, produced by a user rebuilder.
@@ -102,6 +171,10 @@ impl Value {
             Value::Global(_) => "global",
             Value::Callable(_) => "callable",
             Value::Custom(_) => "object",
+            Value::Opaque(opaque) => match **opaque {
+                Opaque::Global(_) => "unknown global",
+                Opaque::Call(_) => "unknown call",
+            },
         }
     }
 
@@ -130,30 +203,162 @@ impl Value {
         }
     }
 
-    /// Every tensor in the graph, depth first, each occurrence (a tensor held
-    /// twice appears twice): list and tuple items in order, dict items key
-    /// then value; tensors are not descended into.
-    pub fn tensors(&self) -> Vec<&Tensor> {
-        let mut out = Vec::new();
-        let mut stack = vec![self];
-        while let Some(value) = stack.pop() {
-            match value {
-                Value::Tensor(t) => out.push(t),
-                Value::Tuple(items)
-                | Value::List(items)
-                | Value::Set(items)
-                | Value::FrozenSet(items) => stack.extend(items.iter().rev()),
-                Value::Dict(items) | Value::OrderedDict(items) => {
-                    for (k, v) in items.iter().rev() {
-                        stack.push(v);
-                        stack.push(k);
-                    }
-                }
-                _ => {}
-            }
+    /// The storage this value holds or views: a tensor's, or the storage
+    /// itself.
+    pub fn storage(&self) -> Option<&Storage> {
+        match self {
+            Value::Tensor(t) => Some(t.storage()),
+            Value::Storage(s) | Value::TypedStorage(s, _) => Some(s),
+            _ => None,
         }
-        out
     }
+
+    /// The text, if this is a `str`.
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Value::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// What identifies this value as one shared object: the address of its
+    /// shared allocation for containers, strings, sizes, big ints, byte
+    /// arrays, tensors and opaque nodes; `None` for values held inline.
+    /// Two values with the same identity are one Python object referenced
+    /// twice.
+    pub fn shared_identity(&self) -> Option<usize> {
+        fn address<T: ?Sized>(arc: &Arc<T>) -> usize {
+            Arc::as_ptr(arc).cast::<()>() as usize
+        }
+        match self {
+            Value::Tuple(items)
+            | Value::List(items)
+            | Value::Set(items)
+            | Value::FrozenSet(items) => Some(address(items)),
+            Value::Dict(pairs) | Value::OrderedDict(pairs) => Some(address(pairs)),
+            Value::Str(s) => Some(address(s)),
+            Value::BigInt(bytes) | Value::ByteArray(bytes) => Some(address(bytes)),
+            Value::Size(dims) => Some(address(dims)),
+            Value::Tensor(t) => Some(t.identity()),
+            Value::Opaque(opaque) => Some(address(opaque)),
+            _ => None,
+        }
+    }
+
+    /// The values directly inside this one, in order: items, then for dicts
+    /// key before value, then the parts of an opaque call.
+    pub fn children(&self) -> Children<'_> {
+        Children {
+            value: self,
+            index: 0,
+        }
+    }
+
+    /// Every distinct tensor in the graph, depth first in order of first
+    /// appearance: list and tuple items in order, dict items key then value.
+    pub fn tensors(&self) -> Vec<&Tensor> {
+        self.distinct().filter_map(Value::as_tensor).collect()
+    }
+
+    /// Every value of the graph, this one first, depth first in order of
+    /// first appearance; a value held in several places (one
+    /// [`shared_identity`](Self::shared_identity)) comes once, and what is
+    /// inside it once. The walk is linear in the graph's size however much
+    /// of it is shared.
+    pub fn distinct(&self) -> Distinct<'_> {
+        Distinct {
+            stack: vec![self],
+            seen: FxHashSet::default(),
+        }
+    }
+}
+
+/// The values of a graph, each once; see [`Value::distinct`].
+pub struct Distinct<'a> {
+    stack: Vec<&'a Value>,
+    seen: FxHashSet<usize>,
+}
+
+impl<'a> Iterator for Distinct<'a> {
+    type Item = &'a Value;
+
+    fn next(&mut self) -> Option<&'a Value> {
+        loop {
+            let value = self.stack.pop()?;
+            if let Some(identity) = value.shared_identity() {
+                if !self.seen.insert(identity) {
+                    continue;
+                }
+            }
+            let start = self.stack.len();
+            self.stack.extend(value.children());
+            self.stack[start..].reverse();
+            return Some(value);
+        }
+    }
+}
+
+/// The values directly inside a [`Value`]; see [`Value::children`].
+pub struct Children<'a> {
+    value: &'a Value,
+    index: usize,
+}
+
+impl<'a> Iterator for Children<'a> {
+    type Item = &'a Value;
+
+    fn next(&mut self) -> Option<&'a Value> {
+        let index = self.index;
+        self.index += 1;
+        match self.value {
+            Value::Tuple(items)
+            | Value::List(items)
+            | Value::Set(items)
+            | Value::FrozenSet(items) => items.get(index),
+            Value::Dict(pairs) | Value::OrderedDict(pairs) => pair(pairs, index),
+            Value::Opaque(opaque) => match &**opaque {
+                Opaque::Global(_) => None,
+                Opaque::Call(call) => call_part(call, index),
+            },
+            _ => None,
+        }
+    }
+}
+
+/// The `index`th of the keys and values of `pairs`, key first.
+fn pair(pairs: &[(Value, Value)], index: usize) -> Option<&Value> {
+    pairs
+        .get(index / 2)
+        .map(|(k, v)| if index % 2 == 0 { k } else { v })
+}
+
+/// The `index`th value inside an opaque call: callee, arguments, keyword
+/// pairs, state, then items.
+fn call_part(call: &OpaqueCall, index: usize) -> Option<&Value> {
+    let mut index = index;
+    if index == 0 {
+        return Some(&call.callee);
+    }
+    index -= 1;
+    if let Some(arg) = call.args.get(index) {
+        return Some(arg);
+    }
+    index -= call.args.len();
+    if index < 2 * call.kwargs.len() {
+        return pair(&call.kwargs, index);
+    }
+    index -= 2 * call.kwargs.len();
+    if let Some(state) = &call.state {
+        if index == 0 {
+            return Some(state);
+        }
+        index -= 1;
+    }
+    if let Some(item) = call.list_items.get(index) {
+        return Some(item);
+    }
+    index -= call.list_items.len();
+    pair(&call.dict_items, index)
 }
 
 impl From<Tensor> for Value {

@@ -20,10 +20,8 @@ fn bytes_context(authkey: &Authkey) -> SharingContext {
 fn a_bytes_pickle_carries_its_storages_inline() {
     let sharing = bytes_context(&Authkey::random().unwrap());
     let whole = cases::contiguous(DType::Float32, &[4, 4], 3, false);
-    let value = Value::List(vec![
-        Value::Tensor(whole.clone()),
-        Value::Tensor(whole.clone()),
-    ]);
+    let value =
+        Value::List(vec![Value::Tensor(whole.clone()), Value::Tensor(whole.clone())].into());
     let pickle = sharing.dumps(&value).unwrap();
     let text = String::from_utf8_lossy(&pickle);
     assert!(text.contains("_load_from_bytes"), "{text}");
@@ -35,7 +33,7 @@ fn a_bytes_pickle_carries_its_storages_inline() {
     let back = sharing.loads(&pickle).unwrap();
     cases::check_echo(&value, &back).unwrap();
     let tensors = back.tensors();
-    assert!(tensors[0].same_as(tensors[1]));
+    assert_eq!(tensors.len(), 1, "one tensor sent twice is one tensor");
     assert!(
         !tensors[0].storage().same_as(whole.storage()),
         "the rebuilt storage is a copy"
@@ -52,11 +50,14 @@ fn what_a_message_gave_survives_the_messages_after_it() {
     let mut sender = Connection::from_stream(tx, ConnectionOptions::default());
     let mut receiver = Connection::from_stream(rx, ConnectionOptions::default());
     let message = |seed: u8| {
-        Value::Tuple(vec![
-            Value::Tensor(cases::contiguous(DType::Float32, &[512, 512], seed, false)),
-            Value::Bytes(SharedBytes::from(vec![seed; 100_000])),
-            Value::Bytes(SharedBytes::from(vec![seed; 10])),
-        ])
+        Value::Tuple(
+            vec![
+                Value::Tensor(cases::contiguous(DType::Float32, &[512, 512], seed, false)),
+                Value::Bytes(SharedBytes::from(vec![seed; 100_000])),
+                Value::Bytes(SharedBytes::from(vec![seed; 10])),
+            ]
+            .into(),
+        )
     };
     let sent: Vec<Value> = (1..=4).map(message).collect();
     let received: Vec<Value> = std::thread::scope(|scope| {
@@ -95,15 +96,13 @@ fn every_case_comes_back_intact_as_a_copy() {
         let mut connection = server.connect(&authkey);
         support::assert_echoes_intact(&mut server, &mut connection, &sharing, &sender.to_string());
         let sent = cases::contiguous(DType::Int64, &[8, 8], 9, true);
-        let value = Value::List(vec![
-            Value::Tensor(sent.clone()),
-            Value::Tensor(sent.clone()),
-        ]);
+        let value =
+            Value::List(vec![Value::Tensor(sent.clone()), Value::Tensor(sent.clone())].into());
         connection.send(&value, &sharing).unwrap();
         let echoed = connection.recv(&sharing).unwrap();
         cases::check_echo(&value, &echoed).unwrap();
         let tensors = echoed.tensors();
-        assert!(tensors[0].same_as(tensors[1]), "{sender}: aliasing kept");
+        assert_eq!(tensors.len(), 1, "{sender}: aliasing kept");
         let storage = tensors[0].storage();
         assert!(!storage.same_as(sent.storage()), "{sender}: a copy");
         assert_eq!(

@@ -555,14 +555,14 @@ fn python_client_talks_to_rust_listener(python: &str, address: &Address, dialect
     let Value::Dict(items) = &value else {
         panic!("expected a dict, got {value:?}")
     };
-    let [(Value::Str(key), Value::List(list))] = items.as_slice() else {
+    let [(Value::Str(key), Value::List(list))] = &items[..] else {
         panic!("expected {{'a': [...]}}, got {value:?}")
     };
-    assert_eq!(key, "a");
+    assert_eq!(&**key, "a");
     assert!(
         matches!(
-            list.as_slice(),
-            [Value::Int(1), Value::Float(f), Value::Str(s)] if *f == 2.5 && s == "x"
+            &list[..],
+            [Value::Int(1), Value::Float(f), Value::Str(s)] if *f == 2.5 && &**s == "x"
         ),
         "{list:?}"
     );

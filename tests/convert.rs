@@ -32,7 +32,12 @@ fn convert(input: &Path, output: &Path, extra: &[&str]) -> std::process::Output 
 fn fixtures() -> Vec<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("compat/fixtures");
     let mut files = Vec::new();
-    for version in ["torch-1.13.1", "torch-2.4.1", "torch-2.15.0"] {
+    for version in [
+        "torch-1.13.1",
+        "torch-2.4.1",
+        "torch-2.15.0",
+        "saved_on_gpu",
+    ] {
         for entry in std::fs::read_dir(root.join(version)).unwrap() {
             let path = entry.unwrap().path();
             let name = path.file_name().unwrap().to_string_lossy().into_owned();
@@ -145,7 +150,7 @@ fn sample() -> Value {
         },
     )
     .unwrap();
-    Value::List(vec![Value::Tensor(whole), Value::Tensor(row)])
+    Value::List(vec![Value::Tensor(whole), Value::Tensor(row)].into())
 }
 
 #[test]
@@ -171,7 +176,7 @@ fn shared_pickles_convert_while_their_sender_lives() {
             let Value::List(items) = loaded else {
                 panic!("{loaded:?}")
             };
-            let [Value::Tensor(whole), Value::Tensor(row)] = items.as_slice() else {
+            let [Value::Tensor(whole), Value::Tensor(row)] = &items[..] else {
                 panic!("{items:?}")
             };
             assert!(
@@ -181,7 +186,7 @@ fn shared_pickles_convert_while_their_sender_lives() {
             let Value::List(expected) = &value else {
                 unreachable!()
             };
-            for (got, want) in [whole, row].into_iter().zip(expected) {
+            for (got, want) in [whole, row].into_iter().zip(expected.iter()) {
                 let Value::Tensor(want) = want else {
                     unreachable!()
                 };

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value as Json;
+use tensorshare::DType;
 
 fn fixtures_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("compat/fixtures")
@@ -57,19 +58,42 @@ fn read_json(path: &Path) -> Json {
 /// receiver finds them to be one storage only after fetching the fds (by
 /// inode). `inspect` fetches nothing, so for those files storage identity is
 /// not comparable; everything else is.
-fn comparable(tensor: &Json, data: &Path) -> Json {
+fn comparable(tensor: &Json, data: &Path, with_location: bool) -> Json {
     let mut t = tensor.clone();
     let object = t.as_object_mut().unwrap();
     object.remove("type");
+    // torch records each element exactly; the report shows it at its
+    // dtype's precision (a float32 0.1 as 0.1, not 0.10000000149011612).
+    let dtype = object["dtype"].as_str().and_then(DType::from_name);
+    if let (Some(dtype), Some(head)) = (dtype, object.get_mut("head")) {
+        at_dtype_precision(head, dtype);
+    }
     let identity_needs_fetch =
         data.to_string_lossy().contains("torch-1.") && data.to_string_lossy().ends_with(".fd.pkl");
     if let Some(storage) = object.get_mut("storage").and_then(Json::as_object_mut) {
-        storage.retain(|k, _| matches!(k.as_str(), "id" | "kind" | "nbytes"));
+        storage.retain(|k, _| {
+            matches!(k.as_str(), "id" | "kind" | "nbytes") || (with_location && k == "location")
+        });
         if identity_needs_fetch {
             storage.remove("id");
         }
     }
     t
+}
+
+/// Every finite float in `json` as the shortest decimal that reads back
+/// as the same element of `dtype`.
+fn at_dtype_precision(json: &mut Json, dtype: DType) {
+    match json {
+        Json::Array(items) => items
+            .iter_mut()
+            .for_each(|item| at_dtype_precision(item, dtype)),
+        Json::Number(n) if n.is_f64() => {
+            let shortest = dtype.shortest_decimal(n.as_f64().unwrap());
+            *json = serde_json::json!(shortest.parse::<f64>().unwrap());
+        }
+        _ => {}
+    }
 }
 
 #[test]
@@ -106,17 +130,23 @@ fn inspect_reports_what_torch_reported() {
                 expected["format"]
             ));
         }
+        // Files saved on a GPU record where each storage was saved.
+        let with_location = expected.get("location").is_some();
         let actual_tensors: Vec<Json> = actual["tensors"]
             .as_array()
             .unwrap()
             .iter()
-            .map(|t| comparable(t, data))
+            .map(|t| comparable(t, data, with_location))
             .collect();
+        // torch's list has every occurrence; the report each distinct
+        // tensor once, by first appearance.
+        let mut seen_ids = std::collections::HashSet::new();
         let expected_tensors: Vec<Json> = expected["tensors"]
             .as_array()
             .unwrap()
             .iter()
-            .map(|t| comparable(t, data))
+            .filter(|t| seen_ids.insert(t["id"].clone()))
+            .map(|t| comparable(t, data, with_location))
             .collect();
         if actual_tensors != expected_tensors {
             failures.push(format!(

@@ -107,7 +107,7 @@ fn a_torch_worker_pool_fed_by_a_rust_producer() {
                 let message = reader.recv(&sharing).expect("a result from the pool");
                 let items = message.as_sequence().expect("a tuple").to_vec();
                 if let [Value::Str(done), Value::Int(pids)] = items.as_slice() {
-                    assert_eq!(done, "done");
+                    assert_eq!(&**done, "done");
                     return (results, *pids);
                 }
                 results.push(items);
@@ -121,7 +121,7 @@ fn a_torch_worker_pool_fed_by_a_rust_producer() {
                 tensorshare::TensorView::contiguous(DType::Float32, &[values.len()]),
             )
             .unwrap();
-            let item = Value::Tuple(vec![Value::Int(index as i64), Value::Tensor(tensor)]);
+            let item = Value::Tuple(vec![Value::Int(index as i64), Value::Tensor(tensor)].into());
             connection.send(&item, &sharing).unwrap();
         }
         connection.send(&Value::None, &sharing).unwrap();

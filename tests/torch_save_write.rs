@@ -54,7 +54,7 @@ impl Describer {
             Value::Bool(b) => json!(b),
             Value::Int(i) => json!(i),
             Value::Float(f) => json!({ "float": hex(&f.to_le_bytes()) }),
-            Value::Str(s) => json!(s),
+            Value::Str(s) => json!(&**s),
             Value::Bytes(b) => json!({ "bytes": hex(b) }),
             Value::List(items) => {
                 json!({ "list": items.iter().map(|v| self.describe(v)).collect::<Vec<_>>() })
@@ -126,7 +126,7 @@ fn floats(values: &[f32]) -> Storage {
 }
 
 fn key(name: &str) -> Value {
-    Value::Str(name.to_owned())
+    Value::Str(name.into())
 }
 
 /// A graph with every kind of value the registry rebuilds from torch.save.
@@ -163,59 +163,71 @@ fn sample_graph() -> Value {
     let doubles = Storage::from_vec((0..3).flat_map(|i| f64::from(i).to_le_bytes()).collect());
     let raw = Storage::from_vec(vec![7, 8, 9]);
     let a = Value::Tensor(a);
-    Value::Dict(vec![
-        (key("a"), a.clone()),
-        (key("column"), Value::Tensor(column)),
-        (key("transposed"), Value::Tensor(transposed)),
-        (key("same"), a),
-        (key("weight"), Value::Tensor(weight)),
-        (key("frozen"), Value::Tensor(frozen)),
-        (key("grad"), Value::Tensor(grad)),
-        (
-            key("uint16"),
-            Value::Tensor(tensor(&u16s, DType::UInt16, 0, &[3], &[1])),
-        ),
-        (
-            key("half"),
-            Value::Tensor(tensor(&halves, DType::Float16, 0, &[2], &[1])),
-        ),
-        (
-            key("scalar"),
-            Value::Tensor(tensor(&longs, DType::Int64, 2, &[], &[])),
-        ),
-        (
-            key("bool"),
-            Value::Tensor(tensor(&bools, DType::Bool, 0, &[3], &[1])),
-        ),
-        (
-            key("empty"),
-            Value::Tensor(tensor(
-                &Storage::from_vec(Vec::new()),
-                DType::Float32,
-                0,
-                &[0],
-                &[1],
-            )),
-        ),
-        (key("typed"), Value::TypedStorage(doubles, DType::Float64)),
-        (key("untyped"), Value::Storage(raw)),
-        (
-            key("nested"),
-            Value::List(vec![
-                Value::Tuple(vec![
-                    Value::Int(1 << 40),
-                    Value::Str("text".into()),
-                    Value::Float(-0.25),
-                    Value::None,
-                    Value::Bool(true),
-                ]),
-                Value::OrderedDict(vec![(
-                    key("long_view"),
-                    Value::Tensor(tensor(&longs, DType::Int64, 1, &[2], &[2])),
-                )]),
-            ]),
-        ),
-    ])
+    Value::Dict(
+        vec![
+            (key("a"), a.clone()),
+            (key("column"), Value::Tensor(column)),
+            (key("transposed"), Value::Tensor(transposed)),
+            (key("same"), a),
+            (key("weight"), Value::Tensor(weight)),
+            (key("frozen"), Value::Tensor(frozen)),
+            (key("grad"), Value::Tensor(grad)),
+            (
+                key("uint16"),
+                Value::Tensor(tensor(&u16s, DType::UInt16, 0, &[3], &[1])),
+            ),
+            (
+                key("half"),
+                Value::Tensor(tensor(&halves, DType::Float16, 0, &[2], &[1])),
+            ),
+            (
+                key("scalar"),
+                Value::Tensor(tensor(&longs, DType::Int64, 2, &[], &[])),
+            ),
+            (
+                key("bool"),
+                Value::Tensor(tensor(&bools, DType::Bool, 0, &[3], &[1])),
+            ),
+            (
+                key("empty"),
+                Value::Tensor(tensor(
+                    &Storage::from_vec(Vec::new()),
+                    DType::Float32,
+                    0,
+                    &[0],
+                    &[1],
+                )),
+            ),
+            (key("typed"), Value::TypedStorage(doubles, DType::Float64)),
+            (key("untyped"), Value::Storage(raw)),
+            (
+                key("nested"),
+                Value::List(
+                    vec![
+                        Value::Tuple(
+                            vec![
+                                Value::Int(1 << 40),
+                                Value::Str("text".into()),
+                                Value::Float(-0.25),
+                                Value::None,
+                                Value::Bool(true),
+                            ]
+                            .into(),
+                        ),
+                        Value::OrderedDict(
+                            vec![(
+                                key("long_view"),
+                                Value::Tensor(tensor(&longs, DType::Int64, 1, &[2], &[2])),
+                            )]
+                            .into(),
+                        ),
+                    ]
+                    .into(),
+                ),
+            ),
+        ]
+        .into(),
+    )
 }
 
 fn write_temp(bytes: &[u8], dir: &tempfile::TempDir, name: &str) -> std::path::PathBuf {
@@ -247,7 +259,7 @@ fn one_storage_is_written_once() {
         .map(|i| Value::Tensor(tensor(&shared, DType::Float32, i, &[16], &[1])))
         .collect();
     for format in FORMATS {
-        let file = save_torch(&Value::List(views.clone()), format).unwrap();
+        let file = save_torch(&Value::List(views.clone().into()), format).unwrap();
         assert!(file.len() < 4096 + 2048, "{format:?}: {} bytes", file.len());
     }
 }
@@ -280,10 +292,13 @@ fn stock_torch_loads_what_we_write_with_weights_only() {
 #[test]
 fn a_storage_viewed_as_two_dtypes_is_refused() {
     let shared = floats(&[1.0, 2.0]);
-    let value = Value::List(vec![
-        Value::Tensor(tensor(&shared, DType::Float32, 0, &[2], &[1])),
-        Value::Tensor(tensor(&shared, DType::Int32, 0, &[2], &[1])),
-    ]);
+    let value = Value::List(
+        vec![
+            Value::Tensor(tensor(&shared, DType::Float32, 0, &[2], &[1])),
+            Value::Tensor(tensor(&shared, DType::Int32, 0, &[2], &[1])),
+        ]
+        .into(),
+    );
     for format in FORMATS {
         let error = save_torch(&value, format).unwrap_err().to_string();
         assert!(
@@ -349,7 +364,7 @@ proptest! {
                 items.push(Value::Tensor(tensor(&storage, dtype, offset, &sizes, &strides)));
             }
         }
-        let graph = Value::List(items);
+        let graph = Value::List(items.into());
         let format = if legacy { TorchSaveFormat::Legacy } else { TorchSaveFormat::Zip };
         let file = save_torch(&graph, format).unwrap();
         let (_, loaded) = load_torch_save(&file, &Registry::default()).unwrap();

@@ -3,8 +3,10 @@
 
     python describe_saved.py FILE [FILE ...]
 
-Each file is loaded with `torch.load(path, weights_only=True)` (files
-ending in `.pkl` with `pickle.load`, for torch's plain pickles); one JSON
+Each file is loaded with `torch.load(path, map_location="cpu",
+weights_only=True)`, as a CPU-only machine reads a checkpoint saved from a
+GPU (files ending in `.pkl` with `pickle.load`, for torch's plain
+pickles); one JSON
 document per file is printed on its own line, `{"error": ...}` for a file
 torch refuses. Tensors are described by
 dtype, shape, stride, storage offset, requires_grad, whether they are a
@@ -83,6 +85,9 @@ class Describer:
             return {"list": [self(v) for v in obj]}
         if isinstance(obj, tuple):
             return {"tuple": [self(v) for v in obj]}
+        if isinstance(obj, (set, frozenset)):
+            items = sorted((self(v) for v in obj), key=json.dumps)
+            return {type(obj).__name__: items}
         if isinstance(obj, (bytes, bytearray)):
             return {"bytes": bytes(obj).hex()}
         if isinstance(obj, bool) or obj is None:
@@ -100,7 +105,7 @@ def load(path):
     if path.endswith(".pkl"):
         with open(path, "rb") as f:
             return pickle.load(f)
-    return torch.load(path, weights_only=True)
+    return torch.load(path, map_location="cpu", weights_only=True)
 
 
 def main():

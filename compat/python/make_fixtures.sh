@@ -96,6 +96,10 @@ for version in "${versions[@]}"; do
         rm -rf "$fixtures/hostile"
     fi
     "$python" "$here/generate_fixtures.py" "$out"
+    if [[ "$version" == "$pinned" ]]; then
+        rm -rf "$fixtures/saved_on_gpu"
+        "$python" "$here/generate_gpu_fixtures.py" "$fixtures/saved_on_gpu"
+    fi
 done
 
 "$("$root/scripts/python-env")" "$here/generate_fixtures.py" --merge "$fixtures"

@@ -394,6 +394,110 @@ impl std::fmt::Display for DType {
     }
 }
 
+impl DType {
+    /// The shortest decimal that reads back as `value` in this dtype, as
+    /// numpy and torch show an element: a float32 `-0.0037` rather than the
+    /// float64 expansion of the same bits, `-0.003700000001117587`.
+    /// Magnitudes below 1e-4 or from 1e16 up use an exponent (`1e-7`).
+    /// `value` should be an element of this dtype, as
+    /// [`decode_element`](Self::decode_element) widens it; integer dtypes
+    /// and `bool` print as they are.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tensorshare_compat::DType;
+    ///
+    /// let element = f64::from(-0.0037f32);
+    /// assert_eq!(DType::Float32.shortest_decimal(element), "-0.0037");
+    /// // float16 holds 0.0999755859375 for 0.1.
+    /// assert_eq!(DType::Float16.shortest_decimal(0.0999755859375), "0.1");
+    /// assert_eq!(DType::Float64.shortest_decimal(1e-7), "1e-7");
+    /// ```
+    pub fn shortest_decimal(self, value: f64) -> String {
+        if value.is_nan() {
+            return "nan".to_owned();
+        }
+        if value.is_infinite() {
+            return if value > 0.0 { "inf" } else { "-inf" }.to_owned();
+        }
+        let exponent_form = value != 0.0 && !(1e-4..1e16).contains(&value.abs());
+        let show = |shortest: &dyn ShortestDecimal| {
+            if exponent_form {
+                format!("{shortest:e}")
+            } else {
+                format!("{shortest}")
+            }
+        };
+        match self.significand() {
+            // Rust prints the shortest decimal that reads back as the same
+            // f64 or f32.
+            None | Some(Significand { bits: 53, .. }) => show(&value),
+            Some(Significand { bits: 24, .. }) => show(&(value as f32)),
+            Some(significand) => {
+                // Fewest significant digits that round back to `value`;
+                // `bits` binary digits need at most 2 + bits * log10(2).
+                let most = 2 + (significand.bits as usize * 3).div_ceil(10);
+                let digits = (1..most)
+                    .find(|&digits| {
+                        let text = format!("{value:.*e}", digits - 1);
+                        text.parse::<f64>()
+                            .is_ok_and(|back| significand.round(back) == value)
+                    })
+                    .unwrap_or(most);
+                let text = format!("{value:.*e}", digits - 1);
+                show(&text.parse::<f64>().unwrap_or(value))
+            }
+        }
+    }
+
+    /// The precision of a floating-point dtype (of each part, for complex).
+    fn significand(self) -> Option<Significand> {
+        let (bits, min_exponent) = match self {
+            DType::Float16 | DType::Complex32 => (11, -14),
+            DType::BFloat16 | DType::BComplex32 => (8, -126),
+            DType::Float32 | DType::Complex64 => (24, -126),
+            DType::Float64 | DType::Complex128 => (53, -1022),
+            DType::Float8E4M3Fn => (4, -6),
+            DType::Float8E4M3FnUz => (4, -7),
+            DType::Float8E5M2 => (3, -14),
+            DType::Float8E5M2FnUz => (3, -15),
+            DType::Float8E8M0Fnu => (1, -127),
+            DType::Float4E2M1FnX2 => (2, 0),
+            _ => return None,
+        };
+        Some(Significand { bits, min_exponent })
+    }
+}
+
+/// A float Rust prints as its shortest round-tripping decimal.
+trait ShortestDecimal: std::fmt::Display + std::fmt::LowerExp {}
+
+impl ShortestDecimal for f64 {}
+impl ShortestDecimal for f32 {}
+
+/// A binary float format's significand width (with the implicit bit) and
+/// its least normal exponent, below which values are subnormal.
+#[derive(Clone, Copy)]
+struct Significand {
+    bits: u32,
+    min_exponent: i32,
+}
+
+impl Significand {
+    /// `value` rounded to the nearest number with this many significant
+    /// bits (fewer when subnormal). The exponent range above is not
+    /// checked: only values near an element of the format are rounded.
+    fn round(self, value: f64) -> f64 {
+        if value == 0.0 || !value.is_finite() {
+            return value;
+        }
+        let exponent = (value.abs().log2().floor() as i32).max(self.min_exponent);
+        let scale = 2f64.powi(self.bits as i32 - 1 - exponent);
+        (value * scale).round_ties_even() / scale
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

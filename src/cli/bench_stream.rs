@@ -50,12 +50,15 @@ pub struct Workload {
 impl Workload {
     fn to_value(self) -> Value {
         let entry = |key: &str, value: usize| (Value::Str(key.into()), Value::Int(value as i64));
-        Value::Dict(vec![
-            entry("size", self.size),
-            entry("count", self.count),
-            entry("rounds", self.rounds),
-            entry("warmup", self.warmup),
-        ])
+        Value::Dict(
+            vec![
+                entry("size", self.size),
+                entry("count", self.count),
+                entry("rounds", self.rounds),
+                entry("warmup", self.warmup),
+            ]
+            .into(),
+        )
     }
 
     fn from_value(value: &Value) -> Result<Self, String> {
@@ -65,7 +68,7 @@ impl Workload {
         let field = |name: &str| {
             entries
                 .iter()
-                .find(|(key, _)| matches!(key, Value::Str(k) if k == name))
+                .find(|(key, _)| matches!(key, Value::Str(k) if &**k == name))
                 .and_then(|(_, value)| value.as_int())
                 .and_then(|n| usize::try_from(n).ok())
                 .ok_or_else(|| format!("workload header lacks a count for {name:?}"))

@@ -83,15 +83,8 @@ fn load_any(bytes: &[u8], authkey: Option<Authkey>) -> Result<Value, Error> {
 
 /// The first storage in `value` whose bytes are not in this process.
 fn first_unreachable(value: &Value) -> Option<&Storage> {
-    match value {
-        Value::Tensor(t) => t.storage().bytes().is_none().then(|| t.storage()),
-        Value::Storage(s) | Value::TypedStorage(s, _) => s.bytes().is_none().then_some(s),
-        Value::Tuple(items) | Value::List(items) | Value::Set(items) | Value::FrozenSet(items) => {
-            items.iter().find_map(first_unreachable)
-        }
-        Value::Dict(pairs) | Value::OrderedDict(pairs) => pairs
-            .iter()
-            .find_map(|(k, v)| first_unreachable(k).or_else(|| first_unreachable(v))),
-        _ => None,
-    }
+    value
+        .distinct()
+        .filter_map(Value::storage)
+        .find(|storage| storage.bytes().is_none())
 }

@@ -72,7 +72,7 @@ pub fn run(args: DemoArgs) -> Result<(), Box<dyn std::error::Error>> {
     for strategy in STRATEGIES {
         let sharing = SharingContext::new(authkey.clone()).with_strategy(strategy);
         connection.send(
-            &message("begin", Value::Str(strategy.to_string())),
+            &message("begin", Value::Str(strategy.to_string().into())),
             &sharing,
         )?;
         let (elapsed, zero_copy) = send_stream(&mut connection, &sharing, &workload, &progress)?;
@@ -121,10 +121,9 @@ pub fn run_peer(args: DemoPeerArgs) -> Result<(), Box<dyn std::error::Error>> {
                 receive_stream(&mut connection, &sharing, &workload, &hidden)?;
                 let (elapsed, zero_copy) =
                     send_stream(&mut connection, &sharing, &workload, &hidden)?;
-                let report = Value::Tuple(vec![
-                    Value::Float(elapsed.as_secs_f64()),
-                    Value::Bool(zero_copy),
-                ]);
+                let report = Value::Tuple(
+                    vec![Value::Float(elapsed.as_secs_f64()), Value::Bool(zero_copy)].into(),
+                );
                 connection.send(&message("report", report), &sharing)?;
             }
             (other, _) => return Err(format!("unexpected demo message {other:?}").into()),
@@ -171,7 +170,7 @@ fn send_stream(
     for (index, spec) in workload.iter().enumerate() {
         let tensor = spec.build(sharing, index as u64)?;
         identities.push(shared_identity(tensor.storage()));
-        let item = Value::Tuple(vec![Value::Int(index as i64), Value::Tensor(tensor)]);
+        let item = Value::Tuple(vec![Value::Int(index as i64), Value::Tensor(tensor)].into());
         connection.send(&item, sharing)?;
         progress.inc(spec.nbytes() as u64);
     }
@@ -220,7 +219,7 @@ fn identities_value(identities: &[Option<(u64, u64)>]) -> Value {
             .map(|identity| match identity {
                 // Bit patterns, not numbers: only equality matters.
                 Some((dev, ino)) => {
-                    Value::Tuple(vec![Value::Int(*dev as i64), Value::Int(*ino as i64)])
+                    Value::Tuple(vec![Value::Int(*dev as i64), Value::Int(*ino as i64)].into())
                 }
                 None => Value::None,
             })
@@ -240,25 +239,20 @@ fn parse_identities(value: &Value) -> Vec<Option<(u64, u64)>> {
 }
 
 fn message(tag: &str, argument: Value) -> Value {
-    Value::Tuple(vec![Value::Str(tag.to_string()), argument])
+    Value::Tuple(vec![Value::Str(tag.into()), argument].into())
 }
 
 fn read_message(value: Value) -> Result<(String, Value), String> {
-    match value {
-        Value::Tuple(mut items) if items.len() == 2 => {
-            let argument = items.pop().unwrap_or(Value::None);
-            match items.pop() {
-                Some(Value::Str(tag)) => Ok((tag, argument)),
-                other => Err(format!("malformed demo message tag {other:?}")),
-            }
-        }
-        other => Err(format!("malformed demo message {other:?}")),
+    match value.as_sequence() {
+        Some([Value::Str(tag), argument]) => Ok((tag.to_string(), argument.clone())),
+        Some([other, _]) => Err(format!("malformed demo message tag {other:?}")),
+        _ => Err(format!("malformed demo message {value:?}")),
     }
 }
 
 fn read_report(value: Value) -> Result<(Duration, bool), String> {
     match read_message(value)? {
-        (tag, Value::Tuple(items)) if tag == "report" => match items.as_slice() {
+        (tag, Value::Tuple(items)) if tag == "report" => match &items[..] {
             [Value::Float(seconds), Value::Bool(zero_copy)] => {
                 match Duration::try_from_secs_f64(*seconds) {
                     Ok(elapsed) => Ok((elapsed, *zero_copy)),

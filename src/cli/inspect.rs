@@ -1,9 +1,11 @@
 //! `tensorshare inspect [--json] FILE|-`.
 
 use std::io::Read;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::Args;
+use tensorshare::inspect::OpaqueSummary;
+use tensorshare::registry::{LoadOptions, UnknownGlobals};
 use tensorshare::{Error, Registry};
 
 #[derive(Debug, Args)]
@@ -11,23 +13,68 @@ pub struct InspectArgs {
     /// Print JSON instead of a text tree.
     #[arg(long)]
     json: bool,
+    /// Show globals outside the allowlist, and every call the pickle would
+    /// make with them and with which arguments, as inert nodes instead of
+    /// refusing the file. Nothing is executed either way; the command still
+    /// fails when the file holds any, because it is not plain data.
+    #[arg(long)]
+    opaque: bool,
     /// The file to read: a pickle (any strategy), or a torch.save file; `-` for stdin.
     file: PathBuf,
 }
 
 pub fn run(args: InspectArgs) -> Result<(), Box<dyn std::error::Error>> {
     let bytes = read_input(&args.file)?;
-    let report = tensorshare::inspect::inspect(&bytes, &Registry::default())
+    let unknown_globals = if args.opaque {
+        UnknownGlobals::Opaque
+    } else {
+        UnknownGlobals::Refuse
+    };
+    let options = LoadOptions::default().with_unknown_globals(unknown_globals);
+    let registry = Registry::default().with_options(options);
+    let report = tensorshare::inspect::inspect(&bytes, &registry)
         .map_err(|e| format!("{}: {e}", args.file.display()))?;
     let text = if args.json {
-        let mut json = serde_json::to_string_pretty(&report.to_json())?;
-        json.push('\n');
-        json
+        report.to_json_pretty()
     } else {
         report.to_text()
     };
     super::format::print_report(&text)?;
+    let opaque = report.opaque_summary();
+    if !opaque.is_empty() {
+        return Err(not_plain_data(&args.file, &opaque).into());
+    }
     Ok(())
+}
+
+/// Why a file shown with `--opaque` still fails.
+fn not_plain_data(file: &Path, opaque: &OpaqueSummary) -> String {
+    let names: Vec<String> = opaque.globals.iter().map(ToString::to_string).collect();
+    let mut parts = Vec::new();
+    if !names.is_empty() {
+        parts.push(format!(
+            "names {} global{} outside the allowlist ({})",
+            names.len(),
+            if names.len() == 1 { "" } else { "s" },
+            names.join(", ")
+        ));
+    }
+    if opaque.calls > 0 {
+        let refused = match opaque.refused {
+            0 => String::new(),
+            n => format!(", {n} of them refused by an allowlisted rebuilder"),
+        };
+        parts.push(format!(
+            "asks for {} call{}, recorded and not made{refused}",
+            opaque.calls,
+            if opaque.calls == 1 { "" } else { "s" },
+        ));
+    }
+    format!(
+        "{}: not plain data: it {}; nothing was executed",
+        file.display(),
+        parts.join(" and ")
+    )
 }
 
 /// The bytes of `path`, or of stdin for `-`.

@@ -1,5 +1,7 @@
 //! Rebuilders for the builtin globals plain pickles use for containers.
 
+use std::sync::Arc;
+
 use super::{Call, CallKind, RebuildError, Registry};
 use crate::Value;
 
@@ -38,12 +40,14 @@ fn ordered_dict(call: Call<'_>) -> Result<Value, RebuildError> {
         _ => return Err(call.wrong_arguments("() or a list of (key, value) pairs")),
     };
     items.extend(call.dict_items.iter().cloned());
-    Ok(Value::OrderedDict(items))
+    Ok(Value::OrderedDict(items.into()))
 }
 
-fn iterable_arg(call: &Call<'_>) -> Result<Vec<Value>, RebuildError> {
+/// The items of `set(iterable)`: shared with the list they came from, as
+/// nothing mutates either.
+fn iterable_arg(call: &Call<'_>) -> Result<Arc<[Value]>, RebuildError> {
     match call.reduce_args()? {
-        [] => Ok(Vec::new()),
+        [] => Ok(Arc::new([])),
         [Value::List(items)] | [Value::Tuple(items)] | [Value::Set(items)] => Ok(items.clone()),
         _ => Err(call.wrong_arguments("one list of items")),
     }
@@ -52,10 +56,10 @@ fn iterable_arg(call: &Call<'_>) -> Result<Vec<Value>, RebuildError> {
 /// `bytearray(b)` or `bytearray(str, 'latin-1')`: how protocols 2-4 pickle a bytearray.
 fn bytearray(call: Call<'_>) -> Result<Value, RebuildError> {
     match call.reduce_args()? {
-        [] => Ok(Value::ByteArray(Vec::new())),
-        [Value::Bytes(b)] => Ok(Value::ByteArray(b.to_vec())),
+        [] => Ok(Value::ByteArray(Arc::new([]))),
+        [Value::Bytes(b)] => Ok(Value::ByteArray(b.as_slice().into())),
         [Value::Str(s), Value::Str(encoding)] if is_latin1(encoding) => {
-            Ok(Value::ByteArray(latin1_bytes(&call, s)?))
+            Ok(Value::ByteArray(latin1_bytes(&call, s)?.into()))
         }
         _ => Err(call.wrong_arguments("(bytes,) or (str, 'latin-1')")),
     }

@@ -30,6 +30,7 @@
 //! # Ok::<(), tensorshare::Error>(())
 //! ```
 
+pub(crate) mod audit;
 mod builtins;
 pub(crate) mod rebuild;
 mod torch;
@@ -101,6 +102,9 @@ pub struct LoadOptions {
     pub limits: Limits,
     /// Cap on the bytes of one embedded `torch.save` archive.
     pub max_archive_bytes: u64,
+    /// What a global outside the allowlist does: refuse the pickle (the
+    /// default) or become an inert [`Value::Opaque`] node.
+    pub unknown_globals: UnknownGlobals,
 }
 
 impl Default for LoadOptions {
@@ -108,8 +112,36 @@ impl Default for LoadOptions {
         Self {
             limits: Limits::default(),
             max_archive_bytes: 64 << 30,
+            unknown_globals: UnknownGlobals::Refuse,
         }
     }
+}
+
+impl LoadOptions {
+    /// These options with `unknown_globals` replaced.
+    #[must_use]
+    pub fn with_unknown_globals(self, unknown_globals: UnknownGlobals) -> Self {
+        Self {
+            unknown_globals,
+            ..self
+        }
+    }
+}
+
+/// What rebuilding does with a global the registry does not allow.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum UnknownGlobals {
+    /// Refuse the pickle, naming every global outside the allowlist it
+    /// holds.
+    #[default]
+    Refuse,
+    /// Describe instead of refusing: each unknown global, each call of one,
+    /// and each call an allowlisted rebuilder refuses becomes a
+    /// [`Value::Opaque`] node holding what the pickle asked for. Nothing is
+    /// called either way. For looking inside untrusted files (`inspect
+    /// --opaque`); a rebuilt graph with opaque nodes is not plain data and
+    /// cannot be sent on.
+    Opaque,
 }
 
 /// The table of allowlisted globals and what they rebuild into.
@@ -237,10 +269,14 @@ impl Registry {
     ///
     /// # Errors
     ///
-    /// [`Error::Decode`] for a malformed pickle or a global that is not
-    /// allowed; [`Error::Rebuild`] when a rebuilder refuses its arguments.
+    /// [`Error::Decode`] for a malformed pickle; [`Error::Rebuild`] naming
+    /// every global outside the allowlist (unless the options make them
+    /// [`UnknownGlobals::Opaque`]), or when a rebuilder refuses its
+    /// arguments.
     pub fn loads(&self, bytes: &[u8]) -> Result<Value, Error> {
-        let decoded = pickle::decode_all(bytes, self, &self.options.limits)?;
+        let audit = audit::GlobalAudit::new(self);
+        let decoded = pickle::decode_all(bytes, &audit, &self.options.limits)?;
+        audit.finish()?;
         Ok(self.rebuild(&decoded.pickle)?)
     }
 
@@ -255,12 +291,24 @@ impl Registry {
     }
 }
 
+/// As a filter, a registry refuses the first global outside its allowlist,
+/// so a hostile message stops early; under [`UnknownGlobals::Opaque`] it
+/// admits every name, for the walker to keep inert.
 impl GlobalFilter for Registry {
     fn allows(&self, module: &str, name: &str) -> bool {
-        Registry::allows(self, module, name)
+        Registry::allows(self, module, name) || self.admits_unknown()
     }
 
     fn admit(&self, module: &str, name: &str) -> Option<Global> {
-        self.entry(module, name).map(|(global, _)| global.clone())
+        match self.entry(module, name) {
+            Some((global, _)) => Some(global.clone()),
+            None => self.admits_unknown().then(|| Global::copied(module, name)),
+        }
+    }
+}
+
+impl Registry {
+    fn admits_unknown(&self) -> bool {
+        self.options.unknown_globals == UnknownGlobals::Opaque
     }
 }

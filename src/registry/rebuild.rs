@@ -2,14 +2,15 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
 use tensorshare_compat::pickle::{Construction, Global, Node, NodeId, Object, Pickle};
 
-use super::{Callable, Registry};
+use super::{Callable, Registry, UnknownGlobals};
 use crate::sharing::Receipt;
-use crate::{Storage, Value};
+use crate::{Opaque, OpaqueCall, Storage, Value};
 
 /// What identifies a shared storage across references in one message, as
 /// torch's receiving side dedupes them.
@@ -144,9 +145,10 @@ where
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RebuildError {
-    /// The pickle names a global the registry does not know.
-    #[error("global '{0}' is not allowed; register a rebuilder for it if you trust its source")]
-    NotAllowed(Global),
+    /// The pickle names globals the registry does not know: all of them,
+    /// in order of first appearance.
+    #[error("{}", not_allowed_message(.0))]
+    NotAllowed(Vec<Global>),
     /// The pickle calls something that is not callable.
     #[error("a pickle calls a {0}, which is not callable")]
     NotCallable(&'static str),
@@ -212,6 +214,21 @@ pub enum RebuildError {
         /// What is missing and what to do.
         message: String,
     },
+}
+
+fn not_allowed_message(globals: &[Global]) -> String {
+    let names: Vec<String> = globals.iter().map(|g| format!("'{g}'")).collect();
+    let (noun, them) = match globals.len() {
+        1 => ("global", "it"),
+        _ => ("globals", "them"),
+    };
+    format!(
+        "the pickle names {} {noun} outside the allowlist: {}; nothing was executed. \
+         Register a rebuilder for {them} if you trust the source, or look at what the \
+         pickle would call with `tensorshare inspect --opaque`",
+        globals.len(),
+        names.join(", ")
+    )
 }
 
 /// Resolves persistent ids (`torch.save` storages) while rebuilding an archive.
@@ -343,15 +360,17 @@ impl<'a> Walker<'a> {
         Ok(value)
     }
 
-    fn eval_all(&mut self, ids: &[NodeId], depth: usize) -> Result<Vec<Value>, RebuildError> {
+    fn eval_all<C>(&mut self, ids: &[NodeId], depth: usize) -> Result<C, RebuildError>
+    where
+        C: FromIterator<Value>,
+    {
         ids.iter().map(|&id| self.eval(id, depth + 1)).collect()
     }
 
-    fn eval_pairs(
-        &mut self,
-        pairs: &[(NodeId, NodeId)],
-        depth: usize,
-    ) -> Result<Vec<(Value, Value)>, RebuildError> {
+    fn eval_pairs<C>(&mut self, pairs: &[(NodeId, NodeId)], depth: usize) -> Result<C, RebuildError>
+    where
+        C: FromIterator<(Value, Value)>,
+    {
         pairs
             .iter()
             .map(|&(k, v)| Ok((self.eval(k, depth + 1)?, self.eval(v, depth + 1)?)))
@@ -364,20 +383,21 @@ impl<'a> Walker<'a> {
             Node::None => Value::None,
             Node::Bool(b) => Value::Bool(*b),
             Node::Int(i) => Value::Int(*i),
-            Node::BigInt(bytes) => Value::BigInt(bytes.clone()),
+            Node::BigInt(bytes) => Value::BigInt(bytes.as_slice().into()),
             Node::Float(f) => Value::Float(*f),
-            Node::Str(s) => Value::Str(s.clone()),
+            Node::Str(s) => Value::Str(s.as_str().into()),
             Node::Bytes(b) => Value::Bytes(b.clone().into_shared()),
-            Node::ByteArray(b) => Value::ByteArray(b.clone()),
+            Node::ByteArray(b) => Value::ByteArray(b.as_slice().into()),
             Node::Tuple(items) => Value::Tuple(self.eval_all(items, depth)?),
             Node::List(items) => Value::List(self.eval_all(items, depth)?),
             Node::Set(items) => Value::Set(self.eval_all(items, depth)?),
             Node::FrozenSet(items) => Value::FrozenSet(self.eval_all(items, depth)?),
             Node::Dict(pairs) => Value::Dict(self.eval_pairs(pairs, depth)?),
-            Node::Global(global) => self
-                .registry
-                .resolve(global)
-                .ok_or_else(|| RebuildError::NotAllowed(global.clone()))?,
+            Node::Global(global) => match self.registry.resolve(global) {
+                Some(value) => value,
+                None if self.opaque() => Value::Opaque(Arc::new(Opaque::Global(global.clone()))),
+                None => return Err(RebuildError::NotAllowed(vec![global.clone()])),
+            },
             Node::PersistentId(pid) => {
                 let pid = self.eval(*pid, depth + 1)?;
                 let loader = self
@@ -389,9 +409,15 @@ impl<'a> Walker<'a> {
         })
     }
 
+    /// Whether unknown globals and their calls become opaque nodes.
+    fn opaque(&self) -> bool {
+        self.registry.options().unknown_globals == UnknownGlobals::Opaque
+    }
+
     fn eval_object(&mut self, object: &Object, depth: usize) -> Result<Value, RebuildError> {
         let callable = match self.eval(object.callable, depth + 1)? {
             Value::Callable(callable) => callable,
+            other if self.opaque() => return self.opaque_call(other, object, None, depth),
             other => return Err(RebuildError::NotCallable(other.type_name())),
         };
         let (kind, args, kwargs) = match &object.construction {
@@ -403,7 +429,54 @@ impl<'a> Walker<'a> {
         let pushed = self.push_arguments(args, depth, &callable);
         let result = pushed.and_then(|()| self.call(&callable, kind, kwargs, object, base, depth));
         self.arguments.truncate(base);
-        result
+        match result {
+            // A refusal is part of the picture an opaque rebuild draws; a
+            // graph too deep or cyclic is not.
+            Err(refused)
+                if self.opaque()
+                    && !matches!(refused, RebuildError::TooDeep(_) | RebuildError::Cycle) =>
+            {
+                let callee = Value::Callable(callable);
+                self.opaque_call(callee, object, Some(refused.to_string()), depth)
+            }
+            result => result,
+        }
+    }
+
+    /// `object`'s call recorded, not made: what `UnknownGlobals::Opaque`
+    /// gives for a callee outside the allowlist, or one that refused.
+    fn opaque_call(
+        &mut self,
+        callee: Value,
+        object: &Object,
+        refused: Option<String>,
+        depth: usize,
+    ) -> Result<Value, RebuildError> {
+        let (kind, args, kwargs) = match object.construction {
+            Construction::Reduce { args } => (CallKind::Reduce, args, None),
+            Construction::NewObj { args } => (CallKind::NewObj, args, None),
+            Construction::NewObjEx { args, kwargs } => (CallKind::NewObjEx, args, Some(kwargs)),
+        };
+        let args = match self.eval(args, depth + 1)? {
+            Value::Tuple(items) => items.to_vec(),
+            other => vec![other],
+        };
+        let kwargs = match kwargs.map(|id| self.eval(id, depth + 1)).transpose()? {
+            None => Vec::new(),
+            Some(Value::Dict(pairs)) => pairs.to_vec(),
+            Some(other) => vec![(Value::Str("**".into()), other)],
+        };
+        let state = object.state.map(|s| self.eval(s, depth + 1)).transpose()?;
+        Ok(Value::Opaque(Arc::new(Opaque::Call(OpaqueCall {
+            callee,
+            kind,
+            args,
+            kwargs,
+            state,
+            list_items: self.eval_all(&object.list_items, depth)?,
+            dict_items: self.eval_pairs(&object.dict_items, depth)?,
+            refused,
+        }))))
     }
 
     /// Pushes the items of the argument tuple `args` onto
@@ -429,7 +502,7 @@ impl<'a> Walker<'a> {
         }
         match self.eval(args, depth + 1)? {
             Value::Tuple(items) => {
-                self.arguments.extend(items);
+                self.arguments.extend(items.iter().cloned());
                 Ok(())
             }
             other => Err(RebuildError::Invalid {
@@ -449,8 +522,8 @@ impl<'a> Walker<'a> {
         base: usize,
         depth: usize,
     ) -> Result<Value, RebuildError> {
-        let kwargs = match kwargs {
-            None => Vec::new(),
+        let kwargs: Arc<[(Value, Value)]> = match kwargs {
+            None => Arc::new([]),
             Some(id) => match self.eval(id, depth + 1)? {
                 Value::Dict(pairs) => pairs,
                 other => {
@@ -465,8 +538,8 @@ impl<'a> Walker<'a> {
             },
         };
         let state = object.state.map(|s| self.eval(s, depth + 1)).transpose()?;
-        let list_items = self.eval_all(&object.list_items, depth)?;
-        let dict_items = self.eval_pairs(&object.dict_items, depth)?;
+        let list_items: Vec<Value> = self.eval_all(&object.list_items, depth)?;
+        let dict_items: Vec<(Value, Value)> = self.eval_pairs(&object.dict_items, depth)?;
         callable.call(Call {
             callee: callable.name(),
             kind,

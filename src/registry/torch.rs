@@ -68,8 +68,10 @@ pub(super) fn register(registry: &mut Registry) {
 /// `torch.Size((2, 3))`.
 fn size(call: Call<'_>) -> Result<Value, RebuildError> {
     match call.reduce_args()? {
-        [Value::Tuple(dims)] | [Value::List(dims)] => Ok(Value::Size(ints(&call, dims, "sizes")?)),
-        [] => Ok(Value::Size(Vec::new())),
+        [Value::Tuple(dims)] | [Value::List(dims)] => {
+            Ok(Value::Size(ints(&call, dims, "sizes")?.into()))
+        }
+        [] => Ok(Value::Size(Arc::new([]))),
         _ => Err(call.wrong_arguments("one tuple of ints")),
     }
 }
@@ -79,7 +81,7 @@ fn rebuild_tensor(call: Call<'_>) -> Result<Value, RebuildError> {
     let [cls, storage, Value::Tuple(metadata)] = call.reduce_args()? else {
         return Err(call.wrong_arguments("(cls, storage, (offset, size, stride, requires_grad))"));
     };
-    let [offset, sizes, strides, requires_grad] = metadata.as_slice() else {
+    let [offset, sizes, strides, requires_grad] = &metadata[..] else {
         return Err(call.wrong_arguments("metadata (offset, size, stride, requires_grad)"));
     };
     let parameter = match cls {
@@ -128,8 +130,8 @@ fn dup_fd(call: Call<'_>) -> Result<Value, RebuildError> {
     let Some(Value::Dict(state)) = call.state else {
         return Err(call.invalid("expected the state {'_id': (address, key)}"));
     };
-    let id = match state.as_slice() {
-        [(Value::Str(k), id)] if k == "_id" => id,
+    let id = match &state[..] {
+        [(Value::Str(k), id)] if &**k == "_id" => id,
         _ => return Err(call.invalid("state must be exactly {'_id': (address, key)}")),
     };
     let Some([address, key]) = id.as_sequence() else {
@@ -434,7 +436,7 @@ fn ints(call: &Call<'_>, values: &[Value], what: &str) -> Result<Vec<i64>, Rebui
 
 fn shape(call: &Call<'_>, value: &Value, what: &str) -> Result<Vec<i64>, RebuildError> {
     match value {
-        Value::Size(dims) => Ok(dims.clone()),
+        Value::Size(dims) => Ok(dims.to_vec()),
         Value::Tuple(items) | Value::List(items) => ints(call, items, what),
         other => Err(call.invalid(format!(
             "{what} must be a tuple of ints, got {}",

@@ -80,7 +80,7 @@ fn getattr_from_file(call: Call<'_>) -> Result<Value, RebuildError> {
         (&*class.module, &*class.name),
         ("torch._C", "StorageBase") | ("torch.storage" | "torch", "UntypedStorage")
     );
-    if !storage_class || attribute != FROM_FILE {
+    if !storage_class || &**attribute != FROM_FILE {
         return Err(call.invalid(format!("{only}, not getattr({class}, {attribute:?})")));
     }
     Ok(Value::Callable(Callable::new(
@@ -110,11 +110,11 @@ fn from_file(call: Call<'_>) -> Result<Value, RebuildError> {
             .map_err(|source| call.attach_failed(source))?,
         // Every reference to one path in a message is one storage.
         None => call.shared_storage(
-            crate::registry::rebuild::StorageKey::File(path.clone()),
+            crate::registry::rebuild::StorageKey::File(path.to_string()),
             || {
                 Storage::remote(
                     Residence::Memmap(MemmapRef {
-                        path: PathBuf::from(path),
+                        path: PathBuf::from(&**path),
                     }),
                     nbytes,
                 )

@@ -70,12 +70,13 @@ const DEFAULT_UNFETCHED_LIFETIME: Duration = Duration::from_secs(300);
 /// writer.as_bytes_mut().copy_from_slice(&[1, 0, 0, 0, 2, 0, 0, 0]);
 /// let t = Tensor::new(writer.freeze(), TensorView::contiguous(DType::Int32, &[2]))?;
 ///
-/// let bytes = sharing.dumps(&Value::List(vec![t.clone().into(), t.into()]))?;
+/// let bytes = sharing.dumps(&Value::List(vec![t.clone().into(), t.into()].into()))?;
 /// // Any process holding the same authkey rebuilds it, here this one:
 /// let back = sharing.loads(&bytes)?;
-/// let tensors = back.tensors();
-/// assert!(tensors[0].same_as(tensors[1]), "one tensor sent twice is one tensor");
-/// assert_eq!(tensors[0].storage().bytes(), Some(&[1, 0, 0, 0, 2, 0, 0, 0][..]));
+/// let [first, second] = back.as_sequence().unwrap() else { panic!("two items") };
+/// let (Value::Tensor(first), Value::Tensor(second)) = (first, second) else { panic!("tensors") };
+/// assert!(first.same_as(second), "one tensor sent twice is one tensor");
+/// assert_eq!(first.storage().bytes(), Some(&[1, 0, 0, 0, 2, 0, 0, 0][..]));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug)]

@@ -132,42 +132,61 @@ pub fn all(dtypes: &[DType]) -> Vec<Case> {
     }
 
     let t = Value::Tensor(contiguous(DType::Int64, &[5], 11, true));
-    add("same tensor twice", Value::List(vec![t.clone(), t.clone()]));
+    add(
+        "same tensor twice",
+        Value::List(vec![t.clone(), t.clone()].into()),
+    );
     let rows = patterned_storage(2 * 3 * 8, 13, false);
     add(
         "two views of one storage",
-        Value::List(vec![
-            tensor(rows.clone(), view(DType::Float64, 0, &[3], &[1])),
-            tensor(rows, view(DType::Float64, 3, &[3], &[1])),
-        ]),
+        Value::List(
+            vec![
+                tensor(rows.clone(), view(DType::Float64, 0, &[3], &[1])),
+                tensor(rows, view(DType::Float64, 3, &[3], &[1])),
+            ]
+            .into(),
+        ),
     );
 
-    let s = |text: &str| Value::Str(text.to_string());
+    let s = |text: &str| Value::Str(text.into());
     // 2**70 + 5, little-endian two's complement, as pickle's LONG1 carries it.
-    let big = Value::BigInt(vec![5, 0, 0, 0, 0, 0, 0, 0, 0x40]);
+    let big = Value::BigInt(vec![5, 0, 0, 0, 0, 0, 0, 0, 0x40].into());
     add(
         "nested containers",
-        Value::Dict(vec![
-            (s("tensor"), t.clone()),
-            (
-                s("list"),
-                Value::List(vec![
-                    Value::Int(-3),
-                    Value::Float(2.5),
-                    Value::Tuple(vec![Value::None, Value::Bool(true), Value::Bool(false), t]),
-                ]),
-            ),
-            (
-                s("ordered"),
-                Value::OrderedDict(vec![
-                    (s("zeta"), Value::Bytes(b"\x00\xffbytes".into())),
-                    (
-                        s("alpha ✓"),
-                        Value::List(vec![Value::Dict(vec![(Value::Int(1), big)])]),
+        Value::Dict(
+            vec![
+                (s("tensor"), t.clone()),
+                (
+                    s("list"),
+                    Value::List(
+                        vec![
+                            Value::Int(-3),
+                            Value::Float(2.5),
+                            Value::Tuple(
+                                vec![Value::None, Value::Bool(true), Value::Bool(false), t].into(),
+                            ),
+                        ]
+                        .into(),
                     ),
-                ]),
-            ),
-        ]),
+                ),
+                (
+                    s("ordered"),
+                    Value::OrderedDict(
+                        vec![
+                            (s("zeta"), Value::Bytes(b"\x00\xffbytes".into())),
+                            (
+                                s("alpha ✓"),
+                                Value::List(
+                                    vec![Value::Dict(vec![(Value::Int(1), big)].into())].into(),
+                                ),
+                            ),
+                        ]
+                        .into(),
+                    ),
+                ),
+            ]
+            .into(),
+        ),
     );
     cases
 }
@@ -195,7 +214,7 @@ impl Checker {
                 if a.len() != b.len() {
                     return Err(format!("{path}: {} items sent, {} back", a.len(), b.len()));
                 }
-                for (i, (x, y)) in a.iter().zip(b).enumerate() {
+                for (i, (x, y)) in a.iter().zip(b.iter()).enumerate() {
                     self.value(x, y, &format!("{path}[{i}]"))?;
                 }
                 Ok(())
@@ -208,7 +227,7 @@ impl Checker {
                         b.len()
                     ));
                 }
-                for (i, ((k1, v1), (k2, v2))) in a.iter().zip(b).enumerate() {
+                for (i, ((k1, v1), (k2, v2))) in a.iter().zip(b.iter()).enumerate() {
                     self.value(k1, k2, &format!("{path}.key{i}"))?;
                     self.value(v1, v2, &format!("{path}.value{i}"))?;
                 }
