@@ -33,9 +33,10 @@ pub enum DecodeErrorCode {
     /// `GLOBAL`, `STACK_GLOBAL` or `INST` names a global the filter refuses.
     #[error("global '{module}.{name}' is not allowed; allow it only if you trust what it means")]
     DisallowedGlobal {
-        /// The module, as sent.
+        /// The module, as the filter was asked about it: as sent, or its
+        /// Python 3 name below protocol 3.
         module: String,
-        /// The qualified name, as sent.
+        /// The qualified name, as the filter was asked about it.
         name: String,
     },
     /// An opcode needs more values than the stack holds above the last

@@ -5,7 +5,9 @@ use super::error::{DecodeError, DecodeErrorCode};
 use super::memo::Memo;
 use super::ops::Flow;
 use super::{Decoded, GlobalFilter, Limits};
-use crate::pickle::{ByteChunks, FRAME_SIZE_TARGET, Global, Node, NodeId, Pickle, SharedBytes};
+use crate::pickle::{
+    ByteChunks, FRAME_SIZE_TARGET, Global, Node, NodeId, Pickle, SharedBytes, python2_names,
+};
 
 /// Nodes CPython keeps as singletons: one arena node each, created on
 /// first use, so that a pickle of a million `None`s costs no arena space.
@@ -38,6 +40,9 @@ pub(super) struct Machine<'a> {
     marks: Vec<usize>,
     memo: Memo,
     pub(super) singletons: Singletons,
+    /// The protocol the last `PROTO` named, 0 before any: below 3, globals
+    /// carry Python 2 names.
+    pub(super) protocol: u8,
 }
 
 impl<'a> Machine<'a> {
@@ -64,6 +69,7 @@ impl<'a> Machine<'a> {
             // Torch's messages memoize nearly every node.
             memo: Memo::with_capacity(nodes),
             singletons: Singletons::default(),
+            protocol: 0,
         }
     }
 
@@ -342,8 +348,16 @@ impl<'a> Machine<'a> {
         self.push(id)
     }
 
-    /// The global `module.name`, if the filter allows it.
+    /// The global `module.name`, if the filter allows it. Below protocol 3
+    /// the filter sees the Python 3 name, as `Unpickler.find_class` imports
+    /// it under `fix_imports`; from protocol 3 on, a Python 2 name stays as
+    /// sent, a module Python 3 does not have.
     pub(super) fn admit(&self, module: &str, name: &str) -> Result<Global, DecodeError> {
+        let (module, name) = if self.protocol < 3 {
+            python2_names::python3_name(module, name)
+        } else {
+            (module, name)
+        };
         self.filter.admit(module, name).ok_or_else(|| {
             self.error(DecodeErrorCode::DisallowedGlobal {
                 module: module.to_owned(),

@@ -25,6 +25,7 @@ impl Machine<'_> {
                 if protocol > HIGHEST_PROTOCOL {
                     return Err(self.error(Code::UnsupportedProtocol(protocol)));
                 }
+                self.protocol = protocol;
             }
             FRAME => {
                 // A frame only announces how many bytes follow; opcodes are
