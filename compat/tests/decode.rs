@@ -1,8 +1,10 @@
 //! The pickle decoder against CPython: golden pickles, memo sharing and
-//! cycles, every error code, hostile inputs and arbitrary bytes.
+//! cycles, every error code, frames, hostile inputs and arbitrary bytes.
 
 #[path = "decode/errors.rs"]
 mod errors;
+#[path = "decode/framing.rs"]
+mod framing;
 #[path = "decode/golden.rs"]
 mod golden;
 #[path = "decode/hostile.rs"]

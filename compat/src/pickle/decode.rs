@@ -5,6 +5,7 @@
 
 mod calls;
 mod error;
+mod frame;
 mod machine;
 mod memo;
 mod number;
@@ -142,7 +143,7 @@ pub struct Decoded {
 /// pickle.
 ///
 /// It runs the stack machine of CPython's `_pickle.c` (every opcode of
-/// protocols 0 to 5), with three differences that make it safe on hostile
+/// protocols 0 to 5), with four differences that make it safe on hostile
 /// input:
 ///
 /// - Globals (`GLOBAL`, `STACK_GLOBAL`, `INST`) become [`Node::Global`]
@@ -165,6 +166,14 @@ pub struct Decoded {
 ///   more bytes than remain is [`DecodeErrorCode::Truncated`] before
 ///   anything is allocated. Nothing recurses, so no input can overflow the
 ///   native stack.
+/// - Frames (protocol 4's `FRAME`) are checked as CPython's pure-Python
+///   unpickler checks them, which `_pickle.c` does not: an opcode or
+///   argument that runs past its frame's end is
+///   [`DecodeErrorCode::CrossesFrameEnd`], a `FRAME` before the current
+///   frame is used up is [`DecodeErrorCode::FrameInsideFrame`]. A read
+///   that finds its frame used up continues unframed, which is how
+///   `pickle` writes large payloads. So no pickle reads as other opcodes
+///   here than in `pickle._Unpickler`.
 ///
 /// Python 2 `str` values (`STRING`, `BINSTRING`, `SHORT_BINSTRING`) decode
 /// to [`Node::Str`] and must be ASCII, as with CPython's default

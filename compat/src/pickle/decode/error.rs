@@ -121,6 +121,31 @@ pub enum DecodeErrorCode {
         /// How many bytes follow `STOP`.
         count: usize,
     },
+    /// Inside a `FRAME`, an opcode or its argument runs past the frame's
+    /// end. CPython's pure-Python unpickler refuses it ("pickle exhausted
+    /// before end of frame"); its C unpickler does not look, so the two
+    /// could read different opcodes from one pickle.
+    #[error(
+        "an opcode runs past the end of its frame at byte {frame_end}; CPython's pickle \
+         refuses it too ('pickle exhausted before end of frame'): the pickle is corrupted or \
+         crafted"
+    )]
+    CrossesFrameEnd {
+        /// Offset one past the frame's last byte.
+        frame_end: usize,
+    },
+    /// `FRAME` starts a new frame before the current one is used up.
+    /// CPython's pure-Python unpickler refuses it ("beginning of a new frame
+    /// before end of current frame").
+    #[error(
+        "FRAME starts a new frame before the current frame ends at byte {frame_end}; CPython's \
+         pickle refuses it too ('beginning of a new frame before end of current frame'): the \
+         pickle is corrupted or crafted"
+    )]
+    FrameInsideFrame {
+        /// Offset one past the current frame's last byte.
+        frame_end: usize,
+    },
 }
 
 /// Why an opcode is refused, and what the sender can do instead.
