@@ -1,10 +1,12 @@
 """Generates golden pickles for compat/tests/decode/golden.rs.
 
 Every expected value comes from CPython's own pure-Python unpickler
-(pickle._Unpickler) run symbolically: globals, calls and persistent ids are
-recorded instead of resolved, dicts and sets keep their pickled order.
+(pickle._Unpickler) run symbolically: globals (renamed from Python 2 below
+protocol 3, as find_class does), calls and persistent ids are recorded
+instead of resolved, dicts and sets keep their pickled order. Writes
+/tmp/gen/golden_cases.rs, the body of GOLDENS.
 """
-import collections, copyreg, io, json, pickle, pickletools, struct, sys
+import _compat_pickle, collections, copyreg, io, json, os, pickle, pickletools, struct, sys
 
 class Plain:
     def __init__(self):
@@ -54,7 +56,14 @@ class FS(S):
 
 class Symbolic(pickle._Unpickler):
     dispatch = dict(pickle._Unpickler.dispatch)
-    def find_class(self, module, name): return G(module, name)
+    def find_class(self, module, name):
+        # The renaming of pickle._Unpickler.find_class, without the import.
+        if self.proto < 3 and self.fix_imports:
+            if (module, name) in _compat_pickle.NAME_MAPPING:
+                module, name = _compat_pickle.NAME_MAPPING[(module, name)]
+            elif module in _compat_pickle.IMPORT_MAPPING:
+                module = _compat_pickle.IMPORT_MAPPING[module]
+        return G(module, name)
     def persistent_load(self, pid): return P(pid)
     def _instantiate(self, klass, args): self.append(Obj(klass, 'reduce', tuple(args)))
     def load_reduce(self):
@@ -89,7 +98,7 @@ class Symbolic(pickle._Unpickler):
     dispatch[pickle.ADDITEMS[0]] = load_additems
 
 def symbolic_load(data):
-    u = Symbolic(io.BytesIO(data), fix_imports=False)
+    u = Symbolic(io.BytesIO(data))
     value = u.load()
     return value
 
@@ -204,6 +213,7 @@ def rust_bytes(data):
         else: s.append('\\x%02x' % b)
     return 'b"' + ''.join(s) + '"'
 
+os.makedirs('/tmp/gen', exist_ok=True)
 with open('/tmp/gen/golden_cases.rs', 'w') as f:
     for name, expr, data, expected in out:
         f.write(f'    Golden {{\n        name: "{name}",\n        // {expr}\n')

@@ -1,8 +1,10 @@
 //! The pickle decoder against CPython: golden pickles, memo sharing and
-//! cycles, every error code, hostile inputs and arbitrary bytes.
+//! cycles, every error code, frames, hostile inputs and arbitrary bytes.
 
 #[path = "decode/errors.rs"]
 mod errors;
+#[path = "decode/framing.rs"]
+mod framing;
 #[path = "decode/golden.rs"]
 mod golden;
 #[path = "decode/hostile.rs"]
@@ -158,8 +160,11 @@ fn disallowed_globals_are_named_with_their_offset() {
             "builtins",
             "eval",
         ),
-        // pickle.dumps(builtins.eval, protocol=0)
-        (b"c__builtin__\neval\np0\n.", 0, "__builtin__", "eval"),
+        // pickle.dumps(builtins.eval, protocol=0): the filter sees the
+        // Python 3 name, as find_class imports it
+        (b"c__builtin__\neval\np0\n.", 0, "builtins", "eval"),
+        // by hand: the Python 2 name at protocol 4, refused as such
+        (b"\x80\x04c__builtin__\neval\n.", 2, "__builtin__", "eval"),
         // INST, by hand
         (b"(iposix\nsystem\n.", 1, "posix", "system"),
     ];

@@ -14,6 +14,7 @@ pub(super) fn register(registry: &mut Registry) {
         Ok(Value::FrozenSet(iterable_arg(&call)?))
     });
     registry.register_rebuilder("builtins", "bytearray", bytearray);
+    registry.register_rebuilder("builtins", "bytes", empty_bytes);
     registry.register_rebuilder("_codecs", "encode", codecs_encode);
 }
 
@@ -65,7 +66,17 @@ fn bytearray(call: Call<'_>) -> Result<Value, RebuildError> {
     }
 }
 
-/// `_codecs.encode(str, 'latin1')`: how protocol 2 pickles `bytes`.
+/// `bytes()`: how protocols 0-2 pickle an empty `bytes` (`save_bytes`
+/// writes any other through `_codecs.encode`). Only that call is allowed:
+/// `bytes(n)` would allocate `n` zero bytes from one small int.
+fn empty_bytes(call: Call<'_>) -> Result<Value, RebuildError> {
+    match call.reduce_args()? {
+        [] => Ok(Value::Bytes(Vec::new().into())),
+        _ => Err(call.wrong_arguments("() (CPython pickles only empty bytes as bytes())")),
+    }
+}
+
+/// `_codecs.encode(str, 'latin1')`: how protocols 0-2 pickle non-empty `bytes`.
 fn codecs_encode(call: Call<'_>) -> Result<Value, RebuildError> {
     match call.reduce_args()? {
         [Value::Str(s), Value::Str(encoding)] if is_latin1(encoding) => {

@@ -41,8 +41,6 @@ use crate::{Error, Residence, Storage, StrategyKind, Value};
 /// The module and name of the function a memmap message calls, as `pickle`
 /// writes `torch.UntypedStorage.from_file` (protocol 3 and up).
 const GETATTR: (&str, &str) = ("builtins", "getattr");
-/// The same under protocol 2's names (`fix_imports`).
-const GETATTR_PY2: (&str, &str) = ("__builtin__", "getattr");
 /// The class whose `from_file` the message looks up, as `pickle` names it.
 const STORAGE_BASE: (&str, &str) = ("torch._C", "StorageBase");
 /// The attribute looked up.
@@ -51,7 +49,8 @@ const FROM_FILE: &str = "from_file";
 /// What a received file is cached under: its path and which file it was.
 pub(super) type FileKey = (PathBuf, FileIdentity);
 
-/// Allows `builtins.getattr` (and protocol 2's `__builtin__.getattr`) for
+/// Allows `builtins.getattr` (which the decoder also reads from protocol 2's
+/// `__builtin__.getattr`) for
 /// exactly one call: `getattr(cls, 'from_file')` with `cls` one of
 /// `torch._C.StorageBase`, `torch.storage.UntypedStorage` or
 /// `torch.UntypedStorage`; the result may only be called as
@@ -64,7 +63,6 @@ pub(crate) fn register(registry: &mut Registry) {
         Value::Global(Global::new(STORAGE_BASE.0, STORAGE_BASE.1)),
     );
     registry.register_rebuilder(GETATTR.0, GETATTR.1, getattr_from_file);
-    registry.register_rebuilder(GETATTR_PY2.0, GETATTR_PY2.1, getattr_from_file);
 }
 
 /// `getattr(torch._C.StorageBase, 'from_file')`, and nothing else.

@@ -5,6 +5,7 @@
 
 mod calls;
 mod error;
+mod frame;
 mod machine;
 mod memo;
 mod number;
@@ -35,6 +36,10 @@ use super::{Global, Pickle, SharedBytes};
 /// ```
 pub trait GlobalFilter {
     /// Whether `module.name` may become a [`Node::Global`](super::Node::Global).
+    ///
+    /// Below protocol 3 the decoder asks about the Python 3 name of what
+    /// the pickle names (`builtins.set` for `__builtin__.set`); see
+    /// [`decode`].
     fn allows(&self, module: &str, name: &str) -> bool;
 
     /// The [`Global`] a pickle naming `module.name` gets, or `None` to
@@ -138,16 +143,21 @@ pub struct Decoded {
 /// pickle.
 ///
 /// It runs the stack machine of CPython's `_pickle.c` (every opcode of
-/// protocols 0 to 5), with three differences that make it safe on hostile
+/// protocols 0 to 5), with four differences that make it safe on hostile
 /// input:
 ///
 /// - Globals (`GLOBAL`, `STACK_GLOBAL`, `INST`) become [`Node::Global`]
 ///   only when `globals` allows them; anything else is
-///   [`DecodeErrorCode::DisallowedGlobal`]. Module and name are kept as
-///   sent: CPython's protocol < 3 name mapping (`fix_imports`,
-///   `__builtin__` → `builtins`) is not applied, because the pickles this
-///   crate meets (torch's, protocol 2 and up) carry Python 3 names. A
-///   filter that accepts Python 2 pickles must allow the Python 2 names.
+///   [`DecodeErrorCode::DisallowedGlobal`]. While the protocol in force
+///   (set by the last `PROTO`, 0 before any) is below 3, a name is first
+///   mapped to its Python 3 name through CPython's `_compat_pickle` tables,
+///   exactly as `Unpickler.find_class` does under its default
+///   `fix_imports=True`: CPython writes `set`, `frozenset`, `bytearray` and
+///   empty `bytes` as `__builtin__.*` at protocols 0-2, so `torch.save`
+///   files (protocol 2) name them so. The filter, the node and the error
+///   see the mapped name. From protocol 3 on names are kept as sent, and
+///   `__builtin__.set` is refused unless allowed as such, as CPython fails
+///   to import `__builtin__`.
 /// - Calls (`REDUCE`, `NEWOBJ`, `NEWOBJ_EX`, `INST`, `OBJ`) and `BUILD` are
 ///   recorded in a [`Node::Object`] (`INST` and `OBJ` as
 ///   [`Construction::Reduce`]); `APPEND(S)` and `SETITEM(S)` on an object
@@ -156,6 +166,14 @@ pub struct Decoded {
 ///   more bytes than remain is [`DecodeErrorCode::Truncated`] before
 ///   anything is allocated. Nothing recurses, so no input can overflow the
 ///   native stack.
+/// - Frames (protocol 4's `FRAME`) are checked as CPython's pure-Python
+///   unpickler checks them, which `_pickle.c` does not: an opcode or
+///   argument that runs past its frame's end is
+///   [`DecodeErrorCode::CrossesFrameEnd`], a `FRAME` before the current
+///   frame is used up is [`DecodeErrorCode::FrameInsideFrame`]. A read
+///   that finds its frame used up continues unframed, which is how
+///   `pickle` writes large payloads. So no pickle reads as other opcodes
+///   here than in `pickle._Unpickler`.
 ///
 /// Python 2 `str` values (`STRING`, `BINSTRING`, `SHORT_BINSTRING`) decode
 /// to [`Node::Str`] and must be ASCII, as with CPython's default

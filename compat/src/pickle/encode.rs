@@ -20,7 +20,6 @@
 mod atoms;
 mod batch;
 mod encoded;
-mod fix_imports;
 mod globals;
 mod graph_check;
 mod reductions;

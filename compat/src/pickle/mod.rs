@@ -10,6 +10,7 @@ mod bytes;
 mod decode;
 mod encode;
 pub mod opcodes;
+mod python2_names;
 mod value;
 
 pub use bytes::{ByteChunks, SharedBytes};

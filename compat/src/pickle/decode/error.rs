@@ -33,9 +33,10 @@ pub enum DecodeErrorCode {
     /// `GLOBAL`, `STACK_GLOBAL` or `INST` names a global the filter refuses.
     #[error("global '{module}.{name}' is not allowed; allow it only if you trust what it means")]
     DisallowedGlobal {
-        /// The module, as sent.
+        /// The module, as the filter was asked about it: as sent, or its
+        /// Python 3 name below protocol 3.
         module: String,
-        /// The qualified name, as sent.
+        /// The qualified name, as the filter was asked about it.
         name: String,
     },
     /// An opcode needs more values than the stack holds above the last
@@ -119,6 +120,31 @@ pub enum DecodeErrorCode {
     TrailingBytes {
         /// How many bytes follow `STOP`.
         count: usize,
+    },
+    /// Inside a `FRAME`, an opcode or its argument runs past the frame's
+    /// end. CPython's pure-Python unpickler refuses it ("pickle exhausted
+    /// before end of frame"); its C unpickler does not look, so the two
+    /// could read different opcodes from one pickle.
+    #[error(
+        "an opcode runs past the end of its frame at byte {frame_end}; CPython's pickle \
+         refuses it too ('pickle exhausted before end of frame'): the pickle is corrupted or \
+         crafted"
+    )]
+    CrossesFrameEnd {
+        /// Offset one past the frame's last byte.
+        frame_end: usize,
+    },
+    /// `FRAME` starts a new frame before the current one is used up.
+    /// CPython's pure-Python unpickler refuses it ("beginning of a new frame
+    /// before end of current frame").
+    #[error(
+        "FRAME starts a new frame before the current frame ends at byte {frame_end}; CPython's \
+         pickle refuses it too ('beginning of a new frame before end of current frame'): the \
+         pickle is corrupted or crafted"
+    )]
+    FrameInsideFrame {
+        /// Offset one past the current frame's last byte.
+        frame_end: usize,
     },
 }
 

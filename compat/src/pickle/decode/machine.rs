@@ -2,10 +2,13 @@
 //! depth of every node. The opcodes themselves are in `ops`.
 
 use super::error::{DecodeError, DecodeErrorCode};
+use super::frame::Unframer;
 use super::memo::Memo;
 use super::ops::Flow;
 use super::{Decoded, GlobalFilter, Limits};
-use crate::pickle::{ByteChunks, FRAME_SIZE_TARGET, Global, Node, NodeId, Pickle, SharedBytes};
+use crate::pickle::{
+    ByteChunks, FRAME_SIZE_TARGET, Global, Node, NodeId, Pickle, SharedBytes, python2_names,
+};
 
 /// Nodes CPython keeps as singletons: one arena node each, created on
 /// first use, so that a pickle of a million `None`s costs no arena space.
@@ -27,6 +30,8 @@ pub(super) struct Machine<'a> {
     pos: usize,
     /// Where the opcode being executed starts: the offset of its errors.
     op_start: usize,
+    /// The current frame, which every read is checked against.
+    frames: Unframer,
     filter: &'a dyn GlobalFilter,
     limits: Limits,
     pickle: Pickle,
@@ -38,6 +43,9 @@ pub(super) struct Machine<'a> {
     marks: Vec<usize>,
     memo: Memo,
     pub(super) singletons: Singletons,
+    /// The protocol the last `PROTO` named, 0 before any: below 3, globals
+    /// carry Python 2 names.
+    pub(super) protocol: u8,
 }
 
 impl<'a> Machine<'a> {
@@ -52,6 +60,7 @@ impl<'a> Machine<'a> {
             shared_input: None,
             pos: 0,
             op_start: 0,
+            frames: Unframer::default(),
             filter,
             limits: Limits {
                 max_nodes,
@@ -64,6 +73,7 @@ impl<'a> Machine<'a> {
             // Torch's messages memoize nearly every node.
             memo: Memo::with_capacity(nodes),
             singletons: Singletons::default(),
+            protocol: 0,
         }
     }
 
@@ -83,6 +93,9 @@ impl<'a> Machine<'a> {
     pub(super) fn run(mut self) -> Result<Decoded, DecodeError> {
         loop {
             self.op_start = self.pos;
+            self.frames
+                .read(self.pos, 1)
+                .map_err(|code| self.error(code))?;
             let Some(&opcode) = self.input.get(self.pos) else {
                 return Err(DecodeError {
                     offset: self.input.len(),
@@ -113,6 +126,9 @@ impl<'a> Machine<'a> {
     /// The next `len` bytes; `Truncated` before any allocation when fewer
     /// remain.
     pub(super) fn take(&mut self, len: u64) -> Result<&'a [u8], DecodeError> {
+        self.frames
+            .read(self.pos, len)
+            .map_err(|code| self.error(code))?;
         let input = self.input;
         let remaining = input.get(self.pos..).unwrap_or_default();
         let bytes = usize::try_from(len)
@@ -154,20 +170,23 @@ impl<'a> Machine<'a> {
         Ok(byte)
     }
 
-    /// Whether `len` bytes remain (for `FRAME`, which only announces them).
-    pub(super) fn remaining_at_least(&self, len: u64) -> bool {
-        let remaining = self.input.len().saturating_sub(self.pos);
-        usize::try_from(len).is_ok_and(|len| len <= remaining)
+    /// Starts a frame of the next `len` bytes, which must all be there.
+    pub(super) fn start_frame(&mut self, len: u64) -> Result<(), DecodeError> {
+        let left = self.input.len().saturating_sub(self.pos);
+        self.frames
+            .start(self.pos, len, left)
+            .map_err(|code| self.error(code))
     }
 
     /// The next line, without its newline.
     pub(super) fn take_line(&mut self) -> Result<&'a [u8], DecodeError> {
         let input = self.input;
         let remaining = input.get(self.pos..).unwrap_or_default();
-        let end = remaining
-            .iter()
-            .position(|&byte| byte == b'\n')
-            .ok_or_else(|| self.error(DecodeErrorCode::Truncated))?;
+        let end = remaining.iter().position(|&byte| byte == b'\n');
+        self.frames
+            .read_line(self.pos, end.map(|end| end + 1))
+            .map_err(|code| self.error(code))?;
+        let end = end.ok_or_else(|| self.error(DecodeErrorCode::Truncated))?;
         let line = remaining.get(..end).unwrap_or_default();
         self.pos += end + 1;
         Ok(line)
@@ -342,8 +361,16 @@ impl<'a> Machine<'a> {
         self.push(id)
     }
 
-    /// The global `module.name`, if the filter allows it.
+    /// The global `module.name`, if the filter allows it. Below protocol 3
+    /// the filter sees the Python 3 name, as `Unpickler.find_class` imports
+    /// it under `fix_imports`; from protocol 3 on, a Python 2 name stays as
+    /// sent, a module Python 3 does not have.
     pub(super) fn admit(&self, module: &str, name: &str) -> Result<Global, DecodeError> {
+        let (module, name) = if self.protocol < 3 {
+            python2_names::python3_name(module, name)
+        } else {
+            (module, name)
+        };
         self.filter.admit(module, name).ok_or_else(|| {
             self.error(DecodeErrorCode::DisallowedGlobal {
                 module: module.to_owned(),

@@ -25,14 +25,11 @@ impl Machine<'_> {
                 if protocol > HIGHEST_PROTOCOL {
                     return Err(self.error(Code::UnsupportedProtocol(protocol)));
                 }
+                self.protocol = protocol;
             }
             FRAME => {
-                // A frame only announces how many bytes follow; opcodes are
-                // read the same inside and outside frames.
                 let len = u64::from_le_bytes(self.take_array()?);
-                if !self.remaining_at_least(len) {
-                    return Err(self.error(Code::Truncated));
-                }
+                self.start_frame(len)?;
             }
             MARK => self.push_mark()?,
             POP => self.pop_value_or_mark()?,

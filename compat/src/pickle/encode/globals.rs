@@ -1,8 +1,8 @@
 //! Globals (classes and functions) and the name strings they are made of.
 
-use super::fix_imports;
 use super::{EncodeError, Encoder, MemoKey, Task};
 use crate::pickle::opcodes::{GLOBAL, REDUCE, STACK_GLOBAL};
+use crate::pickle::python2_names;
 
 impl<'a> Encoder<'a> {
     /// Saves a global that has no node (a class CPython reduces to).
@@ -59,7 +59,7 @@ impl<'a> Encoder<'a> {
         name: &'a str,
     ) -> Result<(), EncodeError> {
         let (module_out, name_out) = if self.fix_imports {
-            fix_imports::python2_name(module, name)
+            python2_names::python2_name(module, name)
         } else {
             (module, name)
         };
