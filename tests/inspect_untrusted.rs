@@ -127,7 +127,7 @@ fn every_unknown_global_is_named() {
         .unwrap_err()
         .to_string();
     assert!(
-        error.contains("2 globals outside the allowlist: 'posix.system', '__builtin__.eval'"),
+        error.contains("2 globals outside the allowlist: 'posix.system', 'builtins.eval'"),
         "{error}"
     );
     let dir = tempfile::tempdir().unwrap();
@@ -138,7 +138,7 @@ fn every_unknown_global_is_named() {
     assert!(output.stdout.is_empty());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
-        stderr.contains("'posix.system', '__builtin__.eval'"),
+        stderr.contains("'posix.system', 'builtins.eval'"),
         "{stderr}"
     );
     assert!(stderr.contains("inspect --opaque"), "{stderr}");
@@ -159,12 +159,12 @@ fn opaque_shows_every_call_and_still_fails() {
     );
     assert_eq!(
         items[1],
-        json!(["b", {"type": "global", "name": "__builtin__.eval", "allowed": false}])
+        json!(["b", {"type": "global", "name": "builtins.eval", "allowed": false}])
     );
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         stderr.contains("not plain data")
-            && stderr.contains("2 globals outside the allowlist (posix.system, __builtin__.eval)")
+            && stderr.contains("2 globals outside the allowlist (posix.system, builtins.eval)")
             && stderr.contains("1 call"),
         "{stderr}"
     );

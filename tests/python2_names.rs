@@ -38,7 +38,7 @@ fn render(value: &Value) -> Json {
         Value::None => Json::Null,
         Value::Bool(value) => json!(value),
         Value::Int(value) => json!(value),
-        Value::Str(value) => json!(value),
+        Value::Str(value) => json!(&**value),
         Value::Bytes(bytes) => json!({ "bytes": hex(bytes) }),
         Value::ByteArray(bytes) => json!({ "bytearray": hex(bytes) }),
         Value::List(items) => Json::Array(all(items)),
@@ -153,7 +153,7 @@ fn torch_save_with_a_set_of_names_loads() {
     let field = |key: &str| {
         items
             .iter()
-            .find(|(k, _)| matches!(k, Value::Str(k) if k == key))
+            .find(|(k, _)| matches!(k, Value::Str(k) if &**k == key))
             .map(|(_, v)| v)
             .unwrap()
     };
