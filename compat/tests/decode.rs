@@ -9,6 +9,8 @@ mod framing;
 mod golden;
 #[path = "decode/hostile.rs"]
 mod hostile;
+#[path = "decode/not_a_pickle.rs"]
+mod not_a_pickle;
 #[path = "decode/support.rs"]
 mod support;
 
@@ -121,8 +123,9 @@ fn concatenated_pickles_decode_one_at_a_time() {
     assert_eq!(second.consumed, one.len());
     assert_eq!(render_root(&second.pickle), json!([1, 2]));
 
+    // The error points at the first pickle's STOP.
     let err = decode_all(&stream, &allow_all, &Limits::default()).unwrap_err();
-    assert_eq!(err.offset, one.len());
+    assert_eq!(err.offset, one.len() - 1);
     assert_eq!(
         err.code,
         DecodeErrorCode::TrailingBytes {
@@ -132,8 +135,10 @@ fn concatenated_pickles_decode_one_at_a_time() {
     assert_eq!(
         err.to_string(),
         format!(
-            "at byte {}: {} bytes after STOP; use decode() to read concatenated pickles",
-            one.len(),
+            "at byte {}: {} bytes follow the pickle's STOP; a message or file holds exactly one \
+             pickle, so it was corrupted or holds something else too (decode() reads one pickle \
+             from the front of a buffer, for formats that concatenate them)",
+            one.len() - 1,
             one.len() + 4
         )
     );

@@ -10,6 +10,7 @@ mod machine;
 mod memo;
 mod number;
 mod ops;
+mod start;
 mod text;
 
 pub use error::{DecodeError, DecodeErrorCode};
@@ -137,10 +138,10 @@ pub struct Decoded {
 /// Decodes the pickle at the start of `input`, stopping at its `STOP`;
 /// executes nothing.
 ///
-/// Bytes after `STOP` are left alone: torch's legacy `torch.save` format
-/// concatenates pickles, and the caller continues at
-/// `input[decoded.consumed..]`. Use [`decode_all`] when the input is one
-/// pickle.
+/// Bytes after `STOP` are left alone and [`Decoded::consumed`] says how
+/// many were used: torch's legacy `torch.save` format concatenates pickles
+/// and raw data, and the caller continues at `input[decoded.consumed..]`.
+/// Use [`decode_all`] when the input is one pickle (a message, a file).
 ///
 /// It runs the stack machine of CPython's `_pickle.c` (every opcode of
 /// protocols 0 to 5), with four differences that make it safe on hostile
@@ -217,6 +218,14 @@ pub struct Decoded {
 /// filter refuses, a malformed or truncated pickle, a limit exceeded, or an
 /// opcode refused by design.
 ///
+/// When the input does not start like a pickle, the error is
+/// [`DecodeErrorCode::NotAPickle`], holding what failed and where: for
+/// empty input; for a zip archive (what `torch.save` writes); and for a
+/// first byte that is neither `PROTO` (which every pickle of protocol 2 and
+/// up starts with) nor an opcode a protocol 0 or 1 pickle starts with (one
+/// that pushes a value or a `MARK`, a `GLOBAL` or a `PERSID`). Any other
+/// input is judged by what fails in it.
+///
 /// [`Node::Global`]: super::Node::Global
 /// [`Node::Object`]: super::Node::Object
 /// [`Node::Str`]: super::Node::Str
@@ -229,12 +238,19 @@ pub fn decode(
     machine::Machine::new(input, globals, limits).run()
 }
 
-/// Decodes `input` as exactly one pickle.
+/// Decodes `input` as exactly one pickle: a whole message or file.
+///
+/// Bytes after the pickle's `STOP` are an error, although CPython's
+/// `pickle.loads` ignores them: a message or file holds one pickle, so
+/// anything after it is corruption, or a second payload that a reader of
+/// the whole input would see and this one would not. Use [`decode`] to
+/// read one pickle from the front of a buffer and learn how many bytes it
+/// took.
 ///
 /// # Errors
 ///
-/// Those of [`decode`], and [`DecodeErrorCode::TrailingBytes`] when bytes
-/// follow `STOP`.
+/// Those of [`decode`], and [`DecodeErrorCode::TrailingBytes`] at the
+/// offset of `STOP` when bytes follow it.
 pub fn decode_all(
     input: &[u8],
     globals: &dyn GlobalFilter,
@@ -284,7 +300,8 @@ fn whole(decoded: Decoded, input_len: usize) -> Result<Decoded, DecodeError> {
     let count = input_len.saturating_sub(decoded.consumed);
     if count > 0 {
         return Err(DecodeError {
-            offset: decoded.consumed,
+            // `consumed` counts the STOP.
+            offset: decoded.consumed.saturating_sub(1),
             code: DecodeErrorCode::TrailingBytes { count },
         });
     }

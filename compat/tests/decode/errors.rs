@@ -9,13 +9,6 @@ use super::support::{code, decode_err, decode_trusted, render_root};
 fn truncated_inputs() {
     use DecodeErrorCode::Truncated;
     assert_eq!(
-        decode_err(b""),
-        DecodeError {
-            offset: 0,
-            code: Truncated
-        }
-    );
-    assert_eq!(
         decode_err(b"\x80\x02"),
         DecodeError {
             offset: 2,
@@ -71,9 +64,9 @@ fn truncated_inputs() {
 fn stack_and_mark_errors() {
     use DecodeErrorCode::{MarkMissing, StackUnderflow};
     assert_eq!(
-        decode_err(b"."),
+        decode_err(b"\x80\x02."),
         DecodeError {
-            offset: 0,
+            offset: 2,
             code: StackUnderflow
         }
     );
@@ -95,7 +88,7 @@ fn stack_and_mark_errors() {
     assert_eq!(code(b"\x80\x02N\x86."), StackUnderflow);
     assert_eq!(code(b"\x80\x02NR."), StackUnderflow);
     assert_eq!(code(b"(o."), StackUnderflow);
-    assert_eq!(code(b"0."), StackUnderflow);
+    assert_eq!(code(b"\x80\x020."), StackUnderflow);
     assert_eq!(
         decode_err(b"Nt."),
         DecodeError {
@@ -117,23 +110,26 @@ fn stack_and_mark_errors() {
 #[test]
 fn memo_errors() {
     assert_eq!(
-        decode_err(b"h\x05."),
+        decode_err(b"\x80\x02h\x05."),
         DecodeError {
-            offset: 0,
+            offset: 2,
             code: DecodeErrorCode::MemoMissing(5)
         }
     );
     assert_eq!(
-        code(b"j\x00\x01\x00\x00."),
+        code(b"\x80\x02j\x00\x01\x00\x00."),
         DecodeErrorCode::MemoMissing(256)
     );
-    assert_eq!(code(b"g7\n."), DecodeErrorCode::MemoMissing(7));
+    assert_eq!(code(b"Ng7\n."), DecodeErrorCode::MemoMissing(7));
     assert!(matches!(
         code(b"Np-1\n."),
         DecodeErrorCode::InvalidLiteral(_)
     ));
-    assert!(matches!(code(b"ga\n."), DecodeErrorCode::InvalidLiteral(_)));
-    assert_eq!(code(b"\x94."), DecodeErrorCode::StackUnderflow);
+    assert!(matches!(
+        code(b"Nga\n."),
+        DecodeErrorCode::InvalidLiteral(_)
+    ));
+    assert_eq!(code(b"\x80\x04\x94."), DecodeErrorCode::StackUnderflow);
 }
 
 #[test]
@@ -202,7 +198,7 @@ fn text_errors() {
     use DecodeErrorCode::{InvalidLiteral, InvalidUtf8, NotAscii};
     assert_eq!(code(b"X\x01\x00\x00\x00\xff."), InvalidUtf8);
     // A lone surrogate, which CPython's surrogatepass lets through.
-    assert_eq!(code(b"\x8c\x03\xed\xa0\x80."), InvalidUtf8);
+    assert_eq!(code(b"\x80\x04\x8c\x03\xed\xa0\x80."), InvalidUtf8);
     assert_eq!(code(b"Vab\\ud800\n."), InvalidUtf8);
     assert_eq!(code(b"cmod\xff\nname\n."), InvalidUtf8);
     assert_eq!(
@@ -230,7 +226,7 @@ fn text_errors() {
         b"S'\\x4'\n.",
         b"V\\u12\n.",
         b"T\xff\xff\xff\xff.",
-        b"\x8b\xff\xff\xff\xff.",
+        b"\x80\x02\x8b\xff\xff\xff\xff.",
     ] {
         assert!(
             matches!(code(bytes), InvalidLiteral(_)),
@@ -238,10 +234,10 @@ fn text_errors() {
             String::from_utf8_lossy(bytes)
         );
     }
-    let err = decode_err(b"\x8b\xff\xff\xff\xff.");
+    let err = decode_err(b"\x80\x02\x8b\xff\xff\xff\xff.");
     assert_eq!(
         err.to_string(),
-        "at byte 0: invalid literal: LONG4 has a negative byte count (-1)"
+        "at byte 2: invalid literal: LONG4 has a negative byte count (-1)"
     );
 }
 

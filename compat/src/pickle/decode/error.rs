@@ -3,8 +3,9 @@
 /// A pickle the decoder refused, and where.
 ///
 /// `offset` is the position of the opcode being executed (for a stream that
-/// ends before `STOP`, the length of the input; for [`DecodeErrorCode::TrailingBytes`],
-/// the first byte after `STOP`).
+/// ends before `STOP`, the length of the input; for
+/// [`DecodeErrorCode::TrailingBytes`], the `STOP`; for
+/// [`DecodeErrorCode::NotAPickle`], that of its cause).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("at byte {offset}: {code}")]
 pub struct DecodeError {
@@ -115,8 +116,13 @@ pub enum DecodeErrorCode {
         /// The opcode's name.
         opcode: &'static str,
     },
-    /// [`decode_all`](super::decode_all) found bytes after `STOP`.
-    #[error("{count} bytes after STOP; use decode() to read concatenated pickles")]
+    /// [`decode_all`](super::decode_all) found bytes after the pickle's
+    /// `STOP` (at the error's offset).
+    #[error(
+        "{count} bytes follow the pickle's STOP; a message or file holds exactly one pickle, so \
+         it was corrupted or holds something else too (decode() reads one pickle from the front \
+         of a buffer, for formats that concatenate them)"
+    )]
     TrailingBytes {
         /// How many bytes follow `STOP`.
         count: usize,
@@ -146,6 +152,17 @@ pub enum DecodeErrorCode {
         /// Offset one past the current frame's last byte.
         frame_end: usize,
     },
+    /// Decoding failed on input that does not start like a pickle: it is
+    /// empty, starts with a zip archive's signature (`torch.save`'s file
+    /// format), or its first byte is neither `PROTO` nor an opcode that
+    /// begins a protocol 0 or 1 pickle (see [`decode`](super::decode)).
+    #[error("{}", not_a_pickle(head, cause))]
+    NotAPickle {
+        /// The input's first bytes (up to 8).
+        head: Vec<u8>,
+        /// What decoding met at the error's offset.
+        cause: Box<DecodeErrorCode>,
+    },
 }
 
 /// Why an opcode is refused, and what the sender can do instead.
@@ -159,5 +176,22 @@ fn unsupported_reason(opcode: &str) -> &'static str {
             "out-of-band buffers need the sender's buffer list; pickle without buffer_callback"
         }
         _ => "the decoder does not implement it",
+    }
+}
+
+/// What a non-pickle is, and what to do with it.
+fn not_a_pickle(head: &[u8], cause: &DecodeErrorCode) -> String {
+    let head_text = head.escape_ascii();
+    match head.first() {
+        None => "the input is empty: there is no pickle to decode".to_owned(),
+        Some(_) if super::start::is_zip(head) => format!(
+            "not a pickle but a zip archive (starts with b\"{head_text}\"), as torch.save \
+             writes: read it as a torch.save file (as a pickle, decoding stopped here: {cause})"
+        ),
+        Some(first) => format!(
+            "not a pickle: the input starts with byte 0x{first:02x} (b\"{head_text}\"), and a \
+             pickle starts with PROTO (0x80) or, at protocols 0 and 1, with an opcode that pushes \
+             a value or a MARK; check what was sent (decoding stopped here: {cause})"
+        ),
     }
 }

@@ -5,6 +5,7 @@ use super::error::{DecodeError, DecodeErrorCode};
 use super::frame::Unframer;
 use super::memo::Memo;
 use super::ops::Flow;
+use super::start;
 use super::{Decoded, GlobalFilter, Limits};
 use crate::pickle::{
     ByteChunks, FRAME_SIZE_TARGET, Global, Node, NodeId, Pickle, SharedBytes, python2_names,
@@ -91,6 +92,20 @@ impl<'a> Machine<'a> {
 
     /// Runs opcodes until `STOP`.
     pub(super) fn run(mut self) -> Result<Decoded, DecodeError> {
+        match self.execute() {
+            Ok(root) => {
+                self.pickle.set_root(root);
+                Ok(Decoded {
+                    pickle: self.pickle,
+                    consumed: self.pos,
+                })
+            }
+            Err(err) => Err(start::explain(self.input, err)),
+        }
+    }
+
+    /// Runs opcodes until `STOP`, and returns what it pops.
+    fn execute(&mut self) -> Result<NodeId, DecodeError> {
         loop {
             self.op_start = self.pos;
             self.frames
@@ -104,11 +119,7 @@ impl<'a> Machine<'a> {
             };
             self.pos += 1;
             if let Flow::Stop(root) = self.step(opcode)? {
-                self.pickle.set_root(root);
-                return Ok(Decoded {
-                    pickle: self.pickle,
-                    consumed: self.pos,
-                });
+                return Ok(root);
             }
         }
     }
