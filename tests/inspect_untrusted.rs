@@ -10,7 +10,7 @@ use std::process::{Command, Output};
 use std::time::Instant;
 
 use serde_json::{Value as Json, json};
-use tensorshare::{Registry, Value};
+use tensorshare::{Authkey, Registry, SharingContext, Value};
 
 use support::{expect_success, test_python};
 
@@ -67,6 +67,12 @@ fn shared_references_do_not_expand() {
     }
     assert_eq!(inner.as_sequence().map(<[Value]>::len), Some(0));
     assert_eq!(value.distinct().count(), 101);
+    // The receiving side's walk, which attaches storages as it goes.
+    let sharing = SharingContext::new(Authkey::random().unwrap());
+    let received = sharing.loads(&bomb).unwrap();
+    assert_eq!(received.distinct().count(), 101);
+    // Sent on, it is written once per shared list, as pickle writes it.
+    assert!(sharing.dumps(&received).unwrap().len() < 2 * bomb.len());
 
     // Both report forms are bounded by the input's size.
     let bound = 100 * bomb.len();
