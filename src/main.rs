@@ -17,7 +17,9 @@ fn main() -> ExitCode {
     match cli::run(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("tensorshare: error: {}", cli::one_line(&*error));
+            // As clap starts its usage errors, so that every error the
+            // command prints reads alike.
+            eprintln!("{}{}", cli::ERROR_PREFIX, cli::one_line(&*error));
             ExitCode::FAILURE
         }
     }

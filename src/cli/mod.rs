@@ -68,6 +68,9 @@ pub fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     }
 }
 
+/// How the command starts an error line: as clap starts a usage error.
+pub const ERROR_PREFIX: &str = "error: ";
+
 /// An error and its causes on one line, each cause once.
 pub fn one_line(error: &(dyn std::error::Error + 'static)) -> String {
     let mut message = error.to_string();
