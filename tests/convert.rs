@@ -191,3 +191,88 @@ fn shared_pickles_convert_while_their_sender_lives() {
         }
     }
 }
+
+/// `convert IN -` and `convert - -`: the torch.save file on stdout and
+/// nothing else there; the status line on stderr, for a file output too.
+#[test]
+fn convert_writes_to_stdout_and_reports_on_stderr() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("compat/fixtures/torch-2.15.0");
+    let input = root.join("aliasing.zip.pt");
+    let dir = tempfile::tempdir().unwrap();
+
+    let to_file = dir.path().join("file.pt");
+    let file_output = convert(&input, &to_file, &[]);
+    expect_success(&file_output, "convert to a file");
+    assert!(file_output.stdout.is_empty(), "stdout: {file_output:?}");
+    assert!(
+        String::from_utf8_lossy(&file_output.stderr).contains("wrote"),
+        "{file_output:?}"
+    );
+    let file = std::fs::read(&to_file).unwrap();
+
+    let output = convert(&input, Path::new("-"), &[]);
+    assert!(output.status.success(), "{output:?}");
+    let zip = output.stdout;
+    assert!(zip.starts_with(b"PK\x03\x04"), "not a zip: {:?}", &zip[..8]);
+    // The end-of-central-directory record, with no comment, ends the output.
+    assert_eq!(
+        zip.get(zip.len() - 22..zip.len() - 18),
+        Some(&b"PK\x05\x06"[..])
+    );
+    // Only the random serialization id differs from the file's bytes.
+    assert_eq!(zip.len(), file.len());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("wrote") && stderr.contains(&zip.len().to_string()),
+        "{stderr}"
+    );
+
+    // `-` in and out, legacy: the same bytes as written to a file.
+    let legacy_file = dir.path().join("legacy.pt");
+    expect_success(
+        &convert(&input, &legacy_file, &["--legacy"]),
+        "convert --legacy",
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tensorshare"))
+        .args(["convert", "-", "-", "--legacy"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(
+        &mut child.stdin.take().unwrap(),
+        &std::fs::read(&input).unwrap(),
+    )
+    .unwrap();
+    let legacy = child.wait_with_output().unwrap();
+    assert!(legacy.status.success(), "{legacy:?}");
+    assert_eq!(legacy.stdout, std::fs::read(&legacy_file).unwrap());
+
+    let Some(python) = test_python("convert_writes_to_stdout_and_reports_on_stderr") else {
+        return;
+    };
+    // Stock torch loads what came out of stdout, from memory.
+    for data in [&zip, &legacy.stdout] {
+        let mut torch = Command::new(&python)
+            .args([
+                "-c",
+                "import io, sys, torch\n\
+                 value = torch.load(io.BytesIO(sys.stdin.buffer.read()), weights_only=True)\n\
+                 print(type(value).__name__)",
+            ])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::io::Write::write_all(&mut torch.stdin.take().unwrap(), data).unwrap();
+        let loaded = torch.wait_with_output().unwrap();
+        expect_success(&loaded, "torch.load(io.BytesIO(stdout))");
+    }
+    // And it holds what the original holds.
+    let from_stdout = dir.path().join("stdout.pt");
+    std::fs::write(&from_stdout, &zip).unwrap();
+    let described = torch_describes(&python, &[input, from_stdout]);
+    assert_eq!(described[0], described[1]);
+}

@@ -1,8 +1,11 @@
 //! `tensorshare convert IN OUT [--legacy] [--authkey HEX]`: rewrite a torch pickle (any
 //! strategy) or a `torch.save` file (zip or legacy) as a `torch.save` file
-//! that stock torch loads with `weights_only=True`.
+//! that stock torch loads with `weights_only=True`. `-` reads stdin or
+//! writes stdout; the status line goes to stderr, so stdout holds the file
+//! and nothing else.
 
-use std::path::PathBuf;
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
 
 use clap::Args;
 use tensorshare::save::save_torch;
@@ -16,7 +19,7 @@ pub struct ConvertArgs {
     /// What to read: a pickle of any strategy, or a torch.save file (zip or
     /// legacy); `-` for stdin.
     input: PathBuf,
-    /// Where to write the torch.save file.
+    /// Where to write the torch.save file; `-` for stdout.
     output: PathBuf,
     /// Write the legacy stream (`_use_new_zipfile_serialization=False`)
     /// instead of a zip.
@@ -39,15 +42,36 @@ pub fn run(args: ConvertArgs) -> Result<(), Box<dyn std::error::Error>> {
         TorchSaveFormat::Zip
     };
     let file = save_torch(&value, format).map_err(|e| format!("{input}: {e}"))?;
-    std::fs::write(&args.output, &file)
-        .map_err(|e| Error::io(format!("writing {}", args.output.display()), e))?;
-    println!(
-        "wrote {} ({} torch.save, {} bytes)",
-        args.output.display(),
+    let written = write_output(&args.output, &file)?;
+    eprintln!(
+        "wrote {written} ({} torch.save, {} bytes)",
         if args.legacy { "legacy" } else { "zip" },
         file.len()
     );
     Ok(())
+}
+
+/// Writes `file` to `output`, or to stdout for `-`; returns how to name
+/// where it went.
+fn write_output(output: &Path, file: &[u8]) -> Result<String, Error> {
+    if output.as_os_str() != "-" {
+        std::fs::write(output, file)
+            .map_err(|e| Error::io(format!("writing {}", output.display()), e))?;
+        return Ok(output.display().to_string());
+    }
+    let mut stdout = std::io::stdout().lock();
+    if stdout.is_terminal() {
+        return Err(Error::Unsupported(
+            "stdout is a terminal, and a torch.save file is binary: redirect stdout to a \
+             file or a pipe, or name an output file instead of -"
+                .to_owned(),
+        ));
+    }
+    stdout
+        .write_all(file)
+        .and_then(|()| stdout.flush())
+        .map_err(|e| Error::io("writing stdout", e))?;
+    Ok("stdout".to_owned())
 }
 
 /// Rebuilds `bytes` with every storage's data at hand: torch.save files and
