@@ -13,6 +13,7 @@ use std::process::Command;
 use serde_json::Value as Json;
 
 use tensorshare::archive::load_torch_save;
+use tensorshare::connection::AUTHKEY_ENV;
 use tensorshare::{
     Authkey, DType, Registry, SharingContext, Storage, StrategyKind, Tensor, TensorView, Value,
 };
@@ -25,6 +26,7 @@ fn convert(input: &Path, output: &Path, extra: &[&str]) -> std::process::Output 
         .arg(input)
         .arg(output)
         .args(extra)
+        .env_remove(AUTHKEY_ENV)
         .output()
         .unwrap()
 }
@@ -275,4 +277,62 @@ fn convert_writes_to_stdout_and_reports_on_stderr() {
     std::fs::write(&from_stdout, &zip).unwrap();
     let described = torch_describes(&python, &[input, from_stdout]);
     assert_eq!(described[0], described[1]);
+}
+
+/// `convert` takes the sender's authkey as `echo` does: from
+/// TENSORSHARE_AUTHKEY, `--authkey-file` or `--authkey`, one at most.
+#[test]
+fn convert_takes_the_authkey_as_echo_does() {
+    let authkey = Authkey::random().unwrap();
+    let hex = authkey.to_hex();
+    let sharing = SharingContext::new(authkey.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let key_file = dir.path().join("authkey");
+    std::fs::write(&key_file, format!("{hex}\n")).unwrap();
+    let pickle = dir.path().join("shared.pkl");
+    let out = dir.path().join("out.pt");
+    let run = |args: &[&str], env: Option<&str>| {
+        // A file_descriptor share is fetched once: one pickle per convert.
+        std::fs::write(&pickle, sharing.dumps(&sample()).unwrap()).unwrap();
+        let mut command = Command::new(env!("CARGO_BIN_EXE_tensorshare"));
+        command
+            .arg("convert")
+            .arg(&pickle)
+            .arg(&out)
+            .args(args)
+            .env_remove(AUTHKEY_ENV);
+        if let Some(value) = env {
+            command.env(AUTHKEY_ENV, value);
+        }
+        command.output().unwrap()
+    };
+    expect_success(&run(&[], Some(&hex)), "the authkey from the environment");
+    expect_success(
+        &run(&["--authkey-file", key_file.to_str().unwrap()], None),
+        "the authkey from a file",
+    );
+    for (args, env) in [
+        (vec!["--authkey", hex.as_str()], Some(hex.as_str())),
+        (
+            vec!["--authkey-file", key_file.to_str().unwrap()],
+            Some(&hex),
+        ),
+        (
+            vec![
+                "--authkey",
+                &hex,
+                "--authkey-file",
+                key_file.to_str().unwrap(),
+            ],
+            None,
+        ),
+    ] {
+        let output = run(&args, env);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.starts_with("error: ") && stderr.contains("Usage: tensorshare convert"),
+            "{args:?}: {stderr}"
+        );
+    }
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
-use tensorshare::connection::{ConnectionOptions, PrivateTempDir};
+use tensorshare::connection::{AUTHKEY_ENV, ConnectionOptions, PrivateTempDir};
 use tensorshare::{Address, Authkey, Listener, SharingContext, StrategyKind};
 
 use super::bench_stream::{Framing, Workload, consume, produce};
@@ -566,7 +566,10 @@ impl TorchPeer {
         let mut command = Command::new(&self.python);
         command.arg(&self.script).args(args);
         if let Some((address, authkey)) = connect {
-            command.args(["--address", address, "--authkey", &authkey.to_hex()]);
+            // In the environment: a command line is visible to every user.
+            command
+                .args(["--address", address])
+                .env(AUTHKEY_ENV, authkey.to_hex());
         }
         if let Some(w) = workload {
             for (flag, value) in [

@@ -1,4 +1,4 @@
-//! `tensorshare convert IN OUT [--legacy] [--authkey HEX]`: rewrite a torch pickle (any
+//! `tensorshare convert IN OUT [--legacy] [--authkey-file PATH]`: rewrite a torch pickle (any
 //! strategy) or a `torch.save` file (zip or legacy) as a `torch.save` file
 //! that stock torch loads with `weights_only=True`. `-` reads stdin or
 //! writes stdout; the status line goes to stderr, so stdout holds the file
@@ -12,6 +12,7 @@ use tensorshare::save::save_torch;
 use tensorshare::{Authkey, Error, Registry, SharingContext, Storage, Value};
 use tensorshare_compat::torch_save::TorchSaveFormat;
 
+use super::authkey::AuthkeyArgs;
 use super::inspect::read_input;
 
 #[derive(Debug, Args)]
@@ -25,17 +26,18 @@ pub struct ConvertArgs {
     /// instead of a zip.
     #[arg(long)]
     legacy: bool,
-    /// The sender's `multiprocessing.current_process().authkey`, in hex:
-    /// needed to fetch the storages of a `file_descriptor` pickle from the
-    /// process that wrote it.
-    #[arg(long, value_name = "HEX", value_parser = Authkey::from_hex)]
-    authkey: Option<Authkey>,
+    // The sender's `multiprocessing.current_process().authkey`: needed
+    // only to fetch the storages of a `file_descriptor` pickle from the
+    // process that wrote it (the command's help says so).
+    #[command(flatten)]
+    authkey: AuthkeyArgs,
 }
 
 pub fn run(args: ConvertArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let authkey = args.authkey.optional("convert")?;
     let input = args.input.display().to_string();
     let bytes = read_input(&args.input)?;
-    let value = load_any(&bytes, args.authkey).map_err(|e| format!("{input}: {e}"))?;
+    let value = load_any(&bytes, authkey).map_err(|e| format!("{input}: {e}"))?;
     let format = if args.legacy {
         TorchSaveFormat::Legacy
     } else {
@@ -91,8 +93,8 @@ fn load_any(bytes: &[u8], authkey: Option<Authkey>) -> Result<Value, Error> {
     let attached = sharing.loads(bytes).map_err(|e| {
         Error::Unsupported(format!(
             "its storages live in another process or in shared memory and cannot be \
-             reached ({e}); convert it while the sending process is alive, and pass its \
-             --authkey for a file_descriptor pickle"
+             reached ({e}); convert it while the sending process is alive, and give its \
+             authkey (TENSORSHARE_AUTHKEY or --authkey-file) for a file_descriptor pickle"
         ))
     })?;
     if let Some(storage) = first_unreachable(&attached) {

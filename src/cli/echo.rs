@@ -1,4 +1,5 @@
-//! `tensorshare echo --listen ADDRESS --authkey HEX --strategy NAME`: rebuild
+//! `tensorshare echo --listen ADDRESS --strategy NAME`, the authkey in
+//! `TENSORSHARE_AUTHKEY`, `--authkey-file PATH` or `--authkey HEX`: rebuild
 //! every message and send it back re-pickled, for as many peers as connect.
 
 use std::io::Write;
@@ -6,8 +7,9 @@ use std::sync::Arc;
 
 use clap::Args;
 use tensorshare::connection::{ConnectionError, ConnectionOptions, IncomingConnection};
-use tensorshare::{Address, Authkey, Error, Listener, SharingContext, StrategyKind};
+use tensorshare::{Address, Error, Listener, SharingContext, StrategyKind};
 
+use super::authkey::AuthkeyArgs;
 use super::shutdown::{ShutdownSignal, Wake};
 
 #[derive(Debug, Args)]
@@ -15,9 +17,9 @@ pub struct EchoArgs {
     /// Where to listen: a socket path, or `@name` for the abstract namespace.
     #[arg(long, value_name = "ADDRESS")]
     listen: Address,
-    /// The peers' `multiprocessing.current_process().authkey`, in hex.
-    #[arg(long, value_name = "HEX", value_parser = Authkey::from_hex)]
-    authkey: Authkey,
+    // The peers' `multiprocessing.current_process().authkey`; required.
+    #[command(flatten)]
+    authkey: AuthkeyArgs,
     /// How storages are sent back.
     #[arg(long, value_name = "NAME", default_value = "file_descriptor")]
     strategy: StrategyKind,
@@ -35,7 +37,8 @@ pub struct EchoArgs {
 }
 
 pub fn run(args: EchoArgs) -> Result<(), Box<dyn std::error::Error>> {
-    let mut sharing = SharingContext::new(args.authkey.clone())
+    let authkey = args.authkey.required("echo")?;
+    let mut sharing = SharingContext::new(authkey.clone())
         .with_strategy(args.strategy)
         .with_memmap_keep_files(args.keep_files);
     if let Some(dir) = &args.memmap_dir {
@@ -44,7 +47,7 @@ pub fn run(args: EchoArgs) -> Result<(), Box<dyn std::error::Error>> {
     let sharing = Arc::new(sharing);
     let options = ConnectionOptions::default().with_max_message_bytes(args.max_message_bytes);
     let shutdown = ShutdownSignal::install()?;
-    let listener = Listener::bind(&args.listen, &args.authkey, options)?;
+    let listener = Listener::bind(&args.listen, &authkey, options)?;
     listener.set_nonblocking(true)?;
     println!("listening {}", listener.address());
     std::io::stdout().flush()?;

@@ -1,5 +1,6 @@
 //! Command-line parsing and dispatch.
 
+mod authkey;
 mod bench;
 mod bench_stream;
 mod convert;
@@ -13,7 +14,8 @@ mod peer;
 mod shutdown;
 mod workload;
 
-use clap::{Parser, Subcommand};
+use clap::error::ErrorKind;
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// Share CPU tensors between processes in PyTorch's own wire format.
 #[derive(Debug, Parser)]
@@ -41,6 +43,9 @@ enum Command {
     Inspect(inspect::InspectArgs),
     /// Rewrite a torch pickle (any strategy) or .pt file as a torch.save
     /// file that `torch.load(path, weights_only=True)` loads.
+    ///
+    /// The storages of a file_descriptor pickle are fetched from the
+    /// process that wrote it, while it runs, with its authkey.
     Convert(convert::ConvertArgs),
     /// Listen for multiprocessing.connection peers and send every message back
     /// re-pickled; prints `listening ADDRESS` once ready.
@@ -65,6 +70,23 @@ pub fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         Command::Echo(args) => echo::run(args),
         Command::Manager(args) => manager::run(args),
         Command::Gc(args) => gc::run(args),
+    }
+}
+
+/// A usage error of `subcommand` found after parsing, which `main` prints
+/// as clap prints its own (`error: ...`, then the usage) and exits with
+/// clap's status.
+pub fn usage_error(
+    subcommand: &str,
+    kind: ErrorKind,
+    message: impl std::fmt::Display,
+) -> clap::Error {
+    let mut command = Cli::command();
+    command.build();
+    let error = clap::Error::raw(kind, message);
+    match command.find_subcommand_mut(subcommand) {
+        Some(subcommand) => error.format(subcommand),
+        None => error.format(&mut command),
     }
 }
 

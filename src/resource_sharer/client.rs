@@ -69,7 +69,8 @@ pub enum FetchError {
     /// The sharer refused our authkey.
     #[error(
         "the resource sharer at {address} rejected our authkey: both processes must share \
-         multiprocessing.current_process().authkey; pass it with --authkey"
+         multiprocessing.current_process().authkey; give this process the sender's key \
+         (tensorshare's commands take it in TENSORSHARE_AUTHKEY or --authkey-file)"
     )]
     WrongAuthkey {
         /// The address, escaped.

@@ -95,6 +95,7 @@ impl Server {
             "--strategy",
             strategy,
         ]);
+        command.env_remove(tensorshare::connection::AUTHKEY_ENV);
         Server::start(command, address)
     }
 
