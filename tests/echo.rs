@@ -7,7 +7,7 @@ mod support;
 use std::time::Duration;
 
 use tensorshare::connection::{AUTHKEY_ENV, ConnectionOptions};
-use tensorshare::{Authkey, Client, DType, SharingContext, Value};
+use tensorshare::{Authkey, Client, DType, SharingContext, StrategyKind, Value};
 use tensorshare_strategies::file_descriptor::FdSegment;
 
 use support::{Server, cases, open_fds, settle_unfetched, shared_mappings};
@@ -336,4 +336,19 @@ fn the_authkey_comes_from_the_environment_a_file_or_the_command_line() {
         .unwrap();
     assert_usage_error(&bad, "hex");
     assert!(!String::from_utf8_lossy(&bad.stderr).contains("secret"));
+}
+
+#[test]
+fn help_lists_the_four_strategies() {
+    let names: Vec<&str> = StrategyKind::ALL.iter().map(|kind| kind.name()).collect();
+    let short = tensorshare(&["echo", "-h"]).output().unwrap();
+    let short = String::from_utf8_lossy(&short.stdout);
+    let listed = format!("[possible values: {}]", names.join(", "));
+    assert!(short.contains(&listed), "{listed} in:\n{short}");
+    // --help describes each.
+    let long = tensorshare(&["echo", "--help"]).output().unwrap();
+    let long = String::from_utf8_lossy(&long.stdout);
+    for name in names {
+        assert!(long.contains(&format!("- {name}: ")), "{name} in:\n{long}");
+    }
 }

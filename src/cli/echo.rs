@@ -11,6 +11,7 @@ use tensorshare::{Address, Error, Listener, SharingContext, StrategyKind};
 
 use super::authkey::AuthkeyArgs;
 use super::shutdown::{ShutdownSignal, Wake};
+use super::strategy::StrategyName;
 
 #[derive(Debug, Args)]
 pub struct EchoArgs {
@@ -21,8 +22,8 @@ pub struct EchoArgs {
     #[command(flatten)]
     authkey: AuthkeyArgs,
     /// How storages are sent back.
-    #[arg(long, value_name = "NAME", default_value = "file_descriptor")]
-    strategy: StrategyKind,
+    #[arg(long, value_name = "NAME", value_enum, default_value_t = StrategyName::FileDescriptor)]
+    strategy: StrategyName,
     /// Refuse messages longer than this many bytes before reading them.
     #[arg(long, value_name = "BYTES", default_value_t = ConnectionOptions::default().max_message_bytes)]
     max_message_bytes: usize,
@@ -39,7 +40,7 @@ pub struct EchoArgs {
 pub fn run(args: EchoArgs) -> Result<(), Box<dyn std::error::Error>> {
     let authkey = args.authkey.required("echo")?;
     let mut sharing = SharingContext::new(authkey.clone())
-        .with_strategy(args.strategy)
+        .with_strategy(StrategyKind::from(args.strategy))
         .with_memmap_keep_files(args.keep_files);
     if let Some(dir) = &args.memmap_dir {
         sharing = sharing.with_memmap_dir(dir)?;

@@ -12,6 +12,7 @@ mod inspect;
 mod manager;
 mod peer;
 mod shutdown;
+mod strategy;
 mod workload;
 
 use clap::error::ErrorKind;
