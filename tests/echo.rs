@@ -352,3 +352,22 @@ fn help_lists_the_four_strategies() {
         assert!(long.contains(&format!("- {name}: ")), "{name} in:\n{long}");
     }
 }
+
+#[test]
+fn a_zero_message_limit_is_a_usage_error() {
+    for limit in ["0", "-1", ""] {
+        let output = support::output_within(
+            &mut tensorshare(&[
+                "echo",
+                "--listen",
+                "@never",
+                "--authkey",
+                "00",
+                "--max-message-bytes",
+                limit,
+            ]),
+            Duration::from_secs(10),
+        );
+        assert_usage_error(&output, "--max-message-bytes");
+    }
+}

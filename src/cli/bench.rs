@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use clap::builder::RangedU64ValueParser;
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use tensorshare::connection::{AUTHKEY_ENV, ConnectionOptions, PrivateTempDir};
@@ -24,8 +25,13 @@ pub struct BenchArgs {
     /// Tensor sizes, comma-separated, e.g. 4KiB,1MiB,64MiB.
     #[arg(long, value_delimiter = ',', value_parser = parse_size, default_value = "4KiB,1MiB,64MiB")]
     sizes: Vec<usize>,
-    /// Timed rounds per path; the table shows the median.
-    #[arg(long, default_value_t = 5)]
+    /// Timed rounds per path, 1 to 1000; the table shows the median.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 5,
+        value_parser = RangedU64ValueParser::<usize>::new().range(1..=1000), allow_negative_numbers = true
+    )]
     rounds: usize,
     /// A quarter of the tensors per round, for a quick look.
     #[arg(long)]

@@ -6,6 +6,7 @@ use std::io::Write;
 use std::sync::Arc;
 
 use clap::Args;
+use clap::builder::RangedU64ValueParser;
 use tensorshare::connection::{ConnectionError, ConnectionOptions, IncomingConnection};
 use tensorshare::{Address, Error, Listener, SharingContext, StrategyKind};
 
@@ -24,8 +25,14 @@ pub struct EchoArgs {
     /// How storages are sent back.
     #[arg(long, value_name = "NAME", value_enum, default_value_t = StrategyName::FileDescriptor)]
     strategy: StrategyName,
-    /// Refuse messages longer than this many bytes before reading them.
-    #[arg(long, value_name = "BYTES", default_value_t = ConnectionOptions::default().max_message_bytes)]
+    /// Refuse messages longer than this many bytes before reading them
+    /// (at least 1).
+    #[arg(
+        long,
+        value_name = "BYTES",
+        default_value_t = ConnectionOptions::default().max_message_bytes,
+        value_parser = RangedU64ValueParser::<usize>::new().range(1..), allow_negative_numbers = true
+    )]
     max_message_bytes: usize,
     /// Under `memmap`: the directory files are created in and accepted from
     /// (default: `$TMPDIR`, else `/tmp`). Peers must use the same one.

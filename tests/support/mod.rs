@@ -211,6 +211,22 @@ pub fn exit_within(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
     status
 }
 
+/// Runs `command` to the end, as `Command::output` does, but kills it
+/// after `limit`: a server that should have refused its arguments must
+/// not hang the test.
+pub fn output_within(command: &mut Command, limit: Duration) -> std::process::Output {
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the command");
+    if exit_within(&mut child, limit).is_none() {
+        let _ = child.kill();
+    }
+    child.wait_with_output().expect("wait for the command")
+}
+
 /// Whether `pid` has exited (gone, or a zombie whose files are closed).
 pub fn has_exited(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
