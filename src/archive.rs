@@ -82,7 +82,7 @@ pub(crate) fn load_from_bytes(call: Call<'_>) -> Result<Value, RebuildError> {
         .and_then(|archive| rebuild_archive(archive, call.registry, call.archive_depth))
         .map_err(|source| RebuildError::Archive {
             callee: call.callee.clone(),
-            source: Box::new(source),
+            cause: Box::new(source),
         })?;
     match value {
         Value::Storage(_) | Value::TypedStorage(..) => Ok(value),

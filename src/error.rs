@@ -1,4 +1,21 @@
 //! The facade error: one enum whose variants a caller can act on.
+//!
+//! # How errors report their causes
+//!
+//! One rule for every error type in tensorshare, `tensorshare-compat` and
+//! `tensorshare-strategies`: **the message includes its cause, and
+//! `source()` returns `None`.** `{error}` alone says everything, and a chain
+//! printer (`anyhow`, `eyre`, a `main` returning `Box<dyn Error>`, which
+//! print the error and then each `source()`) shows each cause once, not
+//! twice. Wrapped errors stay reachable as the variants' fields, and the OS
+//! error behind any failure through [`Error::io_error`] and its likes on
+//! [`ConnectionError`](crate::connection::ConnectionError),
+//! [`FetchError`](crate::resource_sharer::FetchError) and
+//! [`SharerError`](crate::resource_sharer::SharerError). So no error
+//! derives `#[from]` or `#[source]`, nor names a field `source` (thiserror
+//! takes each for the source): conversions are written out below, and
+//! `#[error(transparent)]` variants pass on their wrapped error's message
+//! and its `source()`, which is `None` too.
 
 use std::io;
 
@@ -16,61 +33,228 @@ pub enum Error {
     /// The pickle is malformed, too large or too deep, or names a global
     /// that is not allowed. Nothing was executed.
     #[error("pickle refused: {0}")]
-    Decode(#[from] DecodeError),
+    Decode(DecodeError),
     /// The pickle decoded but a rebuilder refused it.
     #[error("cannot rebuild: {0}")]
-    Rebuild(#[from] RebuildError),
+    Rebuild(RebuildError),
     /// A `torch.save` archive is malformed.
     #[error("torch.save archive: {0}")]
-    TorchSave(#[from] TorchSaveError),
+    TorchSave(TorchSaveError),
     /// A `torch.save` file could not be written.
     #[error("cannot write a torch.save file: {0}")]
-    TorchSaveWrite(#[from] WriteError),
+    TorchSaveWrite(WriteError),
     /// A tensor view does not fit its storage.
     #[error(transparent)]
-    View(#[from] ViewError),
+    View(ViewError),
     /// Shared memory could not be allocated.
     #[error("cannot allocate shared memory: {0}")]
-    Allocate(#[from] AllocateError),
+    Allocate(AllocateError),
     /// A segment could not be exported for another process.
     #[error("cannot share a segment: {0}")]
-    Export(#[from] ExportError),
+    Export(ExportError),
     /// A received segment could not be mapped.
     #[error("cannot map a received segment: {0}")]
-    Import(#[from] ImportError),
+    Import(ImportError),
     /// This process's resource sharer could not start.
     #[error("cannot start the resource sharer: {0}")]
-    Sharer(#[from] crate::resource_sharer::SharerError),
+    Sharer(crate::resource_sharer::SharerError),
     /// An fd could not be handed to the resource sharer.
     #[error("cannot offer an fd through the resource sharer: {0}")]
-    Register(#[from] crate::resource_sharer::RegisterError),
+    Register(crate::resource_sharer::RegisterError),
     /// A peer's fd could not be fetched from its resource sharer.
     #[error("cannot fetch a shared fd: {0}")]
-    Fetch(#[from] crate::resource_sharer::FetchError),
+    Fetch(crate::resource_sharer::FetchError),
     /// A `multiprocessing.connection` connection failed.
     #[error(transparent)]
-    Connection(#[from] crate::connection::ConnectionError),
+    Connection(crate::connection::ConnectionError),
     /// Something this build or this machine cannot do; the message says
     /// what to do instead.
     #[error("{0}")]
     Unsupported(String),
     /// An I/O operation failed.
-    #[error("{context}: {source}")]
+    #[error("{context}: {cause}")]
     Io {
         /// What was being done.
         context: String,
         /// The OS error.
-        #[source]
-        source: io::Error,
+        cause: io::Error,
     },
 }
 
 impl Error {
     /// An I/O error with what was being done.
-    pub fn io(context: impl Into<String>, source: io::Error) -> Self {
+    pub fn io(context: impl Into<String>, cause: io::Error) -> Self {
         Error::Io {
             context: context.into(),
-            source,
+            cause,
         }
+    }
+
+    /// The OS error behind this one, if an I/O operation failed: a socket,
+    /// a file, the resource sharer's connection, or one of these while
+    /// attaching a storage or reading an embedded archive. The segment
+    /// operations keep their errno in their own fields instead
+    /// ([`ImportError`], ...).
+    pub fn io_error(&self) -> Option<&io::Error> {
+        match self {
+            Error::Io { cause, .. } => Some(cause),
+            Error::Connection(error) => error.io_error(),
+            Error::Fetch(error) => error.io_error(),
+            Error::Sharer(error) => error.io_error(),
+            Error::TorchSaveWrite(WriteError::Io(cause)) => Some(cause),
+            Error::Rebuild(
+                RebuildError::Attach { cause, .. } | RebuildError::Archive { cause, .. },
+            ) => cause.io_error(),
+            _ => None,
+        }
+    }
+}
+
+/// `From` conversions written out: `#[from]` would also make the wrapped
+/// error the `source()`, which the rule in the module docs forbids.
+macro_rules! from_wrapped {
+    ($($variant:ident($wrapped:ty)),* $(,)?) => {
+        $(
+            impl From<$wrapped> for Error {
+                fn from(error: $wrapped) -> Self {
+                    Error::$variant(error)
+                }
+            }
+        )*
+    };
+}
+
+from_wrapped!(
+    Decode(DecodeError),
+    Rebuild(RebuildError),
+    TorchSave(TorchSaveError),
+    TorchSaveWrite(WriteError),
+    Allocate(AllocateError),
+    Export(ExportError),
+    Import(ImportError),
+    Sharer(crate::resource_sharer::SharerError),
+    Register(crate::resource_sharer::RegisterError),
+    Fetch(crate::resource_sharer::FetchError),
+    View(ViewError),
+    Connection(crate::connection::ConnectionError),
+);
+
+#[cfg(test)]
+mod tests {
+
+    use tensorshare_compat::pickle::{
+        ByteChunks, Construction, EncodeOptions, Global, Node, Object, Pickle, encode,
+    };
+    use tensorshare_compat::torch_save::write_legacy;
+
+    use super::*;
+    use crate::connection::{ConnectionError, ConnectionOptions};
+    use crate::{Authkey, Client, DType, SharingContext, Storage, Tensor, TensorView, Value};
+
+    /// `error` as anyhow's `{:?}` prints it: the message, then every
+    /// `source()` under `Caused by:`.
+    fn chain(error: &(dyn std::error::Error + 'static)) -> (String, Vec<String>) {
+        let mut printed = error.to_string();
+        let mut causes = Vec::new();
+        let mut source = error.source();
+        while let Some(cause) = source {
+            printed.push_str("\n\nCaused by:\n    ");
+            printed.push_str(&cause.to_string());
+            causes.push(cause.to_string());
+            source = cause.source();
+        }
+        (printed, causes)
+    }
+
+    /// Each cause of `error` shows once in its printed chain, and so does
+    /// `fragment`, a part of the innermost cause's message.
+    fn assert_each_cause_once(error: &(dyn std::error::Error + 'static), fragment: &str) {
+        let (printed, causes) = chain(error);
+        for cause in &causes {
+            assert_eq!(
+                printed.matches(cause.as_str()).count(),
+                1,
+                "cause {cause:?} is printed more than once:\n{printed}"
+            );
+        }
+        assert_eq!(
+            printed.matches(fragment).count(),
+            1,
+            "{fragment:?} should show exactly once:\n{printed}"
+        );
+    }
+
+    #[test]
+    fn a_wrong_authkey_shows_once() {
+        let sender = SharingContext::new(Authkey::new(*b"the sender's key"));
+        let storage = Storage::from_vec(vec![7u8; 64]);
+        let tensor = Tensor::new(storage, TensorView::contiguous(DType::UInt8, &[64])).unwrap();
+        let pickle = sender.dumps(&Value::Tensor(tensor)).unwrap();
+        let receiver = SharingContext::new(Authkey::new(*b"another key"));
+        let error = receiver.loads(&pickle).unwrap_err();
+        assert_each_cause_once(&error, "rejected our authkey");
+    }
+
+    #[test]
+    fn a_missing_file_shows_its_os_error_once_and_keeps_it() {
+        let path = std::env::temp_dir().join("tensorshare-no-such-dir/none.pt");
+        let io = std::fs::read(&path).unwrap_err();
+        let error = Error::io(format!("reading {}", path.display()), io);
+        assert_each_cause_once(&error, "No such file or directory");
+        assert_eq!(
+            error.io_error().map(io::Error::kind),
+            Some(io::ErrorKind::NotFound)
+        );
+    }
+
+    #[test]
+    fn a_failed_connect_shows_its_os_error_once_and_keeps_it() {
+        let address = "/nonexistent-tensorshare-dir/socket".parse().unwrap();
+        let key = Authkey::new(*b"key");
+        let error = Client::connect(&address, &key, ConnectionOptions::default()).unwrap_err();
+        assert!(matches!(error, ConnectionError::Connect { .. }), "{error}");
+        assert_each_cause_once(&error, "No such file or directory");
+        let error = Error::from(error);
+        assert_each_cause_once(&error, "No such file or directory");
+        assert_eq!(
+            error.io_error().and_then(io::Error::raw_os_error),
+            Some(tensorshare_strategies::Errno::ENOENT as i32)
+        );
+    }
+
+    #[test]
+    fn a_disallowed_global_in_an_embedded_archive_shows_once() {
+        // torch.storage._load_from_bytes(b), `b` a legacy torch.save stream
+        // whose object is os.system.
+        let mut object = Pickle::new();
+        let global = object.push(Node::Global(Global::new("os", "system")));
+        object.set_root(global);
+        let mut stream = Vec::new();
+        write_legacy(&mut stream, &object, &[]).unwrap();
+
+        let mut outer = Pickle::new();
+        let load = outer.push(Node::Global(Global::new(
+            "torch.storage",
+            "_load_from_bytes",
+        )));
+        let payload = outer.push(Node::Bytes(ByteChunks::from(stream)));
+        let args = outer.push(Node::Tuple(vec![payload]));
+        let call = outer.push(Node::Object(Object {
+            callable: load,
+            construction: Construction::Reduce { args },
+            state: None,
+            list_items: Vec::new(),
+            dict_items: Vec::new(),
+        }));
+        outer.set_root(call);
+        let bytes = encode(&outer, &EncodeOptions::new()).unwrap();
+
+        let sharing = SharingContext::new(Authkey::new(*b"key"));
+        let error = sharing.loads(&bytes).unwrap_err();
+        assert!(
+            matches!(error, Error::Rebuild(RebuildError::Archive { .. })),
+            "{error}"
+        );
+        assert_each_cause_once(&error, "'os.system' is not allowed");
     }
 }

@@ -16,9 +16,15 @@ fn main() -> ExitCode {
     let args = cli::Cli::parse();
     match cli::run(args) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("tensorshare: error: {}", cli::one_line(&*error));
-            ExitCode::FAILURE
-        }
+        Err(error) => match error.downcast::<clap::Error>() {
+            // Found after parsing (conflicting authkey sources, ...).
+            Ok(usage) => usage.exit(),
+            Err(error) => {
+                // As clap starts its usage errors, so that every error the
+                // command prints reads alike.
+                eprintln!("{}{}", cli::ERROR_PREFIX, cli::one_line(&*error));
+                ExitCode::FAILURE
+            }
+        },
     }
 }

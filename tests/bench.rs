@@ -176,3 +176,29 @@ fn rust_bytes_and_memmap_paths_need_no_python() {
     assert!(rows[0].contains("Rust  -> Rust   bytes"), "{stdout}");
     assert!(rows[1].contains("Rust  -> Rust   memmap"), "{stdout}");
 }
+
+#[test]
+fn zero_rounds_or_sizes_are_usage_errors() {
+    for args in [
+        ["--rounds", "0"],
+        ["--rounds", "-1"],
+        ["--sizes", "0"],
+        ["--sizes", "0KiB"],
+        ["--sizes", ""],
+        ["--sizes", "4KiB,"],
+    ] {
+        let output = Command::new(env!("CARGO_BIN_EXE_tensorshare"))
+            .arg("bench")
+            .args(args)
+            .args(["--python", "/nonexistent/python"])
+            .output()
+            .expect("run tensorshare bench");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.starts_with("error: ") && stderr.contains(args[0]),
+            "{args:?}: {stderr}"
+        );
+        assert!(output.stdout.is_empty(), "{args:?}");
+    }
+}

@@ -145,7 +145,7 @@ fn wrong_authkey_is_refused_and_the_listener_keeps_serving() {
             matches!(
                 client_error,
                 ConnectionError::Auth {
-                    source: AuthError::WrongAuthkey(Rejection::PeerRejectedOurDigest),
+                    cause: AuthError::WrongAuthkey(Rejection::PeerRejectedOurDigest),
                     ..
                 }
             ),
@@ -165,7 +165,7 @@ fn wrong_authkey_is_refused_and_the_listener_keeps_serving() {
             matches!(
                 refused,
                 ConnectionError::Auth {
-                    source: AuthError::WrongAuthkey(Rejection::PeerDigestWrong),
+                    cause: AuthError::WrongAuthkey(Rejection::PeerDigestWrong),
                     ..
                 }
             ),

@@ -13,6 +13,7 @@ use std::process::Command;
 use serde_json::Value as Json;
 
 use tensorshare::archive::load_torch_save;
+use tensorshare::connection::AUTHKEY_ENV;
 use tensorshare::{
     Authkey, DType, Registry, SharingContext, Storage, StrategyKind, Tensor, TensorView, Value,
 };
@@ -25,6 +26,7 @@ fn convert(input: &Path, output: &Path, extra: &[&str]) -> std::process::Output 
         .arg(input)
         .arg(output)
         .args(extra)
+        .env_remove(AUTHKEY_ENV)
         .output()
         .unwrap()
 }
@@ -194,5 +196,178 @@ fn shared_pickles_convert_while_their_sender_lives() {
                 assert_eq!(got.to_contiguous_bytes(), want.to_contiguous_bytes());
             }
         }
+    }
+}
+
+/// `convert IN -` and `convert - -`: the torch.save file on stdout and
+/// nothing else there; the status line on stderr, for a file output too.
+#[test]
+fn convert_writes_to_stdout_and_reports_on_stderr() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("compat/fixtures/torch-2.15.0");
+    let input = root.join("aliasing.zip.pt");
+    let dir = tempfile::tempdir().unwrap();
+
+    let to_file = dir.path().join("file.pt");
+    let file_output = convert(&input, &to_file, &[]);
+    expect_success(&file_output, "convert to a file");
+    assert!(file_output.stdout.is_empty(), "stdout: {file_output:?}");
+    assert!(
+        String::from_utf8_lossy(&file_output.stderr).contains("wrote"),
+        "{file_output:?}"
+    );
+    let file = std::fs::read(&to_file).unwrap();
+
+    let output = convert(&input, Path::new("-"), &[]);
+    assert!(output.status.success(), "{output:?}");
+    let zip = output.stdout;
+    assert!(zip.starts_with(b"PK\x03\x04"), "not a zip: {:?}", &zip[..8]);
+    // The end-of-central-directory record, with no comment, ends the output.
+    assert_eq!(
+        zip.get(zip.len() - 22..zip.len() - 18),
+        Some(&b"PK\x05\x06"[..])
+    );
+    // Only the random serialization id differs from the file's bytes.
+    assert_eq!(zip.len(), file.len());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("wrote") && stderr.contains(&zip.len().to_string()),
+        "{stderr}"
+    );
+
+    // `-` in and out, legacy: the same bytes as written to a file.
+    let legacy_file = dir.path().join("legacy.pt");
+    expect_success(
+        &convert(&input, &legacy_file, &["--legacy"]),
+        "convert --legacy",
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tensorshare"))
+        .args(["convert", "-", "-", "--legacy"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(
+        &mut child.stdin.take().unwrap(),
+        &std::fs::read(&input).unwrap(),
+    )
+    .unwrap();
+    let legacy = child.wait_with_output().unwrap();
+    assert!(legacy.status.success(), "{legacy:?}");
+    assert_eq!(legacy.stdout, std::fs::read(&legacy_file).unwrap());
+
+    let Some(python) = test_python("convert_writes_to_stdout_and_reports_on_stderr") else {
+        return;
+    };
+    // Stock torch loads what came out of stdout, from memory.
+    for data in [&zip, &legacy.stdout] {
+        let mut torch = Command::new(&python)
+            .args([
+                "-c",
+                "import io, sys, torch\n\
+                 value = torch.load(io.BytesIO(sys.stdin.buffer.read()), weights_only=True)\n\
+                 print(type(value).__name__)",
+            ])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::io::Write::write_all(&mut torch.stdin.take().unwrap(), data).unwrap();
+        let loaded = torch.wait_with_output().unwrap();
+        expect_success(&loaded, "torch.load(io.BytesIO(stdout))");
+    }
+    // And it holds what the original holds.
+    let from_stdout = dir.path().join("stdout.pt");
+    std::fs::write(&from_stdout, &zip).unwrap();
+    let described = torch_describes(&python, &[input, from_stdout]);
+    assert_eq!(described[0], described[1]);
+}
+
+/// `convert` takes the sender's authkey as `echo` does: from
+/// TENSORSHARE_AUTHKEY, `--authkey-file` or `--authkey`, one at most.
+#[test]
+fn convert_takes_the_authkey_as_echo_does() {
+    let authkey = Authkey::random().unwrap();
+    let hex = authkey.to_hex();
+    let sharing = SharingContext::new(authkey.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let key_file = dir.path().join("authkey");
+    std::fs::write(&key_file, format!("{hex}\n")).unwrap();
+    let pickle = dir.path().join("shared.pkl");
+    let out = dir.path().join("out.pt");
+    let run = |args: &[&str], env: Option<&str>| {
+        // A file_descriptor share is fetched once: one pickle per convert.
+        std::fs::write(&pickle, sharing.dumps(&sample()).unwrap()).unwrap();
+        let mut command = Command::new(env!("CARGO_BIN_EXE_tensorshare"));
+        command
+            .arg("convert")
+            .arg(&pickle)
+            .arg(&out)
+            .args(args)
+            .env_remove(AUTHKEY_ENV);
+        if let Some(value) = env {
+            command.env(AUTHKEY_ENV, value);
+        }
+        command.output().unwrap()
+    };
+    expect_success(&run(&[], Some(&hex)), "the authkey from the environment");
+    expect_success(
+        &run(&["--authkey-file", key_file.to_str().unwrap()], None),
+        "the authkey from a file",
+    );
+    for (args, env) in [
+        (vec!["--authkey", hex.as_str()], Some(hex.as_str())),
+        (
+            vec!["--authkey-file", key_file.to_str().unwrap()],
+            Some(&hex),
+        ),
+        (
+            vec![
+                "--authkey",
+                &hex,
+                "--authkey-file",
+                key_file.to_str().unwrap(),
+            ],
+            None,
+        ),
+    ] {
+        let output = run(&args, env);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.starts_with("error: ") && stderr.contains("Usage: tensorshare convert"),
+            "{args:?}: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn checkpoints_saved_on_a_gpu_convert_to_cpu_storages_and_say_so() {
+    let gpu = Path::new(env!("CARGO_MANIFEST_DIR")).join("compat/fixtures/saved_on_gpu");
+    let dir = tempfile::tempdir().unwrap();
+    for (name, location) in [("cuda0.zip.pt", "cuda:0"), ("mps.legacy.pt", "mps")] {
+        let out = dir.path().join(name);
+        let output = convert(&gpu.join(name), &out, &[]);
+        expect_success(&output, name);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains(&format!("4 saved on {location}"))
+                && stderr.contains("map_location=\"cpu\""),
+            "{name}: {stderr}"
+        );
+        // Written as CPU storages: read back, they say they were saved on cpu.
+        let bytes = std::fs::read(&out).unwrap();
+        let (_, value) = load_torch_save(&bytes, &Registry::default()).unwrap();
+        let locations: Vec<_> = value
+            .tensors()
+            .iter()
+            .map(|t| t.storage().saved_location().map(str::to_owned))
+            .collect();
+        assert!(!locations.is_empty());
+        assert!(
+            locations.iter().all(|l| l.as_deref() == Some("cpu")),
+            "{locations:?}"
+        );
     }
 }

@@ -41,3 +41,30 @@ fn check_rows(rows: &[&str], zero_copy: &str) {
         assert_eq!(columns.last(), Some(&zero_copy), "zero-copy column: {row}");
     }
 }
+
+/// A usage error from clap (status 2, `error: ...` naming the flag), and
+/// nothing run: no table, no "verified".
+fn assert_refused(args: &[&str], flag: &str) {
+    let output = Command::new(env!("CARGO_BIN_EXE_tensorshare"))
+        .args(args)
+        .output()
+        .expect("run tensorshare");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+    assert!(
+        stderr.starts_with("error: ") && stderr.contains(flag),
+        "{args:?}: {stderr}"
+    );
+    assert!(
+        output.stdout.is_empty(),
+        "{args:?}: printed {:?}",
+        output.stdout
+    );
+}
+
+#[test]
+fn empty_or_nonsensical_counts_are_usage_errors() {
+    for tensors in ["0", "-1", "", "many", "100000000000"] {
+        assert_refused(&["demo", "--tensors", tensors], "--tensors");
+    }
+}

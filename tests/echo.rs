@@ -6,8 +6,8 @@ mod support;
 
 use std::time::Duration;
 
-use tensorshare::connection::ConnectionOptions;
-use tensorshare::{Authkey, Client, DType, SharingContext, Value};
+use tensorshare::connection::{AUTHKEY_ENV, ConnectionOptions};
+use tensorshare::{Authkey, Client, DType, SharingContext, StrategyKind, Value};
 use tensorshare_strategies::file_descriptor::FdSegment;
 
 use support::{Server, cases, open_fds, settle_unfetched, shared_mappings};
@@ -238,4 +238,136 @@ fn an_unknown_strategy_is_refused_with_advice() {
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("file_descriptor"), "{stderr}");
+}
+
+fn tensorshare(args: &[&str]) -> std::process::Command {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_tensorshare"));
+    command.args(args).env_remove(AUTHKEY_ENV);
+    command
+}
+
+/// A usage error: clap's status, and `error:` naming `needle`.
+fn assert_usage_error(output: &std::process::Output, needle: &str) {
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.starts_with("error: "), "{stderr}");
+    assert!(stderr.contains(needle), "{stderr}");
+    assert_eq!(stderr.matches("error:").count(), 1, "{stderr}");
+}
+
+#[test]
+fn the_authkey_comes_from_the_environment_a_file_or_the_command_line() {
+    let help = tensorshare(&["echo", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    for needle in ["`ps`", AUTHKEY_ENV, "--authkey-file"] {
+        assert!(
+            help.contains(needle),
+            "--help should mention {needle}:\n{help}"
+        );
+    }
+
+    let authkey = Authkey::random().unwrap();
+    let sharing = SharingContext::new(authkey.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let key_file = dir.path().join("authkey");
+    std::fs::write(&key_file, format!("{}\n", authkey.to_hex())).unwrap();
+    let key_file = key_file.to_str().unwrap();
+
+    // From the environment.
+    let address = support::unique_address("echo-env");
+    let mut command = tensorshare(&["echo", "--listen", &address.to_string()]);
+    command.env(AUTHKEY_ENV, authkey.to_hex());
+    still_serves(&Server::start(command, address), &authkey, &sharing);
+    // From a file, with a trailing newline.
+    let address = support::unique_address("echo-file");
+    let command = tensorshare(&[
+        "echo",
+        "--listen",
+        &address.to_string(),
+        "--authkey-file",
+        key_file,
+    ]);
+    still_serves(&Server::start(command, address), &authkey, &sharing);
+
+    // None, or two at once, is a usage error.
+    let hex = authkey.to_hex();
+    let none = tensorshare(&["echo", "--listen", "@never"])
+        .output()
+        .unwrap();
+    assert_usage_error(&none, AUTHKEY_ENV);
+    let env_and_flag = tensorshare(&["echo", "--listen", "@never", "--authkey", &hex])
+        .env(AUTHKEY_ENV, &hex)
+        .output()
+        .unwrap();
+    assert_usage_error(&env_and_flag, AUTHKEY_ENV);
+    let env_and_file = tensorshare(&["echo", "--listen", "@never", "--authkey-file", key_file])
+        .env(AUTHKEY_ENV, &hex)
+        .output()
+        .unwrap();
+    assert_usage_error(&env_and_file, AUTHKEY_ENV);
+    let flag_and_file = tensorshare(&[
+        "echo",
+        "--listen",
+        "@never",
+        "--authkey",
+        &hex,
+        "--authkey-file",
+        key_file,
+    ])
+    .output()
+    .unwrap();
+    assert_usage_error(&flag_and_file, "--authkey-file");
+    // An unreadable file or a key that is not hex: usage errors too, and
+    // never the key itself.
+    let missing = tensorshare(&[
+        "echo",
+        "--listen",
+        "@never",
+        "--authkey-file",
+        "/nonexistent/authkey",
+    ])
+    .output()
+    .unwrap();
+    assert_usage_error(&missing, "/nonexistent/authkey");
+    std::fs::write(dir.path().join("bad"), "not hex, a secret\n").unwrap();
+    let bad = tensorshare(&["echo", "--listen", "@never", "--authkey-file"])
+        .arg(dir.path().join("bad"))
+        .output()
+        .unwrap();
+    assert_usage_error(&bad, "hex");
+    assert!(!String::from_utf8_lossy(&bad.stderr).contains("secret"));
+}
+
+#[test]
+fn help_lists_the_four_strategies() {
+    let names: Vec<&str> = StrategyKind::ALL.iter().map(|kind| kind.name()).collect();
+    let short = tensorshare(&["echo", "-h"]).output().unwrap();
+    let short = String::from_utf8_lossy(&short.stdout);
+    let listed = format!("[possible values: {}]", names.join(", "));
+    assert!(short.contains(&listed), "{listed} in:\n{short}");
+    // --help describes each.
+    let long = tensorshare(&["echo", "--help"]).output().unwrap();
+    let long = String::from_utf8_lossy(&long.stdout);
+    for name in names {
+        assert!(long.contains(&format!("- {name}: ")), "{name} in:\n{long}");
+    }
+}
+
+#[test]
+fn a_zero_message_limit_is_a_usage_error() {
+    for limit in ["0", "-1", ""] {
+        let output = support::output_within(
+            &mut tensorshare(&[
+                "echo",
+                "--listen",
+                "@never",
+                "--authkey",
+                "00",
+                "--max-message-bytes",
+                limit,
+            ]),
+            Duration::from_secs(10),
+        );
+        assert_usage_error(&output, "--max-message-bytes");
+    }
 }

@@ -205,3 +205,29 @@ fn inspect_refuses_hostile_inputs_with_a_reason() {
         );
     }
 }
+
+/// Our errors and clap's usage errors start alike, and a cause shows once.
+#[test]
+fn every_error_starts_with_error_and_names_its_cause_once() {
+    let missing = fixtures_root().join("no-such-file.pt");
+    let ours = inspect(&missing);
+    let usage = Command::new(env!("CARGO_BIN_EXE_tensorshare"))
+        .args(["inspect", "--no-such-flag"])
+        .output()
+        .unwrap();
+    assert_eq!(ours.status.code(), Some(1));
+    assert_eq!(usage.status.code(), Some(2));
+    for output in [&ours, &usage] {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.starts_with("error: "), "{stderr}");
+        assert_eq!(stderr.matches("error:").count(), 1, "{stderr}");
+    }
+    let stderr = String::from_utf8_lossy(&ours.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("no-such-file.pt"), "{stderr}");
+    assert_eq!(
+        stderr.matches("No such file or directory").count(),
+        1,
+        "{stderr}"
+    );
+}

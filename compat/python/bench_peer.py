@@ -78,7 +78,10 @@ Subcommands:
 AF_UNIX path, or `@name` for a name in Linux's abstract namespace. HEX is the
 connection's authkey; it also becomes this process's
 `multiprocessing.current_process().authkey`, which the resource sharer uses
-to authenticate fd hand-offs under `file_descriptor`.
+to authenticate fd hand-offs under `file_descriptor`. Instead of `--authkey`,
+which every user can read with `ps`, the key can come in the
+TENSORSHARE_AUTHKEY environment variable (`tensorshare bench` passes it
+that way); giving both is an error.
 
 For testing the protocol without Rust, `consume --listen` makes the consumer
 the listening side; it prints `listening ADDR` on stdout (flushed) once it
@@ -96,6 +99,7 @@ import argparse
 import json
 import multiprocessing
 import multiprocessing.connection
+import os
 import pickle
 import sys
 import time
@@ -107,6 +111,7 @@ STRATEGIES = ("file_descriptor", "file_system", "bytes")
 # Not a sharing strategy: stock pickle of a plain tensor (see the top).
 PLAIN_PICKLE = "bytes"
 DEFAULT_WARMUP = 10
+AUTHKEY_ENV = "TENSORSHARE_AUTHKEY"
 FILL_MODULUS = 251
 HEADER_KEYS = ("size", "count", "rounds", "warmup")
 
@@ -384,7 +389,8 @@ def authkey_hex(text):
     try:
         key = bytes.fromhex(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not hex: {text!r}") from None
+        # The text is secret: not repeated.
+        raise argparse.ArgumentTypeError("not hex") from None
     if not key:
         raise argparse.ArgumentTypeError("must not be empty")
     return key
@@ -407,7 +413,27 @@ def add_connection_arguments(parser):
     parser.add_argument(
         "--address", required=True, help="AF_UNIX path, or @name for an abstract socket"
     )
-    parser.add_argument("--authkey", required=True, type=authkey_hex, help="authkey in hex")
+    parser.add_argument(
+        "--authkey",
+        type=authkey_hex,
+        help=f"authkey in hex; visible to every user through ps: prefer ${AUTHKEY_ENV}",
+    )
+
+
+def resolve_authkey(parser, args):
+    """Takes the authkey from --authkey or $TENSORSHARE_AUTHKEY, exactly one."""
+    if not hasattr(args, "authkey"):
+        return
+    from_env = os.environ.get(AUTHKEY_ENV)
+    if from_env is not None and args.authkey is not None:
+        parser.error(f"{AUTHKEY_ENV} is set and --authkey is given: give the authkey one way only")
+    if from_env is not None:
+        try:
+            args.authkey = authkey_hex(from_env)
+        except argparse.ArgumentTypeError as error:
+            parser.error(f"{AUTHKEY_ENV}: {error}")
+    if args.authkey is None:
+        parser.error(f"an authkey is required: set {AUTHKEY_ENV} to it in hex, or pass --authkey")
 
 
 def build_parser():
@@ -435,7 +461,9 @@ def build_parser():
 
 
 def main(argv=None):
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    resolve_authkey(parser, args)
     try:
         result = args.run(args)
     except RUN_ERRORS as error:

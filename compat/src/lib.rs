@@ -11,6 +11,13 @@
 //!
 //! Every input byte is treated as hostile: sizes and depth are capped, and a
 //! malformed input is an error carrying the byte offset, never a panic.
+//!
+//! # Errors
+//!
+//! Every error's message includes its cause, and `source()` returns `None`:
+//! a chain printer (`anyhow`, `eyre`, a `main` returning `Box<dyn Error>`)
+//! shows each cause once. Wrapped errors stay reachable as variant fields
+//! (e.g. [`connection::FramingError::Io`] holds the `io::Error`).
 #![forbid(unsafe_code)]
 
 pub mod connection;

@@ -505,8 +505,8 @@ fn limits_are_enforced() {
         };
         let err = torch_save::read(&bytes, &tensor_globals, &shallow).unwrap_err();
         assert!(
-            matches!(&err, TorchSaveError::Pickle { source, .. }
-                if matches!(source.code, DecodeErrorCode::TooManyNodes { .. })),
+            matches!(&err, TorchSaveError::Pickle { cause, .. }
+                if matches!(cause.code, DecodeErrorCode::TooManyNodes { .. })),
             "{file}: {err}"
         );
     }
@@ -540,11 +540,11 @@ fn the_callers_filter_governs_the_object_pickle() {
     let nothing = |_: &str, _: &str| false;
     for file in ["zip_parameter.pt", "legacy_parameter.pt"] {
         let err = torch_save::read(&fixture(file), &nothing, &ReadOptions::default()).unwrap_err();
-        let TorchSaveError::Pickle { source, .. } = &err else {
+        let TorchSaveError::Pickle { cause, .. } = &err else {
             panic!("{file}: {err}")
         };
         assert!(
-            matches!(&source.code, DecodeErrorCode::DisallowedGlobal { name, .. }
+            matches!(&cause.code, DecodeErrorCode::DisallowedGlobal { name, .. }
                 if name == "_rebuild_parameter"),
             "{file}: {err}"
         );

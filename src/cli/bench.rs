@@ -6,9 +6,10 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use clap::builder::RangedU64ValueParser;
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
-use tensorshare::connection::{ConnectionOptions, PrivateTempDir};
+use tensorshare::connection::{AUTHKEY_ENV, ConnectionOptions, PrivateTempDir};
 use tensorshare::{Address, Authkey, Listener, SharingContext, StrategyKind};
 
 use super::bench_stream::{Framing, Workload, consume, produce};
@@ -24,8 +25,13 @@ pub struct BenchArgs {
     /// Tensor sizes, comma-separated, e.g. 4KiB,1MiB,64MiB.
     #[arg(long, value_delimiter = ',', value_parser = parse_size, default_value = "4KiB,1MiB,64MiB")]
     sizes: Vec<usize>,
-    /// Timed rounds per path; the table shows the median.
-    #[arg(long, default_value_t = 5)]
+    /// Timed rounds per path, 1 to 1000; the table shows the median.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 5,
+        value_parser = RangedU64ValueParser::<usize>::new().range(1..=1000), allow_negative_numbers = true
+    )]
     rounds: usize,
     /// A quarter of the tensors per round, for a quick look.
     #[arg(long)]
@@ -566,7 +572,10 @@ impl TorchPeer {
         let mut command = Command::new(&self.python);
         command.arg(&self.script).args(args);
         if let Some((address, authkey)) = connect {
-            command.args(["--address", address, "--authkey", &authkey.to_hex()]);
+            // In the environment: a command line is visible to every user.
+            command
+                .args(["--address", address])
+                .env(AUTHKEY_ENV, authkey.to_hex());
         }
         if let Some(w) = workload {
             for (flag, value) in [

@@ -4,6 +4,7 @@
 use std::time::{Duration, Instant};
 
 use clap::Args;
+use clap::builder::RangedU64ValueParser;
 use indicatif::{ProgressBar, ProgressStyle};
 use tensorshare::connection::ConnectionOptions;
 use tensorshare::{
@@ -21,10 +22,19 @@ const STRATEGIES: [StrategyKind; 4] = [
     StrategyKind::Memmap,
 ];
 
+/// The most tensors `--tensors` takes: a run that long says nothing a
+/// shorter one does not, and the workload is planned up front.
+const MAX_TENSORS: usize = 1_000_000;
+
+/// `--tensors`: at least one, at most [`MAX_TENSORS`].
+fn tensor_count() -> RangedU64ValueParser<usize> {
+    RangedU64ValueParser::new().range(1..=MAX_TENSORS as u64)
+}
+
 #[derive(Debug, Args)]
 pub struct DemoArgs {
-    /// How many tensors each process sends per strategy.
-    #[arg(long, default_value_t = 64)]
+    /// How many tensors each process sends per strategy (1 to 1000000).
+    #[arg(long, value_name = "N", default_value_t = 64, value_parser = tensor_count(), allow_negative_numbers = true)]
     tensors: usize,
 }
 
@@ -33,7 +43,7 @@ pub struct DemoPeerArgs {
     /// The demo's listener; the authkey comes in TENSORSHARE_AUTHKEY.
     #[arg(long)]
     connect: Address,
-    #[arg(long)]
+    #[arg(long, value_name = "N", value_parser = tensor_count(), allow_negative_numbers = true)]
     tensors: usize,
 }
 

@@ -1,28 +1,38 @@
-//! `tensorshare echo --listen ADDRESS --authkey HEX --strategy NAME`: rebuild
+//! `tensorshare echo --listen ADDRESS --strategy NAME`, the authkey in
+//! `TENSORSHARE_AUTHKEY`, `--authkey-file PATH` or `--authkey HEX`: rebuild
 //! every message and send it back re-pickled, for as many peers as connect.
 
 use std::io::Write;
 use std::sync::Arc;
 
 use clap::Args;
+use clap::builder::RangedU64ValueParser;
 use tensorshare::connection::{ConnectionError, ConnectionOptions, IncomingConnection};
-use tensorshare::{Address, Authkey, Error, Listener, SharingContext, StrategyKind};
+use tensorshare::{Address, Error, Listener, SharingContext, StrategyKind};
 
+use super::authkey::AuthkeyArgs;
 use super::shutdown::{ShutdownSignal, Wake};
+use super::strategy::StrategyName;
 
 #[derive(Debug, Args)]
 pub struct EchoArgs {
     /// Where to listen: a socket path, or `@name` for the abstract namespace.
     #[arg(long, value_name = "ADDRESS")]
     listen: Address,
-    /// The peers' `multiprocessing.current_process().authkey`, in hex.
-    #[arg(long, value_name = "HEX", value_parser = Authkey::from_hex)]
-    authkey: Authkey,
+    // The peers' `multiprocessing.current_process().authkey`; required.
+    #[command(flatten)]
+    authkey: AuthkeyArgs,
     /// How storages are sent back.
-    #[arg(long, value_name = "NAME", default_value = "file_descriptor")]
-    strategy: StrategyKind,
-    /// Refuse messages longer than this many bytes before reading them.
-    #[arg(long, value_name = "BYTES", default_value_t = ConnectionOptions::default().max_message_bytes)]
+    #[arg(long, value_name = "NAME", value_enum, default_value_t = StrategyName::FileDescriptor)]
+    strategy: StrategyName,
+    /// Refuse messages longer than this many bytes before reading them
+    /// (at least 1).
+    #[arg(
+        long,
+        value_name = "BYTES",
+        default_value_t = ConnectionOptions::default().max_message_bytes,
+        value_parser = RangedU64ValueParser::<usize>::new().range(1..), allow_negative_numbers = true
+    )]
     max_message_bytes: usize,
     /// Under `memmap`: the directory files are created in and accepted from
     /// (default: `$TMPDIR`, else `/tmp`). Peers must use the same one.
@@ -35,8 +45,9 @@ pub struct EchoArgs {
 }
 
 pub fn run(args: EchoArgs) -> Result<(), Box<dyn std::error::Error>> {
-    let mut sharing = SharingContext::new(args.authkey.clone())
-        .with_strategy(args.strategy)
+    let authkey = args.authkey.required("echo")?;
+    let mut sharing = SharingContext::new(authkey.clone())
+        .with_strategy(StrategyKind::from(args.strategy))
         .with_memmap_keep_files(args.keep_files);
     if let Some(dir) = &args.memmap_dir {
         sharing = sharing.with_memmap_dir(dir)?;
@@ -44,7 +55,7 @@ pub fn run(args: EchoArgs) -> Result<(), Box<dyn std::error::Error>> {
     let sharing = Arc::new(sharing);
     let options = ConnectionOptions::default().with_max_message_bytes(args.max_message_bytes);
     let shutdown = ShutdownSignal::install()?;
-    let listener = Listener::bind(&args.listen, &args.authkey, options)?;
+    let listener = Listener::bind(&args.listen, &authkey, options)?;
     listener.set_nonblocking(true)?;
     println!("listening {}", listener.address());
     std::io::stdout().flush()?;

@@ -1,5 +1,6 @@
 //! Command-line parsing and dispatch.
 
+mod authkey;
 mod bench;
 mod bench_stream;
 mod convert;
@@ -11,9 +12,11 @@ mod inspect;
 mod manager;
 mod peer;
 mod shutdown;
+mod strategy;
 mod workload;
 
-use clap::{Parser, Subcommand};
+use clap::error::ErrorKind;
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// Share CPU tensors between processes in PyTorch's own wire format.
 #[derive(Debug, Parser)]
@@ -41,6 +44,9 @@ enum Command {
     Inspect(inspect::InspectArgs),
     /// Rewrite a torch pickle (any strategy) or .pt file as a torch.save
     /// file that `torch.load(path, weights_only=True)` loads.
+    ///
+    /// The storages of a file_descriptor pickle are fetched from the
+    /// process that wrote it, while it runs, with its authkey.
     Convert(convert::ConvertArgs),
     /// Listen for multiprocessing.connection peers and send every message back
     /// re-pickled; prints `listening ADDRESS` once ready.
@@ -67,6 +73,26 @@ pub fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         Command::Gc(args) => gc::run(args),
     }
 }
+
+/// A usage error of `subcommand` found after parsing, which `main` prints
+/// as clap prints its own (`error: ...`, then the usage) and exits with
+/// clap's status.
+pub fn usage_error(
+    subcommand: &str,
+    kind: ErrorKind,
+    message: impl std::fmt::Display,
+) -> clap::Error {
+    let mut command = Cli::command();
+    command.build();
+    let error = clap::Error::raw(kind, message);
+    match command.find_subcommand_mut(subcommand) {
+        Some(subcommand) => error.format(subcommand),
+        None => error.format(&mut command),
+    }
+}
+
+/// How the command starts an error line: as clap starts a usage error.
+pub const ERROR_PREFIX: &str = "error: ";
 
 /// An error and its causes on one line, each cause once.
 pub fn one_line(error: &(dyn std::error::Error + 'static)) -> String {

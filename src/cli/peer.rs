@@ -79,10 +79,13 @@ impl Peer {
         if output.status.success() {
             Ok(String::from_utf8_lossy(&output.stdout).into_owned())
         } else {
+            // A tensorshare peer prints one line, its error, after `error: `.
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            let stderr = stderr.trim();
             Err(format!(
                 "the peer process failed ({}): {}",
                 output.status,
-                String::from_utf8_lossy(&output.stderr).trim()
+                stderr.strip_prefix(super::ERROR_PREFIX).unwrap_or(stderr)
             ))
         }
     }

@@ -41,9 +41,9 @@ impl Client {
         authkey: &Authkey,
         options: ConnectionOptions,
     ) -> Result<Connection, ConnectionError> {
-        let connect_error = |source| ConnectionError::Connect {
+        let connect_error = |cause| ConnectionError::Connect {
             address: address.clone(),
-            source,
+            cause,
         };
         let socket_address = address.to_socket_addr().map_err(connect_error)?;
         let stream = UnixStream::connect_addr(&socket_address).map_err(connect_error)?;

@@ -26,46 +26,42 @@ pub enum ConnectionError {
     #[error("invalid authkey: {0}")]
     InvalidAuthkey(String),
     /// The listening socket could not be created.
-    #[error("cannot listen on {address}: {source}{hint}", hint = bind_hint(source))]
+    #[error("cannot listen on {address}: {cause}{hint}", hint = bind_hint(cause))]
     Bind {
         /// Where we tried to listen.
         address: Address,
         /// The OS error.
-        #[source]
-        source: io::Error,
+        cause: io::Error,
     },
     /// The listener could not be reached.
-    #[error("cannot connect to {address}: {source}{hint}", hint = connect_hint(source))]
+    #[error("cannot connect to {address}: {cause}{hint}", hint = connect_hint(cause))]
     Connect {
         /// Where we tried to connect.
         address: Address,
         /// The OS error.
-        #[source]
-        source: io::Error,
+        cause: io::Error,
     },
     /// Waiting for the next connection failed. With a non-blocking listener
-    /// the source is [`ErrorKind::WouldBlock`] when no peer is waiting.
+    /// the cause is [`ErrorKind::WouldBlock`] when no peer is waiting.
     #[error(
-        "accepting a connection on {address} failed: {source}{hint}",
-        hint = accept_hint(source)
+        "accepting a connection on {address} failed: {cause}{hint}",
+        hint = accept_hint(cause)
     )]
     Accept {
         /// The listener's address.
         address: Address,
         /// The OS error.
-        #[source]
-        source: io::Error,
+        cause: io::Error,
     },
     /// The authkey handshake with one peer failed: different authkeys, or a
     /// peer that does not speak the handshake. Only that connection is
     /// closed; a listener keeps serving.
-    #[error("handshake with a peer on {address} failed: {source}")]
+    #[error("handshake with a peer on {address} failed: {cause}")]
     Auth {
         /// The listener's address.
         address: Address,
         /// What the handshake saw.
-        #[source]
-        source: AuthError,
+        cause: AuthError,
     },
     /// The authkey handshake did not finish in time. Only that connection is
     /// closed; a listener keeps serving.
@@ -109,24 +105,22 @@ pub enum ConnectionError {
     /// A message could not be read: it was cut short or malformed, or the
     /// socket failed. The connection cannot be used any more.
     #[error("receiving a message failed: {0}")]
-    Receive(#[source] FramingError),
+    Receive(FramingError),
     /// A message could not be sent.
-    #[error("sending a {len}-byte message failed: {source}{hint}", hint = send_hint(source))]
+    #[error("sending a {len}-byte message failed: {cause}{hint}", hint = send_hint(cause))]
     Send {
         /// The payload length.
         len: usize,
         /// The OS error.
-        #[source]
-        source: io::Error,
+        cause: io::Error,
     },
     /// Another socket or file operation failed.
-    #[error("{context}: {source}")]
+    #[error("{context}: {cause}")]
     Io {
         /// What was being done.
         context: String,
         /// The OS error.
-        #[source]
-        source: io::Error,
+        cause: io::Error,
     },
 }
 
@@ -141,13 +135,32 @@ impl ConnectionError {
     /// Whether this is a non-blocking listener reporting that no peer is
     /// waiting.
     pub fn is_would_block(&self) -> bool {
-        matches!(self, Self::Accept { source, .. } if source.kind() == ErrorKind::WouldBlock)
+        matches!(self, Self::Accept { cause, .. } if cause.kind() == ErrorKind::WouldBlock)
     }
 
-    pub(crate) fn io(context: impl Into<String>, source: io::Error) -> Self {
+    /// The OS error behind this one, if a socket operation failed (also
+    /// inside the handshake or while reading a message). Messages include
+    /// it already; this is for callers that act on the errno.
+    pub fn io_error(&self) -> Option<&io::Error> {
+        match self {
+            Self::Bind { cause, .. }
+            | Self::Connect { cause, .. }
+            | Self::Accept { cause, .. }
+            | Self::Send { cause, .. }
+            | Self::Io { cause, .. } => Some(cause),
+            Self::Receive(FramingError::Io(cause))
+            | Self::Auth {
+                cause: AuthError::Io(FramingError::Io(cause)),
+                ..
+            } => Some(cause),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn io(context: impl Into<String>, cause: io::Error) -> Self {
         Self::Io {
             context: context.into(),
-            source,
+            cause,
         }
     }
 
@@ -157,7 +170,7 @@ impl ConnectionError {
         match error {
             FramingError::Closed => Self::Closed,
             FramingError::TooLarge { claimed, limit } => Self::MessageTooLarge { claimed, limit },
-            FramingError::Io(source) if is_timeout(&source) => Self::ReadTimeout,
+            FramingError::Io(cause) if is_timeout(&cause) => Self::ReadTimeout,
             other => Self::Receive(other),
         }
     }
@@ -165,15 +178,15 @@ impl ConnectionError {
     /// A handshake failure on a connection to or from `address`.
     pub(crate) fn from_handshake(address: &Address, timeout: Duration, error: AuthError) -> Self {
         match error {
-            AuthError::Io(FramingError::Io(source)) if is_timeout(&source) => {
+            AuthError::Io(FramingError::Io(cause)) if is_timeout(&cause) => {
                 Self::HandshakeTimeout {
                     address: address.clone(),
                     timeout,
                 }
             }
-            source => Self::Auth {
+            cause => Self::Auth {
                 address: address.clone(),
-                source,
+                cause,
             },
         }
     }

@@ -72,9 +72,9 @@ impl Listener {
         authkey: &Authkey,
         options: ConnectionOptions,
     ) -> Result<Self, ConnectionError> {
-        let bind_error = |source| ConnectionError::Bind {
+        let bind_error = |cause| ConnectionError::Bind {
             address: address.clone(),
-            source,
+            cause,
         };
         let socket_address = address.to_socket_addr().map_err(bind_error)?;
         let socket = UnixListener::bind_addr(&socket_address).map_err(bind_error)?;
@@ -150,10 +150,10 @@ impl Listener {
                         e.kind(),
                         std::io::ErrorKind::Interrupted | std::io::ErrorKind::ConnectionAborted
                     ) => {}
-                Err(source) => {
+                Err(cause) => {
                     return Err(ConnectionError::Accept {
                         address: self.address.clone(),
-                        source,
+                        cause,
                     });
                 }
             }

@@ -115,9 +115,9 @@ impl Connection {
         payload: &[IoSlice<'_>],
         fds: &[BorrowedFd<'_>],
     ) -> Result<(), ConnectionError> {
-        let send_error = |source| ConnectionError::Send {
+        let send_error = |cause| ConnectionError::Send {
             len: payload.iter().map(|slice| slice.len()).sum(),
-            source,
+            cause,
         };
         let mut writer = AttachingWriter {
             stream: &self.stream,

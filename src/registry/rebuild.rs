@@ -99,7 +99,7 @@ impl Call<'_> {
     pub(crate) fn attach_failed(&self, source: crate::Error) -> RebuildError {
         RebuildError::Attach {
             callee: self.callee.clone(),
-            source: Box::new(source),
+            cause: Box::new(source),
         }
     }
 
@@ -171,31 +171,28 @@ pub enum RebuildError {
         message: String,
     },
     /// A tensor view that does not fit its storage.
-    #[error("{callee}: {source}")]
+    #[error("{callee}: {cause}")]
     View {
         /// The global called.
         callee: Global,
         /// The view problem.
-        #[source]
-        source: crate::ViewError,
+        cause: crate::ViewError,
     },
     /// An embedded `torch.save` archive could not be read.
-    #[error("{callee}: embedded torch.save archive: {source}")]
+    #[error("{callee}: embedded torch.save archive: {cause}")]
     Archive {
         /// The global called.
         callee: Global,
         /// The archive problem.
-        #[source]
-        source: Box<crate::Error>,
+        cause: Box<crate::Error>,
     },
     /// A shared storage could not be attached (fd fetch or mapping failed).
-    #[error("{callee}: {source}")]
+    #[error("{callee}: {cause}")]
     Attach {
         /// The global called.
         callee: Global,
         /// What failed.
-        #[source]
-        source: Box<crate::Error>,
+        cause: Box<crate::Error>,
     },
     /// A persistent id appeared outside a `torch.save` archive.
     #[error("persistent id outside a torch.save archive; plain pickles carry no persistent ids")]

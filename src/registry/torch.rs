@@ -355,7 +355,7 @@ fn tensor(call: &Call<'_>, storage: Storage, view: TensorView) -> Result<Value, 
         .map(Value::Tensor)
         .map_err(|source| RebuildError::View {
             callee: call.callee.clone(),
-            source,
+            cause: source,
         })
 }
 

@@ -57,33 +57,32 @@ pub enum FetchError {
     },
     /// Nothing listens at the address any more.
     #[error(
-        "no resource sharer is listening at {address} ({source}): the sending process exited or \
+        "no resource sharer is listening at {address} ({cause}): the sending process exited or \
          stopped sharing; a DupFd can only be fetched while its sender runs"
     )]
     SharerGone {
         /// The address, escaped.
         address: String,
         /// What `connect` failed with.
-        #[source]
-        source: io::Error,
+        cause: io::Error,
     },
     /// The sharer refused our authkey.
     #[error(
         "the resource sharer at {address} rejected our authkey: both processes must share \
-         multiprocessing.current_process().authkey; pass it with --authkey"
+         multiprocessing.current_process().authkey; give this process the sender's key \
+         (tensorshare's commands take it in TENSORSHARE_AUTHKEY or --authkey-file)"
     )]
     WrongAuthkey {
         /// The address, escaped.
         address: String,
     },
     /// The handshake failed for a reason other than the authkey.
-    #[error("authkey handshake with the resource sharer at {address} failed: {source}")]
+    #[error("authkey handshake with the resource sharer at {address} failed: {cause}")]
     Handshake {
         /// The address, escaped.
         address: String,
         /// What went wrong.
-        #[source]
-        source: AuthError,
+        cause: AuthError,
     },
     /// The sharer closed the connection instead of sending the fd.
     #[error(
@@ -123,28 +122,48 @@ pub enum FetchError {
         stage: FetchStage,
     },
     /// The sharer answered with something other than one fd.
-    #[error("the resource sharer at {address} did not hand over the fd properly: {source}")]
+    #[error("the resource sharer at {address} did not hand over the fd properly: {cause}")]
     Transfer {
         /// The address, escaped.
         address: String,
         /// What arrived instead.
-        #[source]
-        source: RecvFdsError,
+        cause: RecvFdsError,
     },
     /// The request could not be encoded.
     #[error("could not encode the (key, pid) request: {0}")]
-    EncodeRequest(#[from] EncodeError),
+    EncodeRequest(EncodeError),
     /// The socket failed.
-    #[error("talking to the resource sharer at {address} failed {stage}: {source}")]
+    #[error("talking to the resource sharer at {address} failed {stage}: {cause}")]
     Io {
         /// The address, escaped.
         address: String,
         /// Which step failed.
         stage: FetchStage,
         /// The OS error.
-        #[source]
-        source: io::Error,
+        cause: io::Error,
     },
+}
+
+// By hand rather than `#[from]`, which would also make the encoder's error
+// the `source()`; the message includes it (see the crate's error docs).
+impl From<EncodeError> for FetchError {
+    fn from(error: EncodeError) -> Self {
+        FetchError::EncodeRequest(error)
+    }
+}
+
+impl FetchError {
+    /// The OS error behind this one, if a socket operation failed.
+    pub fn io_error(&self) -> Option<&io::Error> {
+        match self {
+            FetchError::SharerGone { cause, .. } | FetchError::Io { cause, .. } => Some(cause),
+            FetchError::Handshake {
+                cause: AuthError::Io(tensorshare_compat::connection::FramingError::Io(cause)),
+                ..
+            } => Some(cause),
+            _ => None,
+        }
+    }
 }
 
 /// Fetches the fd registered under `key` with the resource sharer at
@@ -185,7 +204,7 @@ pub fn fetch_fd(
     let request = DupFdRequest { key, pid }.to_pickle()?;
     send_request(&mut io, &request, &shown, key, timeout)?;
     io.arm_read_timeout()
-        .map_err(|source| io_failure(&shown, timeout, FetchStage::Receive, source))?;
+        .map_err(|cause| io_failure(&shown, timeout, FetchStage::Receive, cause))?;
     let mut fds = recv_fd_batch(stream.as_fd(), 1).map_err(|error| match error {
         RecvFdsError::EndOfStream
         | RecvFdsError::Os {
@@ -208,15 +227,15 @@ pub fn fetch_fd(
             key,
             stage: FetchStage::Receive,
         },
-        source => FetchError::Transfer {
+        cause => FetchError::Transfer {
             address: shown.clone(),
-            source,
+            cause,
         },
     })?;
     // `recv_fd_batch` returns at least one fd and at most the one asked for.
     fds.pop().ok_or(FetchError::Transfer {
         address: shown,
-        source: RecvFdsError::MissingFds,
+        cause: RecvFdsError::MissingFds,
     })
 }
 
@@ -295,12 +314,12 @@ fn handshake(
             AuthError::WrongAuthkey(_) => FetchError::WrongAuthkey {
                 address: shown.to_owned(),
             },
-            AuthError::Io(tensorshare_compat::connection::FramingError::Io(source)) => {
-                io_failure(shown, timeout, FetchStage::Handshake, source)
+            AuthError::Io(tensorshare_compat::connection::FramingError::Io(cause)) => {
+                io_failure(shown, timeout, FetchStage::Handshake, cause)
             }
-            source => FetchError::Handshake {
+            cause => FetchError::Handshake {
                 address: shown.to_owned(),
-                source,
+                cause,
             },
         })
 }
@@ -313,7 +332,7 @@ fn send_request(
     key: i64,
     timeout: Duration,
 ) -> Result<(), FetchError> {
-    write_message(io, request).map_err(|source| match source.raw_os_error() {
+    write_message(io, request).map_err(|cause| match cause.raw_os_error() {
         // The sharer hung up after the handshake: it is shutting down.
         Some(code) if code == Errno::EPIPE as i32 || code == Errno::ECONNRESET as i32 => {
             FetchError::NotServed {
@@ -321,13 +340,13 @@ fn send_request(
                 key,
             }
         }
-        _ => io_failure(shown, timeout, FetchStage::Request, source),
+        _ => io_failure(shown, timeout, FetchStage::Request, cause),
     })
 }
 
 /// A socket error at `stage`: a timeout when the deadline ran out.
-fn io_failure(shown: &str, timeout: Duration, stage: FetchStage, source: io::Error) -> FetchError {
-    if is_timeout(&source) {
+fn io_failure(shown: &str, timeout: Duration, stage: FetchStage, cause: io::Error) -> FetchError {
+    if is_timeout(&cause) {
         FetchError::TimedOut {
             address: shown.to_owned(),
             timeout,
@@ -337,7 +356,7 @@ fn io_failure(shown: &str, timeout: Duration, stage: FetchStage, source: io::Err
         FetchError::Io {
             address: shown.to_owned(),
             stage,
-            source,
+            cause,
         }
     }
 }
@@ -356,26 +375,26 @@ fn connect(address: &[u8], shown: &str, key: i64) -> Result<UnixStream, FetchErr
         })?
         .to_socket_addr()
         .map_err(|error| invalid(error.to_string()))?;
-    UnixStream::connect_addr(&socket_address).map_err(|source| {
-        if crate::connection::is_fd_exhaustion(&source) {
+    UnixStream::connect_addr(&socket_address).map_err(|cause| {
+        if crate::connection::is_fd_exhaustion(&cause) {
             FetchError::TooManyOpenFiles {
                 address: shown.to_owned(),
                 key,
                 stage: FetchStage::Connect,
             }
         } else if matches!(
-            source.kind(),
+            cause.kind(),
             ErrorKind::NotFound | ErrorKind::ConnectionRefused
         ) {
             FetchError::SharerGone {
                 address: shown.to_owned(),
-                source,
+                cause,
             }
         } else {
             FetchError::Io {
                 address: shown.to_owned(),
                 stage: FetchStage::Connect,
-                source,
+                cause,
             }
         }
     })

@@ -56,7 +56,7 @@ pub struct DupFdRequest {
 pub enum RequestError {
     /// The bytes are not a pickle of plain values (globals are refused).
     #[error("the request is not a pickle of plain values: {0}")]
-    Decode(#[from] DecodeError),
+    Decode(DecodeError),
     /// The pickle decoded but is not a tuple of two ints.
     #[error(
         "the request is {found}, not a (key, pid) tuple of two ints: the client does not speak \
@@ -66,6 +66,14 @@ pub enum RequestError {
         /// What the pickle held instead.
         found: &'static str,
     },
+}
+
+// By hand rather than `#[from]`, which would also make the decoder's error
+// the `source()`; the message includes it (see the crate's error docs).
+impl From<DecodeError> for RequestError {
+    fn from(error: DecodeError) -> Self {
+        RequestError::Decode(error)
+    }
 }
 
 impl DupFdRequest {

@@ -29,33 +29,40 @@ const JOIN_GRACE: Duration = Duration::from_secs(2);
 pub enum SharerError {
     /// The private directory for the socket could not be made.
     #[error(
-        "could not create a private directory for the resource sharer's socket: {source}; \
+        "could not create a private directory for the resource sharer's socket: {cause}; \
          point TMPDIR at a writable directory"
     )]
     TempDir {
         /// What creating it failed with.
-        #[source]
-        source: ConnectionError,
+        cause: ConnectionError,
     },
     /// The socket could not be bound.
-    #[error("could not listen on {}: {source}{}", .path.display(), fd_hint(.source))]
+    #[error("could not listen on {}: {cause}{}", .path.display(), fd_hint(.cause))]
     Bind {
         /// The socket path.
         path: PathBuf,
         /// What `bind` failed with.
-        #[source]
-        source: io::Error,
+        cause: io::Error,
     },
     /// A serving thread could not be started.
     #[error(
-        "could not start the resource sharer's threads: {source}; the process may be at its \
+        "could not start the resource sharer's threads: {cause}; the process may be at its \
          thread limit (ulimit -u)"
     )]
     Spawn {
         /// What spawning failed with.
-        #[source]
-        source: io::Error,
+        cause: io::Error,
     },
+}
+
+impl SharerError {
+    /// The OS error behind this one.
+    pub fn io_error(&self) -> Option<&io::Error> {
+        match self {
+            SharerError::TempDir { cause } => cause.io_error(),
+            SharerError::Bind { cause, .. } | SharerError::Spawn { cause } => Some(cause),
+        }
+    }
 }
 
 /// Why an fd could not be registered. The fd has been closed.
@@ -206,28 +213,28 @@ impl ResourceSharer {
     /// left behind on error.
     pub fn start_with(authkey: &[u8], options: SharerOptions) -> Result<Arc<Self>, SharerError> {
         // Dropping `dir` on an early return removes it and what is inside.
-        let dir = PrivateTempDir::create().map_err(|source| SharerError::TempDir { source })?;
+        let dir = PrivateTempDir::create().map_err(|cause| SharerError::TempDir { cause })?;
         let socket_path = dir
             .unique_address()
-            .map_err(|source| SharerError::TempDir { source })?
+            .map_err(|cause| SharerError::TempDir { cause })?
             .as_path()
             .map(Path::to_path_buf)
             .unwrap_or_default();
         let listener = match UnixListener::bind(&socket_path) {
             Ok(listener) => listener,
-            Err(source) => {
+            Err(cause) => {
                 return Err(SharerError::Bind {
                     path: socket_path,
-                    source,
+                    cause,
                 });
             }
         };
         let listener_waker = match listener.try_clone() {
             Ok(clone) => UnixStream::from(OwnedFd::from(clone)),
-            Err(source) => {
+            Err(cause) => {
                 return Err(SharerError::Bind {
                     path: socket_path,
-                    source,
+                    cause,
                 });
             }
         };
@@ -262,7 +269,7 @@ impl ResourceSharer {
             let worker = thread::Builder::new()
                 .name("resource-sharer-worker".into())
                 .spawn(move || worker_loop(&shared, &receiver, slot))
-                .map_err(|source| SharerError::Spawn { source })?;
+                .map_err(|cause| SharerError::Spawn { cause })?;
             if let Some(threads) = lock(&sharer.threads).as_mut() {
                 threads.workers.push(worker);
             }
@@ -270,7 +277,7 @@ impl ResourceSharer {
         let acceptor = thread::Builder::new()
             .name("resource-sharer".into())
             .spawn(move || accept_loop(&shared, &listener))
-            .map_err(|source| SharerError::Spawn { source })?;
+            .map_err(|cause| SharerError::Spawn { cause })?;
         if let Some(threads) = lock(&sharer.threads).as_mut() {
             threads.acceptor = Some(acceptor);
         }

@@ -1,5 +1,9 @@
 //! Errors of the segment operations: one enum per operation, each keeping the
 //! errno and saying what to do.
+//!
+//! As everywhere in tensorshare, a message includes its cause and `source()`
+//! returns `None`, so that a chain printer shows each cause once; the errno
+//! and any wrapped error stay reachable as fields.
 
 use nix::errno::Errno;
 
@@ -292,12 +296,12 @@ pub enum ImportError {
     },
     /// The segment could not be registered with the manager named in the
     /// message, which would leave it without cleanup if this process died.
-    #[error("cannot register segment {name} with its shared-memory manager: {source}")]
+    #[error("cannot register segment {name} with its shared-memory manager: {cause}")]
     Manager {
         /// The segment's name.
         name: String,
         /// What the manager connection reported.
-        source: ManagerError,
+        cause: ManagerError,
     },
     /// `fstat` on the received fd failed.
     #[error("cannot inspect the received file descriptor ({errno}): {}", hint(.errno))]

@@ -422,9 +422,9 @@ impl SharingStrategy for FileSystemStrategy {
             .map_err(|errno| ImportError::from_map_errno(nbytes, errno))?;
         drop(fd);
         let manager =
-            shm_manager::connect(&manager_handle).map_err(|source| ImportError::Manager {
+            shm_manager::connect(&manager_handle).map_err(|cause| ImportError::Manager {
                 name: name.to_string(),
-                source,
+                cause,
             })?;
         let object = MappedObject {
             mapping,
@@ -438,9 +438,9 @@ impl SharingStrategy for FileSystemStrategy {
         object
             .manager
             .register(&object.name)
-            .map_err(|source| ImportError::Manager {
+            .map_err(|cause| ImportError::Manager {
                 name: object.name.to_string(),
-                source,
+                cause,
             })?;
         // The message's count: this process now holds the segment in its stead.
         object.decref();

@@ -95,6 +95,7 @@ impl Server {
             "--strategy",
             strategy,
         ]);
+        command.env_remove(tensorshare::connection::AUTHKEY_ENV);
         Server::start(command, address)
     }
 
@@ -208,6 +209,22 @@ pub fn exit_within(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
         status.is_some()
     });
     status
+}
+
+/// Runs `command` to the end, as `Command::output` does, but kills it
+/// after `limit`: a server that should have refused its arguments must
+/// not hang the test.
+pub fn output_within(command: &mut Command, limit: Duration) -> std::process::Output {
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the command");
+    if exit_within(&mut child, limit).is_none() {
+        let _ = child.kill();
+    }
+    child.wait_with_output().expect("wait for the command")
 }
 
 /// Whether `pid` has exited (gone, or a zombie whose files are closed).

@@ -83,7 +83,16 @@ pub enum AuthError {
     RandomSource(String),
     /// A handshake message could not be read or written.
     #[error("authentication handshake failed: {0}")]
-    Io(#[from] FramingError),
+    Io(FramingError),
+}
+
+// By hand rather than `#[from]`, which would also make the framing error
+// the `source()`: the message above already includes it (see the crate
+// docs on errors).
+impl From<FramingError> for AuthError {
+    fn from(error: FramingError) -> Self {
+        Self::Io(error)
+    }
 }
 
 impl From<std::io::Error> for AuthError {

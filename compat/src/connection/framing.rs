@@ -151,7 +151,16 @@ pub enum FramingError {
     NegativeLength(i32),
     /// The stream failed.
     #[error("connection I/O failed: {0}")]
-    Io(#[from] io::Error),
+    Io(io::Error),
+}
+
+// By hand rather than `#[from]`, which would also make the OS error the
+// `source()`: the message above already includes it (see the crate docs on
+// errors).
+impl From<io::Error> for FramingError {
+    fn from(error: io::Error) -> Self {
+        Self::Io(error)
+    }
 }
 
 /// Writes one message: header and payload.

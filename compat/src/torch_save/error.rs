@@ -94,7 +94,7 @@ pub enum TorchSaveError {
         offset: usize,
     },
     /// A pickle in the file does not decode.
-    #[error("{part} does not decode at byte {}: {}", start.saturating_add(source.offset), source.code)]
+    #[error("{part} does not decode at byte {}: {}", start.saturating_add(cause.offset), cause.code)]
     Pickle {
         /// The pickle.
         part: StreamPart,
@@ -102,7 +102,7 @@ pub enum TorchSaveError {
         /// record (so 0) for a zip; the message counts from the same origin.
         start: usize,
         /// The decoder's error, whose offset counts from `start`.
-        source: DecodeError,
+        cause: DecodeError,
     },
     /// The data is big-endian.
     #[error(
@@ -215,12 +215,12 @@ pub enum TorchSaveError {
         limit: usize,
     },
     /// A persistent id is not a valid storage reference.
-    #[error("{part} holds an invalid persistent id: {source}")]
+    #[error("{part} holds an invalid persistent id: {cause}")]
     PersistentId {
         /// The pickle holding it.
         part: StreamPart,
         /// What is wrong.
-        source: PersistentIdError,
+        cause: PersistentIdError,
     },
     /// A storage's byte length overflows 64 bits.
     #[error("storage {key:?} claims more than 2^64 bytes: the file is damaged")]

@@ -72,8 +72,8 @@ pub(super) fn read_legacy_from(
     let magic = stream
         .pickle(StreamPart::MagicNumber, &no_globals, limits)
         .map_err(|e| match e {
-            TorchSaveError::Pickle { source, .. } => TorchSaveError::NotTorchSave {
-                reason: format!("the first bytes are not a pickle ({source})"),
+            TorchSaveError::Pickle { cause, .. } => TorchSaveError::NotTorchSave {
+                reason: format!("the first bytes are not a pickle ({cause})"),
             },
             other => other,
         })?;

@@ -144,12 +144,11 @@ impl TorchSaveArchive {
     /// [`TorchSaveError::ViewOutOfBounds`] if its view is not inside the
     /// record.
     pub fn storage(&self, pid: NodeId) -> Result<StorageRef<'_>, TorchSaveError> {
-        let pid = parse_storage_pid(&self.object, pid).map_err(|source| {
-            TorchSaveError::PersistentId {
+        let pid =
+            parse_storage_pid(&self.object, pid).map_err(|cause| TorchSaveError::PersistentId {
                 part: StreamPart::Object,
-                source,
-            }
-        })?;
+                cause,
+            })?;
         let record = self
             .records
             .get(&pid.key)
@@ -388,7 +387,7 @@ fn pickle_error(part: StreamPart, start: usize, len: usize, error: DecodeError) 
         TorchSaveError::Pickle {
             part,
             start,
-            source: error,
+            cause: error,
         }
     }
 }

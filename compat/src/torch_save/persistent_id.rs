@@ -327,10 +327,10 @@ pub(crate) fn collect_storage_pids(
         if !matches!(node, Node::PersistentId(_)) {
             continue;
         }
-        let Some(pid) = parse_with_layout(pickle, id, layout).map_err(|source| {
+        let Some(pid) = parse_with_layout(pickle, id, layout).map_err(|cause| {
             TorchSaveError::PersistentId {
                 part: part.clone(),
-                source,
+                cause,
             }
         })?
         else {

@@ -201,7 +201,7 @@ pub enum WriteError {
     },
     /// The object pickle does not encode.
     #[error("the object pickle does not encode: {0}")]
-    Encode(#[from] EncodeError),
+    Encode(EncodeError),
     /// The zip container could not be written.
     #[error("writing the zip archive failed: {detail}")]
     Zip {
@@ -210,7 +210,22 @@ pub enum WriteError {
     },
     /// The output could not be written.
     #[error("writing the torch.save stream failed: {0}")]
-    Io(#[from] std::io::Error),
+    Io(std::io::Error),
+}
+
+// By hand rather than `#[from]`, which would also make the wrapped error
+// the `source()`: the messages above already include it (see the crate
+// docs on errors).
+impl From<EncodeError> for WriteError {
+    fn from(error: EncodeError) -> Self {
+        WriteError::Encode(error)
+    }
+}
+
+impl From<std::io::Error> for WriteError {
+    fn from(error: std::io::Error) -> Self {
+        WriteError::Io(error)
+    }
 }
 
 impl From<zip::result::ZipError> for WriteError {

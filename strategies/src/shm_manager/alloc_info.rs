@@ -62,7 +62,7 @@ pub enum InvalidAllocInfo {
     Unterminated,
     /// The name does not parse as a [`SegmentName`].
     #[error("the name at byte 5 of an AllocInfo is refused: {0}")]
-    Name(#[source] InvalidSegmentName),
+    Name(InvalidSegmentName),
 }
 
 impl InvalidAllocInfo {
