@@ -218,9 +218,16 @@ impl Tensor {
     }
 
     /// Copies the elements, in logical order, into a new contiguous buffer.
+    ///
+    /// `None` when the storage is not local, or when the copy would not fit
+    /// in memory: an expanded view (stride 0) of a few bytes may stand for
+    /// more elements than the address space holds, and a peer can send one.
     pub fn to_contiguous_bytes(&self) -> Option<Vec<u8>> {
-        let mut out = Vec::with_capacity(self.numel() * self.0.dtype.element_size());
-        for element in self.elements()? {
+        let elements = self.elements()?;
+        let len = self.numel().checked_mul(self.0.dtype.element_size())?;
+        let mut out = Vec::new();
+        out.try_reserve_exact(len).ok()?;
+        for element in elements {
             out.extend_from_slice(element);
         }
         Some(out)
@@ -361,6 +368,27 @@ mod tests {
             requires_grad: false,
             parameter: false,
         }
+    }
+
+    #[test]
+    fn a_copy_larger_than_memory_is_refused() {
+        // An expanded view of one float32: 2^62 elements, 2^64 bytes.
+        let expanded = TensorView {
+            sizes: vec![1 << 62],
+            strides: vec![0],
+            ..view(&[], &[], 0)
+        };
+        let tensor = Tensor::new(Storage::from_vec(vec![0; 4]), expanded).unwrap();
+        assert_eq!(tensor.numel(), 1 << 62);
+        assert_eq!(tensor.to_contiguous_bytes(), None);
+
+        let small = TensorView {
+            sizes: vec![3],
+            strides: vec![0],
+            ..view(&[], &[], 0)
+        };
+        let tensor = Tensor::new(Storage::from_vec(vec![1, 2, 3, 4]), small).unwrap();
+        assert_eq!(tensor.to_contiguous_bytes(), Some([1, 2, 3, 4].repeat(3)));
     }
 
     #[test]
