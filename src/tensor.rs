@@ -172,8 +172,14 @@ impl Tensor {
 
     /// Number of elements.
     pub fn numel(&self) -> usize {
-        // Cannot overflow: validate_view checked the product.
-        self.0.sizes.iter().product()
+        // A zero size makes the product zero, however large the others:
+        // their own product may overflow. Without one, the product cannot
+        // overflow: validate_view checked that it fits.
+        if self.0.sizes.contains(&0) {
+            0
+        } else {
+            self.0.sizes.iter().product()
+        }
     }
 
     /// `requires_grad`.
@@ -389,6 +395,16 @@ mod tests {
         };
         let tensor = Tensor::new(Storage::from_vec(vec![1, 2, 3, 4]), small).unwrap();
         assert_eq!(tensor.to_contiguous_bytes(), Some([1, 2, 3, 4].repeat(3)));
+    }
+
+    #[test]
+    fn an_empty_view_has_no_elements_however_large_its_other_sizes() {
+        // 2^32 x (2^32 - 1) x 15 alone overflows 64 bits; the 0 makes it 0.
+        let empty = view(&[1 << 32, (1 << 32) - 1, 15, 0], &[0, 3, 5, 0], i64::MAX);
+        let tensor = Tensor::new(Storage::from_vec(Vec::new()), empty).unwrap();
+        assert_eq!(tensor.numel(), 0);
+        assert_eq!(tensor.element_offsets().count(), 0);
+        assert_eq!(tensor.to_contiguous_bytes(), Some(Vec::new()));
     }
 
     #[test]

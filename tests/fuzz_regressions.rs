@@ -25,3 +25,20 @@ fn an_expanded_view_larger_than_memory_loads_but_is_not_copied() {
     assert!(report.to_text().contains("4611686018427387904"));
     let _ = report.to_json();
 }
+
+/// A `ForkingPickler` pickle, built by the `torch_pickle_structured`
+/// target, of a tensor of sizes (2^32, 2^32 - 1, 15, 0) over an empty
+/// storage: no elements, so a valid view, but the product of its other
+/// sizes overflows 64 bits, and counting its elements did.
+#[test]
+fn an_empty_view_with_huge_sizes_has_no_elements() {
+    let pickle = include_bytes!("fuzz_regressions/empty_view_huge_sizes.pkl");
+    let value = Registry::default().loads(pickle).unwrap();
+    let tensors = value.tensors();
+    let [tensor] = tensors.as_slice() else {
+        panic!("expected one tensor, got {}", tensors.len());
+    };
+    assert_eq!(tensor.sizes(), [1 << 32, (1 << 32) - 1, 15, 0]);
+    assert_eq!(tensor.numel(), 0);
+    assert_eq!(tensor.to_contiguous_bytes(), Some(Vec::new()));
+}

@@ -365,10 +365,14 @@ fn check_tensors(value: &Value) {
         let sizes = tensor.sizes();
         let strides = tensor.strides();
         assert_eq!(sizes.len(), strides.len());
-        let numel = sizes
-            .iter()
-            .try_fold(1usize, |n, &s| n.checked_mul(s))
-            .expect("the element count fits in usize");
+        let numel = if sizes.contains(&0) {
+            0
+        } else {
+            sizes
+                .iter()
+                .try_fold(1usize, |n, &s| n.checked_mul(s))
+                .expect("the element count fits in usize")
+        };
         assert_eq!(numel, tensor.numel());
         let element_size = tensor.dtype().element_size();
         let nbytes = tensor.storage().nbytes();
