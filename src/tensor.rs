@@ -172,8 +172,14 @@ impl Tensor {
 
     /// Number of elements.
     pub fn numel(&self) -> usize {
-        // Cannot overflow: validate_view checked the product.
-        self.0.sizes.iter().product()
+        // A zero size makes the product zero, however large the others:
+        // their own product may overflow. Without one, the product cannot
+        // overflow: validate_view checked that it fits.
+        if self.0.sizes.contains(&0) {
+            0
+        } else {
+            self.0.sizes.iter().product()
+        }
     }
 
     /// `requires_grad`.
@@ -218,9 +224,16 @@ impl Tensor {
     }
 
     /// Copies the elements, in logical order, into a new contiguous buffer.
+    ///
+    /// `None` when the storage is not local, or when the copy would not fit
+    /// in memory: an expanded view (stride 0) of a few bytes may stand for
+    /// more elements than the address space holds, and a peer can send one.
     pub fn to_contiguous_bytes(&self) -> Option<Vec<u8>> {
-        let mut out = Vec::with_capacity(self.numel() * self.0.dtype.element_size());
-        for element in self.elements()? {
+        let elements = self.elements()?;
+        let len = self.numel().checked_mul(self.0.dtype.element_size())?;
+        let mut out = Vec::new();
+        out.try_reserve_exact(len).ok()?;
+        for element in elements {
             out.extend_from_slice(element);
         }
         Some(out)
@@ -361,6 +374,37 @@ mod tests {
             requires_grad: false,
             parameter: false,
         }
+    }
+
+    #[test]
+    fn a_copy_larger_than_memory_is_refused() {
+        // An expanded view of one float32: 2^62 elements, 2^64 bytes.
+        let expanded = TensorView {
+            sizes: vec![1 << 62],
+            strides: vec![0],
+            ..view(&[], &[], 0)
+        };
+        let tensor = Tensor::new(Storage::from_vec(vec![0; 4]), expanded).unwrap();
+        assert_eq!(tensor.numel(), 1 << 62);
+        assert_eq!(tensor.to_contiguous_bytes(), None);
+
+        let small = TensorView {
+            sizes: vec![3],
+            strides: vec![0],
+            ..view(&[], &[], 0)
+        };
+        let tensor = Tensor::new(Storage::from_vec(vec![1, 2, 3, 4]), small).unwrap();
+        assert_eq!(tensor.to_contiguous_bytes(), Some([1, 2, 3, 4].repeat(3)));
+    }
+
+    #[test]
+    fn an_empty_view_has_no_elements_however_large_its_other_sizes() {
+        // 2^32 x (2^32 - 1) x 15 alone overflows 64 bits; the 0 makes it 0.
+        let empty = view(&[1 << 32, (1 << 32) - 1, 15, 0], &[0, 3, 5, 0], i64::MAX);
+        let tensor = Tensor::new(Storage::from_vec(Vec::new()), empty).unwrap();
+        assert_eq!(tensor.numel(), 0);
+        assert_eq!(tensor.element_offsets().count(), 0);
+        assert_eq!(tensor.to_contiguous_bytes(), Some(Vec::new()));
     }
 
     #[test]

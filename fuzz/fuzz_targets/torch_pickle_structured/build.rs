@@ -1,0 +1,956 @@
+//! Builds the message an [`Input`] describes with the project's own
+//! encoder and torch.save writer, and what a reader must rebuild from it
+//! when nothing in the input strays from what torch writes.
+
+use std::io::{Cursor, Read, Write};
+
+use tensorshare::DType;
+use tensorshare_compat::pickle::{
+    ByteChunks, Construction, EncodeOptions, Global, Node, NodeId, Object, Pickle, encode,
+};
+use tensorshare_compat::torch_save::{self, SavedStorage, TorchSaveFormat};
+use zip::write::SimpleFileOptions;
+use zip::{CompressionMethod, ZipArchive, ZipWriter};
+
+use crate::mutate::{self, Layer};
+use crate::{
+    Address, BogusGlobal, ClassChoice, Container, Input, MAX_STORAGES, MAX_TENSORS, Num, Rebuild,
+    RootForm, Sharing, StorageSpec, StorageTweak, TensorSpec, TensorTweak, ViewSpec, WrapChoice,
+};
+
+const REDUCTIONS: &str = "torch.multiprocessing.reductions";
+const UTILS: &str = "torch._utils";
+
+/// A tensor as a reader must rebuild it.
+#[derive(Debug)]
+pub struct ExpectedTensor {
+    pub dtype: DType,
+    pub offset: i64,
+    pub sizes: Vec<i64>,
+    pub strides: Vec<i64>,
+    pub requires_grad: bool,
+    pub parameter: bool,
+    pub storage_nbytes: usize,
+    /// The storage's bytes, when the message carries them.
+    pub data: Option<Vec<u8>>,
+}
+
+/// The bytes to feed the readers, and, when the input kept to what torch
+/// writes and nothing was mutated, the tensors they must rebuild in order.
+pub struct Built {
+    pub bytes: Vec<u8>,
+    pub expected: Option<Vec<ExpectedTensor>>,
+}
+
+/// A storage as built into the outer pickle.
+struct BuiltStorage {
+    node: NodeId,
+    /// Set when the node rebuilds a typed storage, whose dtype the tensor
+    /// then takes.
+    typed: Option<DType>,
+    /// The dtype the storage's bytes were made for.
+    own: DType,
+    nbytes: usize,
+    /// The bytes, when the rebuilt storage holds them.
+    data: Option<Vec<u8>>,
+}
+
+/// A storage a torch.save file carries as a record.
+struct Record {
+    key: String,
+    dtype: DType,
+    data: Vec<u8>,
+}
+
+pub fn dtype_at(index: u8) -> DType {
+    DType::ALL[usize::from(index) % DType::ALL.len()]
+}
+
+struct Builder<'i> {
+    input: &'i Input,
+    outer: Pickle,
+    /// Cleared as soon as anything strays from what torch writes.
+    canonical: bool,
+    storages: Vec<BuiltStorage>,
+    records: Vec<Record>,
+}
+
+pub fn build(input: &Input) -> Option<Built> {
+    let specs = &input.tensors[..input.tensors.len().min(MAX_TENSORS)];
+    if specs.is_empty() {
+        return None;
+    }
+    let mut builder = Builder {
+        input,
+        outer: Pickle::new(),
+        canonical: input.bogus_globals.is_empty() && input.mutations.is_empty(),
+        storages: Vec::new(),
+        records: Vec::new(),
+    };
+    let storage_specs = &input.storages[..input.storages.len().min(MAX_STORAGES)];
+    let default_storage = [StorageSpec::default()];
+    let storage_specs = if storage_specs.is_empty() {
+        &default_storage[..]
+    } else {
+        storage_specs
+    };
+    for (index, spec) in storage_specs.iter().enumerate() {
+        let storage = builder.storage(index, spec)?;
+        builder.storages.push(storage);
+    }
+
+    let included = match input.root {
+        RootForm::Single => &specs[..1],
+        _ => specs,
+    };
+    let mut tensors = Vec::new();
+    let mut expected = Vec::new();
+    let mut used = vec![false; builder.storages.len()];
+    for spec in included {
+        let index = usize::from(spec.storage) % builder.storages.len();
+        used[index] = true;
+        let (node, tensor) = builder.tensor(index, spec);
+        tensors.push(node);
+        expected.push(tensor);
+    }
+    let root = builder.root(&tensors);
+    builder.outer.set_root(root);
+    replace_globals(&mut builder.outer, &input.bogus_globals, Layer::Outer);
+
+    let mut bytes = match input.container {
+        Container::Forking | Container::Plain => {
+            let protocol = 2 + input.protocol % 4;
+            let encoded = encode(
+                &builder.outer,
+                &EncodeOptions::new().with_protocol(protocol),
+            );
+            assert!(
+                encoded.is_ok() || !builder.canonical,
+                "a torch pickle does not encode: {encoded:?}"
+            );
+            encoded.ok()?
+        }
+        Container::TorchSaveZip | Container::TorchSaveLegacy => {
+            let format = match input.container {
+                Container::TorchSaveZip => TorchSaveFormat::Zip,
+                _ => TorchSaveFormat::Legacy,
+            };
+            // Only the storages the object names: a legacy stream's key
+            // list must match its persistent ids.
+            let saved: Vec<SavedStorage<'_>> = builder
+                .records
+                .iter()
+                .zip(&used)
+                .filter(|(_, used)| **used)
+                .map(|(record, _)| SavedStorage::new(&record.key, Some(record.dtype), &record.data))
+                .collect();
+            let written = torch_save::write_to_vec(format, &builder.outer, &saved);
+            assert!(
+                written.is_ok() || !builder.canonical,
+                "a torch.save file does not write: {written:?}"
+            );
+            let mut file = written.ok()?;
+            if format == TorchSaveFormat::Zip && has_layer(input, Layer::Inner) {
+                file = rezip_with(&file, |pickle| {
+                    mutate::apply(pickle, &input.mutations, Layer::Inner)
+                })?;
+            }
+            file
+        }
+    };
+    mutate::apply(&mut bytes, &input.mutations, Layer::Outer);
+    Some(Built {
+        bytes,
+        expected: builder.canonical.then_some(expected),
+    })
+}
+
+fn has_layer(input: &Input, layer: Layer) -> bool {
+    input.mutations.iter().any(|m| m.layer == layer)
+}
+
+/// Replaces globals of `pickle` as the bogus globals of `layer` ask.
+fn replace_globals(pickle: &mut Pickle, bogus: &[BogusGlobal], layer: Layer) {
+    for replacement in bogus.iter().filter(|b| b.layer == layer) {
+        let globals: Vec<NodeId> = pickle
+            .iter()
+            .filter(|(_, node)| matches!(node, Node::Global(_)))
+            .map(|(id, _)| id)
+            .collect();
+        if globals.is_empty() {
+            return;
+        }
+        let id = globals[usize::from(replacement.nth) % globals.len()];
+        *pickle.node_mut(id) = Node::Global(replacement.global.global());
+    }
+}
+
+/// The zip with its `data.pkl` replaced by `edit`ed bytes, every other
+/// entry copied as it is.
+fn rezip_with(file: &[u8], edit: impl FnOnce(&mut Vec<u8>)) -> Option<Vec<u8>> {
+    let mut archive = ZipArchive::new(Cursor::new(file)).ok()?;
+    let mut out = ZipWriter::new(Cursor::new(Vec::new()));
+    let mut edit = Some(edit);
+    for index in 0..archive.len() {
+        let is_pickle = archive
+            .by_index_raw(index)
+            .ok()?
+            .name()
+            .ends_with("/data.pkl");
+        if is_pickle {
+            let mut entry = archive.by_index(index).ok()?;
+            let name = entry.name().to_owned();
+            let mut pickle = Vec::new();
+            entry.read_to_end(&mut pickle).ok()?;
+            if let Some(edit) = edit.take() {
+                edit(&mut pickle);
+            }
+            let stored = SimpleFileOptions::default().compression_method(CompressionMethod::Stored);
+            out.start_file(name, stored).ok()?;
+            out.write_all(&pickle).ok()?;
+        } else {
+            out.raw_copy_file(archive.by_index_raw(index).ok()?).ok()?;
+        }
+    }
+    Some(out.finish().ok()?.into_inner())
+}
+
+/// `pattern(seed)`: the bytes of a storage, different for each seed and
+/// position so that a view reading the wrong element shows.
+fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (usize::from(seed) + i * 31 + i / 251) as u8)
+        .collect()
+}
+
+impl Builder<'_> {
+    fn push(&mut self, node: Node) -> NodeId {
+        self.outer.push(node)
+    }
+
+    fn global(&mut self, module: &'static str, name: &'static str) -> NodeId {
+        self.push(Node::Global(Global::new(module, name)))
+    }
+
+    fn dtype_global(&mut self, dtype: DType) -> NodeId {
+        self.global("torch", dtype.name())
+    }
+
+    fn int(&mut self, value: i64) -> NodeId {
+        self.push(Node::Int(value))
+    }
+
+    fn str(&mut self, value: &str) -> NodeId {
+        self.push(Node::Str(value.to_owned()))
+    }
+
+    fn bytes(&mut self, value: Vec<u8>) -> NodeId {
+        self.push(Node::Bytes(ByteChunks::from(value)))
+    }
+
+    fn tuple(&mut self, items: Vec<NodeId>) -> NodeId {
+        self.push(Node::Tuple(items))
+    }
+
+    fn ints(&mut self, values: &[i64]) -> NodeId {
+        let items = values.iter().map(|&v| self.int(v)).collect();
+        self.tuple(items)
+    }
+
+    /// `callable(*args)`, as `REDUCE` records it.
+    fn call(&mut self, callable: NodeId, args: Vec<NodeId>) -> NodeId {
+        let args = self.tuple(args);
+        self.push(Node::Object(Object {
+            callable,
+            construction: Construction::Reduce { args },
+            state: None,
+            list_items: Vec::new(),
+            dict_items: Vec::new(),
+        }))
+    }
+
+    fn call_global(
+        &mut self,
+        module: &'static str,
+        name: &'static str,
+        args: Vec<NodeId>,
+    ) -> NodeId {
+        let callable = self.global(module, name);
+        self.call(callable, args)
+    }
+
+    fn ordered_dict(&mut self, items: Vec<(NodeId, NodeId)>) -> NodeId {
+        let callable = self.global("collections", "OrderedDict");
+        let args = self.tuple(Vec::new());
+        self.push(Node::Object(Object {
+            callable,
+            construction: Construction::Reduce { args },
+            state: None,
+            list_items: Vec::new(),
+            dict_items: items,
+        }))
+    }
+
+    /// Marks the message as straying from what torch writes, and passes
+    /// `value` through.
+    fn stray<T>(&mut self, value: T) -> T {
+        self.canonical = false;
+        value
+    }
+
+    fn storage(&mut self, index: usize, spec: &StorageSpec) -> Option<BuiltStorage> {
+        if !spec.tweaks.is_empty() {
+            self.canonical = false;
+        }
+        let own = dtype_at(spec.dtype);
+        let data = pattern(spec.seed, usize::from(spec.elements) * own.element_size());
+        match self.input.container {
+            Container::Forking => Some(self.forking_storage(index, spec, own, data)),
+            Container::Plain => Some(self.from_bytes(index, spec, own, data)),
+            Container::TorchSaveZip | Container::TorchSaveLegacy => {
+                Some(self.saved_storage(index, spec, own, data))
+            }
+        }
+    }
+
+    /// The `cls` argument: `UntypedStorage` unless a tweak says otherwise;
+    /// the dtype a legacy class counts elements of.
+    fn class(&mut self, spec: &StorageSpec) -> (NodeId, Option<DType>) {
+        let choice = spec.tweaks.iter().rev().find_map(|t| match t {
+            StorageTweak::Class(choice) => Some(choice),
+            _ => None,
+        });
+        match choice {
+            None | Some(ClassChoice::Untyped) => {
+                (self.global("torch.storage", "UntypedStorage"), None)
+            }
+            Some(ClassChoice::Legacy(index)) => {
+                let dtype = dtype_at(*index);
+                match dtype.legacy_storage_class() {
+                    Some(class) => (self.global("torch", class), Some(dtype)),
+                    None => (self.global("torch", "TypedStorage"), None),
+                }
+            }
+            Some(ClassChoice::Global(choice)) => {
+                let global = choice.global();
+                (self.push(Node::Global(global)), None)
+            }
+            Some(ClassChoice::NotAGlobal(value)) => (self.int(value.0), None),
+        }
+    }
+
+    fn claimed_size(spec: &StorageSpec, exact: i64) -> i64 {
+        spec.tweaks
+            .iter()
+            .rev()
+            .find_map(|t| match t {
+                StorageTweak::ClaimedSize(Num(size)) => Some(*size),
+                _ => None,
+            })
+            .unwrap_or(exact)
+    }
+
+    fn forking_storage(
+        &mut self,
+        index: usize,
+        spec: &StorageSpec,
+        own: DType,
+        data: Vec<u8>,
+    ) -> BuiltStorage {
+        let (cls, class_dtype) = self.class(spec);
+        // Sizes count bytes for UntypedStorage, elements for a legacy class.
+        let unit = class_dtype.map_or(1, DType::element_size);
+        let count = data.len() / unit;
+        let size = Self::claimed_size(spec, count as i64);
+        let counted_nbytes = count * unit;
+        match &spec.sharing {
+            Sharing::Fd { address, key } => {
+                let address = match address {
+                    None => self.str(&format!("/tmp/pymp-fuzz/listener-{index}")),
+                    Some(Address::Path(path)) => self.str(path),
+                    Some(Address::Abstract(name)) => {
+                        let mut abstract_name = vec![0];
+                        abstract_name.extend_from_slice(name);
+                        self.bytes(abstract_name)
+                    }
+                    Some(Address::NotAnAddress(value)) => {
+                        let node = self.int(value.0);
+                        self.stray(node)
+                    }
+                };
+                let key = self.int(key.0);
+                let id = self.tuple(vec![address, key]);
+                let id_key = self.str("_id");
+                let state = self.push(Node::Dict(vec![(id_key, id)]));
+                let dup_fd_class = self.global("multiprocessing.resource_sharer", "DupFd");
+                let no_args = self.tuple(Vec::new());
+                let dup_fd = self.push(Node::Object(Object {
+                    callable: dup_fd_class,
+                    construction: Construction::NewObj { args: no_args },
+                    state: Some(state),
+                    list_items: Vec::new(),
+                    dict_items: Vec::new(),
+                }));
+                let size = self.int(size);
+                let node =
+                    self.call_global(REDUCTIONS, "rebuild_storage_fd", vec![cls, dup_fd, size]);
+                BuiltStorage {
+                    node,
+                    typed: class_dtype,
+                    own,
+                    nbytes: counted_nbytes,
+                    data: None,
+                }
+            }
+            Sharing::Filename {
+                manager,
+                name,
+                with_dtype,
+            } => {
+                let manager = match manager {
+                    None => b"/tmp/torch-shm-dir-fuzz/manager.sock".to_vec(),
+                    Some(manager) => self.stray(manager.clone()),
+                };
+                let name = match name {
+                    // One name per storage: a reader makes one storage of
+                    // every reference to a name.
+                    None => format!("/torch_4242_{}_{index}", 1000 + index).into_bytes(),
+                    Some(name) => self.stray(name.clone()),
+                };
+                let manager = self.bytes(manager);
+                let name = self.bytes(name);
+                if *with_dtype {
+                    // torch 2.x's typed form: the size counts elements of
+                    // the dtype, which the storage takes.
+                    let size = Self::claimed_size(spec, usize::from(spec.elements) as i64);
+                    let size = self.int(size);
+                    let dtype = self.dtype_global(own);
+                    let node = self.call_global(
+                        REDUCTIONS,
+                        "rebuild_storage_filename",
+                        vec![cls, manager, name, size, dtype],
+                    );
+                    BuiltStorage {
+                        node,
+                        typed: Some(own),
+                        own,
+                        nbytes: data.len(),
+                        data: None,
+                    }
+                } else {
+                    let size = self.int(size);
+                    let node = self.call_global(
+                        REDUCTIONS,
+                        "rebuild_storage_filename",
+                        vec![cls, manager, name, size],
+                    );
+                    BuiltStorage {
+                        node,
+                        typed: class_dtype,
+                        own,
+                        nbytes: counted_nbytes,
+                        data: None,
+                    }
+                }
+            }
+            Sharing::Empty => {
+                let node = self.call_global(REDUCTIONS, "rebuild_storage_empty", vec![cls]);
+                BuiltStorage {
+                    node,
+                    typed: class_dtype,
+                    own,
+                    nbytes: 0,
+                    data: Some(Vec::new()),
+                }
+            }
+            Sharing::FromBytes => self.from_bytes(index, spec, own, data),
+            Sharing::FromFile { path } => {
+                let path = match path {
+                    None => format!("/tmp/tensorshare-fuzz/memmap-{index}"),
+                    Some(path) => self.stray(path.clone()),
+                };
+                let class = self.global("torch._C", "StorageBase");
+                let attribute = self.str("from_file");
+                let from_file = self.call_global("builtins", "getattr", vec![class, attribute]);
+                let path = self.str(&path);
+                let shared = self.push(Node::Bool(true));
+                let nbytes = Self::claimed_size(spec, data.len() as i64);
+                let nbytes = self.int(nbytes);
+                let node = self.call(from_file, vec![path, shared, nbytes]);
+                BuiltStorage {
+                    node,
+                    typed: None,
+                    own,
+                    nbytes: data.len(),
+                    data: None,
+                }
+            }
+        }
+    }
+
+    /// The persistent id torch.save writes for a storage, or a tweaked one.
+    fn storage_pid(
+        pickle: &mut Pickle,
+        spec: &StorageSpec,
+        format: TorchSaveFormat,
+        key: &str,
+        own: DType,
+        data: &[u8],
+    ) -> NodeId {
+        let saved = SavedStorage::new(key, Some(own), data);
+        let pid = torch_save::push_storage_pid(pickle, format, &saved)
+            .expect("whole elements by construction");
+        let Node::PersistentId(tuple) = *pickle.node(pid) else {
+            unreachable!("push_storage_pid returns a persistent id");
+        };
+        for tweak in &spec.tweaks {
+            let Node::Tuple(items) = pickle.node(tuple).clone() else {
+                unreachable!("a persistent id is a tuple");
+            };
+            let mut items = items;
+            let set = |pickle: &mut Pickle, items: &mut Vec<NodeId>, at: usize, node: Node| {
+                if let Some(slot) = items.get_mut(at) {
+                    *slot = pickle.push(node);
+                }
+            };
+            match tweak {
+                StorageTweak::Class(ClassChoice::Untyped) => set(
+                    pickle,
+                    &mut items,
+                    1,
+                    Node::Global(Global::new("torch.storage", "UntypedStorage")),
+                ),
+                StorageTweak::Class(ClassChoice::Legacy(index)) => {
+                    let class = dtype_at(*index).legacy_storage_class().unwrap_or("Storage");
+                    set(
+                        pickle,
+                        &mut items,
+                        1,
+                        Node::Global(Global::new("torch", class)),
+                    );
+                }
+                StorageTweak::Class(ClassChoice::Global(choice)) => {
+                    set(pickle, &mut items, 1, Node::Global(choice.global()))
+                }
+                StorageTweak::Class(ClassChoice::NotAGlobal(value)) => {
+                    set(pickle, &mut items, 1, Node::Int(value.0))
+                }
+                StorageTweak::Key(other) => set(pickle, &mut items, 2, Node::Str(other.clone())),
+                StorageTweak::Location(location) => {
+                    set(pickle, &mut items, 3, Node::Str(location.clone()))
+                }
+                StorageTweak::ClaimedSize(Num(numel)) => {
+                    set(pickle, &mut items, 4, Node::Int(*numel))
+                }
+                StorageTweak::Tag(tag) => set(pickle, &mut items, 0, Node::Str(tag.clone())),
+                StorageTweak::PidField { at, value } => {
+                    set(pickle, &mut items, usize::from(*at) % 8, Node::Int(value.0))
+                }
+                StorageTweak::DropPidField { at } => {
+                    if !items.is_empty() {
+                        items.remove(usize::from(*at) % items.len());
+                    }
+                }
+                StorageTweak::ExtraPidField(value) => items.push(pickle.push(Node::Int(value.0))),
+                StorageTweak::Wrap(_) | StorageTweak::NoRecord => {}
+            }
+            *pickle.node_mut(tuple) = Node::Tuple(items);
+        }
+        pid
+    }
+
+    /// `torch.storage._load_from_bytes(b)`, `b` a legacy torch.save stream
+    /// holding the storage, as plain `pickle.dumps` writes a storage.
+    fn from_bytes(
+        &mut self,
+        index: usize,
+        spec: &StorageSpec,
+        own: DType,
+        data: Vec<u8>,
+    ) -> BuiltStorage {
+        let key = format!("9384395592411{index}");
+        let mut object = Pickle::new();
+        let pid = Self::storage_pid(&mut object, spec, TorchSaveFormat::Legacy, &key, own, &data);
+        object.set_root(pid);
+        replace_globals(&mut object, &self.input.bogus_globals, Layer::Inner);
+        let saved = SavedStorage::new(&key, Some(own), &data);
+        let typed = saved.class_dtype(TorchSaveFormat::Legacy);
+        let mut stream = Vec::new();
+        let written = torch_save::write_legacy(&mut stream, &object, &[saved]);
+        assert!(
+            written.is_ok() || !self.canonical,
+            "a legacy stream does not write: {written:?}"
+        );
+        mutate::apply(&mut stream, &self.input.mutations, Layer::Inner);
+        let stream = self.bytes(stream);
+        let node = self.call_global("torch.storage", "_load_from_bytes", vec![stream]);
+        BuiltStorage {
+            node,
+            typed,
+            own,
+            nbytes: data.len(),
+            data: Some(data),
+        }
+    }
+
+    /// A storage of a torch.save file: its persistent id in the object, its
+    /// bytes a record.
+    fn saved_storage(
+        &mut self,
+        index: usize,
+        spec: &StorageSpec,
+        own: DType,
+        data: Vec<u8>,
+    ) -> BuiltStorage {
+        let format = match self.input.container {
+            Container::TorchSaveZip => TorchSaveFormat::Zip,
+            _ => TorchSaveFormat::Legacy,
+        };
+        let key = index.to_string();
+        let node = Self::storage_pid(&mut self.outer, spec, format, &key, own, &data);
+        let saved = SavedStorage::new(&key, Some(own), &data);
+        let typed = saved.class_dtype(format);
+        if !spec
+            .tweaks
+            .iter()
+            .any(|t| matches!(t, StorageTweak::NoRecord))
+        {
+            self.records.push(Record {
+                key,
+                dtype: own,
+                data: data.clone(),
+            });
+        } else {
+            // Keep the indices of records and storages in step.
+            self.records.push(Record {
+                key: format!("missing-{index}"),
+                dtype: own,
+                data: Vec::new(),
+            });
+        }
+        BuiltStorage {
+            node,
+            typed,
+            own,
+            nbytes: data.len(),
+            data: Some(data),
+        }
+    }
+
+    /// The view's numbers: a view that fits its storage, or whatever the
+    /// input says.
+    fn view(&mut self, view: &ViewSpec, dtype: DType, nbytes: usize) -> (i64, Vec<i64>, Vec<i64>) {
+        match view {
+            ViewSpec::Fitting {
+                offset,
+                sizes,
+                transpose,
+                expand,
+            } => {
+                let ndim = sizes.len().min(4);
+                let capacity = nbytes / dtype.element_size();
+                let (offset, sizes) = if capacity == 0 {
+                    (0, vec![0usize; ndim.max(1)])
+                } else {
+                    let offset = usize::from(*offset) % capacity;
+                    let room = capacity - offset;
+                    let mut product = 1usize;
+                    let mut fitted = Vec::with_capacity(ndim);
+                    for &size in &sizes[..ndim] {
+                        let wanted = usize::from(size % 6);
+                        let size = if product == 0 {
+                            wanted
+                        } else {
+                            wanted.min(room / product)
+                        };
+                        product *= size;
+                        fitted.push(size);
+                    }
+                    (offset, fitted)
+                };
+                let mut strides = vec![0usize; sizes.len()];
+                let mut step = 1;
+                for (stride, &size) in strides.iter_mut().zip(&sizes).rev() {
+                    *stride = step;
+                    step *= size.max(1);
+                }
+                let mut sizes: Vec<i64> = sizes.iter().map(|&s| s as i64).collect();
+                let mut strides: Vec<i64> = strides.iter().map(|&s| s as i64).collect();
+                if *transpose && sizes.len() >= 2 {
+                    sizes.swap(0, 1);
+                    strides.swap(0, 1);
+                }
+                if *expand && !strides.is_empty() {
+                    strides[0] = 0;
+                }
+                (offset as i64, sizes, strides)
+            }
+            ViewSpec::Free {
+                offset,
+                sizes,
+                strides,
+            } => {
+                self.canonical = false;
+                let dims = |values: &[Num]| values.iter().take(8).map(|n| n.0).collect();
+                (offset.0, dims(sizes), dims(strides))
+            }
+        }
+    }
+
+    fn tensor(&mut self, storage: usize, spec: &TensorSpec) -> (NodeId, ExpectedTensor) {
+        if !spec.tweaks.is_empty() {
+            self.canonical = false;
+        }
+        let (storage_node, typed, own, nbytes, data) = {
+            let s = &self.storages[storage];
+            (s.node, s.typed, s.own, s.nbytes, s.data.clone())
+        };
+        let wrap = self.storages_spec_wrap(storage);
+        let (node, expected) = match self.input.container {
+            Container::Forking => {
+                // An untyped storage is wrapped with the tensor's dtype, as
+                // torch 2.x does; a typed one gives its own.
+                let (storage_expr, dtype) = match (wrap, typed) {
+                    (None, Some(dtype)) => (storage_node, dtype),
+                    (None, None) => {
+                        let dtype = dtype_at(spec.dtype);
+                        let dtype_node = self.dtype_global(dtype);
+                        let node = self.call_global(
+                            REDUCTIONS,
+                            "rebuild_typed_storage",
+                            vec![storage_node, dtype_node],
+                        );
+                        (node, dtype)
+                    }
+                    (Some(wrap), _) => self.wrapped(storage_node, &wrap, spec),
+                };
+                let (offset, sizes, strides) = self.view(&spec.view, dtype, nbytes);
+                let cls = if spec.parameter {
+                    self.global("torch.nn.parameter", "Parameter")
+                } else {
+                    self.global("torch._tensor", "Tensor")
+                };
+                let offset_node = self.int(offset);
+                let dims = self.ints(&sizes);
+                let size = self.call_global("torch", "Size", vec![dims]);
+                let stride = self.ints(&strides);
+                let requires_grad = self.push(Node::Bool(spec.requires_grad));
+                let metadata = self.tuple(vec![offset_node, size, stride, requires_grad]);
+                let node = self.call_global(
+                    REDUCTIONS,
+                    "rebuild_tensor",
+                    vec![cls, storage_expr, metadata],
+                );
+                let expected = ExpectedTensor {
+                    dtype,
+                    offset,
+                    sizes,
+                    strides,
+                    requires_grad: spec.requires_grad,
+                    parameter: spec.parameter,
+                    storage_nbytes: nbytes,
+                    data,
+                };
+                (node, expected)
+            }
+            Container::Plain | Container::TorchSaveZip | Container::TorchSaveLegacy => {
+                // The storage's own dtype: through its class when it has a
+                // legacy one (`_rebuild_tensor_v2`), else named
+                // (`_rebuild_tensor_v3`).
+                let dtype = own;
+                let (offset, sizes, strides) = self.view(&spec.view, dtype, nbytes);
+                let offset_node = self.int(offset);
+                let size = self.ints(&sizes);
+                let stride = self.ints(&strides);
+                let requires_grad = self.push(Node::Bool(spec.requires_grad && !spec.parameter));
+                let hooks = self.ordered_dict(Vec::new());
+                let mut args = vec![
+                    storage_node,
+                    offset_node,
+                    size,
+                    stride,
+                    requires_grad,
+                    hooks,
+                ];
+                let v3 = typed != Some(dtype);
+                if v3 {
+                    args.push(self.dtype_global(dtype));
+                }
+                let mut node = self.call_global(
+                    UTILS,
+                    if v3 {
+                        "_rebuild_tensor_v3"
+                    } else {
+                        "_rebuild_tensor_v2"
+                    },
+                    args,
+                );
+                if spec.parameter {
+                    let requires_grad = self.push(Node::Bool(spec.requires_grad));
+                    let hooks = self.ordered_dict(Vec::new());
+                    node = self.call_global(
+                        UTILS,
+                        "_rebuild_parameter",
+                        vec![node, requires_grad, hooks],
+                    );
+                }
+                let expected = ExpectedTensor {
+                    dtype,
+                    offset,
+                    sizes,
+                    strides,
+                    requires_grad: spec.requires_grad,
+                    parameter: spec.parameter,
+                    storage_nbytes: nbytes,
+                    data,
+                };
+                (node, expected)
+            }
+        };
+        let node = self.tweak_tensor(node, spec);
+        (node, expected)
+    }
+
+    fn storages_spec_wrap(&self, storage: usize) -> Option<WrapChoice> {
+        let specs = &self.input.storages;
+        specs.get(storage).and_then(|spec| {
+            spec.tweaks.iter().rev().find_map(|t| match t {
+                StorageTweak::Wrap(wrap) => Some(*wrap),
+                _ => None,
+            })
+        })
+    }
+
+    /// A typed wrapper other than the one torch writes.
+    fn wrapped(
+        &mut self,
+        storage: NodeId,
+        wrap: &WrapChoice,
+        spec: &TensorSpec,
+    ) -> (NodeId, DType) {
+        let dtype = dtype_at(spec.dtype);
+        match wrap {
+            WrapChoice::None => (storage, dtype),
+            WrapChoice::Typed(index) => {
+                let dtype = dtype_at(*index);
+                let dtype_node = self.dtype_global(dtype);
+                let node = self.call_global(
+                    REDUCTIONS,
+                    "rebuild_typed_storage",
+                    vec![storage, dtype_node],
+                );
+                (node, dtype)
+            }
+            WrapChoice::Child(index) => {
+                let dtype = dtype_at(*index);
+                let class = match dtype.legacy_storage_class() {
+                    Some(class) => self.global("torch", class),
+                    None => self.global("torch", "TypedStorage"),
+                };
+                let node = self.call_global(
+                    REDUCTIONS,
+                    "rebuild_typed_storage_child",
+                    vec![storage, class],
+                );
+                (node, dtype)
+            }
+        }
+    }
+
+    /// Applies a tensor's tweaks to its rebuild call.
+    fn tweak_tensor(&mut self, node: NodeId, spec: &TensorSpec) -> NodeId {
+        let mut node = node;
+        for tweak in &spec.tweaks {
+            let Node::Object(object) = self.outer.node(node).clone() else {
+                return node;
+            };
+            let Construction::Reduce { args } = object.construction else {
+                return node;
+            };
+            let Node::Tuple(mut items) = self.outer.node(args).clone() else {
+                return node;
+            };
+            match tweak {
+                TensorTweak::Rebuild(rebuild) => {
+                    let (module, name) = rebuild.global();
+                    let callable = self.global(module, name);
+                    node = self.call(callable, items);
+                    continue;
+                }
+                TensorTweak::DropArg(at) => {
+                    if !items.is_empty() {
+                        items.remove(usize::from(*at) % items.len());
+                    }
+                }
+                TensorTweak::ExtraArg(value) => items.push(self.int(value.0)),
+                TensorTweak::ReplaceArg { at, value } => {
+                    if !items.is_empty() {
+                        let at = usize::from(*at) % items.len();
+                        items[at] = self.int(value.0);
+                    }
+                }
+                TensorTweak::ArgAsList(at) => {
+                    if !items.is_empty() {
+                        let at = usize::from(*at) % items.len();
+                        if let Node::Tuple(inner) = self.outer.node(items[at]).clone() {
+                            items[at] = self.push(Node::List(inner));
+                        }
+                    }
+                }
+                TensorTweak::Wrap(times) => {
+                    // The tensor as the argument of further rebuilds.
+                    for _ in 0..usize::from(*times % 4) {
+                        let requires_grad = self.push(Node::Bool(true));
+                        let hooks = self.ordered_dict(Vec::new());
+                        node = self.call_global(
+                            UTILS,
+                            "_rebuild_parameter",
+                            vec![node, requires_grad, hooks],
+                        );
+                    }
+                    continue;
+                }
+            }
+            node = self.call(object.callable, items);
+        }
+        node
+    }
+
+    fn root(&mut self, tensors: &[NodeId]) -> NodeId {
+        match self.input.root {
+            RootForm::Single => tensors[0],
+            RootForm::Tuple => self.tuple(tensors.to_vec()),
+            RootForm::List => self.push(Node::List(tensors.to_vec())),
+            RootForm::Dict => {
+                let items = tensors
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &t)| (self.str(&format!("t{i}")), t))
+                    .collect();
+                self.push(Node::Dict(items))
+            }
+            RootForm::StateDict => {
+                let items = tensors
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &t)| (self.str(&format!("layer{i}.weight")), t))
+                    .collect();
+                self.ordered_dict(items)
+            }
+        }
+    }
+}
+
+impl Rebuild {
+    fn global(self) -> (&'static str, &'static str) {
+        match self {
+            Rebuild::RebuildTensor => (REDUCTIONS, "rebuild_tensor"),
+            Rebuild::V1 => (UTILS, "_rebuild_tensor"),
+            Rebuild::V2 => (UTILS, "_rebuild_tensor_v2"),
+            Rebuild::V3 => (UTILS, "_rebuild_tensor_v3"),
+            Rebuild::Parameter => (UTILS, "_rebuild_parameter"),
+            Rebuild::ParameterWithState => (UTILS, "_rebuild_parameter_with_state"),
+            Rebuild::Cuda => (REDUCTIONS, "rebuild_cuda_tensor"),
+        }
+    }
+}
