@@ -52,7 +52,7 @@ impl<'a> Trickle<'a> {
 impl Read for Trickle<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         self.reads += 1;
-        if self.interrupt_every != 0 && self.reads % self.interrupt_every == 0 {
+        if self.interrupt_every != 0 && self.reads.is_multiple_of(self.interrupt_every) {
             return Err(io::Error::from(io::ErrorKind::Interrupted));
         }
         let rest = self.data.get(self.consumed..).unwrap_or_default();

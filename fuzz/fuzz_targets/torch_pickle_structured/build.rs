@@ -306,7 +306,7 @@ impl Builder<'_> {
         let data = pattern(spec.seed, usize::from(spec.elements) * own.element_size());
         match self.input.container {
             Container::Forking => Some(self.forking_storage(index, spec, own, data)),
-            Container::Plain => Some(self.from_bytes(index, spec, own, data)),
+            Container::Plain => Some(self.load_from_bytes(index, spec, own, data)),
             Container::TorchSaveZip | Container::TorchSaveLegacy => {
                 Some(self.saved_storage(index, spec, own, data))
             }
@@ -463,7 +463,7 @@ impl Builder<'_> {
                     data: Some(Vec::new()),
                 }
             }
-            Sharing::FromBytes => self.from_bytes(index, spec, own, data),
+            Sharing::FromBytes => self.load_from_bytes(index, spec, own, data),
             Sharing::FromFile { path } => {
                 let path = match path {
                     None => format!("/tmp/tensorshare-fuzz/memmap-{index}"),
@@ -561,7 +561,7 @@ impl Builder<'_> {
 
     /// `torch.storage._load_from_bytes(b)`, `b` a legacy torch.save stream
     /// holding the storage, as plain `pickle.dumps` writes a storage.
-    fn from_bytes(
+    fn load_from_bytes(
         &mut self,
         index: usize,
         spec: &StorageSpec,
@@ -658,11 +658,10 @@ impl Builder<'_> {
                     let mut fitted = Vec::with_capacity(ndim);
                     for &size in &sizes[..ndim] {
                         let wanted = usize::from(size % 6);
-                        let size = if product == 0 {
-                            wanted
-                        } else {
-                            wanted.min(room / product)
-                        };
+                        // After a zero size, anything fits.
+                        let size = room
+                            .checked_div(product)
+                            .map_or(wanted, |fits| wanted.min(fits));
                         product *= size;
                         fitted.push(size);
                     }
