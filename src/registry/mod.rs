@@ -20,7 +20,7 @@
 //!     let [x, y] = call.args else {
 //!         return Err(call.wrong_arguments("2 arguments (x, y)"));
 //!     };
-//!     Ok(Value::Tuple(vec![x.clone(), y.clone()]))
+//!     Ok(Value::Tuple(vec![x.clone(), y.clone()].into()))
 //! });
 //! // pickle.dumps(mylib.Point(1, 2), protocol=2) for a Point whose
 //! // __reduce__ returns (Point, (1, 2)):
