@@ -42,3 +42,23 @@ fn an_empty_view_with_huge_sizes_has_no_elements() {
     assert_eq!(tensor.numel(), 0);
     assert_eq!(tensor.to_contiguous_bytes(), Some(Vec::new()));
 }
+
+/// A `file_system` message with a NaN among its values, on which the
+/// `pickle_decode` target's own check failed: decoding from a shared buffer
+/// gave the same arena as decoding copies, but a NaN is unequal to itself.
+/// Both decodes must still agree node for node.
+#[test]
+fn a_nan_decodes_the_same_from_a_shared_buffer() {
+    use tensorshare_compat::pickle::{Limits, SharedBytes, decode_all, decode_all_shared};
+    let pickle = include_bytes!("../fuzz/regressions/pickle_decode/nan_in_both_decodes.pkl");
+    let allow_all = |_: &str, _: &str| true;
+    let copied = decode_all(pickle, &allow_all, &Limits::default()).unwrap();
+    let shared = decode_all_shared(
+        &SharedBytes::from(&pickle[..]),
+        &allow_all,
+        &Limits::default(),
+    )
+    .unwrap();
+    assert_eq!(format!("{copied:?}"), format!("{shared:?}"));
+    assert!(format!("{copied:?}").contains("Float(NaN)"));
+}
