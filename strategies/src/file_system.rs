@@ -36,6 +36,15 @@
 //! user can open a segment (mode 0600, unguessable name), the same trust
 //! torch places in them.
 //!
+//! # Whose segments are imported
+//!
+//! Only this process's effective user's. A message may name any object in
+//! `/dev/shm`, and root can open every one of them; import opens the name,
+//! checks with `fstat` on that fd that this user owns it, and refuses
+//! another user's segment ([`ImportError::OtherUsersObject`], naming the
+//! owner) before mapping it, counting in its header or registering it, so
+//! the refused segment is left exactly as it was.
+//!
 //! # Safety
 //!
 //! This module opts in to `unsafe` to map segments and to write their data
@@ -68,6 +77,7 @@ pub use name::{InvalidSegmentName, MAX_SEGMENT_NAME_LEN, SegmentName};
 use crate::error::MAX_SEGMENT_BYTES;
 use crate::file_descriptor::FileIdentity;
 use crate::mapping::{SharedMapping, check_covers, is_regular_file, reserve};
+use crate::owner::check_own_user;
 use crate::shm_manager::{self, ManagerConnection, ManagerHandle};
 use crate::{
     AllocateError, ExportError, ImportError, Segment, SharingStrategy, StrategyKind,
@@ -414,6 +424,11 @@ impl SharingStrategy for FileSystemStrategy {
                 reason: format!("{name} is not a shared-memory file"),
             });
         }
+        // Before anything is mapped or counted: the header of another
+        // user's segment is not this process's to touch, root or not.
+        check_own_user(&stat).map_err(|other| {
+            ImportError::other_users(format!("shared-memory segment {name}"), other)
+        })?;
         check_covers(&stat, HEADER_BYTES as u64, nbytes)?;
         let total = mapped_len(nbytes).ok_or(ImportError::TooLarge { nbytes })?;
         // SAFETY: `fstat` just showed the object covers `total` bytes; a
