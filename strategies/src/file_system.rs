@@ -62,13 +62,14 @@ mod name;
 
 use std::any::Any;
 use std::os::fd::{AsFd, OwnedFd};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::sys::mman::{shm_open, shm_unlink};
-use nix::sys::stat::{Mode, fstat};
+use nix::sys::stat::{Mode, fstat, lstat};
 use nix::sys::statvfs::statvfs;
 use nix::unistd::ftruncate;
 
@@ -159,12 +160,11 @@ impl MappedObject {
         self.refcount().fetch_add(1, Ordering::AcqRel);
     }
 
-    /// Takes one count away; unlinks the name when it reaches 0.
+    /// Takes one count away; unlinks the name when it reaches 0 and still
+    /// names this segment.
     fn decref(&self) {
         if self.refcount().fetch_sub(1, Ordering::AcqRel) == 1 {
-            // Someone may have unlinked it already (the manager, `gc`); there
-            // is nothing to do about another failure in a release path.
-            let _ = shm_unlink(self.name.as_str());
+            unlink_if_same(&self.name, self.identity);
         }
     }
 }
@@ -441,6 +441,17 @@ impl SharingStrategy for FileSystemStrategy {
                 name: name.to_string(),
                 cause,
             })?;
+        // Registered before this process counts itself, so that a refused
+        // import leaves the header as it found it; the message's count stays
+        // for its sender's manager.
+        if let Err(cause) = manager.register(&name) {
+            // The manager may have taken the name with its reply lost.
+            manager.unregister(&name);
+            return Err(ImportError::Manager {
+                name: name.to_string(),
+                cause,
+            });
+        }
         let object = MappedObject {
             mapping,
             name,
@@ -448,15 +459,6 @@ impl SharingStrategy for FileSystemStrategy {
             manager,
         };
         object.incref();
-        // On failure the object is dropped, which takes back the count just
-        // added; the message's count stays for its sender's manager.
-        object
-            .manager
-            .register(&object.name)
-            .map_err(|cause| ImportError::Manager {
-                name: object.name.to_string(),
-                cause,
-            })?;
         // The message's count: this process now holds the segment in its stead.
         object.decref();
         in_flight.delivered();
@@ -485,6 +487,23 @@ impl Drop for CreatedName<'_> {
         // Nothing more to do about a failure on this error path.
         let _ = shm_unlink(self.name.as_str());
         self.manager.unregister(self.name);
+    }
+}
+
+/// Unlinks `name` if it still names the segment with `identity`: someone
+/// may have unlinked it already (the manager, `gc`) and another user put an
+/// object of their own under the name, which is not this process's to
+/// remove even as root. The sticky `/dev/shm` keeps other users from
+/// swapping the name between the check and the unlink.
+fn unlink_if_same(name: &SegmentName, identity: FileIdentity) {
+    let path = Path::new(SHM_MOUNT).join(name.file_name());
+    match lstat(&path) {
+        Ok(stat) if FileIdentity::of(&stat) == identity => {
+            // There is nothing to do about a failure in a release path.
+            let _ = shm_unlink(name.as_str());
+        }
+        // Gone already, or another object now: left alone.
+        _ => {}
     }
 }
 

@@ -137,3 +137,26 @@ fn another_users_segment_is_refused_naming_its_owner_and_left_as_it_was() {
     let now = std::fs::metadata(&theirs.path).expect("still linked");
     assert_eq!((now.ino(), now.uid()), (inode, NOBODY));
 }
+
+#[test]
+fn the_last_holder_leaves_another_object_under_its_name_alone() {
+    if !can_chown("the_last_holder_leaves_another_object_under_its_name_alone") {
+        return;
+    }
+    let strategy = support::file_system_strategy();
+    let ours = strategy.allocate(16).expect("allocate");
+    let name = ours.name().clone();
+    // Someone removed our name (the manager, gc) and another user made an
+    // object under it: the count reaching 0 here must not unlink theirs.
+    nix::sys::mman::shm_unlink(name.as_str()).expect("unlink our segment's name");
+    let theirs = TorchSegment::owned_by(NOBODY, name, &pattern(16));
+    let before = theirs.contents();
+
+    assert_eq!(ours.refcount(), 1);
+    drop(ours);
+    assert!(
+        theirs.path.exists(),
+        "the last holder unlinked another object"
+    );
+    assert_eq!(theirs.contents(), before);
+}
