@@ -90,6 +90,11 @@ pub(crate) fn check_own_user(stat: &FileStat) -> Result<(), OtherUsers> {
     })
 }
 
+/// Whether `uid` is this process's effective user.
+pub(crate) fn is_own_uid(uid: u32) -> bool {
+    uid == geteuid().as_raw()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
