@@ -1,15 +1,18 @@
 //! The `file_system` strategy end to end: `tensorshare echo --strategy
 //! file_system` driven from Rust and from stock torch, torch's reference
-//! counts kept exactly, nothing left in `/dev/shm`, and a full `/dev/shm`
-//! refused up front.
+//! counts kept exactly, nothing left in `/dev/shm`, a full `/dev/shm`
+//! refused up front, and another user's segment never touched.
 
 mod support;
 
-use std::path::Path;
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
 
 use tensorshare::{Authkey, DType, SharingContext, Storage, StrategyKind, Value};
-use tensorshare_strategies::file_system::FileSystemSegment;
-use tensorshare_strategies::{AllocateError, Segment};
+use tensorshare_strategies::file_system::{FileSystemSegment, HEADER_BYTES, SegmentName};
+use tensorshare_strategies::{AllocateError, Segment, UnixUser, shm_manager};
 
 use support::{Server, cases, eventually, open_fds, segments_of, shared_mappings, test_python};
 
@@ -143,6 +146,102 @@ fn hostile_segment_references_are_refused_and_the_server_keeps_serving() {
     let stderr = server.stop_and_read_stderr();
     for expected in ["announces 4096", "it names a path", "does not exist"] {
         assert!(stderr.contains(expected), "{expected:?} not in {stderr}");
+    }
+}
+
+/// A segment in `/dev/shm` as torch's libshm leaves it after creating it
+/// (mode 0600, a 64-byte header whose first four bytes hold the count, 1,
+/// then the data), given to the user `uid`. Removed on drop.
+struct OtherUsersSegment {
+    name: SegmentName,
+    path: PathBuf,
+}
+
+impl OtherUsersSegment {
+    fn create(uid: u32, data: &[u8]) -> OtherUsersSegment {
+        let name = SegmentName::fresh();
+        let path = Path::new("/dev/shm").join(name.file_name());
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .expect("create a segment in /dev/shm");
+        let segment = OtherUsersSegment { name, path };
+        let mut bytes = vec![0u8; HEADER_BYTES];
+        bytes[..4].copy_from_slice(&1i32.to_ne_bytes());
+        bytes.extend_from_slice(data);
+        file.write_all(&bytes).expect("write the segment");
+        std::os::unix::fs::fchown(&file, Some(uid), Some(uid)).expect("give the segment away");
+        segment
+    }
+
+    /// Header and data as they are in the file now; panics if it is gone.
+    fn contents(&self) -> Vec<u8> {
+        std::fs::read(&self.path).expect("the segment is still linked")
+    }
+}
+
+impl Drop for OtherUsersSegment {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+#[test]
+fn another_users_segment_is_refused_by_echo_under_file_system_and_file_descriptor() {
+    if !nix::unistd::geteuid().is_root() {
+        // Through the handle, not eprintln!, so that test capture does not hide it.
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED: another_users_segment_is_refused_by_echo_under_file_system_and_file_descriptor \
+             needs root to give a segment to another user"
+        );
+        return;
+    }
+    const NOBODY: u32 = 65534;
+    let data: Vec<u8> = (0..4096).map(|i| (i * 13 % 251) as u8).collect();
+    let theirs = OtherUsersSegment::create(NOBODY, &data);
+    let before = theirs.contents();
+    let inode = std::fs::metadata(&theirs.path).unwrap().ino();
+    // What a forger would name: a live manager of the server's user.
+    let manager = shm_manager::own_manager().expect("this process's manager");
+    let pickle = cases::filename_tensor_pickle(
+        manager.handle().as_bytes(),
+        theirs.name.as_str().as_bytes(),
+        data.len(),
+    );
+    let owner = UnixUser::of(NOBODY);
+    for (strategy, kind) in [
+        ("file_system", StrategyKind::FileSystem),
+        ("file_descriptor", StrategyKind::FileDescriptor),
+    ] {
+        let authkey = Authkey::random().unwrap();
+        let mut server = Server::echo(&authkey, strategy);
+        let mut forger = server.connect(&authkey);
+        forger.send_bytes(&pickle).unwrap();
+        assert!(
+            forger.recv_bytes().is_err(),
+            "{strategy}: the server echoed another user's segment"
+        );
+        // Other clients are still served.
+        let sharing = SharingContext::new(authkey.clone()).with_strategy(kind);
+        let failures = cases::echo_failures(&mut server.connect(&authkey), &sharing);
+        assert!(failures.is_empty(), "{strategy}: {failures:#?}");
+        let stderr = server.stop_and_read_stderr();
+        let why = format!("shared-memory segment {} belongs to {owner}", theirs.name);
+        assert!(stderr.contains(&why), "{strategy}: {why:?} not in {stderr}");
+        assert!(stderr.contains("closed its connection"), "{stderr}");
+
+        // Still linked, the same file, bytes and count as torch left them.
+        let after = std::fs::metadata(&theirs.path)
+            .unwrap_or_else(|e| panic!("{strategy}: the segment was unlinked ({e})"));
+        assert_eq!((after.ino(), after.uid()), (inode, NOBODY), "{strategy}");
+        assert_eq!(
+            theirs.contents(),
+            before,
+            "{strategy}: bytes or count changed"
+        );
     }
 }
 

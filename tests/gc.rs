@@ -542,7 +542,56 @@ fn a_segment_torch_leaked_under_sigkill_is_removed() {
 }
 
 #[test]
-fn another_user_keeps_what_it_cannot_check_and_removes_its_own() {
+fn another_users_orphan_is_kept_even_by_root() {
+    if !nix::unistd::geteuid().is_root() {
+        // Through the handle, not eprintln!, so that test capture does not hide it.
+        let _ = std::io::Write::write_all(
+            &mut std::io::stderr(),
+            b"SKIPPED: another_users_orphan_is_kept_even_by_root needs root\n",
+        );
+        return;
+    }
+    const NOBODY: u32 = 65534;
+    let dead = dead_pid();
+    let (theirs, file) = ShmFile::create(dead, 4160);
+    std::os::unix::fs::fchown(&file, Some(NOBODY), Some(NOBODY)).expect("chown to nobody");
+    drop(file);
+    let ours = ShmFile::create_closed(dead, 64);
+    let owner = tensorshare_strategies::UnixUser::of(NOBODY);
+
+    let output = gc(&[
+        "--only",
+        &theirs.name,
+        "--only",
+        &ours.name,
+        "--min-age",
+        "0",
+    ]);
+    let stdout = support::expect_success(&output, "tensorshare gc");
+    let line = row(&stdout, &theirs.name);
+    assert!(
+        line.contains(&format!("kept: it belongs to {owner}")),
+        "{line}"
+    );
+    assert!(line.contains("run gc as that user"), "{line}");
+    assert!(theirs.exists(), "gc removed another user's segment");
+    assert!(!ours.exists(), "{stdout}");
+    assert_eq!(
+        stdout.lines().last(),
+        Some("1 segment, 64 bytes (64 B) removed"),
+        "{stdout}"
+    );
+
+    let report = gc_json(&["--only", &theirs.name, "--min-age", "0"]);
+    let kept = entry(&report, &theirs.name);
+    assert_eq!(kept["action"], "kept", "{kept:#}");
+    assert_eq!(kept["reason"], "other_user", "{kept:#}");
+    assert_eq!(kept["owner_uid"], NOBODY, "{kept:#}");
+    assert!(theirs.exists());
+}
+
+#[test]
+fn another_user_keeps_roots_segments_and_removes_its_own() {
     let setpriv = ["/usr/bin/setpriv", "/bin/setpriv"]
         .into_iter()
         .find(|path| std::path::Path::new(path).exists());
@@ -550,14 +599,14 @@ fn another_user_keeps_what_it_cannot_check_and_removes_its_own() {
         // Through the handle, not eprintln!, so that test capture does not hide it.
         let _ = std::io::Write::write_all(
             &mut std::io::stderr(),
-            b"SKIPPED: another_user_keeps_what_it_cannot_check_and_removes_its_own needs root \
-              and setpriv\n",
+            b"SKIPPED: another_user_keeps_roots_segments_and_removes_its_own needs root and \
+              setpriv\n",
         );
         return;
     };
     const NOBODY: u32 = 65534;
     let dead = dead_pid();
-    // Root's: the other user may neither open it nor read every process.
+    // Root's: not the other user's to remove.
     let roots = ShmFile::create_closed(dead, 64);
     // The other user's own: the kernel's open check works for its owner.
     let (own, file) = ShmFile::create(dead, 128);
@@ -586,11 +635,11 @@ fn another_user_keeps_what_it_cannot_check_and_removes_its_own() {
 
     let kept = entry(&report, &roots.name);
     assert_eq!(kept["action"], "kept", "{kept:#}");
-    assert_eq!(kept["reason"], "unverifiable", "{kept:#}");
+    assert_eq!(kept["reason"], "other_user", "{kept:#}");
     assert!(
         kept["message"]
             .as_str()
-            .is_some_and(|m| m.contains("run as root")),
+            .is_some_and(|m| m.contains("it belongs to uid 0")),
         "{kept:#}"
     );
     // This test process, root's, is one the other user cannot inspect.

@@ -343,6 +343,56 @@ fn own_manager_starts_one_daemon_per_process() {
 }
 
 #[test]
+fn a_manager_of_another_user_is_refused_even_by_root() {
+    let setpriv = ["/usr/bin/setpriv", "/bin/setpriv"]
+        .into_iter()
+        .find(|path| Path::new(path).exists());
+    let (true, Some(setpriv)) = (nix::unistd::geteuid().is_root(), setpriv) else {
+        // Through the handle, not eprintln!, so that test capture does not hide it.
+        let _ = std::io::stderr().write_all(
+            b"SKIPPED: a_manager_of_another_user_is_refused_even_by_root needs root and setpriv\n",
+        );
+        return;
+    };
+    const NOBODY: u32 = 65534;
+    // A directory the other user may create its socket in.
+    let dir = tempfile::Builder::new()
+        .prefix("tensorshare-foreign-manager")
+        .tempdir_in("/tmp")
+        .unwrap();
+    std::os::unix::fs::chown(dir.path(), Some(NOBODY), Some(NOBODY)).unwrap();
+    let socket = dir.path().join("manager.sock");
+    let mut command = Command::new(setpriv);
+    command
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            BIN,
+            "manager",
+        ])
+        .arg("--socket")
+        .arg(&socket)
+        .args(["--idle-timeout", "30"]);
+    let manager = ForegroundManager::start_command(command);
+
+    // As a handle in a message would name it: refused, though root could
+    // connect and register.
+    let err = ManagerConnection::open(&manager.handle).expect_err("another user's manager");
+    let shm_manager::ManagerError::ForeignManager { owner, this, .. } = &err else {
+        panic!("expected ForeignManager, got {err:?}");
+    };
+    assert_eq!(owner, &tensorshare_strategies::UnixUser::of(NOBODY));
+    assert_eq!(this.uid, 0);
+    let message = err.to_string();
+    assert!(
+        message.contains(&format!("is served by {owner}")),
+        "{message}"
+    );
+    assert!(message.contains("reject the message"), "{message}");
+}
+
+#[test]
 fn a_foreground_manager_logs_garbage_serves_on_and_stops_on_sigterm() {
     let mut manager = ForegroundManager::start(&["--idle-timeout", "30"]);
     let segment = ShmObject::create();

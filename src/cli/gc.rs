@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use clap::Args;
 use serde_json::{Value as Json, json};
+use tensorshare_strategies::UnixUser;
 use tensorshare_strategies::file_system::SegmentName;
 use tensorshare_strategies::orphans::{
     self, DEFAULT_MIN_AGE, DEFAULT_SHM_DIR, KeepReason, OrphanScan, RemovalOutcome, RemoveError,
@@ -173,6 +174,10 @@ fn action_text(row: &Row<'_>, scan: &OrphanScan) -> String {
 
 fn keep_text(reason: &KeepReason, segment: &SegmentReport, scan: &OrphanScan) -> String {
     match reason {
+        KeepReason::OtherUser { uid } => format!(
+            "it belongs to {}: gc removes only its own user's segments; run gc as that user",
+            UnixUser::of(*uid)
+        ),
         KeepReason::CreatorAlive => "its creator is alive".to_owned(),
         KeepReason::Held => {
             let pids = &segment.holders;
@@ -363,6 +368,7 @@ fn to_json(scan: &OrphanScan, rows: &[Row<'_>], dry_run: bool) -> Json {
 
 fn reason_code(reason: &KeepReason) -> &'static str {
     match reason {
+        KeepReason::OtherUser { .. } => "other_user",
         KeepReason::CreatorAlive => "creator_alive",
         KeepReason::Held => "held",
         KeepReason::HeldUnseen => "held_unseen",

@@ -7,6 +7,8 @@
 
 use nix::errno::Errno;
 
+use crate::UnixUser;
+use crate::owner::OtherUsers;
 use crate::shm_manager::ManagerError;
 
 /// The largest segment any strategy accepts: the largest slice Rust allows,
@@ -294,6 +296,22 @@ pub enum ImportError {
         /// What `open` failed with.
         errno: Errno,
     },
+    /// The segment or file a message names belongs to another user than
+    /// this process's effective one. Nothing was mapped, counted or removed.
+    #[error(
+        "{object} belongs to {owner}, but this process runs as {this}: only segments and files of \
+         this process's own user are imported, whatever its privileges; share between processes \
+         of one user, and reject this message"
+    )]
+    OtherUsersObject {
+        /// What the message names: `shared-memory segment /torch_...` or
+        /// `memmap file "/tmp/..."`.
+        object: String,
+        /// Who owns it.
+        owner: UnixUser,
+        /// Who this process runs as.
+        this: UnixUser,
+    },
     /// The segment could not be registered with the manager named in the
     /// message, which would leave it without cleanup if this process died.
     #[error("cannot register segment {name} with its shared-memory manager: {cause}")]
@@ -342,6 +360,16 @@ pub enum ImportError {
 }
 
 impl ImportError {
+    /// The error for `object`, which [`crate::owner::check_own_user`] found
+    /// to be another user's.
+    pub(crate) fn other_users(object: String, other: OtherUsers) -> Self {
+        ImportError::OtherUsersObject {
+            object,
+            owner: other.owner,
+            this: other.this,
+        }
+    }
+
     /// Sorts an errno from mapping a received object.
     pub(crate) fn from_map_errno(nbytes: usize, errno: Errno) -> Self {
         match errno {

@@ -36,6 +36,15 @@
 //! user can open a segment (mode 0600, unguessable name), the same trust
 //! torch places in them.
 //!
+//! # Whose segments are imported
+//!
+//! Only this process's effective user's. A message may name any object in
+//! `/dev/shm`, and root can open every one of them; import opens the name,
+//! checks with `fstat` on that fd that this user owns it, and refuses
+//! another user's segment ([`ImportError::OtherUsersObject`], naming the
+//! owner) before mapping it, counting in its header or registering it, so
+//! the refused segment is left exactly as it was.
+//!
 //! # Safety
 //!
 //! This module opts in to `unsafe` to map segments and to write their data
@@ -53,13 +62,14 @@ mod name;
 
 use std::any::Any;
 use std::os::fd::{AsFd, OwnedFd};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::sys::mman::{shm_open, shm_unlink};
-use nix::sys::stat::{Mode, fstat};
+use nix::sys::stat::{Mode, fstat, lstat};
 use nix::sys::statvfs::statvfs;
 use nix::unistd::ftruncate;
 
@@ -68,6 +78,7 @@ pub use name::{InvalidSegmentName, MAX_SEGMENT_NAME_LEN, SegmentName};
 use crate::error::MAX_SEGMENT_BYTES;
 use crate::file_descriptor::FileIdentity;
 use crate::mapping::{SharedMapping, check_covers, is_regular_file, reserve};
+use crate::owner::check_own_user;
 use crate::shm_manager::{self, ManagerConnection, ManagerHandle};
 use crate::{
     AllocateError, ExportError, ImportError, Segment, SharingStrategy, StrategyKind,
@@ -149,12 +160,11 @@ impl MappedObject {
         self.refcount().fetch_add(1, Ordering::AcqRel);
     }
 
-    /// Takes one count away; unlinks the name when it reaches 0.
+    /// Takes one count away; unlinks the name when it reaches 0 and still
+    /// names this segment.
     fn decref(&self) {
         if self.refcount().fetch_sub(1, Ordering::AcqRel) == 1 {
-            // Someone may have unlinked it already (the manager, `gc`); there
-            // is nothing to do about another failure in a release path.
-            let _ = shm_unlink(self.name.as_str());
+            unlink_if_same(&self.name, self.identity);
         }
     }
 }
@@ -414,6 +424,11 @@ impl SharingStrategy for FileSystemStrategy {
                 reason: format!("{name} is not a shared-memory file"),
             });
         }
+        // Before anything is mapped or counted: the header of another
+        // user's segment is not this process's to touch, root or not.
+        check_own_user(&stat).map_err(|other| {
+            ImportError::other_users(format!("shared-memory segment {name}"), other)
+        })?;
         check_covers(&stat, HEADER_BYTES as u64, nbytes)?;
         let total = mapped_len(nbytes).ok_or(ImportError::TooLarge { nbytes })?;
         // SAFETY: `fstat` just showed the object covers `total` bytes; a
@@ -426,6 +441,17 @@ impl SharingStrategy for FileSystemStrategy {
                 name: name.to_string(),
                 cause,
             })?;
+        // Registered before this process counts itself, so that a refused
+        // import leaves the header as it found it; the message's count stays
+        // for its sender's manager.
+        if let Err(cause) = manager.register(&name) {
+            // The manager may have taken the name with its reply lost.
+            manager.unregister(&name);
+            return Err(ImportError::Manager {
+                name: name.to_string(),
+                cause,
+            });
+        }
         let object = MappedObject {
             mapping,
             name,
@@ -433,15 +459,6 @@ impl SharingStrategy for FileSystemStrategy {
             manager,
         };
         object.incref();
-        // On failure the object is dropped, which takes back the count just
-        // added; the message's count stays for its sender's manager.
-        object
-            .manager
-            .register(&object.name)
-            .map_err(|cause| ImportError::Manager {
-                name: object.name.to_string(),
-                cause,
-            })?;
         // The message's count: this process now holds the segment in its stead.
         object.decref();
         in_flight.delivered();
@@ -470,6 +487,23 @@ impl Drop for CreatedName<'_> {
         // Nothing more to do about a failure on this error path.
         let _ = shm_unlink(self.name.as_str());
         self.manager.unregister(self.name);
+    }
+}
+
+/// Unlinks `name` if it still names the segment with `identity`: someone
+/// may have unlinked it already (the manager, `gc`) and another user put an
+/// object of their own under the name, which is not this process's to
+/// remove even as root. The sticky `/dev/shm` keeps other users from
+/// swapping the name between the check and the unlink.
+fn unlink_if_same(name: &SegmentName, identity: FileIdentity) {
+    let path = Path::new(SHM_MOUNT).join(name.file_name());
+    match lstat(&path) {
+        Ok(stat) if FileIdentity::of(&stat) == identity => {
+            // There is nothing to do about a failure in a release path.
+            let _ = shm_unlink(name.as_str());
+        }
+        // Gone already, or another object now: left alone.
+        _ => {}
     }
 }
 

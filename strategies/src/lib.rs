@@ -96,6 +96,7 @@ mod kind;
 mod mapping;
 pub mod memmap;
 pub mod orphans;
+mod owner;
 mod populate;
 pub mod private_dir;
 mod segment;
@@ -107,6 +108,7 @@ pub use error::{AllocateError, ExportError, ImportError, MAX_SEGMENT_BYTES, huma
 pub use kind::{StrategyKind, UnknownStrategyError};
 /// The errno an OS failure carried; errors of this crate keep it.
 pub use nix::errno::Errno;
+pub use owner::UnixUser;
 pub use segment::{Segment, WritableSegment};
 pub use strategy::SharingStrategy;
 

@@ -19,8 +19,9 @@
 //! `str`), free of `.` and `..` components, and name a file directly inside
 //! the importing strategy's directory. The file is opened `O_RDWR |
 //! O_NOFOLLOW` (a symbolic link is refused), must be a regular file owned by
-//! this process's effective user, and `fstat` must show that it holds the
-//! bytes the message announces. A handle that carries a
+//! this process's effective user (checked on the open fd, root included:
+//! [`ImportError::OtherUsersObject`] names the owner), and `fstat` must show
+//! that it holds the bytes the message announces. A handle that carries a
 //! [`FileIdentity`] must name that very file.
 //!
 //! # Shrinking
@@ -49,11 +50,12 @@ use std::sync::Arc;
 use nix::errno::Errno;
 use nix::fcntl::{OFlag, open};
 use nix::sys::stat::{FileStat, Mode, fstat, lstat};
-use nix::unistd::{ftruncate, geteuid, unlink};
+use nix::unistd::{ftruncate, unlink};
 
 use crate::error::MAX_SEGMENT_BYTES;
 use crate::file_descriptor::{FileIdentity, ReceivedFd};
 use crate::mapping::{SharedMapping, check_covers, is_regular_file, reserve};
+use crate::owner::check_own_user;
 use crate::unique_name::unique_name_part;
 use crate::{
     AllocateError, ExportError, ImportError, Segment, SharingStrategy, StrategyKind,
@@ -257,12 +259,8 @@ impl MemmapStrategy {
                 "memmap path {path:?} is not a regular file"
             )));
         }
-        if stat.st_uid != geteuid().as_raw() {
-            return Err(invalid(format!(
-                "memmap file {path:?} belongs to another user (uid {})",
-                stat.st_uid
-            )));
-        }
+        check_own_user(&stat)
+            .map_err(|other| ImportError::other_users(format!("memmap file {path:?}"), other))?;
         Ok((fd, stat))
     }
 }

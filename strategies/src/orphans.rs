@@ -16,6 +16,10 @@
 //! - its name parses as a [`SegmentName`]. Other names are not looked at at
 //!   all, not even `stat`ed; an entry that is not a regular file (a symlink,
 //!   a directory) is skipped and never followed;
+//! - it belongs to this process's effective user. Another user's segment is
+//!   kept ([`KeepReason::OtherUser`]) and not even opened, whoever runs the
+//!   scan, root included: root could unlink it, but it is its owner's to
+//!   reclaim;
 //! - its creator is gone: `kill(pid, 0)` fails with `ESRCH`. `EPERM` means
 //!   the process exists; a recycled pid keeps the segment too, erring on the
 //!   safe side;
@@ -41,9 +45,9 @@
 //!   namespace they belong to. A refused lease keeps the segment
 //!   ([`KeepReason::HeldUnseen`]);
 //! - when the kernel cannot be asked (leases disabled, a file system
-//!   without them, a segment of another user this user may not open), the
-//!   view from `/proc` must be complete: a `/proc/<pid>` this user may not
-//!   read (`EACCES`: another user's process, a non-dumpable one), or a
+//!   without them), the view from `/proc` must be complete: a `/proc/<pid>`
+//!   this user may not read (`EACCES`: another user's process, a
+//!   non-dumpable one), or a
 //!   `/proc` mounted with `hidepid` for a user other than root, leaves open
 //!   whether some process holds the segment, so it is kept
 //!   ([`KeepReason::Unverifiable`]) and the scan says which processes it
@@ -55,10 +59,11 @@
 //! [`OrphanScan::remove_orphans`] looks again just before removing: one more
 //! pass over `/proc` for the segments it is about to remove, then per
 //! segment a fresh `lstat` (the same regular file, by device and inode, still
-//! old enough), a fresh `kill(pid, 0)`, and the write lease, which it holds
-//! while it unlinks: until the name is gone, another process cannot open the
-//! file without the kernel first breaking the lease, and a broken lease
-//! keeps the segment. It unlinks by the parsed name, relative to the
+//! this user's and old enough), a fresh `kill(pid, 0)`, and the write lease
+//! (taken on the opened file only when `fstat` shows the same owner), which
+//! it holds while it unlinks: until the name is gone, another process cannot
+//! open the file without the kernel first breaking the lease, and a broken
+//! lease keeps the segment. It unlinks by the parsed name, relative to the
 //! directory that was listed: that is what `shm_unlink` does for `/dev/shm`
 //! (glibc and musl unlink `/dev/shm/<name>`), and it removes exactly the
 //! entry that was checked also when the operator names another directory.

@@ -6,7 +6,7 @@ use std::fs::{self, OpenOptions};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
 use tensorshare_strategies::memmap::{MemmapHandle, MemmapStrategy};
-use tensorshare_strategies::{ImportError, Segment, SharingStrategy, WritableSegment};
+use tensorshare_strategies::{ImportError, Segment, SharingStrategy, UnixUser, WritableSegment};
 
 fn strategy_in_tempdir() -> (tempfile::TempDir, MemmapStrategy) {
     let dir = tempfile::tempdir().expect("temporary directory");
@@ -173,4 +173,37 @@ fn a_file_truncated_under_the_mapping_reads_zeros() {
         "lost pages read zeros"
     );
     assert!(imported.was_truncated());
+}
+
+#[test]
+fn another_users_file_is_refused_naming_its_owner_and_left_as_it_was() {
+    if !nix::unistd::geteuid().is_root() {
+        // Through the handle, not eprintln!, so that test capture does not hide it.
+        let _ = std::io::Write::write_all(
+            &mut std::io::stderr(),
+            b"SKIPPED: another_users_file_is_refused_naming_its_owner_and_left_as_it_was needs \
+              root to give a file to another user\n",
+        );
+        return;
+    }
+    const NOBODY: u32 = 65534;
+    let (dir, strategy) = strategy_in_tempdir();
+    let path = dir.path().join("tensorshare_1_2_3.mmap");
+    fs::write(&path, b"theirs").expect("write the file");
+    std::os::unix::fs::chown(&path, Some(NOBODY), Some(NOBODY)).expect("give the file away");
+
+    let err = strategy
+        .import(MemmapHandle::received(&path), 6)
+        .expect_err("another user's file");
+    let ImportError::OtherUsersObject { object, owner, .. } = &err else {
+        panic!("expected OtherUsersObject, got {err:?}");
+    };
+    assert_eq!(object, &format!("memmap file {path:?}"));
+    assert_eq!(owner, &UnixUser::of(NOBODY));
+    assert!(
+        err.to_string().contains(&format!("belongs to {owner}")),
+        "{err}"
+    );
+    assert!(strategy.open_received(&path).is_err());
+    assert_eq!(fs::read(&path).expect("still there"), b"theirs");
 }

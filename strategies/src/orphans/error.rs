@@ -68,11 +68,11 @@ fn open_dir_hint(errno: Errno) -> &'static str {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum RemoveError {
-    /// This user may not unlink it: the directory is sticky and another user
-    /// owns the segment.
+    /// This user may not unlink its own segment: the directory does not let
+    /// it (another user's segments are never removed, so never reach this).
     #[error(
-        "cannot remove {name}: permission denied ({errno}); it belongs to uid {owner_uid}: run as \
-         root or as that user"
+        "cannot remove {name}: permission denied ({errno}), though it belongs to this user (uid \
+         {owner_uid}): check that this user may write to the shared-memory directory"
     )]
     PermissionDenied {
         /// The segment.

@@ -78,7 +78,9 @@ pub(super) fn hold_exclusively(dir: &OwnedFd, entry: &Entry) -> Probe {
     };
     match fstat(&file) {
         Ok(stat)
-            if is_regular_file(&stat) && FileKey::new(stat.st_dev, stat.st_ino) == entry.file => {}
+            if is_regular_file(&stat)
+                && FileKey::new(stat.st_dev, stat.st_ino) == entry.file
+                && stat.st_uid == entry.owner_uid => {}
         Ok(_) => return Probe::Replaced,
         Err(errno) => return Probe::Unavailable(errno),
     }

@@ -15,6 +15,12 @@ use super::{OrphanScan, ScanOptions};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum KeepReason {
+    /// Another user owns it: the scan removes only its own user's
+    /// segments, root's included, and looks no further at others'.
+    OtherUser {
+        /// The owner's uid.
+        uid: u32,
+    },
     /// The process named in the segment's name exists (or its pid was
     /// recycled: the scan cannot tell, and keeps the segment).
     CreatorAlive,
@@ -44,6 +50,10 @@ pub enum KeepReason {
 impl fmt::Display for KeepReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            KeepReason::OtherUser { uid } => write!(
+                f,
+                "it belongs to uid {uid}, and only this user's own segments are removed"
+            ),
             KeepReason::CreatorAlive => f.write_str("its creator is alive"),
             KeepReason::Held => f.write_str("a live process holds it"),
             KeepReason::HeldUnseen => {

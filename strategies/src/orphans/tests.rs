@@ -303,16 +303,24 @@ fn the_rules_apply_in_order() {
     let min_age = Duration::from_secs(5);
     let free = || Probe::Exclusive(None);
     let unasked = || panic!("the kernel must not be asked");
+    let own = nix::unistd::geteuid().as_raw();
+    // Another user's segment is kept whatever else holds, and never opened.
+    let other = own.wrapping_add(1);
     assert!(matches!(
-        verdict(true, true, old, min_age, false, unasked),
+        verdict(other, false, false, old, min_age, false, unasked),
+        Verdict::Keep(KeepReason::OtherUser { uid }) if uid == other
+    ));
+    assert!(matches!(
+        verdict(own, true, true, old, min_age, false, unasked),
         Verdict::Keep(KeepReason::CreatorAlive)
     ));
     assert!(matches!(
-        verdict(false, true, old, min_age, false, unasked),
+        verdict(own, false, true, old, min_age, false, unasked),
         Verdict::Keep(KeepReason::Held)
     ));
     assert!(matches!(
         verdict(
+            own,
             false,
             false,
             Duration::from_secs(1),
@@ -323,29 +331,29 @@ fn the_rules_apply_in_order() {
         Verdict::Keep(KeepReason::Recent { .. })
     ));
     assert!(matches!(
-        verdict(false, false, old, min_age, true, free),
+        verdict(own, false, false, old, min_age, true, free),
         Verdict::Orphan
     ));
     assert!(matches!(
-        verdict(false, false, old, min_age, false, || Probe::InUse),
+        verdict(own, false, false, old, min_age, false, || Probe::InUse),
         Verdict::Keep(KeepReason::HeldUnseen)
     ));
     assert!(matches!(
-        verdict(false, false, old, min_age, false, || Probe::Replaced),
+        verdict(own, false, false, old, min_age, false, || Probe::Replaced),
         Verdict::Keep(KeepReason::Replaced)
     ));
     assert!(matches!(
-        verdict(false, false, old, min_age, false, || Probe::Gone),
+        verdict(own, false, false, old, min_age, false, || Probe::Gone),
         Verdict::Gone
     ));
     // Without the kernel's answer, only a complete view of /proc decides.
     let unavailable = || Probe::Unavailable(Errno::EINVAL);
     assert!(matches!(
-        verdict(false, false, old, min_age, false, unavailable),
+        verdict(own, false, false, old, min_age, false, unavailable),
         Verdict::Orphan
     ));
     assert!(matches!(
-        verdict(false, false, old, min_age, true, unavailable),
+        verdict(own, false, false, old, min_age, true, unavailable),
         Verdict::Keep(KeepReason::Unverifiable {
             errno: Errno::EINVAL
         })
@@ -374,4 +382,40 @@ fn a_lease_is_refused_while_another_fd_is_open() {
     assert!(matches!(hold_exclusively(&dir, &entry), Probe::InUse));
     // ...and, its open having started a break, the first one notices.
     assert!(!hold.unbroken());
+}
+
+#[test]
+fn another_users_orphan_is_kept_and_never_removed() {
+    if !nix::unistd::geteuid().is_root() {
+        // Through the handle, not eprintln!, so that test capture does not hide it.
+        let _ = std::io::Write::write_all(
+            &mut std::io::stderr(),
+            b"SKIPPED: another_users_orphan_is_kept_and_never_removed needs root to chown\n",
+        );
+        return;
+    }
+    const NOBODY: u32 = 65534;
+    let (theirs, file) = TestSegment::create(dead_pid(), 64);
+    std::os::unix::fs::fchown(&file, Some(NOBODY), Some(NOBODY)).expect("chown to nobody");
+    drop(file);
+    let found = scan_only(&theirs.name, Duration::ZERO);
+    assert_eq!(
+        found.segments()[0].keep,
+        Some(KeepReason::OtherUser { uid: NOBODY })
+    );
+    assert!(found.remove_orphans().expect("remove").is_empty());
+    assert!(theirs.path.exists());
+
+    // Given away between the scan and the removal: the second look keeps it.
+    let (given, file) = TestSegment::create(dead_pid(), 64);
+    drop(file);
+    let found = scan_only(&given.name, Duration::ZERO);
+    assert!(found.segments()[0].is_orphan());
+    std::os::unix::fs::lchown(&given.path, Some(NOBODY), Some(NOBODY)).expect("chown to nobody");
+    let removals = found.remove_orphans().expect("remove");
+    assert_eq!(
+        removals[0].outcome,
+        RemovalOutcome::Kept(KeepReason::OtherUser { uid: NOBODY })
+    );
+    assert!(given.path.exists());
 }

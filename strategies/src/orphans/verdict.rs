@@ -11,6 +11,7 @@ use super::holders::HolderScan;
 use super::lease::Probe;
 use super::listing::Entry;
 use super::report::{KeepReason, SegmentReport};
+use crate::owner::is_own_uid;
 
 /// Whether a process with this pid exists: `EPERM` says it does, another
 /// user's.
@@ -74,6 +75,7 @@ pub(super) fn judge(
         .unwrap_or_default();
     let age = now.duration_since(entry.changed).unwrap_or(Duration::ZERO);
     let keep = verdict(
+        entry.owner_uid,
         creator_alive,
         !holder_pids.is_empty(),
         age,
@@ -91,6 +93,7 @@ pub(super) fn judge(
 
 /// The rules of the module docs, in their order.
 pub(super) fn verdict(
+    owner_uid: u32,
     creator_alive: bool,
     visibly_held: bool,
     age: Duration,
@@ -98,6 +101,9 @@ pub(super) fn verdict(
     proc_incomplete: bool,
     probe: impl FnOnce() -> Probe,
 ) -> Verdict {
+    if !is_own_uid(owner_uid) {
+        return Verdict::Keep(KeepReason::OtherUser { uid: owner_uid });
+    }
     if creator_alive {
         return Verdict::Keep(KeepReason::CreatorAlive);
     }

@@ -15,12 +15,13 @@ use nix::sys::socket::{
     AddressFamily, MsgFlags, SockFlag, SockType, UnixAddr, connect as connect_socket, getsockopt,
     send, socket, sockopt::PeerCredentials,
 };
-use nix::unistd::geteuid;
 
 use super::alloc_info::{ALLOC_INFO_SIZE, AllocInfo};
 use super::{ManagerError, ManagerHandle, launch};
+use crate::UnixUser;
 use crate::error::errno_of;
 use crate::file_system::SegmentName;
+use crate::owner::is_own_uid;
 
 /// The environment variable naming the socket of a running manager that
 /// [`own_manager`] uses instead of starting one.
@@ -90,18 +91,20 @@ impl ManagerConnection {
     /// [`ManagerError::Connect`] when nothing listens at `handle` (or its
     /// backlog stays full for [`REPLY_TIMEOUT`]),
     /// [`ManagerError::ForeignManager`] when the listening process runs as
-    /// another user (unless this process is root).
+    /// another user than this process's effective one, root included.
     pub fn open(handle: &ManagerHandle) -> Result<Self, ManagerError> {
         let stream = connect_stream(handle)?;
         let peer = getsockopt(&stream, PeerCredentials).map_err(|errno| ManagerError::Connect {
             handle: handle.to_string(),
             errno,
         })?;
-        let me = geteuid().as_raw();
-        if peer.uid() != me && me != 0 {
+        // Root included: a handle comes from a peer, and another user's
+        // manager would be told, and could act on, this user's segments.
+        if !is_own_uid(peer.uid()) {
             return Err(ManagerError::ForeignManager {
                 handle: handle.to_string(),
-                uid: peer.uid(),
+                owner: UnixUser::of(peer.uid()),
+                this: UnixUser::effective(),
             });
         }
         let timeouts = stream

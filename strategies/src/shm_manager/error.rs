@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use nix::errno::Errno;
 
+use crate::UnixUser;
+
 /// What to tell the user when connecting to a manager failed with `errno`.
 fn connect_hint(errno: &Errno) -> &'static str {
     match errno {
@@ -73,16 +75,19 @@ pub enum ManagerError {
         /// What `connect` failed with.
         errno: Errno,
     },
-    /// The process listening on the socket runs as another user.
+    /// The process listening on the socket runs as another user than this
+    /// process's effective one (root is no exception).
     #[error(
-        "the socket {handle} is served by uid {uid}, not by this user: a manager handle must \
-         name a manager of this user; reject the message that named it"
+        "the socket {handle} is served by {owner}, but this process runs as {this}: a manager \
+         handle must name a manager of this process's own user; reject the message that named it"
     )]
     ForeignManager {
         /// The socket path.
         handle: String,
-        /// The uid of the process listening on it.
-        uid: u32,
+        /// The user of the process listening on it.
+        owner: UnixUser,
+        /// Who this process runs as.
+        this: UnixUser,
     },
     /// Sending a message to the manager failed.
     #[error(

@@ -52,7 +52,10 @@ pub const MAX_REGISTERED_NAMES: usize = 1 << 20;
 ///   exits;
 /// - running out of fds while accepting pauses accepting instead of
 ///   spinning;
-/// - names reach `shm_unlink` only after parsing as a [`SegmentName`].
+/// - names reach `shm_unlink` only after parsing as a [`SegmentName`], and
+///   only when the object belongs to the manager's own user (checked with
+///   `fstat` on the opened object; root too): another user's segment is
+///   left in place and logged.
 ///
 /// Dropping it removes the socket, and the private directory it made.
 ///
@@ -260,4 +263,8 @@ pub struct ManagerReport {
     /// Every segment it unlinked: those whose registrants all disconnected,
     /// and those still registered when it stopped.
     pub unlinked: Vec<SegmentName>,
+    /// Segments it was due to unlink but left in place because another
+    /// user owns them: a client may register any name a message showed
+    /// it, and this manager removes only its own user's objects.
+    pub left_to_other_users: Vec<SegmentName>,
 }

@@ -2,17 +2,19 @@
 //! holds.
 
 use std::collections::HashSet;
+use std::os::fd::OwnedFd;
 use std::time::Instant;
 
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::sys::mman::{shm_open, shm_unlink};
-use nix::sys::stat::Mode;
+use nix::sys::stat::{Mode, fstat};
 
 use super::MAX_REGISTERED_NAMES;
 use super::serve_loop::{ServeState, log};
 use super::session::Client;
 use crate::file_system::SegmentName;
+use crate::owner::check_own_user;
 use crate::shm_manager::alloc_info::AllocInfo;
 
 /// What one name's entry holds.
@@ -120,7 +122,35 @@ impl ServeState {
         }
     }
 
+    /// Unlinks `name` if the object it names belongs to this manager's
+    /// user. A client registers whatever name a message showed it, and a
+    /// manager running as root could unlink anything: another user's
+    /// object is left in place and logged.
     fn unlink(&mut self, name: SegmentName) {
+        let opened = open_read_only(&name);
+        let stat = match opened.and_then(|fd| fstat(&fd)) {
+            Ok(stat) => stat,
+            Err(Errno::ENOENT) => return,
+            Err(errno) => {
+                // Not this user's to open (`EACCES`), or no fd left: whose it
+                // is cannot be told, so it is not unlinked.
+                log(format_args!(
+                    "left {name} in place: cannot check whose it is ({errno})"
+                ));
+                return;
+            }
+        };
+        if let Err(other) = check_own_user(&stat) {
+            log(format_args!(
+                "left {name} in place: it belongs to {}, and this manager runs as {}",
+                other.owner, other.this
+            ));
+            self.report.left_to_other_users.push(name);
+            return;
+        }
+        // `/dev/shm` is sticky: no other user can put an object of their own
+        // under a name this user's object holds, so the name checked above
+        // is still this user's.
         match shm_unlink(name.as_str()) {
             Ok(()) => self.report.unlinked.push(name),
             Err(Errno::ENOENT) => {}
@@ -129,12 +159,20 @@ impl ServeState {
     }
 }
 
+/// Opens the object `name` names read-only, as libshm tests for it;
+/// `O_NONBLOCK`, so that a fifo under the name cannot stall the manager
+/// (`shm_open` adds `O_NOFOLLOW` and `O_CLOEXEC` itself).
+fn open_read_only(name: &SegmentName) -> Result<OwnedFd, Errno> {
+    shm_open(
+        name.as_str(),
+        OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY,
+        Mode::empty(),
+    )
+}
+
 /// Whether a shared-memory object named `name` exists, as libshm tests it:
 /// it opens read-only. An object that exists but cannot be opened (another
 /// user's, or no fd left) counts as existing: forgetting it would leak it.
 fn object_exists(name: &SegmentName) -> bool {
-    !matches!(
-        shm_open(name.as_str(), OFlag::O_RDONLY, Mode::empty()),
-        Err(Errno::ENOENT)
-    )
+    !matches!(open_read_only(name), Err(Errno::ENOENT))
 }

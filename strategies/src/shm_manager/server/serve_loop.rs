@@ -62,6 +62,7 @@ impl ServeState {
                 rejected_clients: 0,
                 registrations: 0,
                 unlinked: Vec::new(),
+                left_to_other_users: Vec::new(),
             },
         }
     }

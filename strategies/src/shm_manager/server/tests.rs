@@ -23,6 +23,11 @@ struct TestSegment(SegmentName);
 
 impl TestSegment {
     fn create() -> Self {
+        Self::create_owned_by(None)
+    }
+
+    /// A segment given to `uid` (root only), or this user's for `None`.
+    fn create_owned_by(uid: Option<u32>) -> Self {
         let name = SegmentName::fresh();
         let fd = shm_open(
             name.as_str(),
@@ -30,6 +35,10 @@ impl TestSegment {
             Mode::S_IRUSR | Mode::S_IWUSR,
         )
         .expect("create a shared-memory object");
+        if let Some(uid) = uid {
+            nix::unistd::fchown(&fd, Some(uid.into()), Some(uid.into()))
+                .expect("give the object away");
+        }
         drop(fd);
         TestSegment(name)
     }
@@ -231,6 +240,45 @@ fn a_dead_registrants_segment_is_unlinked_after_the_grace() {
     drop(keeper);
     let report = manager.finish();
     assert_eq!(report.unlinked, vec![segment.0.clone(), other.0.clone()]);
+}
+
+#[test]
+fn another_users_segment_is_never_unlinked() {
+    if !nix::unistd::geteuid().is_root() {
+        // Through the handle, not eprintln!, so that test capture does not hide it.
+        let _ = std::io::stderr().write_all(
+            b"SKIPPED: another_users_segment_is_never_unlinked needs root to give a segment away\n",
+        );
+        return;
+    }
+    const NOBODY: u32 = 65534;
+    let manager = Running::start(Duration::from_millis(300));
+    // A client registers whatever name a message showed it: one of another
+    // user's, orphaned, and one of another user's still registered at exit.
+    let orphaned = TestSegment::create_owned_by(Some(NOBODY));
+    let remaining = TestSegment::create_owned_by(Some(NOBODY));
+    let ours = TestSegment::create();
+    let keeper = ManagerConnection::open(&manager.handle).unwrap();
+    let client = ManagerConnection::open(&manager.handle).unwrap();
+    client.register(&orphaned.0).unwrap();
+    drop(client);
+    keeper.register(&remaining.0).unwrap();
+    keeper.register(&ours.0).unwrap();
+    std::thread::sleep(Duration::from_millis(900));
+    assert!(
+        orphaned.exists(),
+        "another user's orphaned segment was unlinked"
+    );
+    drop(keeper);
+    let report = manager.finish();
+    assert!(orphaned.exists() && remaining.exists());
+    assert!(!ours.exists());
+    assert_eq!(report.unlinked, vec![ours.0.clone()]);
+    let mut left = report.left_to_other_users;
+    left.sort();
+    let mut expected = vec![orphaned.0.clone(), remaining.0.clone()];
+    expected.sort();
+    assert_eq!(left, expected);
 }
 
 #[test]
