@@ -124,7 +124,7 @@ fn an_echoed_file_is_the_one_sent_and_removed_with_its_last_holder() {
     assert!(path.exists());
     drop((echoed, storages));
     assert!(path.exists(), "the sent tensor still holds its file");
-    assert_eq!(sharing.held_memmap_files(), 2);
+    assert_eq!(sharing.held_memmap_files(), 1, "the one file sent");
     drop(sent);
     assert!(path.exists(), "the context still holds what it sent");
     sharing.shutdown();
@@ -412,4 +412,197 @@ fn one_file_named_twice_is_one_storage() {
     let c = sharing.loads(&pickle).unwrap();
     assert!(!storage(&a).same_as(&storage(&c)));
     assert_eq!(storage(&c).bytes(), Some(&[2u8; 32][..]));
+}
+
+/// What a memmap echo server holds: fds, shared mappings (memfds,
+/// `/dev/shm` files and files in its memmap directory), resident memory
+/// and files in that directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ServerState {
+    fds: usize,
+    mappings: usize,
+    rss_kib: usize,
+    files: usize,
+}
+
+impl ServerState {
+    fn of(pid: u32, dir: &Path) -> Self {
+        let prefix = format!("{}/", dir.display());
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).expect("read maps");
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read status");
+        let rss_kib = status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmRSS:"))
+            .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+            .expect("VmRSS in /proc/PID/status");
+        Self {
+            fds: support::open_fds(pid),
+            mappings: support::shared_mappings(pid)
+                + maps.lines().filter(|line| line.contains(&prefix)).count(),
+            rss_kib,
+            files: files_in(dir).len(),
+        }
+    }
+
+    /// `fds=F mappings=M rss_kib=R files=D`, as `memmap_soak.py` prints it.
+    fn parse(text: &str) -> Self {
+        let field = |name: &str| -> usize {
+            text.split_whitespace()
+                .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
+                .and_then(|value| value.parse().ok())
+                .unwrap_or_else(|| panic!("no {name} in {text:?}"))
+        };
+        Self {
+            fds: field("fds"),
+            mappings: field("mappings"),
+            rss_kib: field("rss_kib"),
+            files: field("files"),
+        }
+    }
+}
+
+#[test]
+fn a_long_torch_stream_leaves_the_memmap_echo_flat_and_idle_frees_the_rest() {
+    let Some(python) = test_python("memmap::a_long_torch_stream_leaves_the_memmap_echo_flat")
+    else {
+        return;
+    };
+    const MESSAGES: usize = 2000;
+    const HELD: usize = 64;
+    let dir = tempfile::tempdir().unwrap();
+    let authkey = Authkey::random().unwrap();
+    let address = unique_address("memmap-soak");
+    // Under the fd limit that used to drop a client after ~1,013 messages.
+    let mut command = Command::new("sh");
+    command
+        .args(["-c", r#"ulimit -n 1024 && exec "$0" "$@""#])
+        .arg(env!("CARGO_BIN_EXE_tensorshare"))
+        .args(["echo", "--listen", &address.to_string()])
+        .args(["--authkey", &authkey.to_hex(), "--strategy", "memmap"])
+        .arg("--memmap-dir")
+        .arg(dir.path())
+        .args(["--unfetched-lifetime", "2", "--max-held-files"])
+        .arg(HELD.to_string());
+    let mut server = Server::start(command, address);
+    let pid = server.pid();
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    assert!(
+        limits
+            .lines()
+            .any(|line| line.starts_with("Max open files") && line.contains(" 1024 ")),
+        "{limits}"
+    );
+    let baseline = ServerState::of(pid, dir.path());
+
+    let output = Command::new(&python)
+        .arg(support::python_script("memmap_soak.py"))
+        .args(["--address", &server.address.to_string()])
+        .args(["--authkey", &authkey.to_hex()])
+        .args(["--server-pid", &pid.to_string()])
+        .arg("--dir")
+        .arg(dir.path())
+        .args(["--count", &MESSAGES.to_string(), "--nbytes", "65536"])
+        .args(["--every", "250"])
+        .output()
+        .expect("run memmap_soak.py");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    if !output.status.success() {
+        panic!(
+            "the torch client failed ({}):\n{stdout}\n{}\nserver stderr:\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr),
+            server.stop_and_read_stderr()
+        );
+    }
+    let samples: Vec<ServerState> = stdout
+        .lines()
+        .filter_map(|line| line.strip_prefix("sample "))
+        .map(ServerState::parse)
+        .collect();
+    assert_eq!(samples.len(), MESSAGES / 250, "{stdout}");
+
+    // Bounded by the retention limits, not by how many went through: the
+    // 64 held files are leases (no fd, no mapping), and the storages the
+    // client sent are not kept at all.
+    let first = samples[0];
+    for sample in &samples {
+        assert!(
+            sample.fds <= baseline.fds + 8,
+            "{baseline:?} {sample:?}\n{stdout}"
+        );
+        assert!(
+            sample.mappings <= baseline.mappings + 8,
+            "{baseline:?} {sample:?}\n{stdout}"
+        );
+        assert!(sample.files <= HELD + 2, "{sample:?}\n{stdout}");
+        assert!(
+            sample.rss_kib <= first.rss_kib + 16 * 1024,
+            "RSS grows with the messages: {first:?} then {sample:?}\n{stdout}"
+        );
+    }
+
+    // The client has gone and nothing is sent: the held files expire on
+    // the server's timer, and it is back where it started.
+    let mut idle = ServerState::of(pid, dir.path());
+    support::wait_until(std::time::Duration::from_secs(20), || {
+        idle = ServerState::of(pid, dir.path());
+        idle.files == 0 && idle.fds <= baseline.fds && idle.mappings <= baseline.mappings
+    });
+    assert_eq!(idle.files, 0, "{idle:?}\n{stdout}");
+    assert!(idle.fds <= baseline.fds, "{baseline:?} {idle:?}");
+    assert!(idle.mappings <= baseline.mappings, "{baseline:?} {idle:?}");
+    assert!(
+        idle.rss_kib <= baseline.rss_kib + 32 * 1024,
+        "{baseline:?} {idle:?}\n{stdout}"
+    );
+    let status = server.signal_and_wait("TERM", std::time::Duration::from_secs(10));
+    assert!(status.success(), "{status:?}");
+}
+
+#[test]
+fn sent_files_are_kept_within_their_bounds_and_expire_while_idle() {
+    let dir = tempfile::tempdir().unwrap();
+    let authkey = Authkey::random().unwrap();
+    let lifetime = std::time::Duration::from_millis(300);
+    let sharing = memmap_context(&authkey, dir.path())
+        .with_unfetched_lifetime(lifetime)
+        .with_max_held_memmap_files(3)
+        .with_max_held_memmap_bytes(1 << 20);
+    // Each tensor dies after its send: only the context's lease keeps its
+    // file, and the oldest go first.
+    let send = |byte: u8| {
+        let sent = cases::contiguous(DType::UInt8, &[4096], byte, false);
+        sharing.dumps(&Value::Tensor(sent)).unwrap()
+    };
+    let pickles: Vec<Vec<u8>> = (0..5).map(send).collect();
+    assert_eq!(sharing.held_memmap_files(), 3);
+    assert_eq!(files_in(dir.path()).len(), 3);
+    let receiver = memmap_context(&authkey, dir.path());
+    for old in &pickles[..2] {
+        let err = refused(&receiver, old);
+        assert!(err.contains("does not exist"), "{err}");
+    }
+    for kept in &pickles[2..] {
+        receiver.loads(kept).expect("a held file maps");
+    }
+
+    // By bytes: 3 x 4 KiB over 10 KiB keeps the newest 2.
+    let sharing = sharing.with_max_held_memmap_bytes(10 * 1024);
+    assert_eq!(files_in(dir.path()).len(), 2);
+    drop(sharing);
+    assert!(
+        files_in(dir.path()).is_empty(),
+        "the context's end removes them"
+    );
+
+    // Idle: no send and no count, the timer alone lets go of them.
+    let sharing = memmap_context(&authkey, dir.path()).with_unfetched_lifetime(lifetime);
+    for byte in 0..3 {
+        let sent = cases::contiguous(DType::UInt8, &[4096], byte, false);
+        sharing.dumps(&Value::Tensor(sent)).unwrap();
+    }
+    assert_eq!(files_in(dir.path()).len(), 3);
+    support::eventually("held files expire while idle", || {
+        files_in(dir.path()).is_empty()
+    });
 }

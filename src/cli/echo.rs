@@ -42,6 +42,19 @@ pub struct EchoArgs {
     /// it is done with them, instead of removing them.
     #[arg(long)]
     keep_files: bool,
+    /// How long an fd sent waits for its receiver to fetch it, and how long
+    /// after its last send a `memmap` file is kept for its receiver
+    /// (default: 300).
+    #[arg(long, value_name = "SECS", value_parser = RangedU64ValueParser::<u64>::new().range(1..))]
+    unfetched_lifetime: Option<u64>,
+    /// Under `memmap`: keep at most this many sent files for their
+    /// receivers, the oldest going first (default: 4096).
+    #[arg(long, value_name = "N", value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
+    max_held_files: Option<usize>,
+    /// Under `memmap`: keep at most this many bytes of sent files for their
+    /// receivers, the oldest going first (default: 1 GiB).
+    #[arg(long, value_name = "BYTES", value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
+    max_held_bytes: Option<usize>,
 }
 
 pub fn run(args: EchoArgs) -> Result<(), Box<dyn std::error::Error>> {
@@ -51,6 +64,15 @@ pub fn run(args: EchoArgs) -> Result<(), Box<dyn std::error::Error>> {
         .with_memmap_keep_files(args.keep_files);
     if let Some(dir) = &args.memmap_dir {
         sharing = sharing.with_memmap_dir(dir)?;
+    }
+    if let Some(secs) = args.unfetched_lifetime {
+        sharing = sharing.with_unfetched_lifetime(std::time::Duration::from_secs(secs));
+    }
+    if let Some(max) = args.max_held_files {
+        sharing = sharing.with_max_held_memmap_files(max);
+    }
+    if let Some(max) = args.max_held_bytes {
+        sharing = sharing.with_max_held_memmap_bytes(max);
     }
     let sharing = Arc::new(sharing);
     let options = ConnectionOptions::default().with_max_message_bytes(args.max_message_bytes);

@@ -17,22 +17,27 @@
 //! other users and files smaller than the message says).
 //!
 //! torch has no way to tell a sender that it mapped a file, so a sender
-//! keeps what it sent for the context's unfetched lifetime
-//! ([`SharingContext::with_unfetched_lifetime`]), or until
-//! [`SharingContext::shutdown`]; the file is removed when its last holder
-//! drops it, unless the context keeps files
-//! ([`SharingContext::with_memmap_keep_files`]).
+//! keeps each file it sent (its lease: no fd, no mapping, not the storage
+//! it was copied from) for the context's unfetched lifetime
+//! ([`SharingContext::with_unfetched_lifetime`]) after its last send, and
+//! at most [`SharingContext::with_max_held_memmap_files`] files and
+//! [`SharingContext::with_max_held_memmap_bytes`] bytes of them, the oldest
+//! going first; [`SharingContext::shutdown`] and dropping the context let
+//! go of all. A file is removed once it is let go of and no storage of this
+//! process maps it, unless the context keeps files
+//! ([`SharingContext::with_memmap_keep_files`]). A receiver that maps it
+//! later gets `FileNotFoundError`, as under torch's `file_system` strategy
+//! once the sender has dropped a segment.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Instant;
 
 use tensorshare_compat::pickle::{Global, Node, NodeId};
 use tensorshare_strategies::file_descriptor::FileIdentity;
 use tensorshare_strategies::memmap::{MemmapSegment, MemmapStrategy};
 use tensorshare_strategies::{SharingStrategy, WritableSegment};
 
-use super::{SharingContext, lock};
+use super::SharingContext;
 use crate::reduce::{PickleBuilder, StorageReducer};
 use crate::registry::{Call, CallKind, Callable, RebuildError, Registry};
 use crate::storage::MemmapRef;
@@ -155,8 +160,7 @@ impl StorageReducer for MemmapReducer<'_> {
         self.context
             .by_file
             .insert((handle.path().to_path_buf(), segment.identity()), &shared);
-        self.context.hold_sent_file(storage);
-        self.context.hold_sent_file(&shared);
+        self.context.hold_sent_file(segment);
 
         let getattr = out.global(GETATTR.0, GETATTR.1);
         let class = out.global(STORAGE_BASE.0, STORAGE_BASE.1);
@@ -198,20 +202,14 @@ impl SharingContext {
         copy()
     }
 
-    /// Keeps `storage` (and so the file it was copied to) alive for the
-    /// unfetched lifetime: torch tells no sender that it mapped a file.
-    fn hold_sent_file(&self, storage: &Storage) {
-        let now = Instant::now();
-        let mut held = lock(&self.sent_files);
-        // Deadlines grow in push order: dropping from the front keeps this
-        // O(1) per send. A storage sent again is kept by its newest entry.
-        while held.front().is_some_and(|(deadline, _)| *deadline <= now) {
-            held.pop_front();
+    /// Keeps the file of `segment` on disk for its receivers, which never
+    /// say they mapped it, without keeping the segment, or the storage it
+    /// was copied from: only its lease. A file this process did not create
+    /// (a received one sent on) is its creator's to keep.
+    fn hold_sent_file(&self, segment: &MemmapSegment) {
+        if let Some(lease) = segment.lease() {
+            self.sent_files.hold(Arc::clone(lease));
         }
-        if held.back().is_some_and(|(_, last)| last.same_as(storage)) {
-            held.pop_back();
-        }
-        held.push_back((now + self.unfetched_lifetime, storage.clone()));
     }
 
     /// Maps `nbytes` of the file at `path`, once per file while it lives.
@@ -259,14 +257,39 @@ impl SharingContext {
         self
     }
 
-    /// How many sent storages (and the copies in files sent for them) are
-    /// kept alive for their receivers.
+    /// Keeps at most `max` sent files for their receivers (default 4096),
+    /// letting go of the oldest first; the file of the latest send is
+    /// always kept; each also goes at the
+    /// [unfetched lifetime](Self::with_unfetched_lifetime) after its last
+    /// send. A receiver that maps a file let go of gets `FileNotFoundError`.
+    pub fn with_max_held_memmap_files(self, max: usize) -> Self {
+        let limits = self.sent_files.limits();
+        self.sent_files
+            .set_limits(super::sent_files::RetentionLimits {
+                max_files: max,
+                ..limits
+            });
+        self
+    }
+
+    /// Keeps at most `max` bytes of sent files for their receivers (default
+    /// 1 GiB), letting go of the oldest first; the file of the latest send
+    /// is always kept, whatever its size.
+    pub fn with_max_held_memmap_bytes(self, max: usize) -> Self {
+        let limits = self.sent_files.limits();
+        self.sent_files
+            .set_limits(super::sent_files::RetentionLimits {
+                max_bytes: max,
+                ..limits
+            });
+        self
+    }
+
+    /// How many memmap files this context keeps on disk for receivers that
+    /// may still map them: files it created and sent within the unfetched
+    /// lifetime and the bounds. A file also stays while a storage of this
+    /// process maps it, whether or not it is counted here.
     pub fn held_memmap_files(&self) -> usize {
-        let now = Instant::now();
-        let mut held = lock(&self.sent_files);
-        held.retain(|(deadline, _)| *deadline > now);
-        let distinct: rustc_hash::FxHashSet<usize> =
-            held.iter().map(|(_, storage)| storage.identity()).collect();
-        distinct.len()
+        self.sent_files.held().0
     }
 }

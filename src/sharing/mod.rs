@@ -18,6 +18,7 @@ mod notices;
 mod receipt;
 mod recycle;
 mod release;
+mod sent_files;
 mod watched;
 
 use std::collections::VecDeque;
@@ -99,9 +100,9 @@ pub struct SharingContext {
     memmap: MemmapStrategy,
     /// Sent and received `memmap` storages by path and file identity.
     by_file: WeakStorageCache<memmap::FileKey>,
-    /// Storages sent as `memmap` files, kept until their deadline: torch
-    /// tells no sender that it mapped a file.
-    sent_files: Mutex<VecDeque<(Instant, Storage)>>,
+    /// The leases of the `memmap` files sent, kept within their bounds:
+    /// torch tells no sender that it mapped a file.
+    sent_files: sent_files::SentFiles,
     /// Fds handed to the resource sharer and not yet fetched, with the time
     /// after which they are closed unfetched.
     registrations: Mutex<VecDeque<(Instant, Registration)>>,
@@ -139,7 +140,11 @@ impl SharingContext {
             by_name: WeakStorageCache::new(),
             memmap: MemmapStrategy::default(),
             by_file: WeakStorageCache::new(),
-            sent_files: Mutex::new(VecDeque::new()),
+            sent_files: sent_files::SentFiles::new(sent_files::RetentionLimits {
+                lifetime: DEFAULT_UNFETCHED_LIFETIME,
+                max_files: sent_files::DEFAULT_MAX_FILES,
+                max_bytes: sent_files::DEFAULT_MAX_BYTES,
+            }),
             registrations: Mutex::new(VecDeque::new()),
             inline_fds: true,
             pool: Arc::new(recycle::SegmentPool::new(
@@ -173,9 +178,14 @@ impl SharingContext {
         self
     }
 
-    /// Closes fds that no receiver fetched within `lifetime` (default 5 minutes).
+    /// Closes fds that no receiver fetched within `lifetime` (default 5
+    /// minutes), and lets go of sent `memmap` files as long after their
+    /// last send (see [`with_max_held_memmap_files`](Self::with_max_held_memmap_files)).
     pub fn with_unfetched_lifetime(mut self, lifetime: Duration) -> Self {
         self.unfetched_lifetime = lifetime;
+        let limits = self.sent_files.limits();
+        self.sent_files
+            .set_limits(sent_files::RetentionLimits { lifetime, ..limits });
         self
     }
 
@@ -376,7 +386,7 @@ impl SharingContext {
     /// storages fail; storages already received stay mapped.
     pub fn shutdown(&self) {
         lock(&self.registrations).clear();
-        lock(&self.sent_files).clear();
+        self.sent_files.clear();
         if let Some(sharer) = self.sharer.get() {
             sharer.shutdown();
         }

@@ -8,9 +8,12 @@
 //! byte 0, so stock torch maps the same file with
 //! `torch.UntypedStorage.from_file(path, shared=True, nbytes=n)`.
 //!
-//! The process that created a file removes it when its last holder of the
-//! segment drops it, unless the strategy keeps files
-//! ([`MemmapStrategy::keep_files`]). Importers never remove a file.
+//! The process that created a file removes it when the last holder of its
+//! [`FileLease`] drops it, unless the strategy keeps files
+//! ([`MemmapStrategy::keep_files`]). The segment holds one lease; a sender
+//! that must keep the file for a receiver that never says it mapped it
+//! holds another ([`MemmapSegment::lease`]), which costs no fd and no
+//! mapping. Importers never remove a file.
 //!
 //! # What an import accepts
 //!
@@ -216,7 +219,7 @@ impl MemmapStrategy {
                 mapping,
                 path,
                 identity: FileIdentity::of(&stat),
-                remove_on_drop: false,
+                lease: None,
             },
         })
     }
@@ -283,17 +286,72 @@ fn fresh_file_name() -> String {
 
 /// One file mapped in this process.
 struct MappedFile {
+    /// Dropped before `lease`: a file is unmapped here before it goes.
     mapping: SharedMapping,
     path: PathBuf,
     identity: FileIdentity,
-    /// Whether dropping the last holder removes the file: this process
-    /// created it and the strategy does not keep files.
-    remove_on_drop: bool,
+    /// The file's removal, when this process created it.
+    lease: Option<Arc<FileLease>>,
 }
 
-impl Drop for MappedFile {
+impl fmt::Debug for MappedFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MappedFile")
+            .field("path", &self.path)
+            .field("len", &self.mapping.len())
+            .field("identity", &self.identity)
+            .field("lease", &self.lease)
+            .finish()
+    }
+}
+
+/// A file this process created, removed when the last holder of its lease
+/// drops it (unless its strategy keeps files).
+///
+/// The segment over the file holds one lease; a sender keeps another for a
+/// receiver that may map the file later, without keeping the segment: a
+/// lease holds no fd and no mapping, only the file's path and identity.
+/// The file is removed only while its path still names that very file
+/// (`lstat` shows the same identity), never a file put there since.
+#[derive(Debug)]
+pub struct FileLease {
+    path: PathBuf,
+    identity: FileIdentity,
+    len: usize,
+    remove: bool,
+}
+
+impl FileLease {
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// `(st_dev, st_ino)` of the file.
+    pub fn identity(&self) -> FileIdentity {
+        self.identity
+    }
+
+    /// The file's size in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the file is empty (never, for a file holding a storage).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Whether dropping the last holder removes the file (the strategy
+    /// does not keep files).
+    pub fn removes_file(&self) -> bool {
+        self.remove
+    }
+}
+
+impl Drop for FileLease {
     fn drop(&mut self) {
-        if !self.remove_on_drop {
+        if !self.remove {
             return;
         }
         // Removed only while the path still names this file: another
@@ -304,17 +362,6 @@ impl Drop for MappedFile {
         {
             let _ = unlink(&self.path);
         }
-    }
-}
-
-impl fmt::Debug for MappedFile {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MappedFile")
-            .field("path", &self.path)
-            .field("len", &self.mapping.len())
-            .field("identity", &self.identity)
-            .field("remove_on_drop", &self.remove_on_drop)
-            .finish()
     }
 }
 
@@ -335,10 +382,20 @@ impl MemmapSegment {
         self.file.identity
     }
 
-    /// Whether this process created the file and removes it when the
-    /// segment is dropped.
+    /// Whether this process created the file and removes it when the last
+    /// holder of its [`lease`](Self::lease) drops it.
     pub fn removes_file(&self) -> bool {
-        self.file.remove_on_drop
+        self.file.lease.as_ref().is_some_and(|lease| lease.remove)
+    }
+
+    /// The lease on the file's removal, for a file this process created
+    /// (`None` for an imported one, which is never removed here).
+    ///
+    /// Holding a clone keeps the file on disk after the segment is dropped,
+    /// without an fd or a mapping: what a sender keeps for a receiver that
+    /// never says it mapped the file.
+    pub fn lease(&self) -> Option<&Arc<FileLease>> {
+        self.file.lease.as_ref()
     }
 
     /// Whether part of the segment was lost because another process
@@ -458,12 +515,19 @@ impl SharingStrategy for MemmapStrategy {
         let mapping = unsafe { SharedMapping::map_guarded(fd.as_fd(), nbytes) }
             .map_err(|errno| AllocateError::map(nbytes, errno))?;
         std::mem::forget(created);
+        let identity = FileIdentity::of(&stat);
+        let lease = FileLease {
+            path: path.clone(),
+            identity,
+            len: nbytes,
+            remove: !self.keep_files,
+        };
         Ok(MemmapSegment {
             file: MappedFile {
                 mapping,
-                identity: FileIdentity::of(&stat),
+                identity,
                 path,
-                remove_on_drop: !self.keep_files,
+                lease: Some(Arc::new(lease)),
             },
         })
     }

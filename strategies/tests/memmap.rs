@@ -207,3 +207,52 @@ fn another_users_file_is_refused_naming_its_owner_and_left_as_it_was() {
     assert!(strategy.open_received(&path).is_err());
     assert_eq!(fs::read(&path).expect("still there"), b"theirs");
 }
+
+#[test]
+fn a_lease_keeps_the_file_without_the_segment() {
+    let (_dir, strategy) = strategy_in_tempdir();
+    let mut segment = strategy.allocate(8).expect("allocate");
+    segment.as_bytes_mut().copy_from_slice(b"leased!!");
+    let lease = std::sync::Arc::clone(segment.lease().expect("our own file has a lease"));
+    assert_eq!(
+        (lease.path(), lease.identity(), lease.len()),
+        (segment.path(), segment.identity(), 8)
+    );
+    assert!(lease.removes_file());
+    let imported = strategy
+        .import(strategy.export(&segment).expect("export"), 8)
+        .expect("import");
+    assert!(imported.lease().is_none(), "an importer holds no lease");
+    drop((segment, imported));
+
+    // Unmapped here, still on disk for a receiver that maps it later.
+    let path = lease.path().to_path_buf();
+    assert_eq!(fs::read(&path).expect("read the file"), b"leased!!");
+    drop(lease);
+    assert!(!path.exists(), "the last lease removes the file");
+}
+
+#[test]
+fn a_lease_never_removes_a_file_put_at_its_path_since() {
+    let (_dir, strategy) = strategy_in_tempdir();
+    let segment = strategy.allocate(4).expect("allocate");
+    let lease = std::sync::Arc::clone(segment.lease().expect("a lease"));
+    let path = segment.path().to_path_buf();
+    drop(segment);
+    fs::remove_file(&path).expect("remove the file");
+    fs::write(&path, b"else").expect("another file at the path");
+    drop(lease);
+    assert_eq!(fs::read(&path).expect("still there"), b"else");
+}
+
+#[test]
+fn a_kept_file_has_a_lease_that_leaves_it() {
+    let (_dir, strategy) = strategy_in_tempdir();
+    let strategy = strategy.keep_files(true);
+    let segment = strategy.allocate(4).expect("allocate");
+    let lease = std::sync::Arc::clone(segment.lease().expect("a lease"));
+    assert!(!lease.removes_file());
+    let path = segment.path().to_path_buf();
+    drop((segment, lease));
+    assert!(path.exists());
+}
