@@ -51,6 +51,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use nix::errno::Errno;
+use rustix::fs::{AtFlags, CWD, StatxFlags, statx};
 use nix::fcntl::{OFlag, open};
 use nix::sys::stat::{FileStat, Mode, fstat, lstat};
 use nix::unistd::{ftruncate, unlink};
@@ -312,13 +313,38 @@ impl fmt::Debug for MappedFile {
 /// receiver that may map the file later, without keeping the segment: a
 /// lease holds no fd and no mapping, only the file's path and identity.
 /// The file is removed only while its path still names that very file
-/// (`lstat` shows the same identity), never a file put there since.
+/// (`lstat` shows the same identity and `statx` the same birth time), never
+/// a file put there since, even one given the freed inode number.
 #[derive(Debug)]
 pub struct FileLease {
     path: PathBuf,
     identity: FileIdentity,
+    /// When the file was created, where the filesystem records it.
+    born: Option<FileBirth>,
     len: usize,
     remove: bool,
+}
+
+/// A file's birth time (`statx`'s `stx_btime`): with the inode number it
+/// tells a file from a later one that reuses the number, which filesystems
+/// do as soon as a number is freed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct FileBirth {
+    seconds: i64,
+    nanoseconds: u32,
+}
+
+impl FileBirth {
+    /// The birth time of the file `path` names relative to `dir` (of `dir`
+    /// itself with `AtFlags::EMPTY_PATH`), or `None` where the filesystem
+    /// records none.
+    fn of(dir: impl AsFd, path: &Path, flags: AtFlags) -> Option<Self> {
+        let statx = statx(dir, path, flags | AtFlags::SYMLINK_NOFOLLOW, StatxFlags::BTIME).ok()?;
+        (statx.stx_mask & StatxFlags::BTIME.bits() != 0).then_some(FileBirth {
+            seconds: statx.stx_btime.tv_sec,
+            nanoseconds: statx.stx_btime.tv_nsec,
+        })
+    }
 }
 
 impl FileLease {
@@ -357,8 +383,12 @@ impl Drop for FileLease {
         // Removed only while the path still names this file: another
         // process may have replaced it. There is nothing to do about a
         // failure on a release path (already removed, directory gone).
+        let same_birth = || {
+            self.born.is_none() || FileBirth::of(CWD, &self.path, AtFlags::empty()) == self.born
+        };
         if let Ok(stat) = lstat(&self.path)
             && FileIdentity::of(&stat) == self.identity
+            && same_birth()
         {
             let _ = unlink(&self.path);
         }
@@ -519,6 +549,7 @@ impl SharingStrategy for MemmapStrategy {
         let lease = FileLease {
             path: path.clone(),
             identity,
+            born: FileBirth::of(&fd, Path::new(""), AtFlags::EMPTY_PATH),
             len: nbytes,
             remove: !self.keep_files,
         };
