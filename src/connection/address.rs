@@ -341,6 +341,12 @@ impl PrivateTempDir {
         Ok(Self { path })
     }
 
+    /// Takes charge of a private directory made elsewhere: it is removed
+    /// with everything in it when dropped.
+    pub(crate) fn adopt(path: PathBuf) -> Self {
+        Self { path }
+    }
+
     /// The directory's path.
     pub fn path(&self) -> &Path {
         &self.path
