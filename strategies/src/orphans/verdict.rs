@@ -14,7 +14,7 @@ use super::report::{KeepReason, SegmentReport};
 
 /// Whether a process with this pid exists: `EPERM` says it does, another
 /// user's.
-fn process_exists(pid: u32) -> bool {
+pub(super) fn process_exists(pid: u32) -> bool {
     let Ok(pid) = i32::try_from(pid) else {
         return true;
     };
