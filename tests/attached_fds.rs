@@ -144,6 +144,10 @@ fn a_legacy_storage_class_counts_elements_when_attached() {
         .expect("register");
     let id = registration.id().clone();
     let receiver = SharingContext::new(authkey);
+    // The address goes in as a str: for a sharer in the abstract namespace,
+    // one with a leading NUL, which CPython's `Client` takes as well as the
+    // bytes that tensorshare and CPython write.
+    assert!(id.address.starts_with('\0'));
     let got = receiver
         .loads(&legacy_float_storage_pickle(&id.address, id.key))
         .expect("loads");

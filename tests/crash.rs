@@ -2,14 +2,22 @@
 //! to an echo server and holds the echoes; at a random moment the producer,
 //! the server or both die by SIGKILL. Once the survivors have exited, no
 //! segment either process created may remain in `/dev/shm`: the managers,
-//! separate processes, unlink what the dead can no longer count down.
+//! separate processes, unlink what the dead can no longer count down. Each
+//! trial's processes get a `TMPDIR` of their own, which must end with
+//! nothing of tensorshare's in it (the managers' socket directories go with
+//! the managers), and empty when both peers are tensorshare processes.
 //!
 //! Rust and torch peers both take part. Trials run a few at a time; the
 //! total is printed.
+//!
+//! Kill trials for the `file_descriptor` strategy's resource sharer: a
+//! `tensorshare echo` that holds registered fds dies by SIGKILL, and leaves
+//! nothing in its `TMPDIR`: its sharer listens in the abstract namespace.
 
 mod support;
 
 use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -17,7 +25,10 @@ use tensorshare::connection::ConnectionOptions;
 use tensorshare::{Address, Authkey, Client, DType, SharingContext, Storage, StrategyKind, Value};
 use tensorshare::{Tensor, TensorView};
 
-use support::{Server, exit_within, python_script, segments_of, test_python, wait_until};
+use support::{
+    Server, bound_abstract_names, exit_within, python_script, segments_of, test_python, tree,
+    wait_until,
+};
 
 /// Set in a child process that plays the Rust producer.
 const PRODUCER_ENV: &str = "TENSORSHARE_CRASH_PRODUCER";
@@ -124,24 +135,31 @@ fn sigkilled_peers_leave_nothing_in_dev_shm() {
 /// One trial; `Err` says what was left behind or what went wrong.
 fn run_trial(trial: Trial, python: Option<&str>) -> Result<(), String> {
     let authkey = Authkey::random().map_err(|e| e.to_string())?;
-    let mut server = match trial.peers {
-        Peers::TorchServer => Server::torch_echo(python.expect("python"), &authkey, "file_system"),
-        _ => Server::echo(&authkey, "file_system"),
+    let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let (mut command, address) = match trial.peers {
+        Peers::TorchServer => {
+            Server::torch_echo_command(python.expect("python"), &authkey, "file_system")
+        }
+        _ => Server::echo_command(&authkey, "file_system"),
     };
+    command.env("TMPDIR", tmp.path());
+    let mut server = Server::start(command, address);
     let mut producer = match trial.peers {
         Peers::TorchProducer => torch_producer(
             python.expect("python"),
             "file_system",
             &server.address,
             &authkey,
+            tmp.path(),
         ),
         Peers::TorchProducerFd => torch_producer(
             python.expect("python"),
             "file_descriptor",
             &server.address,
             &authkey,
+            tmp.path(),
         ),
-        _ => rust_producer(&server.address, &authkey),
+        _ => rust_producer(&server.address, &authkey, tmp.path()),
     };
     let pids = [producer.id(), server.pid()];
     wait_for_streaming(&mut producer)?;
@@ -169,13 +187,30 @@ fn run_trial(trial: Trial, python: Option<&str>) -> Result<(), String> {
         wait_within(&mut server.child, Duration::from_secs(30))?;
     }
     let mut left = Vec::new();
-    if wait_until(CLEANUP_LIMIT, || {
+    let mut left_in_tmp = Vec::new();
+    let cleaned = wait_until(CLEANUP_LIMIT, || {
         left = pids.iter().flat_map(|&pid| segments_of(pid)).collect();
-        left.is_empty()
-    }) {
+        // torch's processes leave CPython's `pymp-*` directories, which
+        // are theirs; a tensorshare process leaves nothing.
+        left_in_tmp = tree(tmp.path())
+            .into_iter()
+            .filter(|path| {
+                matches!(trial.peers, Peers::RustOnly)
+                    || path
+                        .file_name()
+                        .is_some_and(|name| name.to_string_lossy().starts_with("tensorshare"))
+            })
+            .collect();
+        left.is_empty() && left_in_tmp.is_empty()
+    });
+    if cleaned {
         Ok(())
-    } else {
+    } else if left_in_tmp.is_empty() {
         Err(format!("left in /dev/shm: {left:?}"))
+    } else {
+        Err(format!(
+            "left in /dev/shm: {left:?}; left in TMPDIR: {left_in_tmp:?}"
+        ))
     }
 }
 
@@ -212,8 +247,15 @@ fn wait_for_streaming(producer: &mut Child) -> Result<(), String> {
     Err(format!("the producer exited before streaming: {stderr}"))
 }
 
-fn torch_producer(python: &str, strategy: &str, address: &Address, authkey: &Authkey) -> Child {
+fn torch_producer(
+    python: &str,
+    strategy: &str,
+    address: &Address,
+    authkey: &Authkey,
+    tmp: &Path,
+) -> Child {
     Command::new(python)
+        .env("TMPDIR", tmp)
         .arg(python_script("echo_peer.py"))
         .args(["stream", "--strategy", strategy, "--address"])
         .arg(address.to_string())
@@ -226,8 +268,10 @@ fn torch_producer(python: &str, strategy: &str, address: &Address, authkey: &Aut
 }
 
 /// This test binary again, as the Rust producer of [`producer_role`].
-fn rust_producer(address: &Address, authkey: &Authkey) -> Child {
+fn rust_producer(address: &Address, authkey: &Authkey, tmp: &Path) -> Child {
     Command::new(std::env::current_exe().expect("test binary"))
+        .env("TMPDIR", tmp)
+        .env_remove(tensorshare::resource_sharer::SHARER_DIR_ENV)
         .args([
             "producer_role",
             "--exact",
@@ -287,4 +331,83 @@ fn producer_role() {
             println!("streaming");
         }
     }
+}
+
+/// Kill trials of a `file_descriptor` sharer, one after another.
+const FD_SHARER_TRIALS: usize = 12;
+
+#[test]
+fn sigkilled_fd_sharers_leave_nothing_in_their_tmpdir() {
+    if std::env::var_os(PRODUCER_ENV).is_some() {
+        return;
+    }
+    let started = Instant::now();
+    let failed: Vec<String> = (0..FD_SHARER_TRIALS)
+        .filter_map(|trial| {
+            fd_sharer_trial(trial)
+                .err()
+                .map(|e| format!("trial {trial}: {e}"))
+        })
+        .collect();
+    let _ = writeln!(
+        std::io::stderr(),
+        "file_descriptor sharer kill trials: {FD_SHARER_TRIALS} run, {} left something or \
+         failed, in {:.1} s",
+        failed.len(),
+        started.elapsed().as_secs_f64()
+    );
+    assert!(failed.is_empty(), "{failed:#?}");
+}
+
+/// A `tensorshare echo --strategy file_descriptor` with a `TMPDIR` of its
+/// own echoes `trial + 1` tensors, whose fds its resource sharer holds
+/// registered (the replies are read as bytes, so nothing fetches them),
+/// and is SIGKILLed. `Err` says what it left behind.
+fn fd_sharer_trial(trial: usize) -> Result<(), String> {
+    let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let authkey = Authkey::random().map_err(|e| e.to_string())?;
+    let (mut command, address) = Server::echo_command(&authkey, "file_descriptor");
+    command.env("TMPDIR", tmp.path());
+    let mut server = Server::start(command, address);
+    let sharing = SharingContext::new(authkey.clone());
+    let mut connection = server.connect(&authkey);
+    for round in 0..=trial {
+        let mut writer =
+            Storage::allocate(StrategyKind::FileDescriptor, 4096).map_err(|e| e.to_string())?;
+        writer.as_bytes_mut().fill(round as u8);
+        let tensor = Tensor::new(
+            writer.freeze(),
+            TensorView::contiguous(DType::UInt8, &[4096]),
+        )
+        .map_err(|e| e.to_string())?;
+        connection
+            .send(&Value::Tensor(tensor), &sharing)
+            .map_err(|e| e.to_string())?;
+        let reply = connection.recv_bytes().map_err(|e| e.to_string())?;
+        if !reply.windows(5).any(|window| window == b"DupFd") {
+            return Err("the echo is not a file_descriptor pickle".into());
+        }
+    }
+    let sharer_prefix = format!("tensorshare-sharer-{}-", server.pid());
+    let sharer_bound = || {
+        bound_abstract_names()
+            .iter()
+            .any(|name| name.starts_with(&sharer_prefix))
+    };
+    let was_bound = sharer_bound();
+    kill(&mut server.child);
+    let _ = server.child.wait();
+    let left = tree(tmp.path());
+    if !left.is_empty() {
+        return Err(format!("left in its TMPDIR: {left:?}"));
+    }
+    if !was_bound {
+        return Err(format!(
+            "its resource sharer was not listening on @{sharer_prefix}..."
+        ));
+    }
+    if sharer_bound() {
+        return Err("its resource sharer's name outlived it".into());
+    }
+    Ok(())
 }

@@ -68,3 +68,44 @@ fn empty_or_nonsensical_counts_are_usage_errors() {
         assert_refused(&["demo", "--tensors", tensors], "--tensors");
     }
 }
+
+/// SIGKILLed in the middle of its `file_descriptor` leg, the demo and its
+/// peer leave nothing in their `TMPDIR`: the listener and both resource
+/// sharers are abstract sockets.
+#[test]
+fn a_sigkilled_demo_leaves_nothing_in_its_tmpdir() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (child, line) = support::spawn_for_first_line(
+        Command::new(env!("CARGO_BIN_EXE_tensorshare"))
+            .args(["demo", "--tensors", "100000"])
+            .env("TMPDIR", tmp.path())
+            .env_remove(tensorshare::resource_sharer::SHARER_DIR_ENV),
+        "tensorshare demo",
+    );
+    let mut demo = support::ChildGuard(child);
+    // `tensorshare demo: process A and process B exchange ...`
+    let pids: Vec<u32> = line
+        .split_whitespace()
+        .filter_map(|word| word.parse().ok())
+        .take(2)
+        .collect();
+    assert_eq!(pids.len(), 2, "{line}");
+    assert_eq!(pids[0], demo.pid(), "{line}");
+    // Well into the first leg, with both sharers serving.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    for &pid in pids.iter().rev() {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    demo.0.wait().expect("reap the demo");
+    assert!(
+        support::wait_until(std::time::Duration::from_secs(15), || support::has_exited(
+            pids[1]
+        )),
+        "the peer survived"
+    );
+    let left = support::tree(tmp.path());
+    assert!(left.is_empty(), "left in TMPDIR: {left:?}");
+}

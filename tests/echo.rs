@@ -197,7 +197,15 @@ fn sigterm_and_sigint_remove_the_socket() {
         command
             .args(["echo", "--listen"])
             .arg(&path)
-            .args(["--authkey", &authkey.to_hex()]);
+            .args(["--authkey", &authkey.to_hex()])
+            .env("TMPDIR", dir.path());
+        // Once with the resource sharer on a socket file next to the echo's:
+        // both go.
+        if signal == "TERM" {
+            command.env(tensorshare::resource_sharer::SHARER_DIR_ENV, dir.path());
+        } else {
+            command.env_remove(tensorshare::resource_sharer::SHARER_DIR_ENV);
+        }
         let mut server = Server::start(command, path.to_str().unwrap().parse().unwrap());
         // Leave an fd unfetched in the echo: a message whose echo is read as
         // bytes, never unpickled, so that its fd is never fetched.
@@ -211,6 +219,17 @@ fn sigterm_and_sigint_remove_the_socket() {
             .unwrap();
         // The echo has answered, so its share is registered.
         connection.recv_bytes().expect("the echo of the tensor");
+        let sharer_dirs = std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .filter(|entry| {
+                entry
+                    .file_name()
+                    .to_string_lossy()
+                    .starts_with("tensorshare-sharer-")
+            })
+            .count();
+        assert_eq!(sharer_dirs, usize::from(signal == "TERM"));
         let status = server.signal_and_wait(signal, Duration::from_secs(10));
         assert!(
             status.success(),
@@ -218,6 +237,8 @@ fn sigterm_and_sigint_remove_the_socket() {
             server.read_stderr()
         );
         assert!(!path.exists(), "SIG{signal} left the socket behind");
+        let left = support::tree(dir.path());
+        assert!(left.is_empty(), "SIG{signal} left {left:?}");
     }
 }
 

@@ -656,3 +656,259 @@ fn another_user_keeps_roots_segments_and_removes_its_own() {
     assert_eq!(removed["owner_uid"], NOBODY);
     assert!(!own.exists());
 }
+
+/// `tensorshare echo --strategy file_descriptor` with its resource sharer on
+/// a socket file in a private directory in `sharer_dir`, after it has
+/// echoed one tensor (so its sharer is listening); returns the server and
+/// that directory.
+fn echo_with_sharer_dir(sharer_dir: &std::path::Path) -> (support::Server, PathBuf) {
+    let authkey = tensorshare::Authkey::random().expect("authkey");
+    let (mut command, address) = support::Server::echo_command(&authkey, "file_descriptor");
+    command.env(tensorshare::resource_sharer::SHARER_DIR_ENV, sharer_dir);
+    let server = support::Server::start(command, address);
+    let sharing = tensorshare::SharingContext::new(authkey.clone());
+    let mut connection = server.connect(&authkey);
+    let tensor = support::cases::contiguous(tensorshare::DType::Float32, &[16], 1, true);
+    connection
+        .send(&tensorshare::Value::Tensor(tensor), &sharing)
+        .expect("send a tensor");
+    connection.recv_bytes().expect("its echo");
+    let prefix = format!("tensorshare-sharer-{}-", server.pid());
+    let dir = std::fs::read_dir(sharer_dir)
+        .expect("list the sharer dir")
+        .flatten()
+        .find(|entry| entry.file_name().to_string_lossy().starts_with(&prefix))
+        .unwrap_or_else(|| panic!("no {prefix}* in {}", sharer_dir.display()))
+        .path();
+    (server, dir)
+}
+
+fn file_name(path: &std::path::Path) -> String {
+    path.file_name()
+        .expect("a file name")
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// The JSON entry of the socket directory `name`.
+fn dir_entry<'a>(report: &'a Json, name: &str) -> &'a Json {
+    report["socket_dirs"]
+        .as_array()
+        .expect("a socket_dirs array")
+        .iter()
+        .find(|dir| dir["name"] == name)
+        .unwrap_or_else(|| panic!("{name} is not in the report:\n{report:#}"))
+}
+
+#[test]
+fn the_socket_dir_of_a_sigkilled_tensorshare_process_is_removed() {
+    let parent = tempfile::tempdir().expect("tempdir");
+    let (mut server, dir) = echo_with_sharer_dir(parent.path());
+    let pid = server.pid();
+    let name = file_name(&dir);
+    server.child.kill().expect("SIGKILL the echo");
+    server.child.wait().expect("reap it");
+    assert!(dir.exists(), "SIGKILL left nothing to clean up");
+
+    let parent_arg = parent.path().to_str().expect("utf-8");
+    let dry = gc(&["--dry-run", "--socket-dir", parent_arg, "--min-age", "0"]);
+    let stdout = support::expect_success(&dry, "tensorshare gc --dry-run");
+    let line = row(&stdout, &dir.display().to_string());
+    assert!(line.contains("resource sharer"), "{line}");
+    assert!(line.contains(&format!("{pid} (gone)")), "{line}");
+    assert!(line.trim_end().ends_with("would remove"), "{line}");
+    assert_eq!(
+        stdout.lines().last(),
+        Some("1 socket directory would be removed (dry run)"),
+        "{stdout}"
+    );
+    assert!(dir.exists());
+
+    let report = gc_json(&["--socket-dir", parent_arg, "--min-age", "0"]);
+    let removed = dir_entry(&report, &name);
+    assert_eq!(removed["action"], "removed", "{removed:#}");
+    assert_eq!(removed["kind"], "resource_sharer");
+    assert_eq!(removed["creator_pid"], pid);
+    assert_eq!(removed["creator_alive"], false);
+    assert_eq!(removed["listening"], serde_json::json!([]));
+    let sockets = removed["sockets"].as_array().expect("sockets");
+    assert!(
+        sockets.len() == 1
+            && sockets[0]
+                .as_str()
+                .is_some_and(|s| s.starts_with("listener-")),
+        "{removed:#}"
+    );
+    assert_eq!(report["totals"]["socket_dirs"], 1);
+    assert_eq!(report["socket_parents"], serde_json::json!([parent_arg]));
+    assert!(!dir.exists());
+    assert_eq!(support::tree(parent.path()), Vec::<PathBuf>::new());
+}
+
+/// Registers a memfd with CPython's resource sharer (which makes
+/// `$TMPDIR/pymp-*/listener-*`), says `ready` and sleeps.
+const CPYTHON_SHARER: &str = "\
+import os, time
+from multiprocessing.resource_sharer import DupFd
+fd = os.memfd_create('gc-test')
+d = DupFd(fd)
+print('ready', flush=True)
+time.sleep(600)
+";
+
+#[test]
+fn live_foreign_and_unproven_socket_dirs_are_kept() {
+    let parent = tempfile::tempdir().expect("tempdir");
+    let dead = dead_pid();
+
+    // A live tensorshare process's.
+    let (live_server, live_dir) = echo_with_sharer_dir(parent.path());
+    // CPython's own, left by a SIGKILLed Python process: not ours.
+    let (mut child, line) = support::spawn_for_first_line(
+        Command::new("python3")
+            .args(["-c", CPYTHON_SHARER])
+            .env("TMPDIR", parent.path()),
+        "the CPython sharer",
+    );
+    assert_eq!(line, "ready");
+    child.kill().expect("SIGKILL python");
+    child.wait().expect("reap python");
+    let pymp: Vec<PathBuf> = support::tree(parent.path())
+        .into_iter()
+        .filter(|path| file_name(path).starts_with("pymp-"))
+        .collect();
+    assert_eq!(pymp.len(), 1, "CPython left its directory: {pymp:?}");
+    // Named as ours, for a dead process, holding something else.
+    let cluttered = parent
+        .path()
+        .join(format!("tensorshare-sharer-{dead}-clutter1"));
+    std::fs::create_dir(&cluttered).expect("mkdir");
+    std::fs::write(cluttered.join("notes.txt"), b"not a socket").expect("write");
+    // Named as ours, for a dead process, with a socket that still listens
+    // (another process holds it: here, this one).
+    let inherited = parent
+        .path()
+        .join(format!("tensorshare-sharer-{dead}-listen01"));
+    std::fs::create_dir(&inherited).expect("mkdir");
+    let _listener =
+        std::os::unix::net::UnixListener::bind(inherited.join("listener-abcdefgh")).expect("bind");
+    // A manager's, whose manager is gone, and one whose manager listens.
+    let dead_manager = parent.path().join("tensorshare-shm-dead01");
+    std::fs::create_dir(&dead_manager).expect("mkdir");
+    drop(std::os::unix::net::UnixListener::bind(dead_manager.join("manager.sock")).expect("bind"));
+    let live_manager = parent.path().join("tensorshare-shm-live01");
+    std::fs::create_dir(&live_manager).expect("mkdir");
+    let _manager =
+        std::os::unix::net::UnixListener::bind(live_manager.join("manager.sock")).expect("bind");
+    // A symlink with our name, to a directory that is not ours.
+    let elsewhere = tempfile::tempdir().expect("tempdir");
+    let link = parent
+        .path()
+        .join(format!("tensorshare-sharer-{dead}-symlink1"));
+    std::os::unix::fs::symlink(elsewhere.path(), &link).expect("symlink");
+
+    let parent_arg = parent.path().to_str().expect("utf-8");
+    let report = gc_json(&["--socket-dir", parent_arg, "--min-age", "0"]);
+    let dirs = report["socket_dirs"].as_array().expect("socket_dirs");
+    assert_eq!(dirs.len(), 5, "{report:#}");
+    let kept = |name: &str, reason: &str| {
+        let dir = dir_entry(&report, name);
+        assert_eq!(dir["action"], "kept", "{dir:#}");
+        assert_eq!(dir["reason"], reason, "{dir:#}");
+    };
+    kept(&file_name(&live_dir), "creator_alive");
+    assert_eq!(
+        dir_entry(&report, &file_name(&live_dir))["creator_pid"],
+        live_server.pid()
+    );
+    kept(&file_name(&cluttered), "unexpected_entry");
+    assert_eq!(
+        dir_entry(&report, &file_name(&cluttered))["unexpected"],
+        "notes.txt"
+    );
+    kept(&file_name(&inherited), "listening");
+    kept(&file_name(&live_manager), "listening");
+    let removed = dir_entry(&report, "tensorshare-shm-dead01");
+    assert_eq!(removed["action"], "removed", "{removed:#}");
+    assert_eq!(removed["kind"], "shm_manager");
+    assert_eq!(removed["creator_pid"], Json::Null);
+    assert_eq!(report["totals"]["socket_dirs"], 1);
+    let skipped = report["skipped_socket_dirs"].as_array().expect("skipped");
+    assert_eq!(skipped.len(), 1, "{report:#}");
+    assert!(
+        skipped[0]["reason"]
+            .as_str()
+            .is_some_and(|reason| reason.contains("symlink")),
+        "{report:#}"
+    );
+
+    assert!(live_dir.exists() && cluttered.exists() && inherited.exists());
+    assert!(live_manager.exists() && link.exists() && elsewhere.path().exists());
+    assert!(!dead_manager.exists());
+    for path in &pymp {
+        assert!(path.exists(), "{} was touched", path.display());
+    }
+    assert!(
+        support::tree(&pymp[0])
+            .iter()
+            .any(|path| file_name(path).starts_with("listener-")),
+        "CPython's socket was touched"
+    );
+    drop(live_server);
+}
+
+#[test]
+fn only_names_socket_dirs_too_and_fresh_ones_wait_for_the_grace() {
+    let parent = tempfile::tempdir().expect("tempdir");
+    let dead = dead_pid();
+    let make = |random: &str| {
+        let dir = parent
+            .path()
+            .join(format!("tensorshare-sharer-{dead}-{random}"));
+        std::fs::create_dir(&dir).expect("mkdir");
+        drop(std::os::unix::net::UnixListener::bind(dir.join("listener-abcdefgh")).expect("bind"));
+        dir
+    };
+    let named = make("named001");
+    let other = make("other001");
+    let parent_arg = parent.path().to_str().expect("utf-8");
+
+    // Just made: kept under the default grace.
+    let stdout = support::expect_success(
+        &gc(&["--socket-dir", parent_arg, "--only", &file_name(&named)]),
+        "tensorshare gc",
+    );
+    let line = row(&stdout, &named.display().to_string());
+    assert!(line.contains("kept: changed"), "{line}");
+    assert!(line.contains("under --min-age 5"), "{line}");
+    assert!(named.exists());
+
+    // --only reaches that directory and nothing else, segments included.
+    let report = gc_json(&[
+        "--socket-dir",
+        parent_arg,
+        "--only",
+        &file_name(&named),
+        "--only",
+        "tensorshare-shm-absent",
+        "--min-age",
+        "0",
+    ]);
+    assert_eq!(report["segments"], serde_json::json!([]), "{report:#}");
+    assert_eq!(report["socket_dirs"].as_array().map(Vec::len), Some(1));
+    assert_eq!(dir_entry(&report, &file_name(&named))["action"], "removed");
+    assert_eq!(
+        report["socket_dirs_not_found"],
+        serde_json::json!(["tensorshare-shm-absent"])
+    );
+    assert!(!named.exists() && other.exists());
+
+    // Names of neither kind are refused.
+    let output = gc(&["--dry-run", "--only", "tensorshare-sharer-12-x"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("socket directory"),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}

@@ -28,13 +28,13 @@ use std::time::{Duration, Instant};
 
 use tensorshare::resource_sharer::{
     DupFdId, FetchError, MAX_REQUEST_LEN, RegisterError, ResourceSharer, SharerOptions,
-    SharerStats, fetch_fd,
+    SharerSocket, SharerStats, fetch_fd,
 };
 use tensorshare_compat::connection::{Dialect, client_handshake, write_message};
 use tensorshare_strategies::file_descriptor::{FdSegment, FileDescriptorStrategy};
 use tensorshare_strategies::{SharingStrategy, WritableSegment};
 
-use support::{eventually, hex, interop_required, test_python};
+use support::{eventually, hex, interop_required, test_python, unhex};
 
 const AUTHKEY: &[u8] = b"resource sharer test authkey";
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -100,38 +100,49 @@ fn fetches_the_same_file_once_within_a_process() {
     assert_eq!((stats.served, stats.unknown_key, stats.pending), (1, 1, 0));
 }
 
+/// Whether the sharer's abstract name is bound, as `/proc/net/unix` says.
+fn is_bound(sharer: &ResourceSharer) -> bool {
+    let name = sharer
+        .socket_address()
+        .as_abstract_name()
+        .expect("an abstract address");
+    let name = std::str::from_utf8(name).expect("an ASCII name");
+    support::bound_abstract_names()
+        .iter()
+        .any(|bound| bound == name)
+}
+
+/// A connection to the sharer's socket, whatever its kind.
+fn connect(sharer: &ResourceSharer) -> UnixStream {
+    let address = sharer.socket_address().to_socket_addr().expect("address");
+    UnixStream::connect_addr(&address).expect("connect")
+}
+
 #[test]
-fn socket_lives_in_a_private_directory() {
-    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+fn listens_in_the_abstract_namespace_by_default() {
     let sharer = ResourceSharer::start(AUTHKEY).expect("start sharer");
-    let path = sharer.socket_path().to_owned();
-    let dir = path.parent().expect("socket dir").to_owned();
-    let dir_name = dir
-        .file_name()
-        .and_then(|name| name.to_str())
-        .expect("dir name");
-    assert!(dir_name.starts_with("pymp-"), "{dir_name}");
-    let socket_name = path
-        .file_name()
-        .and_then(|name| name.to_str())
-        .expect("name");
-    assert!(socket_name.starts_with("listener-"), "{socket_name}");
-    let mode = std::fs::metadata(&dir)
-        .expect("stat dir")
-        .permissions()
-        .mode();
-    assert_eq!(mode & 0o777, 0o700);
+    assert!(sharer.socket_path().is_none());
+    let address = sharer.address();
+    assert_eq!(address.first(), Some(&0), "a NUL starts an abstract name");
+    let name = std::str::from_utf8(&address[1..]).expect("an ASCII name");
+    let prefix = format!("tensorshare-sharer-{}-", std::process::id());
+    let random = name.strip_prefix(&prefix).expect("named for this process");
+    assert_eq!(random.len(), 16, "{name}");
     assert!(
-        std::fs::metadata(&path)
-            .expect("stat socket")
-            .file_type()
-            .is_socket()
+        random
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_'),
+        "{name}"
     );
+    assert_eq!(sharer.address_str().as_bytes(), address);
+    assert!(is_bound(&sharer));
+    let other = ResourceSharer::start(AUTHKEY).expect("start another sharer");
+    assert_ne!(other.address(), address, "names are unique");
 
     let (_segment, fd) = shared_fd(b"x");
     let registration = sharer.register(fd).expect("register");
     sharer.shutdown();
-    assert!(!path.exists() && !dir.exists(), "socket and dir removed");
+    assert!(!is_bound(&sharer), "the name goes with the socket");
     assert!(
         !registration.is_pending(),
         "registered fds closed at shutdown"
@@ -152,29 +163,81 @@ fn socket_lives_in_a_private_directory() {
 }
 
 #[test]
+fn a_path_socket_lives_in_a_private_directory() {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    let parent = tempfile::tempdir().expect("tempdir");
+    let options = SharerOptions::new().with_socket(SharerSocket::PathIn(parent.path().into()));
+    let sharer = ResourceSharer::start_with(AUTHKEY, options).expect("start sharer");
+    let path = sharer.socket_path().expect("a socket file").to_owned();
+    assert_eq!(sharer.address(), path.as_os_str().as_encoded_bytes());
+    let dir = path.parent().expect("socket dir").to_owned();
+    assert_eq!(dir.parent(), Some(parent.path()));
+    let dir_name = dir
+        .file_name()
+        .and_then(|name| name.to_str())
+        .expect("dir name");
+    let prefix = format!("tensorshare-sharer-{}-", std::process::id());
+    assert!(
+        dir_name.strip_prefix(&prefix).is_some_and(|r| r.len() == 8),
+        "{dir_name}"
+    );
+    let socket_name = path
+        .file_name()
+        .and_then(|name| name.to_str())
+        .expect("name");
+    assert!(socket_name.starts_with("listener-"), "{socket_name}");
+    let mode = std::fs::metadata(&dir)
+        .expect("stat dir")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o700);
+    assert!(
+        std::fs::metadata(&path)
+            .expect("stat socket")
+            .file_type()
+            .is_socket()
+    );
+
+    let (segment, fd) = shared_fd(b"by path");
+    let registration = sharer.register(fd).expect("register");
+    let fetched = registration.id().fetch(AUTHKEY, TIMEOUT).expect("fetch");
+    assert_eq!(identity_and_contents(fetched, 7).0, identity_of(&segment));
+    sharer.shutdown();
+    assert!(!path.exists() && !dir.exists(), "socket and dir removed");
+}
+
+#[test]
 fn dropping_the_last_arc_shuts_down() {
     let sharer = ResourceSharer::start(AUTHKEY).expect("start sharer");
-    let path = sharer.socket_path().to_owned();
+    let name = sharer.address()[1..].to_vec();
+    let bound = || {
+        support::bound_abstract_names()
+            .iter()
+            .any(|bound| bound.as_bytes() == name)
+    };
     let registration = sharer
         .register(shared_fd(b"kept alive").1)
         .expect("register");
     drop(sharer);
     // The registration keeps the sharer serving.
-    assert!(path.exists());
+    assert!(bound());
     let id = registration.id().clone();
     assert_eq!(
         identity_and_contents(id.fetch(AUTHKEY, TIMEOUT).expect("fetch"), 10).1,
         b"kept alive"
     );
     drop(registration);
-    assert!(!path.exists());
+    assert!(!bound());
 }
 
 #[test]
 fn shutdown_is_prompt_even_when_the_socket_file_is_gone() {
-    let sharer = ResourceSharer::start(AUTHKEY).expect("start sharer");
-    std::fs::remove_file(sharer.socket_path()).expect("remove socket");
-    let dir = sharer.socket_path().parent().expect("dir").to_owned();
+    let parent = tempfile::tempdir().expect("tempdir");
+    let options = SharerOptions::new().with_socket(SharerSocket::PathIn(parent.path().into()));
+    let sharer = ResourceSharer::start_with(AUTHKEY, options).expect("start sharer");
+    let path = sharer.socket_path().expect("a socket file").to_owned();
+    std::fs::remove_file(&path).expect("remove socket");
+    let dir = path.parent().expect("dir").to_owned();
     let start = Instant::now();
     drop(sharer);
     assert!(
@@ -183,6 +246,92 @@ fn shutdown_is_prompt_even_when_the_socket_file_is_gone() {
         start.elapsed()
     );
     assert!(!dir.exists());
+}
+
+#[test]
+fn a_bad_socket_dir_is_an_error_that_says_what_to_do() {
+    let file = tempfile::NamedTempFile::new().expect("a file");
+    let options = SharerOptions::new().with_socket(SharerSocket::PathIn(file.path().into()));
+    let error = ResourceSharer::start_with(AUTHKEY, options).expect_err("not a directory");
+    let message = error.to_string();
+    assert!(message.contains("TENSORSHARE_SHARER_DIR"), "{message}");
+    assert!(message.contains("abstract namespace"), "{message}");
+
+    let deep = tempfile::tempdir().expect("tempdir");
+    let long = deep.path().join("d".repeat(100));
+    std::fs::create_dir(&long).expect("a deep directory");
+    let options = SharerOptions::new().with_socket(SharerSocket::PathIn(long.clone()));
+    let error = ResourceSharer::start_with(AUTHKEY, options).expect_err("too long a path");
+    assert!(error.to_string().contains("short path"), "{error}");
+    assert_eq!(
+        std::fs::read_dir(&long).expect("list").count(),
+        0,
+        "nothing left behind"
+    );
+}
+
+/// Child entry point: connects to `SHARER_ADDRESS_HEX` and prints what the
+/// sharer says before closing: nothing, for a process of another user. A
+/// no-op in the normal test run.
+#[test]
+fn child_knock_entry() {
+    if std::env::var(CHILD_ENV).as_deref() != Ok("knock") {
+        return;
+    }
+    let address = unhex(&std::env::var("SHARER_ADDRESS_HEX").expect("SHARER_ADDRESS_HEX"));
+    let address = tensorshare::Address::from_bytes(&address).expect("an address");
+    let mut stream =
+        UnixStream::connect_addr(&address.to_socket_addr().expect("address")).expect("connect");
+    let mut said = Vec::new();
+    let _ = stream.read_to_end(&mut said);
+    println!("READ [{}]", hex(&said));
+}
+
+#[test]
+fn another_users_process_is_refused_before_the_handshake() {
+    let setpriv = ["/usr/bin/setpriv", "/bin/setpriv"]
+        .into_iter()
+        .find(|path| std::path::Path::new(path).exists());
+    let (true, Some(setpriv)) = (nix::unistd::geteuid().is_root(), setpriv) else {
+        // Through the handle, not eprintln!, so that test capture does not hide it.
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED: another_users_process_is_refused_before_the_handshake needs root and \
+             setpriv"
+        );
+        return;
+    };
+    let sharer = ResourceSharer::start(AUTHKEY).expect("start sharer");
+    let output = Command::new(setpriv)
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(std::env::current_exe().expect("test binary"))
+        .args([
+            "--exact",
+            "child_knock_entry",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_ENV, "knock")
+        .env("SHARER_ADDRESS_HEX", hex(sharer.address()))
+        .output()
+        .expect("run this test binary as nobody");
+    support::expect_success(&output, "the knock as nobody");
+    assert_eq!(
+        line_after(&output, "READ "),
+        "[]",
+        "the sharer said something"
+    );
+    stats_eventually(&sharer, "other_user", |stats| stats.other_user == 1);
+    let stats = sharer.stats();
+    assert_eq!(
+        (stats.bad_handshake, stats.disconnected),
+        (0, 0),
+        "{stats:?}"
+    );
+
+    // Root's and this user's processes are served.
+    let registration = sharer.register(shared_fd(b"ours").1).expect("register");
+    registration.id().fetch(AUTHKEY, TIMEOUT).expect("fetch");
 }
 
 #[test]
@@ -273,7 +422,7 @@ fn refused_clients_are_counted_and_serving_goes_on() {
         .expect("register");
 
     // Garbage instead of a handshake answer.
-    let mut garbage = UnixStream::connect(sharer.socket_path()).expect("connect");
+    let mut garbage = connect(&sharer);
     garbage
         .write_all(b"GET / HTTP/1.0\r\n\r\n")
         .expect("write garbage");
@@ -299,13 +448,13 @@ fn refused_clients_are_counted_and_serving_goes_on() {
         b"not a pickle",
     ];
     for request in malformed {
-        let mut stream = UnixStream::connect(sharer.socket_path()).expect("connect");
+        let mut stream = connect(&sharer);
         client_handshake(&mut stream, AUTHKEY, Dialect::Modern).expect("handshake");
         write_message(&mut stream, request).expect("send request");
         let _ = stream.read_to_end(&mut Vec::new());
     }
     // A request header claiming more than the cap.
-    let mut stream = UnixStream::connect(sharer.socket_path()).expect("connect");
+    let mut stream = connect(&sharer);
     client_handshake(&mut stream, AUTHKEY, Dialect::Modern).expect("handshake");
     let claimed = u32::try_from(MAX_REQUEST_LEN + 1).expect("small");
     stream
@@ -322,7 +471,7 @@ fn refused_clients_are_counted_and_serving_goes_on() {
 
     // A client that connects and says nothing holds the only worker until
     // the connection timeout, then the good client is served.
-    let stalled = UnixStream::connect(sharer.socket_path()).expect("connect");
+    let stalled = connect(&sharer);
     let start = Instant::now();
     let fd = good
         .id()
@@ -343,7 +492,7 @@ fn refused_clients_are_counted_and_serving_goes_on() {
     );
 
     // A client that gives up before asking.
-    drop(UnixStream::connect(sharer.socket_path()).expect("connect"));
+    drop(connect(&sharer));
     stats_eventually(&sharer, "disconnected", |stats| stats.disconnected == 1);
 }
 
@@ -421,14 +570,14 @@ fn line_after(output: &Output, prefix: &str) -> String {
         })
 }
 
-/// Child entry point: fetches `SHARER_ADDRESS`/`SHARER_KEY` and prints what
+/// Child entry point: fetches `SHARER_ADDRESS_HEX`/`SHARER_KEY` and prints what
 /// it got. A no-op in the normal test run.
 #[test]
 fn child_fetch_entry() {
     if std::env::var(CHILD_ENV).as_deref() != Ok("fetch") {
         return;
     }
-    let address = std::env::var("SHARER_ADDRESS").expect("SHARER_ADDRESS");
+    let address = unhex(&std::env::var("SHARER_ADDRESS_HEX").expect("SHARER_ADDRESS_HEX"));
     let key: i64 = std::env::var("SHARER_KEY")
         .expect("SHARER_KEY")
         .parse()
@@ -437,7 +586,7 @@ fn child_fetch_entry() {
         .expect("SHARER_LEN")
         .parse()
         .expect("len");
-    match fetch_fd(address.as_bytes(), key, AUTHKEY, TIMEOUT) {
+    match fetch_fd(&address, key, AUTHKEY, TIMEOUT) {
         Ok(fd) => {
             let ((dev, ino), contents) = identity_and_contents(fd, len);
             println!("FETCHED {dev} {ino} {}", hex(&contents));
@@ -452,7 +601,10 @@ fn fetches_across_processes() {
     let (segment, fd) = shared_fd(b"across processes");
     let registration = sharer.register(fd).expect("register");
     let args = [
-        ("SHARER_ADDRESS", registration.id().address.clone()),
+        (
+            "SHARER_ADDRESS_HEX",
+            hex(registration.id().address.as_bytes()),
+        ),
         ("SHARER_KEY", registration.id().key.to_string()),
         ("SHARER_LEN", "16".to_owned()),
     ];
@@ -538,13 +690,18 @@ fn run_python(python: &str, script: &str, args: &[&str]) -> Output {
 /// Stock CPython fetching from our sharer: `DupFd.detach()` (or torch's
 /// `rebuild_storage_fd`, which detaches and maps the fd with
 /// `UntypedStorage._new_shared_fd_cpu`), then a second detach of the same
-/// id, which must fail.
+/// id, which must fail. The address comes in hex, with the form its `_id`
+/// holds it in: `bytes` (as a pickle carries an abstract name) or `str`
+/// (a path, or an abstract name with its NUL, which `Client` takes too).
 const PYTHON_DETACH: &str = r#"
 import multiprocessing, os, sys
 from multiprocessing.resource_sharer import DupFd
 
-authkey, address, key, size, how = sys.argv[1:6]
+authkey, address, form, key, size, how = sys.argv[1:7]
 multiprocessing.current_process().authkey = bytes.fromhex(authkey)
+address = bytes.fromhex(address)
+if form == "str":
+    address = address.decode()
 d = DupFd.__new__(DupFd)
 d._id = (address, int(key))
 if how == "torch":
@@ -566,8 +723,8 @@ else:
     sys.exit("a second detach of the same DupFd succeeded")
 "#;
 
-fn python_fetches_from_rust(python: &str, how: &str) {
-    let sharer = ResourceSharer::start(AUTHKEY).expect("start sharer");
+fn python_fetches_from_rust(python: &str, how: &str, form: &str, options: SharerOptions) {
+    let sharer = ResourceSharer::start_with(AUTHKEY, options).expect("start sharer");
     let contents = format!("fetched by CPython via {how}").into_bytes();
     let (segment, fd) = shared_fd(&contents);
     let registration = sharer.register(fd).expect("register");
@@ -577,7 +734,8 @@ fn python_fetches_from_rust(python: &str, how: &str) {
         PYTHON_DETACH,
         &[
             &hex(AUTHKEY),
-            &id.address,
+            &hex(id.address.as_bytes()),
+            form,
             &id.key.to_string(),
             &contents.len().to_string(),
             how,
@@ -602,7 +760,13 @@ fn cpython_fetches_from_rust_sharer() {
     let Some(python) = test_python(file!()) else {
         return;
     };
-    python_fetches_from_rust(&python, "pread");
+    // An abstract name as `bytes`, as torch's pickles carry it, and as
+    // `str`; a path as `str`.
+    python_fetches_from_rust(&python, "pread", "bytes", SharerOptions::new());
+    python_fetches_from_rust(&python, "pread", "str", SharerOptions::new());
+    let parent = tempfile::tempdir().expect("tempdir");
+    let path = SharerOptions::new().with_socket(SharerSocket::PathIn(parent.path().into()));
+    python_fetches_from_rust(&python, "pread", "str", path);
 }
 
 #[test]
@@ -623,7 +787,7 @@ fn torch_maps_an_fd_from_rust_sharer() {
         let _ = writeln!(std::io::stderr(), "SKIPPED: {python} cannot import torch");
         return;
     }
-    python_fetches_from_rust(&python, "torch");
+    python_fetches_from_rust(&python, "torch", "bytes", SharerOptions::new());
 }
 
 /// Stock CPython serving: registers a memfd with `DupFd(fd)`, which starts

@@ -5,11 +5,13 @@
 
 mod support;
 
-use std::process::Command;
+use std::io::Write as _;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use tensorshare::connection::ConnectionOptions;
-use tensorshare::{Authkey, DType, Listener, SharingContext, Value};
+use tensorshare::resource_sharer::SharerSocket;
+use tensorshare::{Authkey, DType, Listener, SharingContext, Storage, Tensor, TensorView, Value};
 
 use support::{Server, cases, open_fds, python_script, test_python};
 
@@ -154,4 +156,82 @@ fn a_torch_worker_pool_fed_by_a_rust_producer() {
         assert_eq!(got, want);
     }
     assert!(pids >= 1);
+}
+
+/// Reads a pickle from stdin, says in what form each `DupFd` names its
+/// sharer, rebuilds it with `pickle.loads` and prints the tensor's sum.
+const TORCH_LOADS: &str = r#"
+import multiprocessing, pickle, pickletools, sys
+import torch, torch.multiprocessing
+multiprocessing.current_process().authkey = bytes.fromhex(sys.argv[1])
+data = sys.stdin.buffer.read()
+ops = list(pickletools.genops(data))
+for i, (op, arg, _) in enumerate(ops):
+    if op.name == "SHORT_BINUNICODE" and arg == "_id":
+        address = ops[i + 2][1]
+        print("ADDRESS", type(address).__name__, address, flush=True)
+t = pickle.loads(data)
+print("SUM", int(t.sum()), flush=True)
+"#;
+
+/// What stock torch prints for a `file_descriptor` pickle of a tensor from
+/// `sharing`, whose 4096 bytes are all 1.
+fn torch_loads(python: &str, sharing: &SharingContext, authkey: &Authkey) -> String {
+    let mut writer = Storage::allocate(tensorshare::StrategyKind::FileDescriptor, 4096).unwrap();
+    writer.as_bytes_mut().fill(1);
+    let tensor = Tensor::new(
+        writer.freeze(),
+        TensorView::contiguous(DType::UInt8, &[4096]),
+    )
+    .unwrap();
+    let pickle = sharing.dumps(&Value::Tensor(tensor)).unwrap();
+    let mut child = Command::new(python)
+        .args(["-c", TORCH_LOADS, &authkey.to_hex()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start torch");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(&pickle)
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    support::expect_success(&output, "torch loading the pickle")
+}
+
+#[test]
+fn stock_torch_fetches_from_a_sharer_in_the_abstract_namespace() {
+    let Some(python) = test_python("stock_torch_fetches_from_a_sharer_in_the_abstract_namespace")
+    else {
+        return;
+    };
+    let authkey = Authkey::random().unwrap();
+    let sharing = SharingContext::new(authkey.clone()).with_sharer_socket(SharerSocket::Abstract);
+    let stdout = torch_loads(&python, &sharing, &authkey);
+    // As CPython's own listener reports an abstract address: bytes.
+    let prefix = format!(
+        "ADDRESS bytes b'\\x00tensorshare-sharer-{}",
+        std::process::id()
+    );
+    assert!(
+        stdout.lines().any(|line| line.starts_with(&prefix)),
+        "{stdout}"
+    );
+    assert!(stdout.contains("SUM 4096"), "{stdout}");
+    let stats = sharing.sharer_stats().expect("a sharer");
+    assert_eq!((stats.served, stats.other_user), (1, 0), "{stats:?}");
+
+    // A sharer told to listen on a path is fetched from by path, a str.
+    let parent = tempfile::tempdir().unwrap();
+    let sharing = SharingContext::new(authkey.clone())
+        .with_sharer_socket(SharerSocket::PathIn(parent.path().into()));
+    let stdout = torch_loads(&python, &sharing, &authkey);
+    assert!(
+        stdout.lines().any(|line| line.starts_with("ADDRESS str /")),
+        "{stdout}"
+    );
+    assert!(stdout.contains("SUM 4096"), "{stdout}");
 }

@@ -313,7 +313,7 @@ fn run_path(
         )?;
         return torch.seconds(output);
     }
-    let listener = Listener::bind_in_private_dir(&authkey, ConnectionOptions::default())?;
+    let listener = Listener::bind_unique_abstract(&authkey, ConnectionOptions::default())?;
     let address = listener.address().to_string();
     let mut peer = if path.torch_produces() {
         torch.spawn(

@@ -60,7 +60,7 @@ struct Leg {
 pub fn run(args: DemoArgs) -> Result<(), Box<dyn std::error::Error>> {
     let workload = workload(args.tensors);
     let authkey = Authkey::random()?;
-    let listener = Listener::bind_in_private_dir(&authkey, ConnectionOptions::default())?;
+    let listener = Listener::bind_unique_abstract(&authkey, ConnectionOptions::default())?;
     let tensors = args.tensors.to_string();
     let mut peer = Peer::spawn_self(
         "demo-peer",

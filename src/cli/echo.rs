@@ -117,7 +117,8 @@ pub fn run(args: EchoArgs) -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     // Peers' threads end with the process; what they hold is released with
-    // it. Unfetched fds and both sockets go now, explicitly.
+    // it. Unfetched fds and the listening socket go now, explicitly (the
+    // resource sharer's is abstract, or a socket file it removes too).
     sharing.shutdown();
     drop(listener);
     Ok(())

@@ -1,20 +1,24 @@
-//! `tensorshare gc [--dry-run] [--json] [--min-age SECONDS] [--only NAME]... [--shm-dir DIR]`:
-//! find the shared-memory segments left by processes that are gone, show
-//! them and remove them. The rules are `tensorshare_strategies::orphans`'.
+//! `tensorshare gc [--dry-run] [--json] [--min-age SECONDS] [--only NAME]... [--shm-dir DIR]
+//! [--socket-dir DIR]...`: find the shared-memory segments and the socket
+//! directories left by processes that are gone, show them and remove them.
+//! The rules are `tensorshare_strategies::orphans`'.
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Args;
 use serde_json::{Value as Json, json};
+use tensorshare::resource_sharer::SHARER_DIR_ENV;
 use tensorshare_strategies::UnixUser;
 use tensorshare_strategies::file_system::SegmentName;
 use tensorshare_strategies::orphans::{
     self, DEFAULT_MIN_AGE, DEFAULT_SHM_DIR, KeepReason, OrphanScan, RemovalOutcome, RemoveError,
-    ScanOptions, SegmentReport,
+    ScanOptions, SegmentReport, SocketDirKeepReason, SocketDirOutcome, SocketDirRemoveError,
+    SocketDirReport, SocketDirScan, SocketDirScanOptions,
 };
+use tensorshare_strategies::private_dir::{SocketDirKind, SocketDirName};
 
 use super::format;
 
@@ -37,13 +41,27 @@ pub struct GcArgs {
     )]
     min_age: f64,
     /// Look at this segment only, as `ls /dev/shm` shows it (with or
-    /// without the leading /); repeat for more. Every other segment is left
+    /// without the leading /), or at this socket directory only, as `ls
+    /// $TMPDIR` shows it (tensorshare-sharer-<pid>-XXXXXXXX,
+    /// tensorshare-shm-XXXXXX); repeat for more. Everything else is left
     /// alone, whatever state it is in.
-    #[arg(long, value_name = "NAME", value_parser = parse_segment_name)]
-    only: Vec<SegmentName>,
+    #[arg(long, value_name = "NAME", value_parser = parse_only_name)]
+    only: Vec<OnlyName>,
     /// The directory that holds POSIX shared memory.
     #[arg(long, value_name = "DIR", default_value = DEFAULT_SHM_DIR)]
     shm_dir: PathBuf,
+    /// Look for tensorshare's socket directories directly in DIR; repeat
+    /// for more. Default: $TMPDIR, /tmp and $TENSORSHARE_SHARER_DIR, those
+    /// that exist.
+    #[arg(long, value_name = "DIR")]
+    socket_dir: Vec<PathBuf>,
+}
+
+/// A name given to `--only`.
+#[derive(Clone, Debug)]
+enum OnlyName {
+    Segment(SegmentName),
+    SocketDir(SocketDirName),
 }
 
 fn parse_seconds(text: &str) -> Result<f64, String> {
@@ -54,13 +72,44 @@ fn parse_seconds(text: &str) -> Result<f64, String> {
         .ok_or_else(|| format!("{text:?} is not a number of seconds like 5 or 0.5"))
 }
 
-fn parse_segment_name(text: &str) -> Result<SegmentName, String> {
+fn parse_only_name(text: &str) -> Result<OnlyName, String> {
+    if text.starts_with("tensorshare-") {
+        return SocketDirName::parse(text)
+            .map(OnlyName::SocketDir)
+            .map_err(|e| format!("not a socket directory name: {}", e.reason));
+    }
     let with_slash = if text.starts_with('/') {
         text.to_owned()
     } else {
         format!("/{text}")
     };
-    SegmentName::parse(with_slash.as_bytes()).map_err(|e| e.reason.to_owned())
+    SegmentName::parse(with_slash.as_bytes())
+        .map(OnlyName::Segment)
+        .map_err(|e| {
+            format!(
+                "{}; name a segment (torch_<pid>_<random>_<counter>) or a socket directory \
+                 (tensorshare-sharer-<pid>-XXXXXXXX, tensorshare-shm-XXXXXX)",
+                e.reason
+            )
+        })
+}
+
+/// Where socket directories are looked for unless `--socket-dir` says:
+/// where this process would make them (`$TMPDIR`, `/tmp`, which
+/// [`socket_parent_dir`](tensorshare_strategies::private_dir::socket_parent_dir)
+/// falls back to) and `$TENSORSHARE_SHARER_DIR`; those that exist, each
+/// directory once.
+fn default_socket_parents() -> Vec<PathBuf> {
+    let mut candidates = vec![std::env::temp_dir(), PathBuf::from("/tmp")];
+    if let Some(dir) = std::env::var_os(SHARER_DIR_ENV).filter(|dir| !dir.is_empty()) {
+        candidates.push(PathBuf::from(dir));
+    }
+    let mut seen = BTreeSet::new();
+    candidates
+        .into_iter()
+        .filter(|dir| dir.is_absolute() && dir.is_dir())
+        .filter(|dir| seen.insert(dir.canonicalize().unwrap_or_else(|_| dir.clone())))
+        .collect()
 }
 
 /// What became of one segment.
@@ -80,14 +129,54 @@ struct Row<'a> {
     action: Action,
 }
 
+/// What became of one socket directory.
+enum DirAction {
+    Removed,
+    WouldRemove,
+    Kept(SocketDirKeepReason),
+    Vanished,
+    Failed(SocketDirRemoveError),
+}
+
+/// One socket directory and what became of it.
+struct DirRow<'a> {
+    dir: &'a SocketDirReport,
+    action: DirAction,
+}
+
 pub fn run(args: GcArgs) -> Result<(), Box<dyn std::error::Error>> {
-    let mut options = ScanOptions::new()
-        .shm_dir(&args.shm_dir)
-        .min_age(Duration::from_secs_f64(args.min_age));
+    let min_age = Duration::from_secs_f64(args.min_age);
+    let mut options = ScanOptions::new().shm_dir(&args.shm_dir).min_age(min_age);
+    let mut only_dirs = Vec::new();
     if !args.only.is_empty() {
-        options = options.only(args.only.iter().cloned());
+        let mut only_segments = Vec::new();
+        for name in &args.only {
+            match name {
+                OnlyName::Segment(name) => only_segments.push(name.clone()),
+                OnlyName::SocketDir(name) => only_dirs.push(name.clone()),
+            }
+        }
+        options = options.only(only_segments);
     }
     let scan = orphans::scan(&options)?;
+    // With --only, socket directories are looked at only when it names some.
+    let dir_scan = if args.only.is_empty() || !only_dirs.is_empty() {
+        let parents = if args.socket_dir.is_empty() {
+            default_socket_parents()
+        } else {
+            args.socket_dir.clone()
+        };
+        let mut dir_options = parents
+            .into_iter()
+            .fold(SocketDirScanOptions::new(), SocketDirScanOptions::parent)
+            .min_age(min_age);
+        if !only_dirs.is_empty() {
+            dir_options = dir_options.only(only_dirs);
+        }
+        Some(orphans::scan_socket_dirs(&dir_options)?)
+    } else {
+        None
+    };
     let mut outcomes: HashMap<SegmentName, RemovalOutcome> = if args.dry_run {
         HashMap::new()
     } else {
@@ -112,26 +201,255 @@ pub fn run(args: GcArgs) -> Result<(), Box<dyn std::error::Error>> {
             Row { segment, action }
         })
         .collect();
+    let dir_rows = dir_scan
+        .as_ref()
+        .map(|dir_scan| dir_rows(dir_scan, args.dry_run))
+        .unwrap_or_default();
+    let dirs = dir_scan.as_ref().map(|dir_scan| (dir_scan, &dir_rows[..]));
     let text = if args.json {
-        let mut text = serde_json::to_string_pretty(&to_json(&scan, &rows, args.dry_run))?;
+        let mut text = serde_json::to_string_pretty(&to_json(&scan, &rows, dirs, args.dry_run))?;
         text.push('\n');
         text
     } else {
-        to_text(&scan, &rows, args.dry_run)
+        to_text(&scan, &rows, dirs, args.dry_run)
     };
     super::format::print_report(&text)?;
     let failed = rows
         .iter()
         .filter(|row| matches!(row.action, Action::Failed(_)))
         .count();
-    if failed > 0 {
-        return Err(format!(
+    let failed_dirs = dir_rows
+        .iter()
+        .filter(|row| matches!(row.action, DirAction::Failed(_)))
+        .count();
+    match (failed, failed_dirs) {
+        (0, 0) => Ok(()),
+        (failed, 0) => Err(format!(
             "could not remove {failed} segment{}: see why above",
             plural(failed)
         )
-        .into());
+        .into()),
+        (0, dirs) => Err(format!(
+            "could not remove {dirs} socket director{}: see why above",
+            if dirs == 1 { "y" } else { "ies" }
+        )
+        .into()),
+        (failed, dirs) => Err(format!(
+            "could not remove {failed} segment{} and {dirs} socket director{}: see why above",
+            plural(failed),
+            if dirs == 1 { "y" } else { "ies" }
+        )
+        .into()),
     }
-    Ok(())
+}
+
+/// Removes the orphans of `dir_scan` (unless `dry_run`) and says what
+/// became of every directory it found.
+fn dir_rows(dir_scan: &SocketDirScan, dry_run: bool) -> Vec<DirRow<'_>> {
+    let mut outcomes: HashMap<(PathBuf, SocketDirName), SocketDirOutcome> = if dry_run {
+        HashMap::new()
+    } else {
+        dir_scan
+            .remove_orphans()
+            .into_iter()
+            .map(|removal| ((removal.parent, removal.name), removal.outcome))
+            .collect()
+    };
+    dir_scan
+        .dirs()
+        .iter()
+        .map(|dir| {
+            let outcome = outcomes.remove(&(dir.parent.clone(), dir.name.clone()));
+            let action = match (&dir.keep, outcome) {
+                (Some(reason), _) => DirAction::Kept(*reason),
+                (None, _) if dry_run => DirAction::WouldRemove,
+                (None, Some(SocketDirOutcome::Removed)) => DirAction::Removed,
+                (None, Some(SocketDirOutcome::Kept(reason))) => DirAction::Kept(reason),
+                (None, Some(SocketDirOutcome::Failed(error))) => DirAction::Failed(error),
+                (None, _) => DirAction::Vanished,
+            };
+            DirRow { dir, action }
+        })
+        .collect()
+}
+
+fn dir_count(n: usize) -> String {
+    format!("{n} socket director{}", if n == 1 { "y" } else { "ies" })
+}
+
+/// Whether a directory is kept because its process lives.
+fn of_live_process(row: &DirRow<'_>) -> bool {
+    matches!(
+        row.action,
+        DirAction::Kept(SocketDirKeepReason::CreatorAlive | SocketDirKeepReason::Listening)
+    )
+}
+
+fn kind_text(kind: SocketDirKind) -> &'static str {
+    match kind {
+        SocketDirKind::ResourceSharer => "resource sharer",
+        SocketDirKind::ShmManager => "shm manager",
+        _ => "other",
+    }
+}
+
+fn dir_action_text(row: &DirRow<'_>, min_age: Duration) -> String {
+    match &row.action {
+        DirAction::Removed => "removed".to_owned(),
+        DirAction::WouldRemove => "would remove".to_owned(),
+        DirAction::Vanished => "gone: removed meanwhile by another process".to_owned(),
+        DirAction::Failed(error) => format!("failed: {error}"),
+        DirAction::Kept(SocketDirKeepReason::Recent { age }) => format!(
+            "kept: changed {:.1} s ago, under --min-age {}",
+            age.as_secs_f64(),
+            min_age.as_secs_f64()
+        ),
+        DirAction::Kept(SocketDirKeepReason::UnexpectedEntry) => format!(
+            "kept: it holds {}, which is not one of its sockets",
+            row.dir.unexpected.as_deref().unwrap_or("something")
+        ),
+        DirAction::Kept(reason) => format!("kept: {reason}"),
+    }
+}
+
+fn parents_text(parents: &[PathBuf]) -> String {
+    parents
+        .iter()
+        .map(|dir| dir.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The socket directories' part of the table.
+fn dirs_text(text: &mut String, dir_scan: &SocketDirScan, rows: &[DirRow<'_>]) {
+    let min_age = dir_scan.options().min_age_value();
+    let (listed, alive): (Vec<&DirRow<'_>>, Vec<&DirRow<'_>>) =
+        rows.iter().partition(|row| !of_live_process(row));
+    if !listed.is_empty() {
+        let cells: Vec<[String; 4]> = listed
+            .iter()
+            .map(|row| {
+                let creator = match (row.dir.name.creator_pid(), row.dir.creator_alive) {
+                    (Some(pid), Some(true)) => format!("{pid} (alive)"),
+                    (Some(pid), _) => format!("{pid} (gone)"),
+                    (None, _) => "-".to_owned(),
+                };
+                [
+                    row.dir.path().display().to_string(),
+                    kind_text(row.dir.name.kind()).to_owned(),
+                    creator,
+                    dir_action_text(row, min_age),
+                ]
+            })
+            .collect();
+        write_table(
+            text,
+            ["socket directory", "made by", "creator pid", "action"],
+            cells,
+        );
+    } else if alive.is_empty() {
+        let _ = writeln!(
+            text,
+            "no tensorshare socket directories in {}",
+            parents_text(dir_scan.options().parent_paths())
+        );
+    }
+    if !alive.is_empty() {
+        let pids: Vec<u32> = alive
+            .iter()
+            .filter_map(|row| row.dir.name.creator_pid())
+            .collect::<BTreeSet<u32>>()
+            .into_iter()
+            .collect();
+        let _ = write!(text, "kept {} of live processes", dir_count(alive.len()));
+        if !pids.is_empty() {
+            let _ = write!(text, ": pid{} {}", plural(pids.len()), pid_list(&pids));
+        }
+        text.push('\n');
+    }
+    for skipped in dir_scan.skipped() {
+        let _ = writeln!(
+            text,
+            "skipped {}: {}",
+            skipped.parent.join(skipped.name.as_str()).display(),
+            skipped.reason
+        );
+    }
+    for missing in dir_scan.missing() {
+        let _ = writeln!(
+            text,
+            "not found in {}: {missing}",
+            parents_text(dir_scan.options().parent_paths())
+        );
+    }
+}
+
+/// Writes `header` and `cells` as columns, the last one unpadded.
+fn write_table(text: &mut String, header: [&str; 4], cells: Vec<[String; 4]>) {
+    let width = |column: usize| {
+        cells
+            .iter()
+            .map(|row| row[column].chars().count())
+            .chain([header[column].len()])
+            .max()
+            .unwrap_or(0)
+    };
+    let widths = [width(0), width(1), width(2)];
+    for row in std::iter::once(header.map(str::to_owned)).chain(cells) {
+        let _ = writeln!(
+            text,
+            "{:<w0$}  {:<w1$}  {:<w2$}  {}",
+            row[0],
+            row[1],
+            row[2],
+            row[3],
+            w0 = widths[0],
+            w1 = widths[1],
+            w2 = widths[2],
+        );
+    }
+}
+
+/// The socket directories removed, or that would be.
+fn dir_totals(rows: &[DirRow<'_>]) -> usize {
+    rows.iter()
+        .filter(|row| matches!(row.action, DirAction::Removed | DirAction::WouldRemove))
+        .count()
+}
+
+fn dir_to_json(row: &DirRow<'_>, min_age: Duration) -> Json {
+    let dir = row.dir;
+    let (action, reason) = match &row.action {
+        DirAction::Removed => ("removed", None),
+        DirAction::WouldRemove => ("would_remove", None),
+        DirAction::Vanished => ("vanished", None),
+        DirAction::Failed(_) => ("failed", None),
+        DirAction::Kept(reason) => ("kept", Some(reason.code())),
+    };
+    let message = match &row.action {
+        DirAction::Removed | DirAction::WouldRemove => None,
+        _ => Some(dir_action_text(row, min_age)),
+    };
+    json!({
+        "path": dir.path().display().to_string(),
+        "parent": dir.parent.display().to_string(),
+        "name": dir.name.as_str(),
+        "kind": dir.name.kind().as_str(),
+        "creator_pid": dir.name.creator_pid(),
+        "creator_alive": dir.creator_alive,
+        "sockets": dir.sockets,
+        "listening": dir.listening,
+        "unexpected": dir.unexpected,
+        "owner_uid": dir.owner_uid,
+        "age_seconds": dir.age.as_secs_f64(),
+        "action": action,
+        "reason": reason,
+        "message": message,
+    })
+}
+
+fn path_text(path: &Path) -> String {
+    path.display().to_string()
 }
 
 fn plural(n: usize) -> &'static str {
@@ -203,7 +521,12 @@ fn keep_text(reason: &KeepReason, segment: &SegmentReport, scan: &OrphanScan) ->
     }
 }
 
-fn to_text(scan: &OrphanScan, rows: &[Row<'_>], dry_run: bool) -> String {
+fn to_text(
+    scan: &OrphanScan,
+    rows: &[Row<'_>],
+    dirs: Option<(&SocketDirScan, &[DirRow<'_>])>,
+    dry_run: bool,
+) -> String {
     let shm_dir = scan.options().shm_dir_path().display();
     let (listed, alive): (Vec<&Row<'_>>, Vec<&Row<'_>>) = rows
         .iter()
@@ -226,29 +549,11 @@ fn to_text(scan: &OrphanScan, rows: &[Row<'_>], dry_run: bool) -> String {
                 ]
             })
             .collect();
-        let header = ["segment", "size", "creator pid", "action"];
-        let width = |column: usize| {
-            cells
-                .iter()
-                .map(|row| row[column].chars().count())
-                .chain([header[column].len()])
-                .max()
-                .unwrap_or(0)
-        };
-        let widths = [width(0), width(1), width(2)];
-        for row in std::iter::once(header.map(str::to_owned)).chain(cells) {
-            let _ = writeln!(
-                text,
-                "{:<w0$}  {:<w1$}  {:<w2$}  {}",
-                row[0],
-                row[1],
-                row[2],
-                row[3],
-                w0 = widths[0],
-                w1 = widths[1],
-                w2 = widths[2],
-            );
-        }
+        write_table(
+            &mut text,
+            ["segment", "size", "creator pid", "action"],
+            cells,
+        );
     } else if alive.is_empty() {
         let _ = writeln!(text, "no torch_* segments in {shm_dir}");
     }
@@ -298,22 +603,33 @@ fn to_text(scan: &OrphanScan, rows: &[Row<'_>], dry_run: bool) -> String {
             );
         }
     }
+    if let Some((dir_scan, dir_rows)) = dirs {
+        dirs_text(&mut text, dir_scan, dir_rows);
+    }
+    let done = if dry_run {
+        "would be removed (dry run)"
+    } else {
+        "removed"
+    };
     let (count, bytes) = totals(rows);
     let _ = writeln!(
         text,
-        "{count} segment{}, {bytes} bytes ({}) {}",
+        "{count} segment{}, {bytes} bytes ({}) {done}",
         plural(count),
         format::bytes(bytes),
-        if dry_run {
-            "would be removed (dry run)"
-        } else {
-            "removed"
-        }
     );
+    if let Some((_, dir_rows)) = dirs {
+        let _ = writeln!(text, "{} {done}", dir_count(dir_totals(dir_rows)));
+    }
     text
 }
 
-fn to_json(scan: &OrphanScan, rows: &[Row<'_>], dry_run: bool) -> Json {
+fn to_json(
+    scan: &OrphanScan,
+    rows: &[Row<'_>],
+    dirs: Option<(&SocketDirScan, &[DirRow<'_>])>,
+    dry_run: bool,
+) -> Json {
     let segments: Vec<Json> = rows
         .iter()
         .map(|row| {
@@ -346,6 +662,38 @@ fn to_json(scan: &OrphanScan, rows: &[Row<'_>], dry_run: bool) -> Json {
         })
         .collect();
     let (count, bytes) = totals(rows);
+    let min_age = scan.options().min_age_value();
+    let (socket_dirs, socket_parents, skipped_dirs, missing_dirs, dir_count) = match dirs {
+        Some((dir_scan, dir_rows)) => (
+            dir_rows
+                .iter()
+                .map(|row| dir_to_json(row, min_age))
+                .collect(),
+            dir_scan
+                .options()
+                .parent_paths()
+                .iter()
+                .map(|path| path_text(path))
+                .collect(),
+            dir_scan
+                .skipped()
+                .iter()
+                .map(|skipped| {
+                    json!({
+                        "path": path_text(&skipped.parent.join(skipped.name.as_str())),
+                        "reason": skipped.reason.to_string(),
+                    })
+                })
+                .collect(),
+            dir_scan
+                .missing()
+                .iter()
+                .map(|name| name.as_str().to_owned())
+                .collect(),
+            dir_totals(dir_rows),
+        ),
+        None => (Vec::new(), Vec::new(), Vec::new(), Vec::<String>::new(), 0),
+    };
     json!({
         "shm_dir": scan.options().shm_dir_path().display().to_string(),
         "dry_run": dry_run,
@@ -358,9 +706,14 @@ fn to_json(scan: &OrphanScan, rows: &[Row<'_>], dry_run: bool) -> Json {
         "not_found": scan.missing().iter().map(SegmentName::as_str).collect::<Vec<_>>(),
         "unreadable_pids": scan.unreadable_processes(),
         "proc_hides_processes": scan.proc_hides_processes(),
+        "socket_parents": socket_parents,
+        "socket_dirs": socket_dirs,
+        "skipped_socket_dirs": skipped_dirs,
+        "socket_dirs_not_found": missing_dirs,
         "totals": {
             "segments": count,
             "bytes": bytes,
+            "socket_dirs": dir_count,
             "action": if dry_run { "would_remove" } else { "removed" },
         },
     })

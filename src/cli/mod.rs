@@ -54,8 +54,9 @@ enum Command {
     /// Run a shared-memory manager for the file_system strategy; prints its
     /// socket path once ready.
     Manager(manager::ManagerArgs),
-    /// Find shared-memory segments left in /dev/shm by processes that are
-    /// gone, and remove them.
+    /// Find shared-memory segments left in /dev/shm, and tensorshare's
+    /// socket directories left in $TMPDIR, by processes that are gone, and
+    /// remove them.
     Gc(gc::GcArgs),
 }
 

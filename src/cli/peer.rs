@@ -55,6 +55,9 @@ impl Peer {
             match listener.accept() {
                 Ok(connection) => return Ok(connection),
                 Err(e) if e.is_would_block() => {}
+                // Not our peer, which holds the authkey: any process that
+                // can see the abstract name may connect. Wait on.
+                Err(e) if e.is_handshake_failure() => {}
                 Err(e) => return Err(format!("accepting the peer: {e}")),
             }
             let child = self.0.as_mut().ok_or("the peer has already finished")?;

@@ -21,6 +21,10 @@ pub const MAX_ADDRESS_LEN: usize = tensorshare_strategies::private_dir::MAX_SOCK
 /// `tempfile` uses.
 const RANDOM_NAME_LEN: usize = 8;
 
+/// Random characters in generated abstract names: nothing else makes them
+/// unique.
+const ABSTRACT_RANDOM_LEN: usize = 16;
+
 /// An `AF_UNIX` socket address: a filesystem path or a Linux abstract name.
 ///
 /// Parsed from text as CPython shows addresses: `/tmp/x.sock` is a path;
@@ -189,6 +193,21 @@ impl Address {
         Self::path(dir.as_ref().join(format!("listener-{suffix}")))
     }
 
+    /// A fresh abstract name, `tensorshare-<tag>-<pid>-` and 16 random
+    /// characters: unique, and nothing on disk, so nothing outlives the
+    /// process that binds it.
+    ///
+    /// # Errors
+    ///
+    /// [`ConnectionError::Io`] when no random bytes can be read,
+    /// [`ConnectionError::InvalidAddress`] for a `tag` so long that the
+    /// name would not fit.
+    pub fn unique_abstract(tag: &str) -> Result<Self, ConnectionError> {
+        let suffix = random::name_suffix(ABSTRACT_RANDOM_LEN)
+            .map_err(|e| ConnectionError::io("reading random bytes for a socket name", e))?;
+        Self::abstract_name(format!("tensorshare-{tag}-{}-{suffix}", std::process::id()))
+    }
+
     /// The path, for a filesystem address.
     pub fn as_path(&self) -> Option<&Path> {
         match &self.0 {
@@ -341,6 +360,12 @@ impl PrivateTempDir {
         Ok(Self { path })
     }
 
+    /// Takes charge of a private directory made elsewhere: it is removed
+    /// with everything in it when dropped.
+    pub(crate) fn adopt(path: PathBuf) -> Self {
+        Self { path }
+    }
+
     /// The directory's path.
     pub fn path(&self) -> &Path {
         &self.path
@@ -418,6 +443,18 @@ mod tests {
         assert!("\0".parse::<Address>().is_err());
         assert!(Address::from_bytes(b"/tmp/a\0b").is_err());
         assert!(Address::from_bytes(b"").is_err());
+    }
+
+    #[test]
+    fn unique_abstract_names_say_whose_they_are() {
+        let first = Address::unique_abstract("listener").expect("a name");
+        let name = std::str::from_utf8(first.as_abstract_name().expect("abstract")).expect("ascii");
+        let prefix = format!("tensorshare-listener-{}-", std::process::id());
+        assert!(
+            name.strip_prefix(&prefix).is_some_and(|r| r.len() == 16),
+            "{name}"
+        );
+        assert_ne!(first, Address::unique_abstract("listener").expect("a name"));
     }
 
     #[test]

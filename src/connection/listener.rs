@@ -98,6 +98,34 @@ impl Listener {
         })
     }
 
+    /// Listens on a fresh abstract name ([`Address::unique_abstract`]
+    /// with the tag `listener`): nothing on disk, so a process killed by
+    /// SIGKILL leaves nothing behind. For peers in the same network
+    /// namespace; [`Listener::address`] tells where.
+    ///
+    /// # Errors
+    ///
+    /// As [`Address::unique_abstract`] and [`Listener::bind`].
+    pub fn bind_unique_abstract(
+        authkey: &Authkey,
+        options: ConnectionOptions,
+    ) -> Result<Self, ConnectionError> {
+        // A taken 16-character random name is one in 10^25: one retry is
+        // for the impossible, the rest for good measure.
+        let mut attempts = 8;
+        loop {
+            let address = Address::unique_abstract("listener")?;
+            match Self::bind(&address, authkey, options) {
+                Err(ConnectionError::Bind { cause, .. })
+                    if cause.kind() == std::io::ErrorKind::AddrInUse && attempts > 1 =>
+                {
+                    attempts -= 1;
+                }
+                bound => return bound,
+            }
+        }
+    }
+
     /// Listens on a fresh path in a new [`PrivateTempDir`]
     /// (`$TMPDIR/pymp-XXXXXXXX/listener-XXXXXXXX`), as CPython's `Listener()`
     /// without an address; [`Listener::address`] tells where.

@@ -12,7 +12,9 @@
 //!
 //! - [`ResourceSharer`] is the serving side: [`ResourceSharer::register`]
 //!   takes an fd and returns a [`Registration`] naming it with a [`DupFdId`].
-//!   Stock CPython and [`fetch_fd`] both fetch from it.
+//!   Stock CPython and [`fetch_fd`] both fetch from it. It listens in the
+//!   abstract namespace, so a killed process leaves no socket file behind,
+//!   or where [`SharerSocket`] says.
 //! - [`fetch_fd`] is the receiving side; it fetches from a CPython sharer or
 //!   from a [`ResourceSharer`].
 //! - [`DupFdRequest`] is the `(key, pid)` message both sides exchange.
@@ -67,7 +69,7 @@ mod server;
 mod stats;
 
 pub use client::{FetchError, FetchStage, fetch_fd, release_fds, report_unmapped};
-pub use options::SharerOptions;
+pub use options::{SHARER_DIR_ENV, SharerOptions, SharerSocket};
 pub use registration::{DupFdId, Registration};
 pub use request::{
     DupFdRequest, MAX_RELEASE_KEYS, MAX_REQUEST_LEN, ReleaseRequest, RequestError, SharerRequest,

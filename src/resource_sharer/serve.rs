@@ -10,6 +10,9 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
+use nix::sys::socket::getsockopt;
+use nix::sys::socket::sockopt::PeerCredentials;
+use nix::unistd::geteuid;
 use tensorshare_compat::connection::{AuthError, FramingError, read_message, server_handshake};
 use tensorshare_strategies::fd_passing::send_fd_batch;
 
@@ -34,6 +37,8 @@ pub(crate) enum Outcome {
         keys: usize,
         released: usize,
     },
+    /// A process of another user (not root) connected.
+    OtherUser,
     WrongAuthkey,
     BadHandshake,
     MalformedRequest,
@@ -43,6 +48,30 @@ pub(crate) enum Outcome {
     SendFailed,
 }
 
+/// Whose connections a sharer serves: its own user's and root's, as a
+/// socket file in a mode-0700 directory lets in. An abstract name has no
+/// permissions, so the peer's credentials are checked instead.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PeerUids {
+    own: u32,
+}
+
+impl PeerUids {
+    pub(crate) fn this_user() -> Self {
+        Self {
+            own: geteuid().as_raw(),
+        }
+    }
+
+    /// Whether the process at the other end of `stream` may be served: its
+    /// effective uid when it connected (`SO_PEERCRED`) is ours or root's.
+    /// A peer whose credentials cannot be read is not served.
+    fn admits(self, stream: &UnixStream) -> bool {
+        getsockopt(stream, PeerCredentials)
+            .is_ok_and(|credentials| credentials.uid() == self.own || credentials.uid() == 0)
+    }
+}
+
 /// Accepts connections and queues them for the workers until shutdown.
 pub(crate) fn accept_loop(shared: &Shared, listener: &UnixListener) {
     while !shared.stopping.load(Ordering::SeqCst) {
@@ -50,6 +79,12 @@ pub(crate) fn accept_loop(shared: &Shared, listener: &UnixListener) {
             Ok((stream, _)) => {
                 if shared.stopping.load(Ordering::SeqCst) {
                     return;
+                }
+                // Closed at once, before any byte is read: another user's
+                // process cannot hold a worker or try authkeys.
+                if !shared.peer_uids.admits(&stream) {
+                    shared.counters.record(Outcome::OtherUser);
+                    continue;
                 }
                 // Cloned per connection so that taking the sender out at
                 // shutdown closes the channel even while this thread sits in

@@ -3,22 +3,25 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::io;
+use std::io::{self, ErrorKind};
 use std::net::Shutdown;
 use std::os::fd::OwnedFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use super::options::SharerOptions;
+use tensorshare_strategies::private_dir::{SHARER_PREFIX, create_sharer_dir_in, random_part};
+
+use super::options::{SharerOptions, SharerSocket};
 use super::registration::{DupFdId, Registration};
-use super::serve::{accept_loop, worker_loop};
+use super::serve::{PeerUids, accept_loop, worker_loop};
 use super::stats::{Counters, SharerStats};
-use crate::connection::{ConnectionError, PrivateTempDir};
+use crate::connection::{Address, ConnectionError, PrivateTempDir};
 
 /// How long shutdown waits for a thread before leaving it behind.
 const JOIN_GRACE: Duration = Duration::from_secs(2);
@@ -27,20 +30,37 @@ const JOIN_GRACE: Duration = Duration::from_secs(2);
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SharerError {
-    /// The private directory for the socket could not be made.
+    /// The private directory for a socket file
+    /// ([`SharerSocket::PathIn`](super::SharerSocket::PathIn)) could not be
+    /// made, or the socket path would not fit.
     #[error(
-        "could not create a private directory for the resource sharer's socket: {cause}; \
-         point TMPDIR at a writable directory"
+        "could not create a private directory for the resource sharer's socket in {}: {cause}; \
+         point TENSORSHARE_SHARER_DIR at a writable directory with a short path, or unset it \
+         to listen in the abstract namespace",
+        .dir.display()
     )]
     TempDir {
+        /// Where the directory was to be made.
+        dir: PathBuf,
         /// What creating it failed with.
         cause: ConnectionError,
     },
+    /// `TENSORSHARE_SHARER_DIR` is set to something other than an absolute
+    /// UTF-8 path.
+    #[error(
+        "TENSORSHARE_SHARER_DIR={value:?} is not an absolute UTF-8 path: set it to the directory \
+         the resource sharer's socket should go in, or unset it to listen in the abstract \
+         namespace"
+    )]
+    SocketDirSetting {
+        /// The variable's value, lossily decoded.
+        value: String,
+    },
     /// The socket could not be bound.
-    #[error("could not listen on {}: {cause}{}", .path.display(), fd_hint(.cause))]
+    #[error("could not listen on {address}: {cause}{}", fd_hint(.cause))]
     Bind {
-        /// The socket path.
-        path: PathBuf,
+        /// The socket address, as shown: a path, or `@name`.
+        address: String,
         /// What `bind` failed with.
         cause: io::Error,
     },
@@ -59,7 +79,8 @@ impl SharerError {
     /// The OS error behind this one.
     pub fn io_error(&self) -> Option<&io::Error> {
         match self {
-            SharerError::TempDir { cause } => cause.io_error(),
+            SharerError::TempDir { cause, .. } => cause.io_error(),
+            SharerError::SocketDirSetting { .. } => None,
             SharerError::Bind { cause, .. } | SharerError::Spawn { cause } => Some(cause),
         }
     }
@@ -97,6 +118,8 @@ pub(crate) struct Table {
 pub(crate) struct Shared {
     pub(crate) authkey: Vec<u8>,
     pub(crate) options: SharerOptions,
+    /// Whose connections are served.
+    pub(crate) peer_uids: PeerUids,
     pub(crate) stopping: AtomicBool,
     pub(crate) counters: Counters,
     /// Where the accept thread hands connections to workers; `None` once
@@ -176,20 +199,98 @@ struct Threads {
 }
 
 /// A `multiprocessing.resource_sharer`-compatible server: hands registered
-/// fds, once each, to processes that present the authkey.
+/// fds, once each, to processes of this user that present the authkey.
 ///
-/// It listens on a socket in a fresh private directory (mode 0700,
-/// `$TMPDIR/pymp-XXXXXXXX/listener-XXXXXXXX`, named as CPython names
-/// its own) and serves on background threads. Dropping the
-/// last `Arc` (the owner's and every [`Registration`]'s) shuts it down, as
-/// does [`ResourceSharer::shutdown`]: the threads stop, the socket and
+/// It listens on a fresh name in Linux's abstract socket namespace
+/// (`tensorshare-sharer-<pid>-XXXXXXXXXXXXXXXX`), which vanishes with the
+/// process however it ends, or on a socket file in a private directory when
+/// [`SharerSocket::PathIn`] says so; [`SharerSocket`] says why one would.
+/// It serves on background threads. Dropping the last `Arc` (the owner's
+/// and every [`Registration`]'s) shuts it down, as does
+/// [`ResourceSharer::shutdown`]: the threads stop, a socket file and its
 /// directory are removed, and every fd still registered is closed.
 pub struct ResourceSharer {
     shared: Arc<Shared>,
-    address: String,
-    socket_path: PathBuf,
-    dir: PrivateTempDir,
+    address: Address,
+    /// `address` as a `DupFd` carries it: the path, or NUL and the abstract
+    /// name.
+    address_text: String,
+    /// The private directory of a socket file.
+    dir: Option<PrivateTempDir>,
     threads: Mutex<Option<Threads>>,
+}
+
+/// How many fresh abstract names are tried before giving up: another
+/// holder of a 16-character random name is already one in 10^25.
+const BIND_ATTEMPTS: usize = 8;
+
+/// Random characters in an abstract sharer name.
+const ABSTRACT_RANDOM_LEN: usize = 16;
+
+/// Binds a fresh abstract name, `tensorshare-sharer-<pid>-` and 16 random
+/// characters.
+fn bind_abstract() -> Result<(UnixListener, Address), SharerError> {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let name = format!(
+            "{SHARER_PREFIX}{}-{}",
+            std::process::id(),
+            random_part(ABSTRACT_RANDOM_LEN)
+        );
+        let address =
+            Address::abstract_name(name.into_bytes()).map_err(|cause| SharerError::Bind {
+                address: format!("@{SHARER_PREFIX}..."),
+                cause: io::Error::new(ErrorKind::InvalidInput, cause.to_string()),
+            })?;
+        let bound = address
+            .to_socket_addr()
+            .and_then(|socket_address| UnixListener::bind_addr(&socket_address));
+        match bound {
+            Ok(listener) => return Ok((listener, address)),
+            Err(cause) if cause.kind() == ErrorKind::AddrInUse && attempt < BIND_ATTEMPTS => {}
+            Err(cause) => {
+                return Err(SharerError::Bind {
+                    address: address.to_string(),
+                    cause,
+                });
+            }
+        }
+    }
+}
+
+/// Binds `listener-XXXXXXXX` in a fresh private directory
+/// `tensorshare-sharer-<pid>-XXXXXXXX` in `parent`.
+fn bind_in(parent: &Path) -> Result<(UnixListener, Address, PrivateTempDir), SharerError> {
+    let temp_dir_error = |cause| SharerError::TempDir {
+        dir: parent.to_path_buf(),
+        cause,
+    };
+    if parent.to_str().is_none() {
+        return Err(temp_dir_error(ConnectionError::InvalidAddress {
+            address: parent.to_string_lossy().into_owned(),
+            reason: "socket paths travel in pickles as str, and this one is not UTF-8".into(),
+        }));
+    }
+    let path = create_sharer_dir_in(parent).map_err(|e| {
+        temp_dir_error(ConnectionError::io(
+            "creating a private socket directory",
+            e,
+        ))
+    })?;
+    // Dropping `dir` on an early return removes it and what is inside.
+    let dir = PrivateTempDir::adopt(path);
+    let address = dir.unique_address().map_err(temp_dir_error)?;
+    let bound = address
+        .to_socket_addr()
+        .and_then(|socket_address| UnixListener::bind_addr(&socket_address));
+    match bound {
+        Ok(listener) => Ok((listener, address, dir)),
+        Err(cause) => Err(SharerError::Bind {
+            address: address.to_string(),
+            cause,
+        }),
+    }
 }
 
 impl ResourceSharer {
@@ -207,63 +308,59 @@ impl ResourceSharer {
     ///
     /// # Errors
     ///
-    /// [`SharerError::TempDir`] when no private directory can be made,
-    /// [`SharerError::Bind`] when the socket cannot be bound,
-    /// [`SharerError::Spawn`] when a thread cannot be started. Nothing is
-    /// left behind on error.
+    /// [`SharerError::TempDir`] when the private directory for a socket
+    /// file cannot be made, [`SharerError::Bind`] when the socket cannot be
+    /// bound, [`SharerError::Spawn`] when a thread cannot be started.
+    /// Nothing is left behind on error.
     pub fn start_with(authkey: &[u8], options: SharerOptions) -> Result<Arc<Self>, SharerError> {
-        // Dropping `dir` on an early return removes it and what is inside.
-        let dir = PrivateTempDir::create().map_err(|cause| SharerError::TempDir { cause })?;
-        let socket_path = dir
-            .unique_address()
-            .map_err(|cause| SharerError::TempDir { cause })?
-            .as_path()
-            .map(Path::to_path_buf)
-            .unwrap_or_default();
-        let listener = match UnixListener::bind(&socket_path) {
-            Ok(listener) => listener,
-            Err(cause) => {
-                return Err(SharerError::Bind {
-                    path: socket_path,
-                    cause,
-                });
+        let (listener, address, dir) = match options.socket() {
+            SharerSocket::PathIn(parent) => {
+                let (listener, address, dir) = bind_in(parent)?;
+                (listener, address, Some(dir))
+            }
+            SharerSocket::Abstract => {
+                let (listener, address) = bind_abstract()?;
+                (listener, address, None)
             }
         };
+        let address_text = String::from_utf8_lossy(&address.to_bytes()).into_owned();
         let listener_waker = match listener.try_clone() {
             Ok(clone) => UnixStream::from(OwnedFd::from(clone)),
             Err(cause) => {
                 return Err(SharerError::Bind {
-                    path: socket_path,
+                    address: address.to_string(),
                     cause,
                 });
             }
         };
-        let (sender, receiver) = std::sync::mpsc::sync_channel(options.workers());
+        let workers = options.workers();
+        let (sender, receiver) = std::sync::mpsc::sync_channel(workers);
         let shared = Arc::new(Shared {
             authkey: authkey.to_vec(),
             options,
+            peer_uids: PeerUids::this_user(),
             stopping: AtomicBool::new(false),
             counters: Counters::default(),
             queue: Mutex::new(Some(sender)),
-            in_flight: (0..options.workers()).map(|_| Mutex::new(None)).collect(),
+            in_flight: (0..workers).map(|_| Mutex::new(None)).collect(),
             table: Mutex::new(Table::default()),
             reports: Mutex::new(KeyReports::default()),
         });
         // From here on, dropping `sharer` on error undoes everything.
         let sharer = Arc::new(Self {
             shared: Arc::clone(&shared),
-            address: socket_path.to_string_lossy().into_owned(),
-            socket_path: socket_path.clone(),
+            address,
+            address_text,
             dir,
             threads: Mutex::new(None),
         });
         *lock(&sharer.threads) = Some(Threads {
             listener_waker,
             acceptor: None,
-            workers: Vec::with_capacity(options.workers()),
+            workers: Vec::with_capacity(workers),
         });
         let receiver: Arc<Mutex<Receiver<UnixStream>>> = Arc::new(Mutex::new(receiver));
-        for slot in 0..options.workers() {
+        for slot in 0..workers {
             let shared = Arc::clone(&shared);
             let receiver = Arc::clone(&receiver);
             let worker = thread::Builder::new()
@@ -311,30 +408,40 @@ impl ResourceSharer {
             key
         };
         let id = DupFdId {
-            address: self.address.clone(),
+            address: self.address_text.clone(),
             key,
         };
         Ok(Registration::new(Arc::clone(self), id))
     }
 
-    /// The socket address as bytes, as [`fetch_fd`](super::fetch_fd) takes it.
+    /// The socket address as bytes, as [`fetch_fd`](super::fetch_fd) takes it
+    /// and as a `DupFd`'s `_id` carries it: NUL and the name for an abstract
+    /// address (pickled as `bytes`, as CPython reports one), or the path
+    /// (pickled as `str`).
     pub fn address(&self) -> &[u8] {
-        self.address.as_bytes()
+        self.address_text.as_bytes()
     }
 
-    /// The socket address as the `str` that goes into a `DupFd`'s `_id`.
+    /// [`ResourceSharer::address`] as text, with its leading NUL when
+    /// abstract: what [`DupFdId::address`] holds.
     pub fn address_str(&self) -> &str {
+        &self.address_text
+    }
+
+    /// The socket address.
+    pub fn socket_address(&self) -> &Address {
         &self.address
     }
 
-    /// The socket's filesystem path.
-    pub fn socket_path(&self) -> &Path {
-        &self.socket_path
+    /// The socket file's path, when it listens on one
+    /// ([`SharerSocket::PathIn`]); `None` in the abstract namespace.
+    pub fn socket_path(&self) -> Option<&Path> {
+        self.address.as_path()
     }
 
     /// The options the sharer was started with.
-    pub fn options(&self) -> SharerOptions {
-        self.shared.options
+    pub fn options(&self) -> &SharerOptions {
+        &self.shared.options
     }
 
     /// Counts of what the sharer has served and refused so far.
@@ -345,7 +452,8 @@ impl ResourceSharer {
     }
 
     /// Stops serving: closes every registered fd, cuts off connections in
-    /// progress, stops the threads and removes the socket and its directory.
+    /// progress, stops the threads and removes a socket file and its
+    /// directory.
     /// Later [`ResourceSharer::register`] calls fail. Idempotent; dropping
     /// the last `Arc` does the same.
     ///
@@ -379,7 +487,9 @@ impl ResourceSharer {
         let _ = threads.listener_waker.shutdown(Shutdown::Both);
         if let Some(acceptor) = threads.acceptor {
             if !acceptor.is_finished() {
-                let _ = UnixStream::connect(&self.socket_path);
+                if let Ok(socket_address) = self.address.to_socket_addr() {
+                    let _ = UnixStream::connect_addr(&socket_address);
+                }
             }
             join_within(acceptor, deadline);
         }
@@ -388,9 +498,12 @@ impl ResourceSharer {
         }
         drop(threads.listener_waker);
         // Failures leave only an empty directory or a dead socket file in
-        // our private temp dir; there is no one to report them to in Drop.
-        let _ = std::fs::remove_file(&self.socket_path);
-        let _ = std::fs::remove_dir(self.dir.path());
+        // our private temp dir, which `tensorshare gc` removes; there is no
+        // one to report them to in Drop. An abstract name is gone already.
+        if let (Some(path), Some(dir)) = (self.address.as_path(), &self.dir) {
+            let _ = std::fs::remove_file(path);
+            let _ = std::fs::remove_dir(dir.path());
+        }
     }
 
     /// Withdraws `key`: the fd if it was still registered.
@@ -430,7 +543,7 @@ impl fmt::Debug for ResourceSharer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // The authkey is left out on purpose.
         f.debug_struct("ResourceSharer")
-            .field("address", &self.address)
+            .field("address", &self.address.to_string())
             .field("options", &self.shared.options)
             .field("stats", &self.stats())
             .finish_non_exhaustive()

@@ -19,6 +19,9 @@ pub struct SharerStats {
     /// Keys whose storages a tensorshare receiver reported unmapped, so that
     /// their memory may be reused.
     pub unmapped: u64,
+    /// Connections from processes of another user (root's are served),
+    /// closed before the handshake.
+    pub other_user: u64,
     /// Clients whose authkey differs from the sharer's.
     pub wrong_authkey: u64,
     /// Clients that did not follow the authkey handshake.
@@ -46,6 +49,7 @@ pub(crate) struct Counters {
     served: AtomicU64,
     released: AtomicU64,
     unmapped: AtomicU64,
+    other_user: AtomicU64,
     wrong_authkey: AtomicU64,
     bad_handshake: AtomicU64,
     malformed_request: AtomicU64,
@@ -69,6 +73,7 @@ impl Counters {
                 self.released.fetch_add(released as u64, Ordering::Relaxed);
                 return;
             }
+            Outcome::OtherUser => &self.other_user,
             Outcome::WrongAuthkey => &self.wrong_authkey,
             Outcome::BadHandshake => &self.bad_handshake,
             Outcome::MalformedRequest => &self.malformed_request,
@@ -87,6 +92,7 @@ impl Counters {
             served: read(&self.served),
             released: read(&self.released),
             unmapped: read(&self.unmapped),
+            other_user: read(&self.other_user),
             wrong_authkey: read(&self.wrong_authkey),
             bad_handshake: read(&self.bad_handshake),
             malformed_request: read(&self.malformed_request),

@@ -41,7 +41,9 @@ pub(crate) use memmap::register as register_memmap;
 pub(crate) use receipt::Receipt;
 
 use crate::registry::rebuild::Walker;
-use crate::resource_sharer::{Registration, ResourceSharer};
+use crate::resource_sharer::{
+    Registration, ResourceSharer, SharerError, SharerOptions, SharerSocket,
+};
 use crate::storage::StorageWriter;
 use crate::{Authkey, Error, Registry, Storage, StrategyKind, Value};
 
@@ -88,6 +90,9 @@ pub struct SharingContext {
     fetch_timeout: Duration,
     unfetched_lifetime: Duration,
     sharer: OnceLock<Arc<ResourceSharer>>,
+    /// Where the resource sharer listens; `None` for what
+    /// `TENSORSHARE_SHARER_DIR` says ([`SharerSocket::from_env`]).
+    sharer_socket: Option<SharerSocket>,
     /// Sent and received fd storages by inode, as torch's `shared_cache`
     /// keys them: one mapping per shared object while it lives, and a
     /// storage that comes back is the one that was sent.
@@ -136,6 +141,7 @@ impl SharingContext {
             fetch_timeout: DEFAULT_FETCH_TIMEOUT,
             unfetched_lifetime: DEFAULT_UNFETCHED_LIFETIME,
             sharer: OnceLock::new(),
+            sharer_socket: None,
             by_inode: WeakStorageCache::new(),
             by_name: WeakStorageCache::new(),
             memmap: MemmapStrategy::default(),
@@ -200,6 +206,15 @@ impl SharingContext {
     /// attached fds (its kernel closes them) and fetches as always.
     pub fn with_inline_fds(mut self, inline: bool) -> Self {
         self.inline_fds = inline;
+        self
+    }
+
+    /// Sets where this context's resource sharer listens, instead of what
+    /// `TENSORSHARE_SHARER_DIR` says ([`SharerSocket::from_env`]: the
+    /// abstract namespace when it is unset). Takes effect when the sharer
+    /// starts, with the first storage sent by `file_descriptor`.
+    pub fn with_sharer_socket(mut self, socket: SharerSocket) -> Self {
+        self.sharer_socket = Some(socket);
         self
     }
 
@@ -361,7 +376,14 @@ impl SharingContext {
         if let Some(sharer) = self.sharer.get() {
             return Ok(sharer);
         }
-        let started = ResourceSharer::start(self.authkey.as_bytes())?;
+        let socket = match &self.sharer_socket {
+            Some(socket) => socket.clone(),
+            None => SharerSocket::from_env().map_err(|value| SharerError::SocketDirSetting {
+                value: value.to_string_lossy().into_owned(),
+            })?,
+        };
+        let options = SharerOptions::new().with_socket(socket);
+        let started = ResourceSharer::start_with(self.authkey.as_bytes(), options)?;
         Ok(self.sharer.get_or_init(|| started))
     }
 

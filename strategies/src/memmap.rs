@@ -51,10 +51,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use nix::errno::Errno;
-use rustix::fs::{AtFlags, CWD, StatxFlags, statx};
 use nix::fcntl::{OFlag, open};
 use nix::sys::stat::{FileStat, Mode, fstat, lstat};
 use nix::unistd::{ftruncate, unlink};
+use rustix::fs::{AtFlags, CWD, StatxFlags, statx};
 
 use crate::error::MAX_SEGMENT_BYTES;
 use crate::file_descriptor::{FileIdentity, ReceivedFd};
@@ -339,7 +339,13 @@ impl FileBirth {
     /// itself with `AtFlags::EMPTY_PATH`), or `None` where the filesystem
     /// records none.
     fn of(dir: impl AsFd, path: &Path, flags: AtFlags) -> Option<Self> {
-        let statx = statx(dir, path, flags | AtFlags::SYMLINK_NOFOLLOW, StatxFlags::BTIME).ok()?;
+        let statx = statx(
+            dir,
+            path,
+            flags | AtFlags::SYMLINK_NOFOLLOW,
+            StatxFlags::BTIME,
+        )
+        .ok()?;
         (statx.stx_mask & StatxFlags::BTIME.bits() != 0).then_some(FileBirth {
             seconds: statx.stx_btime.tv_sec,
             nanoseconds: statx.stx_btime.tv_nsec,
@@ -383,9 +389,8 @@ impl Drop for FileLease {
         // Removed only while the path still names this file: another
         // process may have replaced it. There is nothing to do about a
         // failure on a release path (already removed, directory gone).
-        let same_birth = || {
-            self.born.is_none() || FileBirth::of(CWD, &self.path, AtFlags::empty()) == self.born
-        };
+        let same_birth =
+            || self.born.is_none() || FileBirth::of(CWD, &self.path, AtFlags::empty()) == self.born;
         if let Ok(stat) = lstat(&self.path)
             && FileIdentity::of(&stat) == self.identity
             && same_birth()

@@ -1,4 +1,5 @@
-//! Segments in `/dev/shm` left by processes that are gone.
+//! Segments in `/dev/shm`, and private socket directories, left by
+//! processes that are gone.
 //!
 //! The `file_system` strategy, torch's and ours, keeps every shared storage
 //! in a named segment `/dev/shm/torch_<pid>_<random>_<counter>`, where
@@ -7,6 +8,11 @@
 //! together with its clients (SIGKILL, the OOM killer), nobody does, and the
 //! segments fill `/dev/shm` until reboot. [`scan`] finds them and
 //! [`OrphanScan::remove_orphans`] removes them.
+//!
+//! The private socket directories of tensorshare processes that are gone
+//! are found by [`scan_socket_dirs`] and removed by
+//! [`SocketDirScan::remove_orphans`]: see [Socket
+//! directories](#socket-directories).
 //!
 //! # What counts as an orphan
 //!
@@ -68,6 +74,46 @@
 //! (glibc and musl unlink `/dev/shm/<name>`), and it removes exactly the
 //! entry that was checked also when the operator names another directory.
 //!
+//! # Socket directories
+//!
+//! A socket bound to a path outlives a process killed by SIGKILL, and so
+//! does the private directory it was made in. tensorshare's resource sharer
+//! listens in Linux's abstract namespace, which leaves nothing behind, but
+//! one told to listen on a path (`TENSORSHARE_SHARER_DIR`) makes
+//! `tensorshare-sharer-<pid>-XXXXXXXX/listener-XXXXXXXX`, and the
+//! shared-memory manager, which torch's clients must reach by path, makes
+//! `tensorshare-shm-XXXXXX/manager.sock`. [`scan_socket_dirs`] finds the
+//! ones whose process is gone and [`SocketDirScan::remove_orphans`] removes
+//! them.
+//!
+//! ## What counts as an orphan socket directory
+//!
+//! An entry directly inside one of the scanned parent directories is an
+//! orphan when all of these hold, checked in this order:
+//!
+//! - its name parses as a [`SocketDirName`]: a name only tensorshare makes.
+//!   Other names, CPython's `pymp-XXXXXXXX` among them, are not looked at
+//!   at all; those cannot be told from a live or dead Python process's own;
+//! - it is a directory, not followed if it is a symlink;
+//! - for a resource sharer's directory, the process named in it is gone
+//!   (`kill(pid, 0)` fails with `ESRCH`; a recycled pid keeps it);
+//! - it was last changed at least [`SocketDirScanOptions::min_age`] ago:
+//!   a manager's directory names no process, and this covers the moment
+//!   between making it and binding the socket;
+//! - it holds nothing but sockets of the names its kind binds
+//!   (`listener-XXXXXXXX`, `manager.sock`): anything else there is not
+//!   ours to remove;
+//! - no socket in it is listening: none is bound in `/proc/net/unix`, and
+//!   connecting to each is refused (`ECONNREFUSED`), which is what the
+//!   kernel answers for a socket file whose listener is gone, in whichever
+//!   pid or network namespace it ran. Connecting is tried only for sockets
+//!   `/proc/net/unix` does not list, so a live listener in this network
+//!   namespace is never disturbed.
+//!
+//! Removal checks it all again, then removes the sockets and the directory.
+//! A directory this user may not enter (another user's, when not root) is
+//! kept and reported.
+//!
 //! # Limits
 //!
 //! - A name that is only in flight, in a queue or a pipe, with every process
@@ -121,6 +167,7 @@ mod listing;
 mod orphan_scan;
 mod removal;
 mod report;
+mod socket_dirs;
 mod verdict;
 
 #[cfg(test)]
@@ -132,9 +179,15 @@ pub use error::{RemoveError, ScanError};
 pub use orphan_scan::{OrphanScan, ScanOptions, scan};
 pub use removal::{Removal, RemovalOutcome};
 pub use report::{KeepReason, SegmentReport, SkipReason, SkippedEntry};
+pub use socket_dirs::{
+    SkippedSocketDir, SocketDirKeepReason, SocketDirOutcome, SocketDirRemoval,
+    SocketDirRemoveError, SocketDirReport, SocketDirScan, SocketDirScanOptions, scan_socket_dirs,
+};
 
 #[cfg(doc)]
 use crate::file_system::SegmentName;
+#[cfg(doc)]
+use crate::private_dir::SocketDirName;
 
 /// Where Linux keeps POSIX shared-memory objects: `shm_open` names resolve
 /// here.

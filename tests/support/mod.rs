@@ -84,6 +84,13 @@ impl Server {
 
     /// `tensorshare echo` on a fresh address.
     pub fn echo(authkey: &Authkey, strategy: &str) -> Server {
+        let (command, address) = Server::echo_command(authkey, strategy);
+        Server::start(command, address)
+    }
+
+    /// The command line of [`Server::echo`], to start with more settings,
+    /// and the address it listens on.
+    pub fn echo_command(authkey: &Authkey, strategy: &str) -> (Command, Address) {
         let address = unique_address("echo");
         let mut command = Command::new(env!("CARGO_BIN_EXE_tensorshare"));
         command.args([
@@ -96,12 +103,24 @@ impl Server {
             strategy,
         ]);
         command.env_remove(tensorshare::connection::AUTHKEY_ENV);
-        Server::start(command, address)
+        command.env_remove(tensorshare::resource_sharer::SHARER_DIR_ENV);
+        (command, address)
     }
 
     /// A stock-torch echo server (`echo_peer.py serve --strategy STRATEGY`)
     /// on a fresh address.
     pub fn torch_echo(python: &str, authkey: &Authkey, strategy: &str) -> Server {
+        let (command, address) = Server::torch_echo_command(python, authkey, strategy);
+        Server::start(command, address)
+    }
+
+    /// The command line of [`Server::torch_echo`], and the address it
+    /// listens on.
+    pub fn torch_echo_command(
+        python: &str,
+        authkey: &Authkey,
+        strategy: &str,
+    ) -> (Command, Address) {
         let address = unique_address("torch-echo");
         let mut command = Command::new(python);
         command
@@ -109,7 +128,7 @@ impl Server {
             .args(["serve", "--strategy", strategy, "--address"])
             .arg(address.to_string())
             .args(["--authkey", &authkey.to_hex()]);
-        Server::start(command, address)
+        (command, address)
     }
 
     pub fn pid(&self) -> u32 {
@@ -315,6 +334,36 @@ pub fn expect_success(output: &std::process::Output, what: &str) -> String {
     stdout
 }
 
+/// The abstract socket names bound in this network namespace, without
+/// their leading NUL, as `/proc/net/unix` lists them (`@name`).
+pub fn bound_abstract_names() -> Vec<String> {
+    std::fs::read_to_string("/proc/net/unix")
+        .expect("read /proc/net/unix")
+        .lines()
+        .skip(1)
+        .filter_map(|line| line.split_whitespace().nth(7))
+        .filter_map(|path| path.strip_prefix('@'))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Every path under `dir`, depth first, `dir` itself left out.
+pub fn tree(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+        found.push(path.clone());
+        if is_dir {
+            found.extend(tree(&path));
+        }
+    }
+    found
+}
+
 /// `bytes` in lowercase hex.
 pub fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write as _;
@@ -322,6 +371,14 @@ pub fn hex(bytes: &[u8]) -> String {
         let _ = write!(text, "{b:02x}");
         text
     })
+}
+
+/// The bytes `text` spells in hex.
+pub fn unhex(text: &str) -> Vec<u8> {
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).expect("hex"))
+        .collect()
 }
 
 /// What stock torch loads from each of `paths` with `weights_only=True`,

@@ -47,6 +47,39 @@ pub enum ScanError {
         /// What listing `/proc` failed with.
         errno: Errno,
     },
+    /// A directory to look for socket directories in cannot be opened.
+    #[error(
+        "cannot open {} to look for socket directories ({errno}): {}",
+        path.display(),
+        open_parent_hint(*errno)
+    )]
+    OpenSocketParent {
+        /// The directory.
+        path: PathBuf,
+        /// What `open` failed with.
+        errno: Errno,
+    },
+    /// Listing a directory to look for socket directories in failed.
+    #[error(
+        "cannot list {} to look for socket directories ({errno}): check that this user may read \
+         it, or run as root",
+        path.display()
+    )]
+    ListSocketParent {
+        /// The directory.
+        path: PathBuf,
+        /// What reading it failed with.
+        errno: Errno,
+    },
+}
+
+fn open_parent_hint(errno: Errno) -> &'static str {
+    match errno {
+        Errno::ENOENT => "no such directory: name the TMPDIR the processes ran with",
+        Errno::ENOTDIR => "not a directory: name the TMPDIR the processes ran with",
+        Errno::EACCES => "permission denied: run as a user who may read it, or as root",
+        _ => "check the path and run again",
+    }
 }
 
 fn open_dir_hint(errno: Errno) -> &'static str {

@@ -127,6 +127,13 @@ pub enum SkipReason {
         /// `character device`, `block device` or `unknown`.
         file_type: &'static str,
     },
+    /// A socket directory's name on something that is not a directory: a
+    /// symlink, file, fifo, socket or device; never followed, never removed.
+    NotDirectory {
+        /// What it is instead: `symlink`, `regular file`, `fifo`, `socket`,
+        /// `character device`, `block device` or `unknown`.
+        file_type: &'static str,
+    },
     /// `lstat` failed.
     Stat {
         /// What it failed with.
@@ -139,6 +146,9 @@ impl fmt::Display for SkipReason {
         match self {
             SkipReason::NotRegularFile { file_type } => {
                 write!(f, "not a regular file ({file_type}); left alone")
+            }
+            SkipReason::NotDirectory { file_type } => {
+                write!(f, "not a directory ({file_type}); left alone")
             }
             SkipReason::Stat { errno } => write!(f, "cannot stat it ({errno}); left alone"),
         }

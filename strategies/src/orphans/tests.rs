@@ -419,3 +419,79 @@ fn another_users_orphan_is_kept_and_never_removed() {
     );
     assert!(given.path.exists());
 }
+
+#[test]
+fn proc_net_unix_paths_are_read_after_seven_fields() {
+    let table = b"Num       RefCount Protocol Flags    Type St Inode Path\n\
+0000000000000000: 00000002 00000000 00010000 0001 01 12345 /tmp/tensorshare-shm-Ab12cD/manager.sock\n\
+0000000000000000: 00000002 00000000 00010000 0001 01 12346 @tensorshare-sharer-1-abc\n\
+0000000000000000: 00000003 00000000 00000000 0001 03 12347\n\
+0000000000000000: 00000002 00000000 00010000 0001 01 12348 /tmp/with space/listener-x\n";
+    let paths = super::socket_dirs::parse_bound_socket_paths(table);
+    let mut paths: Vec<&[u8]> = paths.iter().map(Vec::as_slice).collect();
+    paths.sort();
+    assert_eq!(
+        paths,
+        [
+            &b"/tmp/tensorshare-shm-Ab12cD/manager.sock"[..],
+            b"/tmp/with space/listener-x"
+        ]
+    );
+}
+
+#[test]
+fn socket_dirs_of_the_living_and_the_dead() {
+    use crate::private_dir::SocketDirName;
+
+    let parent = tempfile::tempdir().expect("tempdir");
+    let dead = dead_pid();
+    let dead_dir = parent
+        .path()
+        .join(format!("tensorshare-sharer-{dead}-deaddir1"));
+    std::fs::create_dir(&dead_dir).expect("mkdir");
+    drop(std::os::unix::net::UnixListener::bind(dead_dir.join("listener-deadsock")).expect("bind"));
+    let alive = SocketDirName::fresh_sharer();
+    let alive_dir = parent.path().join(alive.as_str());
+    std::fs::create_dir(&alive_dir).expect("mkdir");
+    std::fs::write(parent.path().join("tensorshare-shm-file01"), b"").expect("a file");
+
+    let options = SocketDirScanOptions::new()
+        .parent(parent.path())
+        .min_age(Duration::ZERO);
+    let found = scan_socket_dirs(&options).expect("scan");
+    assert_eq!(found.dirs().len(), 2, "{found:?}");
+    let dead_report = found
+        .dirs()
+        .iter()
+        .find(|d| d.path() == dead_dir)
+        .expect("the dead one");
+    assert!(dead_report.is_orphan(), "{dead_report:?}");
+    assert_eq!(dead_report.creator_alive, Some(false));
+    let alive_report = found
+        .dirs()
+        .iter()
+        .find(|d| d.name == alive)
+        .expect("the live one");
+    assert_eq!(alive_report.keep, Some(SocketDirKeepReason::CreatorAlive));
+    assert_eq!(found.skipped().len(), 1);
+    assert_eq!(
+        found.skipped()[0].reason,
+        SkipReason::NotDirectory {
+            file_type: "regular file"
+        }
+    );
+
+    // A socket that comes alive before removal keeps the directory.
+    let revived = std::os::unix::net::UnixListener::bind(dead_dir.join("listener-deadsock"));
+    assert!(revived.is_err(), "the dead socket file is still there");
+    std::fs::remove_file(dead_dir.join("listener-deadsock")).expect("remove");
+    let _revived =
+        std::os::unix::net::UnixListener::bind(dead_dir.join("listener-deadsock")).expect("bind");
+    let removals = found.remove_orphans();
+    assert_eq!(removals.len(), 1);
+    assert_eq!(
+        removals[0].outcome,
+        SocketDirOutcome::Kept(SocketDirKeepReason::Listening)
+    );
+    assert!(dead_dir.exists() && alive_dir.exists());
+}

@@ -15,7 +15,7 @@ use crate::owner::is_own_uid;
 
 /// Whether a process with this pid exists: `EPERM` says it does, another
 /// user's.
-fn process_exists(pid: u32) -> bool {
+pub(super) fn process_exists(pid: u32) -> bool {
     let Ok(pid) = i32::try_from(pid) else {
         return true;
     };
