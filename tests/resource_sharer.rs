@@ -863,3 +863,68 @@ fn rust_fetches_from_cpython_sharer() {
     let status = child.wait().expect("wait for python");
     assert!(status.success(), "python sharer exited with {status}");
 }
+
+/// Tensors a stalled-receiver sender streams in [`unfetched_fds_stay_within_the_fd_limit`].
+const STALLED_TENSORS: usize = 50_000;
+/// The soft fd limit that sender runs under.
+const STALLED_FD_LIMIT: u64 = 1024;
+
+/// Child entry point: under a soft fd limit of 1024, pickles 50,000 4 KiB
+/// `file_descriptor` tensors that no receiver ever fetches, and prints the
+/// most fds it had open. A no-op in the normal test run.
+#[test]
+fn child_stalled_receiver_entry() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    use tensorshare::{Authkey, DType, SharingContext, Tensor, TensorView, Value};
+
+    if std::env::var(CHILD_ENV).as_deref() != Ok("stalled") {
+        return;
+    }
+    let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).expect("getrlimit");
+    setrlimit(Resource::RLIMIT_NOFILE, STALLED_FD_LIMIT, hard).expect("setrlimit");
+    let sharing = SharingContext::new(Authkey::random().expect("authkey"));
+    let mut first = None;
+    let mut most_fds = 0;
+    for round in 0..STALLED_TENSORS {
+        let mut writer = sharing.allocate(4096).expect("allocate");
+        writer.as_bytes_mut().fill(round as u8);
+        let tensor = Tensor::new(
+            writer.freeze(),
+            TensorView::contiguous(DType::UInt8, &[4096]),
+        )
+        .expect("tensor");
+        let pickle = sharing
+            .dumps(&Value::Tensor(tensor))
+            .unwrap_or_else(|e| panic!("tensor {round}: {e}"));
+        first.get_or_insert(pickle);
+        if round % 500 == 0 {
+            most_fds = most_fds.max(open_fds());
+        }
+    }
+    most_fds = most_fds.max(open_fds());
+    assert!(sharing.unfetched_shares() <= STALLED_FD_LIMIT as usize / 4);
+    // The oldest registration expired to make room: fetching it now fails.
+    let late = sharing.loads(&first.expect("first pickle"));
+    assert!(late.is_err(), "the first tensor's fd is still served");
+    println!("MOST FDS {most_fds}");
+}
+
+/// A sender whose receiver never fetches keeps its unfetched fds within a
+/// budget drawn from its fd limit: the oldest expire early, and it never
+/// runs out of fds.
+#[test]
+fn unfetched_fds_stay_within_the_fd_limit() {
+    let output = run_child("child_stalled_receiver_entry", "stalled", &[]);
+    let most: usize = line_after(&output, "MOST FDS ")
+        .trim()
+        .parse()
+        .expect("fd count");
+    let _ = writeln!(
+        std::io::stderr(),
+        "{STALLED_TENSORS} unfetched tensors under ulimit -n {STALLED_FD_LIMIT}: at most {most} fds open"
+    );
+    assert!(
+        most < STALLED_FD_LIMIT as usize * 3 / 4,
+        "{most} fds open under a limit of {STALLED_FD_LIMIT}"
+    );
+}

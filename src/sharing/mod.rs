@@ -89,6 +89,9 @@ pub struct SharingContext {
     strategy: StrategyKind,
     fetch_timeout: Duration,
     unfetched_lifetime: Duration,
+    /// The most registrations kept unfetched: past it, the oldest is
+    /// withdrawn and its fd closed.
+    max_unfetched_fds: usize,
     sharer: OnceLock<Arc<ResourceSharer>>,
     /// Where the resource sharer listens; `None` for what
     /// `TENSORSHARE_SHARER_DIR` says ([`SharerSocket::from_env`]).
@@ -140,6 +143,7 @@ impl SharingContext {
             strategy: StrategyKind::FileDescriptor,
             fetch_timeout: DEFAULT_FETCH_TIMEOUT,
             unfetched_lifetime: DEFAULT_UNFETCHED_LIFETIME,
+            max_unfetched_fds: unfetched_fd_budget(),
             sharer: OnceLock::new(),
             sharer_socket: None,
             by_inode: WeakStorageCache::new(),
@@ -192,6 +196,21 @@ impl SharingContext {
         let limits = self.sent_files.limits();
         self.sent_files
             .set_limits(sent_files::RetentionLimits { lifetime, ..limits });
+        self
+    }
+
+    /// Keeps at most `count` fds registered for receivers that have not
+    /// fetched them yet (default: a quarter of the soft `RLIMIT_NOFILE`).
+    ///
+    /// When a send would register one more, the oldest unfetched fd expires
+    /// early, as it would at the end of its
+    /// [unfetched lifetime](Self::with_unfetched_lifetime): its fd closes and
+    /// a receiver that fetches it later gets an error. A producer streaming
+    /// to a slow consumer thus never runs out of fds; raise `count` (and
+    /// `ulimit -n`) if receivers fall further behind than that. `0` counts
+    /// as 1.
+    pub fn with_max_unfetched_fds(mut self, count: usize) -> Self {
+        self.max_unfetched_fds = count.max(1);
         self
     }
 
@@ -400,6 +419,11 @@ impl SharingContext {
         {
             registrations.pop_front();
         }
+        // Within the fd budget, the oldest expires first: dropping its
+        // registration withdraws and closes its fd.
+        while registrations.len() >= self.max_unfetched_fds {
+            registrations.pop_front();
+        }
         registrations.push_back((now + self.unfetched_lifetime, registration));
     }
 
@@ -428,6 +452,12 @@ impl SharingContext {
         registrations.retain(|(_, registration)| registration.is_pending());
         registrations.len()
     }
+}
+
+/// How many unfetched fds a context keeps registered by default: a quarter
+/// of the fd limit, at least 16.
+fn unfetched_fd_budget() -> usize {
+    recyclable_fds().max(16)
 }
 
 /// How many free memfds a context keeps: a quarter of the fd limit.
