@@ -19,9 +19,9 @@ mod receipt;
 mod recycle;
 mod release;
 mod sent_files;
+mod unfetched;
 mod watched;
 
-use std::collections::VecDeque;
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -113,7 +113,7 @@ pub struct SharingContext {
     sent_files: sent_files::SentFiles,
     /// Fds handed to the resource sharer and not yet fetched, with the time
     /// after which they are closed unfetched.
-    registrations: Mutex<VecDeque<(Instant, Registration)>>,
+    registrations: unfetched::UnfetchedFds,
     /// Whether [`Connection::send`](crate::Connection::send) attaches fds to
     /// the message.
     inline_fds: bool,
@@ -155,7 +155,7 @@ impl SharingContext {
                 max_files: sent_files::DEFAULT_MAX_FILES,
                 max_bytes: sent_files::DEFAULT_MAX_BYTES,
             }),
-            registrations: Mutex::new(VecDeque::new()),
+            registrations: unfetched::UnfetchedFds::default(),
             inline_fds: true,
             pool: Arc::new(recycle::SegmentPool::new(
                 recyclable_fds(),
@@ -406,32 +406,21 @@ impl SharingContext {
         Ok(self.sharer.get_or_init(|| started))
     }
 
-    /// Keeps `registration` until its fd is fetched or its deadline passes.
+    /// Keeps `registration` until its fd is fetched, its deadline passes
+    /// or newer ones push it out of the [budget](Self::with_max_unfetched_fds).
     pub(crate) fn keep_registration(&self, registration: Registration) {
-        let now = Instant::now();
-        let mut registrations = lock(&self.registrations);
-        // Deadlines grow in push order, and receivers fetch in about send
-        // order: dropping from the front keeps this O(1) per send. A fetched
-        // entry behind a pending one holds no fd, only its key.
-        while registrations
-            .front()
-            .is_some_and(|(deadline, registration)| *deadline <= now || !registration.is_pending())
-        {
-            registrations.pop_front();
-        }
-        // Within the fd budget, the oldest expires first: dropping its
-        // registration withdraws and closes its fd.
-        while registrations.len() >= self.max_unfetched_fds {
-            registrations.pop_front();
-        }
-        registrations.push_back((now + self.unfetched_lifetime, registration));
+        self.registrations.keep(
+            registration,
+            Instant::now() + self.unfetched_lifetime,
+            self.max_unfetched_fds,
+        );
     }
 
     /// Stops handing out fds: closes every fd no receiver has fetched yet
     /// and removes the resource sharer's socket. Later sends of shared
     /// storages fail; storages already received stay mapped.
     pub fn shutdown(&self) {
-        lock(&self.registrations).clear();
+        self.registrations.clear();
         self.sent_files.clear();
         if let Some(sharer) = self.sharer.get() {
             sharer.shutdown();
@@ -448,9 +437,7 @@ impl SharingContext {
 
     /// How many shared fds are waiting for their receivers.
     pub fn unfetched_shares(&self) -> usize {
-        let mut registrations = lock(&self.registrations);
-        registrations.retain(|(_, registration)| registration.is_pending());
-        registrations.len()
+        self.registrations.pending()
     }
 }
 
