@@ -188,19 +188,22 @@ impl Outcome {
         }
         let leaks = &self.leaks;
         if !leaks.shm.is_empty() {
-            parts.push(format!("left in /dev/shm: {:?}", leaks.shm));
+            parts.push(format!("left in /dev/shm: {}", few(&leaks.shm)));
         }
         if !leaks.memmap_files.is_empty() {
-            parts.push(format!("left in the memmap dir: {:?}", leaks.memmap_files));
+            parts.push(format!(
+                "left in the memmap dir: {}",
+                few(&leaks.memmap_files)
+            ));
         }
         if !leaks.sockets.is_empty() || !leaks.tmp_files.is_empty() {
             parts.push(format!(
-                "left in TMPDIR: {:?}",
-                leaks
+                "left in TMPDIR: {}",
+                few(&leaks
                     .sockets
                     .iter()
                     .chain(&leaks.tmp_files)
-                    .collect::<Vec<_>>()
+                    .collect::<Vec<_>>())
             ));
         }
         if !leaks.managers.is_empty() {
@@ -210,6 +213,16 @@ impl Outcome {
             parts.push(format!("the surviving server kept {} fds", leaks.fds));
         }
         parts.join("; ")
+    }
+}
+
+/// The first few of `items` and how many there are.
+fn few<T: std::fmt::Debug>(items: &[T]) -> String {
+    const SHOWN: usize = 3;
+    if items.len() <= SHOWN {
+        format!("{items:?}")
+    } else {
+        format!("{:?} and {} more", &items[..SHOWN], items.len() - SHOWN)
     }
 }
 
