@@ -3,6 +3,7 @@
 #![allow(dead_code)] // each test binary uses its own part of this
 
 pub mod cases;
+pub mod kill_trials;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};

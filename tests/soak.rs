@@ -1,0 +1,273 @@
+//! The long crash test (`scripts/soak`): the kill trials of
+//! `tests/crash.rs` over every strategy, with Rust and torch on either
+//! side, killing the producer, the server, the shared-memory managers
+//! (`file_system`) or all of them at a random moment, for
+//! `TENSORSHARE_SOAK_TRIALS` trials or `TENSORSHARE_SOAK_MINUTES` minutes
+//! (the first reached when both are set). Prints a table of trials, leaks
+//! by kind and failures per strategy, peers and victim, and fails when
+//! anything leaked or failed. Without either setting it returns at once, so
+//! that the workspace's `cargo test` runs it as a pass.
+//!
+//! `TENSORSHARE_SOAK_PARALLEL` sets the trials running at once (default 8).
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use support::kill_trials::{self, Outcome, Peers, Strategy, Trial, Victim};
+use support::test_python;
+
+const TRIALS_ENV: &str = "TENSORSHARE_SOAK_TRIALS";
+const MINUTES_ENV: &str = "TENSORSHARE_SOAK_MINUTES";
+const PARALLEL_ENV: &str = "TENSORSHARE_SOAK_PARALLEL";
+/// Failures and leaks described one by one under the table.
+const DESCRIBED: usize = 30;
+
+fn setting(name: &str) -> Option<f64> {
+    let text = std::env::var(name).ok()?;
+    let value: f64 = text
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("{name}={text:?} is not a number"));
+    Some(value)
+}
+
+/// Every kind of trial: strategy x peers x victim. Only `file_system`
+/// processes launch managers.
+fn kinds(python: bool) -> Vec<(Strategy, Peers, Victim)> {
+    let mut kinds = Vec::new();
+    for strategy in Strategy::ALL {
+        for peers in [Peers::RustToRust, Peers::TorchToRust, Peers::RustToTorch] {
+            if peers.needs_python() && !python {
+                continue;
+            }
+            for victim in [
+                Victim::Producer,
+                Victim::Server,
+                Victim::Manager,
+                Victim::All,
+            ] {
+                if victim == Victim::Manager && strategy != Strategy::FileSystem {
+                    continue;
+                }
+                kinds.push((strategy, peers, victim));
+            }
+        }
+    }
+    kinds
+}
+
+/// A small xorshift generator for the kill delays; the seed is printed.
+struct Delays(u64);
+
+impl Delays {
+    fn next(&mut self) -> Duration {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        Duration::from_millis(x % 300)
+    }
+}
+
+#[derive(Default)]
+struct Row {
+    trials: usize,
+    shm: usize,
+    memmap_files: usize,
+    sockets: usize,
+    tmp_files: usize,
+    managers: usize,
+    fds: usize,
+    failures: usize,
+}
+
+impl Row {
+    fn add(&mut self, outcome: &Outcome) {
+        let leaks = &outcome.leaks;
+        self.trials += 1;
+        self.shm += leaks.shm.len();
+        self.memmap_files += leaks.memmap_files.len();
+        self.sockets += leaks.sockets.len();
+        self.tmp_files += leaks.tmp_files.len();
+        self.managers += leaks.managers.len();
+        self.fds += leaks.fds;
+        self.failures += usize::from(outcome.failure.is_some());
+    }
+
+    fn leaked(&self) -> usize {
+        self.shm + self.memmap_files + self.sockets + self.tmp_files + self.managers + self.fds
+    }
+}
+
+#[test]
+fn soak_kill_trials() {
+    if kill_trials::is_producer() {
+        return;
+    }
+    let trials_limit = setting(TRIALS_ENV).map(|n| n as usize);
+    let minutes = setting(MINUTES_ENV);
+    if trials_limit.is_none() && minutes.is_none() {
+        return;
+    }
+    let parallel = setting(PARALLEL_ENV).map_or(8, |n| (n as usize).max(1));
+    let python = test_python("soak::soak_kill_trials");
+    let kinds = kinds(python.is_some());
+    let started = Instant::now();
+    let deadline = minutes.map(|m| started + Duration::from_secs_f64(m * 60.0));
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64)
+        | 1;
+    let delays = Mutex::new(Delays(seed));
+    let next = AtomicUsize::new(0);
+    let outcomes: Mutex<Vec<(Trial, Outcome)>> = Mutex::new(Vec::new());
+    let mut out = std::io::stderr();
+    let _ = writeln!(
+        out,
+        "soak: {} kinds of trial, {parallel} at a time, until {}; delay seed {seed}",
+        kinds.len(),
+        match (trials_limit, minutes) {
+            (Some(n), Some(m)) => format!("{n} trials or {m} minutes"),
+            (Some(n), None) => format!("{n} trials"),
+            (None, Some(m)) => format!("{m} minutes"),
+            (None, None) => unreachable!(),
+        }
+    );
+    std::thread::scope(|scope| {
+        for _ in 0..parallel {
+            scope.spawn(|| {
+                loop {
+                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                        return;
+                    }
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if trials_limit.is_some_and(|n| i >= n) {
+                        return;
+                    }
+                    let (strategy, peers, victim) = kinds[i % kinds.len()];
+                    let delay = delays.lock().expect("delays").next();
+                    let trial = Trial {
+                        strategy,
+                        peers,
+                        victim,
+                        delay,
+                    };
+                    let outcome = std::panic::catch_unwind(|| {
+                        kill_trials::run_trial(trial, python.as_deref())
+                    })
+                    .unwrap_or_else(|_| Outcome {
+                        failure: Some("panicked".into()),
+                        ..Default::default()
+                    });
+                    let mut outcomes = outcomes.lock().expect("outcomes");
+                    outcomes.push((trial, outcome));
+                    if outcomes.len() % 100 == 0 {
+                        let _ = writeln!(
+                            std::io::stderr(),
+                            "soak: {} trials in {:.0} s",
+                            outcomes.len(),
+                            started.elapsed().as_secs_f64()
+                        );
+                    }
+                }
+            });
+        }
+    });
+    let outcomes = outcomes.into_inner().expect("outcomes");
+    let mut rows: BTreeMap<(Strategy, Peers, Victim), Row> = BTreeMap::new();
+    for (trial, outcome) in &outcomes {
+        rows.entry((trial.strategy, trial.peers, trial.victim))
+            .or_default()
+            .add(outcome);
+    }
+    let _ = writeln!(
+        out,
+        "\nsoak: {} trials in {:.1} s; leaks are counts of things left \
+         (fds: held above the server's start)\n",
+        outcomes.len(),
+        started.elapsed().as_secs_f64()
+    );
+    let _ = writeln!(
+        out,
+        "{:<16} {:<12} {:<16} {:>6} {:>5} {:>6} {:>7} {:>7} {:>8} {:>4} {:>8}",
+        "strategy",
+        "peers",
+        "victim",
+        "trials",
+        "shm",
+        "memmap",
+        "sockets",
+        "tmpdir",
+        "managers",
+        "fds",
+        "failures"
+    );
+    let mut total = Row::default();
+    for ((strategy, peers, victim), row) in &rows {
+        let _ = writeln!(
+            out,
+            "{:<16} {:<12} {:<16} {:>6} {:>5} {:>6} {:>7} {:>7} {:>8} {:>4} {:>8}",
+            strategy.name(),
+            peers.name(),
+            victim.name(),
+            row.trials,
+            row.shm,
+            row.memmap_files,
+            row.sockets,
+            row.tmp_files,
+            row.managers,
+            row.fds,
+            row.failures
+        );
+        total.trials += row.trials;
+        total.shm += row.shm;
+        total.memmap_files += row.memmap_files;
+        total.sockets += row.sockets;
+        total.tmp_files += row.tmp_files;
+        total.managers += row.managers;
+        total.fds += row.fds;
+        total.failures += row.failures;
+    }
+    let _ = writeln!(
+        out,
+        "{:<46} {:>6} {:>5} {:>6} {:>7} {:>7} {:>8} {:>4} {:>8}",
+        "total",
+        total.trials,
+        total.shm,
+        total.memmap_files,
+        total.sockets,
+        total.tmp_files,
+        total.managers,
+        total.fds,
+        total.failures
+    );
+    let bad: Vec<String> = outcomes
+        .iter()
+        .filter(|(_, outcome)| !outcome.is_clean())
+        .map(|(trial, outcome)| format!("{trial:?}: {}", outcome.describe()))
+        .collect();
+    for line in bad.iter().take(DESCRIBED) {
+        let _ = writeln!(out, "  {line}");
+    }
+    if bad.len() > DESCRIBED {
+        let _ = writeln!(out, "  ... and {} more", bad.len() - DESCRIBED);
+    }
+    assert!(
+        total.leaked() == 0 && total.failures == 0,
+        "{} of {} trials leaked or failed",
+        bad.len(),
+        outcomes.len()
+    );
+}
+
+/// The Rust producer of the trials (see [`kill_trials::producer_role`]).
+#[test]
+fn producer_role() {
+    kill_trials::producer_role();
+}
