@@ -54,6 +54,13 @@ fn without_attached_fds_every_fd_is_fetched() {
         let got = inbound.recv(&receiver).expect("recv");
         cases::check_echo(&sent, &got).expect("same tensor");
     }
+    // Each key counts as served once its fd is on the way, which may be
+    // after the receiver has it.
+    support::wait_until(std::time::Duration::from_secs(5), || {
+        sender
+            .sharer_stats()
+            .is_some_and(|stats| stats.served == 20)
+    });
     let stats = sender.sharer_stats().expect("a sharer");
     assert_eq!((stats.served, stats.released), (20, 0), "{stats:?}");
 }
@@ -83,6 +90,11 @@ fn fds_that_do_not_pair_are_closed_and_the_storage_fetched() {
         let got = inbound.recv(&receiver).expect("recv");
         cases::check_echo(&sent, &got).expect("the sender's tensor, not the stray file");
     }
+    support::wait_until(std::time::Duration::from_secs(5), || {
+        sender
+            .sharer_stats()
+            .is_some_and(|stats| stats.served == u64::from(rounds))
+    });
     let stats = sender.sharer_stats().expect("a sharer");
     assert_eq!(stats.served, u64::from(rounds), "{stats:?}");
     let after = open_fds(std::process::id());

@@ -152,7 +152,11 @@ fn a_memfd_fetched_through_the_resource_sharer_is_not_reused() {
     let sent = filled(&producer, 3);
     let first = identity(&sent);
     let received = send(&sent, (&mut tx, &producer), (&mut rx, &consumer));
-    assert_eq!(producer.sharer_stats().map(|stats| stats.served), Some(1));
+    // The sharer counts a key served once the fd is on its way, which may
+    // be after the receiver already has it.
+    assert!(wait_until(Duration::from_secs(5), || {
+        producer.sharer_stats().map(|stats| stats.served) == Some(1)
+    }));
     drop((sent, received));
     assert!(!wait_until(Duration::from_millis(300), || {
         producer

@@ -96,6 +96,9 @@ fn fetches_the_same_file_once_within_a_process() {
     assert!(!registration.is_pending());
 
     assert_not_served(registration.id().fetch(AUTHKEY, TIMEOUT));
+    // A key counts as served once its fd is on the way, after the fetcher
+    // may already hold it.
+    support::wait_until(TIMEOUT, || sharer.stats().served == 1);
     let stats = sharer.stats();
     assert_eq!((stats.served, stats.unknown_key, stats.pending), (1, 1, 0));
 }
@@ -747,6 +750,7 @@ fn python_fetches_from_rust(python: &str, how: &str, form: &str, options: Sharer
         assert_eq!(line_after(&output, "IDENTITY "), format!("{dev} {ino}"));
     }
     assert_eq!(line_after(&output, "SECOND "), "EOFError");
+    support::wait_until(TIMEOUT, || sharer.stats().served == 1);
     let stats = sharer.stats();
     assert_eq!(
         (stats.served, stats.unknown_key, stats.pending),

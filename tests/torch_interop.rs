@@ -221,6 +221,11 @@ fn stock_torch_fetches_from_a_sharer_in_the_abstract_namespace() {
         "{stdout}"
     );
     assert!(stdout.contains("SUM 4096"), "{stdout}");
+    support::wait_until(std::time::Duration::from_secs(5), || {
+        sharing
+            .sharer_stats()
+            .is_some_and(|stats| stats.served == 1)
+    });
     let stats = sharing.sharer_stats().expect("a sharer");
     assert_eq!((stats.served, stats.other_user), (1, 0), "{stats:?}");
 
