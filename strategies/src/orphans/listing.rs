@@ -70,10 +70,11 @@ pub(super) fn stat_entry(dir: &OwnedFd, name: &SegmentName) -> Result<Lookup, Er
     }))
 }
 
-fn file_type_name(file_type: SFlag) -> &'static str {
+pub(super) fn file_type_name(file_type: SFlag) -> &'static str {
     match file_type {
         SFlag::S_IFLNK => "symlink",
         SFlag::S_IFDIR => "directory",
+        SFlag::S_IFREG => "regular file",
         SFlag::S_IFIFO => "fifo",
         SFlag::S_IFSOCK => "socket",
         SFlag::S_IFCHR => "character device",
@@ -83,7 +84,7 @@ fn file_type_name(file_type: SFlag) -> &'static str {
 }
 
 /// The later of mtime and ctime: ctime cannot be set back by `utimes`.
-fn last_change(stat: &FileStat) -> SystemTime {
+pub(super) fn last_change(stat: &FileStat) -> SystemTime {
     let at = |secs: i64, nsecs: i64| {
         let secs = u64::try_from(secs).unwrap_or(0);
         let nsecs = u32::try_from(nsecs).unwrap_or(0).min(999_999_999);

@@ -6,17 +6,17 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use nix::errno::Errno;
 use nix::fcntl::{AtFlags, OFlag, open, openat};
 use nix::sys::socket::{AddressFamily, SockFlag, SockType, UnixAddr, connect, socket};
-use nix::sys::stat::{FileStat, Mode, SFlag, fstat, fstatat};
+use nix::sys::stat::{Mode, SFlag, fstat, fstatat};
 use nix::unistd::{UnlinkatFlags, unlinkat};
 
 use super::DEFAULT_MIN_AGE;
 use super::error::ScanError;
-use super::listing::FileKey;
+use super::listing::{FileKey, file_type_name, last_change};
 use super::report::SkipReason;
 use super::verdict::process_exists;
 use crate::error::errno_of;
@@ -626,28 +626,6 @@ fn list_sockets(dir: &OwnedFd, kind: SocketDirKind) -> Result<Contents, Errno> {
     }
     sockets.sort();
     Ok(Contents::Sockets(sockets))
-}
-
-fn file_type_name(file_type: SFlag) -> &'static str {
-    match file_type {
-        SFlag::S_IFLNK => "symlink",
-        SFlag::S_IFREG => "regular file",
-        SFlag::S_IFIFO => "fifo",
-        SFlag::S_IFSOCK => "socket",
-        SFlag::S_IFCHR => "character device",
-        SFlag::S_IFBLK => "block device",
-        _ => "unknown",
-    }
-}
-
-/// The later of mtime and ctime.
-fn last_change(stat: &FileStat) -> SystemTime {
-    let at = |secs: i64, nsecs: i64| {
-        let secs = u64::try_from(secs).unwrap_or(0);
-        let nsecs = u32::try_from(nsecs).unwrap_or(0).min(999_999_999);
-        UNIX_EPOCH + Duration::new(secs, nsecs)
-    };
-    at(stat.st_mtime, stat.st_mtime_nsec).max(at(stat.st_ctime, stat.st_ctime_nsec))
 }
 
 /// What [`SocketDirScan::remove_orphans`] did with one orphan.
