@@ -222,25 +222,29 @@ impl Value {
     }
 
     /// What identifies this value as one shared object: the address of its
-    /// shared allocation for containers, strings, sizes, big ints, byte
-    /// arrays, tensors and opaque nodes; `None` for values held inline.
-    /// Two values with the same identity are one Python object referenced
-    /// twice.
+    /// allocation for containers, strings, sizes, big ints, byte arrays and
+    /// opaque nodes that more than one holder has, and for every tensor;
+    /// `None` for values held inline or held only here. Two values with the
+    /// same identity are one Python object referenced twice.
+    ///
+    /// An allocation with a single holder cannot occur twice in a graph, so
+    /// the walks that remember what they have seen ([`distinct`](Self::distinct),
+    /// sending, `inspect`) skip it at the cost of reading its count.
     pub fn shared_identity(&self) -> Option<usize> {
-        fn address<T: ?Sized>(arc: &Arc<T>) -> usize {
-            Arc::as_ptr(arc).cast::<()>() as usize
+        fn address<T: ?Sized>(arc: &Arc<T>) -> Option<usize> {
+            (Arc::strong_count(arc) > 1).then(|| Arc::as_ptr(arc).cast::<()>() as usize)
         }
         match self {
             Value::Tuple(items)
             | Value::List(items)
             | Value::Set(items)
-            | Value::FrozenSet(items) => Some(address(items)),
-            Value::Dict(pairs) | Value::OrderedDict(pairs) => Some(address(pairs)),
-            Value::Str(s) => Some(address(s)),
-            Value::BigInt(bytes) | Value::ByteArray(bytes) => Some(address(bytes)),
-            Value::Size(dims) => Some(address(dims)),
+            | Value::FrozenSet(items) => address(items),
+            Value::Dict(pairs) | Value::OrderedDict(pairs) => address(pairs),
+            Value::Str(s) => address(s),
+            Value::BigInt(bytes) | Value::ByteArray(bytes) => address(bytes),
+            Value::Size(dims) => address(dims),
             Value::Tensor(t) => Some(t.identity()),
-            Value::Opaque(opaque) => Some(address(opaque)),
+            Value::Opaque(opaque) => address(opaque),
             _ => None,
         }
     }

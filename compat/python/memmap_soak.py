@@ -3,7 +3,7 @@
 server (`tensorshare echo --strategy memmap`) and samples what the server
 holds as it goes.
 
-    memmap_soak.py --address ADDR --authkey HEX --server-pid PID --dir DIR
+    memmap_soak.py --address ADDR [--authkey HEX] --server-pid PID --dir DIR
                    [--count N] [--nbytes B] [--every K] [--idle SECS]
 
 Sends N float32 tensors of B bytes, each new (torch shares it by
@@ -57,7 +57,10 @@ def server_state(pid: int, directory: str) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--address", required=True, type=address_arg)
-    parser.add_argument("--authkey", required=True, type=bytes.fromhex)
+    parser.add_argument(
+        "--authkey", type=bytes.fromhex,
+        default=os.environ.get("TENSORSHARE_AUTHKEY"),
+        help="hex; default: $TENSORSHARE_AUTHKEY")
     parser.add_argument("--server-pid", required=True, type=int)
     parser.add_argument("--dir", required=True)
     parser.add_argument("--count", type=int, default=2000)
@@ -66,6 +69,8 @@ def main() -> int:
     parser.add_argument("--idle", type=float, default=0.0)
     args = parser.parse_args()
 
+    if args.authkey is None:
+        parser.error("give --authkey or set TENSORSHARE_AUTHKEY")
     multiprocessing.current_process().authkey = args.authkey
     directory = os.path.realpath(args.dir)
     connection = Client(args.address, authkey=args.authkey)

@@ -5,7 +5,7 @@ use std::cell::RefCell;
 use rustc_hash::FxHashSet;
 use tensorshare_compat::pickle::{Global, GlobalFilter};
 
-use super::{RebuildError, Registry, UnknownGlobals};
+use super::{RebuildError, Registry};
 
 /// A [`GlobalFilter`] for one decode that lets every global through and
 /// remembers those outside the registry's allowlist, so that a refusal can
@@ -40,7 +40,7 @@ impl<'a> GlobalAudit<'a> {
     /// [`RebuildError::NotAllowed`] naming every such global.
     pub(crate) fn finish(self) -> Result<(), RebuildError> {
         let unknown = self.unknown.into_inner().globals;
-        if unknown.is_empty() || self.registry.options().unknown_globals == UnknownGlobals::Opaque {
+        if unknown.is_empty() || self.registry.admits_unknown() {
             return Ok(());
         }
         Err(RebuildError::NotAllowed(unknown))

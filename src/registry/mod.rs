@@ -190,6 +190,12 @@ impl Registry {
         &self.options
     }
 
+    /// Whether globals outside the allowlist become opaque nodes rather
+    /// than a refusal ([`UnknownGlobals::Opaque`]).
+    pub(crate) fn admits_unknown(&self) -> bool {
+        self.options.unknown_globals == UnknownGlobals::Opaque
+    }
+
     /// Allows `module.name` and makes calls to it run `rebuilder`.
     ///
     /// A later registration for the same global replaces the earlier one, so
@@ -304,11 +310,5 @@ impl GlobalFilter for Registry {
             Some((global, _)) => Some(global.clone()),
             None => self.admits_unknown().then(|| Global::copied(module, name)),
         }
-    }
-}
-
-impl Registry {
-    fn admits_unknown(&self) -> bool {
-        self.options.unknown_globals == UnknownGlobals::Opaque
     }
 }

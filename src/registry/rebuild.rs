@@ -8,7 +8,7 @@ use rustc_hash::FxHashMap;
 
 use tensorshare_compat::pickle::{Construction, Global, Node, NodeId, Object, Pickle};
 
-use super::{Callable, Registry, UnknownGlobals};
+use super::{Callable, Registry};
 use crate::sharing::Receipt;
 use crate::{Opaque, OpaqueCall, Storage, Value};
 
@@ -392,7 +392,9 @@ impl<'a> Walker<'a> {
             Node::Dict(pairs) => Value::Dict(self.eval_pairs(pairs, depth)?),
             Node::Global(global) => match self.registry.resolve(global) {
                 Some(value) => value,
-                None if self.opaque() => Value::Opaque(Arc::new(Opaque::Global(global.clone()))),
+                None if self.registry.admits_unknown() => {
+                    Value::Opaque(Arc::new(Opaque::Global(global.clone())))
+                }
                 None => return Err(RebuildError::NotAllowed(vec![global.clone()])),
             },
             Node::PersistentId(pid) => {
@@ -406,15 +408,12 @@ impl<'a> Walker<'a> {
         })
     }
 
-    /// Whether unknown globals and their calls become opaque nodes.
-    fn opaque(&self) -> bool {
-        self.registry.options().unknown_globals == UnknownGlobals::Opaque
-    }
-
     fn eval_object(&mut self, object: &Object, depth: usize) -> Result<Value, RebuildError> {
         let callable = match self.eval(object.callable, depth + 1)? {
             Value::Callable(callable) => callable,
-            other if self.opaque() => return self.opaque_call(other, object, None, depth),
+            other if self.registry.admits_unknown() => {
+                return self.opaque_call(other, object, None, depth);
+            }
             other => return Err(RebuildError::NotCallable(other.type_name())),
         };
         let (kind, args, kwargs) = match &object.construction {
@@ -430,7 +429,7 @@ impl<'a> Walker<'a> {
             // A refusal is part of the picture an opaque rebuild draws; a
             // graph too deep or cyclic is not.
             Err(refused)
-                if self.opaque()
+                if self.registry.admits_unknown()
                     && !matches!(refused, RebuildError::TooDeep(_) | RebuildError::Cycle) =>
             {
                 let callee = Value::Callable(callable);
@@ -519,10 +518,12 @@ impl<'a> Walker<'a> {
         base: usize,
         depth: usize,
     ) -> Result<Value, RebuildError> {
-        let kwargs: Arc<[(Value, Value)]> = match kwargs {
-            None => Arc::new([]),
+        // Most calls have no keyword arguments: an empty slice then, not an
+        // allocation per call.
+        let kwargs = match kwargs {
+            None => None,
             Some(id) => match self.eval(id, depth + 1)? {
-                Value::Dict(pairs) => pairs,
+                Value::Dict(pairs) => Some(pairs),
                 other => {
                     return Err(RebuildError::Invalid {
                         callee: callable.name().clone(),
@@ -541,7 +542,7 @@ impl<'a> Walker<'a> {
             callee: callable.name(),
             kind,
             args: self.arguments.get(base..).unwrap_or_default(),
-            kwargs: &kwargs,
+            kwargs: kwargs.as_deref().unwrap_or_default(),
             state: state.as_ref(),
             list_items: &list_items,
             dict_items: &dict_items,

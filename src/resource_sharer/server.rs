@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use tensorshare_strategies::private_dir::{SHARER_PREFIX, create_sharer_dir_in, random_part};
+use tensorshare_strategies::private_dir::{SHARER_PREFIX, create_sharer_dir_in};
 
 use super::options::{SharerOptions, SharerSocket};
 use super::registration::{DupFdId, Registration};
@@ -224,25 +224,17 @@ pub struct ResourceSharer {
 /// holder of a 16-character random name is already one in 10^25.
 const BIND_ATTEMPTS: usize = 8;
 
-/// Random characters in an abstract sharer name.
-const ABSTRACT_RANDOM_LEN: usize = 16;
-
-/// Binds a fresh abstract name, `tensorshare-sharer-<pid>-` and 16 random
-/// characters.
+/// Binds a fresh abstract name, [`Address::unique_abstract`]'s
+/// `tensorshare-sharer-<pid>-` and random characters, which gc's
+/// [`SHARER_PREFIX`] recognizes.
 fn bind_abstract() -> Result<(UnixListener, Address), SharerError> {
     let mut attempt = 0;
     loop {
         attempt += 1;
-        let name = format!(
-            "{SHARER_PREFIX}{}-{}",
-            std::process::id(),
-            random_part(ABSTRACT_RANDOM_LEN)
-        );
-        let address =
-            Address::abstract_name(name.into_bytes()).map_err(|cause| SharerError::Bind {
-                address: format!("@{SHARER_PREFIX}..."),
-                cause: io::Error::new(ErrorKind::InvalidInput, cause.to_string()),
-            })?;
+        let address = Address::unique_abstract("sharer").map_err(|cause| SharerError::Bind {
+            address: format!("@{SHARER_PREFIX}..."),
+            cause: io::Error::other(cause.to_string()),
+        })?;
         let bound = address
             .to_socket_addr()
             .and_then(|socket_address| UnixListener::bind_addr(&socket_address));

@@ -138,12 +138,14 @@ impl SharingContext {
     /// (see [`connection`](crate::connection#agreeing-on-the-authkey)).
     pub fn new(authkey: Authkey) -> Self {
         let releases = Arc::new(release::Releases::new(authkey.as_bytes()));
+        let quarter_of_fd_limit = quarter_of_fd_limit();
         Self {
             registry: Registry::default(),
             strategy: StrategyKind::FileDescriptor,
             fetch_timeout: DEFAULT_FETCH_TIMEOUT,
             unfetched_lifetime: DEFAULT_UNFETCHED_LIFETIME,
-            max_unfetched_fds: unfetched_fd_budget(),
+            // Unfetched registrations hold an fd each: at least a few.
+            max_unfetched_fds: quarter_of_fd_limit.max(16),
             sharer: OnceLock::new(),
             sharer_socket: None,
             by_inode: WeakStorageCache::new(),
@@ -158,7 +160,7 @@ impl SharingContext {
             registrations: unfetched::UnfetchedFds::default(),
             inline_fds: true,
             pool: Arc::new(recycle::SegmentPool::new(
-                recyclable_fds(),
+                quarter_of_fd_limit,
                 MAX_RECYCLED_BYTES,
             )),
             notices: Arc::new(notices::NoticeBoard::new(Arc::downgrade(&releases))),
@@ -441,14 +443,9 @@ impl SharingContext {
     }
 }
 
-/// How many unfetched fds a context keeps registered by default: a quarter
-/// of the fd limit, at least 16.
-fn unfetched_fd_budget() -> usize {
-    recyclable_fds().max(16)
-}
-
-/// How many free memfds a context keeps: a quarter of the fd limit.
-fn recyclable_fds() -> usize {
+/// A quarter of the soft fd limit: how many free memfds a context keeps,
+/// and (at least 16) how many unfetched fds it keeps registered.
+fn quarter_of_fd_limit() -> usize {
     use nix::sys::resource::{Resource, getrlimit};
     getrlimit(Resource::RLIMIT_NOFILE).map_or(256, |(soft, _)| {
         usize::try_from(soft / 4).unwrap_or(usize::MAX)

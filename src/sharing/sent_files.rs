@@ -138,10 +138,12 @@ impl SentFiles {
         held.take_expired(now, &mut evicted);
         drop(held);
         drop(evicted);
+        // The thread is needed once there is something to expire; a spawn
+        // that failed is tried again the next time the queue fills.
         if was_empty {
             self.shared.wake.notify_one();
+            self.start_thread();
         }
-        self.start_thread();
     }
 
     /// How many files are held now, and their bytes.

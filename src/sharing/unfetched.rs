@@ -32,16 +32,20 @@ impl UnfetchedFds {
     /// Keeps `registration` until `deadline`, within `max` registrations:
     /// past it, the oldest goes first, its fd closed.
     pub(crate) fn keep(&self, registration: Registration, deadline: Instant, max: usize) {
+        // Dropped after the lock: each closes an fd and takes the
+        // sharer's table lock.
+        let mut expired = Vec::new();
         {
             let mut queue = lock(&self.queue);
             prune(&mut queue, Instant::now());
             // Within the fd budget, the oldest expires first: dropping its
             // registration withdraws and closes its fd.
             while queue.len() >= max {
-                queue.pop_front();
+                expired.extend(queue.pop_front());
             }
             queue.push_back((deadline, registration));
         }
+        drop(expired);
         self.timer
             .get_or_init(|| start_timer(Arc::downgrade(&self.queue)));
     }

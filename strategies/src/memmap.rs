@@ -52,9 +52,9 @@ use std::sync::Arc;
 
 use nix::errno::Errno;
 use nix::fcntl::{OFlag, open};
-use nix::sys::stat::{FileStat, Mode, fstat, lstat};
+use nix::sys::stat::{FileStat, Mode, fstat};
 use nix::unistd::{ftruncate, unlink};
-use rustix::fs::{AtFlags, CWD, StatxFlags, statx};
+use rustix::fs::{AtFlags, CWD, Statx, StatxFlags, makedev, statx};
 
 use crate::error::MAX_SEGMENT_BYTES;
 use crate::file_descriptor::{FileIdentity, ReceivedFd};
@@ -339,18 +339,26 @@ impl FileBirth {
     /// itself with `AtFlags::EMPTY_PATH`), or `None` where the filesystem
     /// records none.
     fn of(dir: impl AsFd, path: &Path, flags: AtFlags) -> Option<Self> {
-        let statx = statx(
-            dir,
-            path,
-            flags | AtFlags::SYMLINK_NOFOLLOW,
-            StatxFlags::BTIME,
-        )
-        .ok()?;
+        Self::recorded(&stamp(dir, path, flags, StatxFlags::BTIME).ok()?)
+    }
+
+    /// The birth time in `statx`'s answer, if the filesystem gave one.
+    fn recorded(statx: &Statx) -> Option<Self> {
         (statx.stx_mask & StatxFlags::BTIME.bits() != 0).then_some(FileBirth {
             seconds: statx.stx_btime.tv_sec,
             nanoseconds: statx.stx_btime.tv_nsec,
         })
     }
+}
+
+/// `statx` of what `path` names itself, not what a link there points to.
+fn stamp(
+    dir: impl AsFd,
+    path: &Path,
+    flags: AtFlags,
+    mask: StatxFlags,
+) -> rustix::io::Result<Statx> {
+    statx(dir, path, flags | AtFlags::SYMLINK_NOFOLLOW, mask)
 }
 
 impl FileLease {
@@ -389,11 +397,21 @@ impl Drop for FileLease {
         // Removed only while the path still names this file: another
         // process may have replaced it. There is nothing to do about a
         // failure on a release path (already removed, directory gone).
-        let same_birth =
-            || self.born.is_none() || FileBirth::of(CWD, &self.path, AtFlags::empty()) == self.born;
-        if let Ok(stat) = lstat(&self.path)
-            && FileIdentity::of(&stat) == self.identity
-            && same_birth()
+        // One `statx` gives the inode, the device and the birth time.
+        let Ok(now) = stamp(
+            CWD,
+            &self.path,
+            AtFlags::empty(),
+            StatxFlags::INO | StatxFlags::BTIME,
+        ) else {
+            return;
+        };
+        let identity = FileIdentity {
+            dev: makedev(now.stx_dev_major, now.stx_dev_minor),
+            ino: now.stx_ino,
+        };
+        if identity == self.identity
+            && (self.born.is_none() || FileBirth::recorded(&now) == self.born)
         {
             let _ = unlink(&self.path);
         }

@@ -287,7 +287,7 @@ fn is_random_part(bytes: &[u8], len: usize) -> bool {
 }
 
 /// `len` characters of [`RANDOM_ALPHABET`] from the OS's random source.
-pub fn random_part(len: usize) -> String {
+fn random_part(len: usize) -> String {
     let mut out = String::with_capacity(len);
     while out.len() < len {
         for byte in crate::unique_name::random_u64().to_ne_bytes() {

@@ -16,8 +16,9 @@ use super::error::DecodeErrorCode;
 /// Where the current frame ends, if a frame is being read.
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct Unframer {
-    /// Offset one past the frame's last byte; never below the read position
-    /// while set, as every read is checked against it.
+    /// Offset one past the frame's last byte. It may fall behind the read
+    /// position after opcodes without arguments; a read there finds the
+    /// frame used up and leaves it, and [`start`](Self::start) ignores it.
     end: Option<usize>,
 }
 

@@ -107,10 +107,10 @@ impl<'a> Machine<'a> {
     /// Runs opcodes until `STOP`, and returns what it pops.
     fn execute(&mut self) -> Result<NodeId, DecodeError> {
         loop {
+            // An opcode byte is never checked against the frame: one byte
+            // read where the frame has bytes left fits it, and where it has
+            // none the next read with an argument leaves the frame.
             self.op_start = self.pos;
-            self.frames
-                .read(self.pos, 1)
-                .map_err(|code| self.error(code))?;
             let Some(&opcode) = self.input.get(self.pos) else {
                 return Err(DecodeError {
                     offset: self.input.len(),
