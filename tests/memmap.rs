@@ -202,6 +202,21 @@ fn stock_torch_drives_our_memmap_echo() {
 }
 
 #[test]
+fn a_stock_torch_echo_answers_our_memmap_tensors() {
+    let Some(python) = test_python("memmap::a_stock_torch_echo_answers_our_memmap_tensors") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let authkey = Authkey::random().unwrap();
+    // torch maps each file with from_file, which keeps no fd: it can send
+    // such a storage on by file_system only (echo_peer.py serve says why).
+    let mut server = Server::torch_echo(&python, &authkey, "memmap");
+    let sharing = memmap_context(&authkey, dir.path());
+    let mut connection = server.connect(&authkey);
+    support::assert_echoes_intact(&mut server, &mut connection, &sharing, "torch echo");
+}
+
+#[test]
 fn torch_rebuilds_our_pickle_and_writes_through_the_file() {
     let Some(python) = test_python("memmap::torch_rebuilds_our_pickle") else {
         return;

@@ -8,7 +8,10 @@
 //! anything leaked or failed. Without either setting it returns at once, so
 //! that the workspace's `cargo test` runs it as a pass.
 //!
-//! `TENSORSHARE_SOAK_PARALLEL` sets the trials running at once (default 8).
+//! `TENSORSHARE_SOAK_PARALLEL` sets the trials running at once (default 8);
+//! `TENSORSHARE_SOAK_ONLY` keeps the kinds of trial whose `strategy peers
+//! victim` (as the table shows them, e.g. `file_system rust->rust manager`)
+//! contains it, to repeat one cell.
 
 mod support;
 
@@ -24,6 +27,7 @@ use support::test_python;
 const TRIALS_ENV: &str = "TENSORSHARE_SOAK_TRIALS";
 const MINUTES_ENV: &str = "TENSORSHARE_SOAK_MINUTES";
 const PARALLEL_ENV: &str = "TENSORSHARE_SOAK_PARALLEL";
+const ONLY_ENV: &str = "TENSORSHARE_SOAK_ONLY";
 /// Failures and leaks described one by one under the table.
 const DESCRIBED: usize = 30;
 
@@ -36,9 +40,10 @@ fn setting(name: &str) -> Option<f64> {
     Some(value)
 }
 
-/// Every kind of trial: strategy x peers x victim. Only `file_system`
-/// processes launch managers.
-fn kinds(python: bool) -> Vec<(Strategy, Peers, Victim)> {
+/// Every kind of trial: strategy x peers x victim, those whose row
+/// contains `only` when it is given. Only `file_system` processes launch
+/// managers.
+fn kinds(python: bool, only: Option<&str>) -> Vec<(Strategy, Peers, Victim)> {
     let mut kinds = Vec::new();
     for strategy in Strategy::ALL {
         for peers in [Peers::RustToRust, Peers::TorchToRust, Peers::RustToTorch] {
@@ -52,6 +57,10 @@ fn kinds(python: bool) -> Vec<(Strategy, Peers, Victim)> {
                 Victim::All,
             ] {
                 if victim == Victim::Manager && strategy != Strategy::FileSystem {
+                    continue;
+                }
+                let row = format!("{} {} {}", strategy.name(), peers.name(), victim.name());
+                if only.is_some_and(|only| !row.contains(only)) {
                     continue;
                 }
                 kinds.push((strategy, peers, victim));
@@ -117,7 +126,12 @@ fn soak_kill_trials() {
     }
     let parallel = setting(PARALLEL_ENV).map_or(8, |n| (n as usize).max(1));
     let python = test_python("soak::soak_kill_trials");
-    let kinds = kinds(python.is_some());
+    let only = std::env::var(ONLY_ENV).ok().filter(|only| !only.is_empty());
+    let kinds = kinds(python.is_some(), only.as_deref());
+    assert!(
+        !kinds.is_empty(),
+        "{ONLY_ENV}={only:?} matches no kind of trial"
+    );
     let started = Instant::now();
     let deadline = minutes.map(|m| started + Duration::from_secs_f64(m * 60.0));
     let seed = std::time::SystemTime::now()

@@ -13,11 +13,13 @@ ADDR is an AF_UNIX path, or `@name` for the Linux abstract socket "\\0name".
 HEX is the multiprocessing authkey; it guards the connection and the
 resource sharer that hands file descriptors over. NAME is torch's sharing
 strategy for every process of the job: file_descriptor (the default) or
-file_system; memmap (drive only) shares by file_descriptor and expects every
+file_system; memmap shares by file_descriptor and, under drive, expects every
 echo to come back as a shared file mapping (`UntypedStorage.from_file`);
-bytes (drive only) shares by file_descriptor and expects every echo to come
-back as a copy carried inline (`torch.storage._load_from_bytes`), as does
---expect-copies with any strategy.
+serve --strategy memmap shares by file_system instead, since the files it
+receives can be sent on no other way (see `torch_strategy`); bytes shares by
+file_descriptor and, under drive, expects every echo to come back as a copy
+carried inline (`torch.storage._load_from_bytes`), as does --expect-copies
+with any strategy.
 
 serve   What `tensorshare echo --strategy NAME` does, in stock
         torch: prints `listening ADDR` once ready, sends every message back
@@ -756,13 +758,28 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def torch_strategy(command: str, strategy: str) -> str:
+    """The strategy this process shares by when the job's is `strategy`.
+
+    A storage torch rebuilt with `UntypedStorage.from_file` has no fd to hand
+    over: its mapping was opened without keeping one, so `_share_fd_cpu_`
+    gives -1 and `DupFd` fails with EBADF. Only file_system sends it on,
+    moving it into a segment of its own first; so a stock-torch echo of
+    memmap tensors shares by file_system.
+    """
+    if strategy in TORCH_STRATEGIES:
+        return strategy
+    if command == "serve" and strategy == "memmap":
+        return "file_system"
+    return "file_descriptor"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     global ECHO_FILES, ECHO_COPIES
     ECHO_FILES = args.strategy == "memmap"
     ECHO_COPIES = args.strategy == "bytes" or getattr(args, "expect_copies", False)
-    torch_strategy = args.strategy if args.strategy in TORCH_STRATEGIES else "file_descriptor"
-    join_torch_job(args.authkey, torch_strategy)
+    join_torch_job(args.authkey, torch_strategy(args.command, args.strategy))
     # torch warns each time it rebuilds a complex32 tensor.
     warnings.filterwarnings("ignore", message="ComplexHalf support is experimental")
     if args.command == "serve":

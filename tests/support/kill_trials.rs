@@ -281,8 +281,9 @@ fn try_trial(trial: Trial, python: Option<&str>) -> Result<Outcome, String> {
     };
     let pids = [producer.id(), server.pid()];
     if let Err(failure) = wait_for_streaming(&mut producer) {
+        let server_stderr = server.stop_and_read_stderr();
         kill_managers_of(&tmp, &pids);
-        return Err(failure);
+        return Err(format!("{failure}; the server's stderr: {server_stderr}"));
     }
     std::thread::sleep(trial.delay);
     let mut managers = managers_of(&tmp, &pids);
