@@ -13,6 +13,8 @@
 //! Kill trials for the `file_descriptor` strategy's resource sharer: a
 //! `tensorshare echo` that holds registered fds dies by SIGKILL, and leaves
 //! nothing in its `TMPDIR`: its sharer listens in the abstract namespace.
+//! And the other way round: a client killed before fetching its echoes
+//! leaves the server no fd of them.
 
 mod support;
 
@@ -23,7 +25,7 @@ use tensorshare::{Authkey, DType, SharingContext, Storage, StrategyKind, Value};
 use tensorshare::{Tensor, TensorView};
 
 use support::kill_trials::{self, Peers, Strategy, Trial, Victim};
-use support::{Server, bound_abstract_names, test_python, tree};
+use support::{Server, bound_abstract_names, test_python, tree, wait_until};
 
 /// Rust-only trials: producer and echo server both tensorshare.
 const RUST_TRIALS: usize = 96;
@@ -187,4 +189,117 @@ fn fd_sharer_trial(trial: usize) -> Result<(), String> {
         return Err("its resource sharer's name outlived it".into());
     }
     Ok(())
+}
+
+/// Set in a child process that sends tensors to an echo server and reads
+/// the echoes as bytes, fetching none of their fds: `ADDRESS HEX COUNT`.
+const HOARDER_ENV: &str = "TENSORSHARE_CRASH_HOARDER";
+
+/// Sends `count` tensors over `connection` and reads each echo as bytes,
+/// so that none of the echoes' fds is fetched or given back.
+fn send_and_hoard(connection: &mut tensorshare::Connection, sharing: &SharingContext, count: u8) {
+    for round in 0..count {
+        let mut writer = Storage::allocate(StrategyKind::FileDescriptor, 4096).expect("allocate");
+        writer.as_bytes_mut().fill(round);
+        let tensor = Tensor::new(
+            writer.freeze(),
+            TensorView::contiguous(DType::UInt8, &[4096]),
+        )
+        .expect("tensor");
+        connection
+            .send(&Value::Tensor(tensor), sharing)
+            .expect("send a tensor");
+        let echo = connection.recv_bytes().expect("an echo");
+        assert!(echo.windows(5).any(|window| window == b"DupFd"));
+    }
+}
+
+/// The child of [`a_killed_clients_unfetched_fds_are_closed_by_the_server`].
+#[test]
+fn hoarder_role() {
+    let Ok(setting) = std::env::var(HOARDER_ENV) else {
+        return;
+    };
+    let mut fields = setting.split(' ');
+    let mut field = || fields.next().expect("ADDRESS HEX COUNT");
+    let address: tensorshare::Address = field().parse().expect("address");
+    let authkey = Authkey::from_hex(field()).expect("authkey");
+    let count: u8 = field().parse().expect("count");
+    let sharing = SharingContext::new(authkey.clone());
+    let mut connection = tensorshare::Client::connect(
+        &address,
+        &authkey,
+        tensorshare::connection::ConnectionOptions::default(),
+    )
+    .expect("connect");
+    send_and_hoard(&mut connection, &sharing, count);
+    println!("hoarding");
+    std::thread::sleep(Duration::from_secs(600));
+}
+
+/// The memfds `pid` has open.
+fn memfds_of(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter(|entry| {
+                    std::fs::read_link(entry.path())
+                        .is_ok_and(|target| target.to_string_lossy().starts_with("/memfd:"))
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_killed_clients_unfetched_fds_are_closed_by_the_server() {
+    if kill_trials::is_producer() || std::env::var_os(HOARDER_ENV).is_some() {
+        return;
+    }
+    let authkey = Authkey::random().expect("authkey");
+    let mut server = Server::echo(&authkey, "file_descriptor");
+    // A client that hangs up alive may still unpickle what it read: the
+    // server keeps those fds for their unfetched lifetime.
+    let sharing = SharingContext::new(authkey.clone());
+    let mut connection = server.connect(&authkey);
+    send_and_hoard(&mut connection, &sharing, 3);
+    drop(connection);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(memfds_of(server.pid()), 3, "a live client's echoes");
+
+    // One killed with its echoes unread leaves nothing to fetch them.
+    let mut command = std::process::Command::new(std::env::current_exe().expect("test binary"));
+    command
+        .args(["hoarder_role", "--exact", "--nocapture", "--test-threads=1"])
+        .env(
+            HOARDER_ENV,
+            format!("{} {} 5", server.address, authkey.to_hex()),
+        );
+    let mut hoarder = support::ChildGuard(
+        command
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("start the hoarding client"),
+    );
+    // The test harness prints first, on the same line.
+    let stdout = hoarder.0.stdout.take().expect("stdout piped");
+    let hoarding = std::io::BufRead::lines(std::io::BufReader::new(stdout))
+        .map_while(Result::ok)
+        .any(|line| line.ends_with("hoarding"));
+    assert!(hoarding, "the hoarding client exited early");
+    assert_eq!(memfds_of(server.pid()), 3 + 5, "both clients' echoes");
+    hoarder.0.kill().expect("SIGKILL the client");
+    hoarder.0.wait().expect("reap the client");
+    let mut held = 0;
+    let settled = wait_until(Duration::from_secs(5), || {
+        held = memfds_of(server.pid());
+        held == 3
+    });
+    assert!(
+        settled,
+        "the server holds {held} memfds; stderr: {}",
+        server.stop_and_read_stderr()
+    );
 }

@@ -83,6 +83,7 @@ mod error;
 mod listener;
 mod options;
 mod random;
+mod sent_registrations;
 mod stream;
 
 pub use address::{Address, MAX_ADDRESS_LEN, PrivateTempDir};

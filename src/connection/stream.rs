@@ -15,6 +15,7 @@ use tensorshare_compat::pickle::SharedBytes;
 
 use super::attached::{AttachingWriter, CollectingReader};
 use super::deadline::DeadlineStream;
+use super::sent_registrations::SentRegistrations;
 use super::{Address, Authkey, ConnectionError, ConnectionOptions};
 use crate::{Error, SharingContext, Value};
 
@@ -36,6 +37,9 @@ pub struct Connection {
     /// The buffer of the last message, kept when nothing received from it
     /// holds on to it.
     receive_buffer: Vec<u8>,
+    /// The fds registered for messages sent here, closed if the peer dies
+    /// without fetching them.
+    sent: SentRegistrations,
 }
 
 /// The largest receive buffer a [`Connection`] keeps between messages.
@@ -47,7 +51,7 @@ impl fmt::Debug for Connection {
             .field("stream", &self.stream)
             .field("options", &self.options)
             .field("receive_buffer_len", &self.receive_buffer.len())
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 
@@ -59,6 +63,7 @@ impl Connection {
             stream,
             options,
             receive_buffer: Vec::new(),
+            sent: SentRegistrations::default(),
         }
     }
 
@@ -152,14 +157,31 @@ impl Connection {
     /// The fds of shared storages also ride on the message itself (see
     /// [`SharingContext::with_inline_fds`]); Python peers ignore them.
     ///
+    /// The fds registered for the message wait for the peer to fetch them
+    /// for their [unfetched lifetime](SharingContext::with_unfetched_lifetime),
+    /// or until the connection ends with its peer process exited: a process
+    /// that died reading the connection fetches nothing more, and they are
+    /// closed then.
+    ///
     /// # Errors
     ///
     /// When a storage cannot be shared, or [`Error::Connection`] when the
     /// send fails.
     pub fn send(&mut self, value: &Value, sharing: &SharingContext) -> Result<(), Error> {
         let outgoing = sharing.dumps_outgoing(value)?;
+        let keys = outgoing.registered_keys();
+        if !keys.is_empty() {
+            // Registered keys mean the sharer has started.
+            if let Ok(sharer) = sharing.resource_sharer() {
+                self.sent.note(&self.stream, sharer, keys);
+            }
+        }
         let payload = outgoing.pickle().io_slices();
-        Ok(self.send_slices_with_fds(&payload, &outgoing.attached_fds())?)
+        let sent = self.send_slices_with_fds(&payload, &outgoing.attached_fds());
+        if sent.is_err() {
+            self.sent.withdraw_if_peer_exited();
+        }
+        Ok(sent?)
     }
 
     /// Receives one message as Python's `conn.recv()` would in a torch
@@ -179,6 +201,7 @@ impl Connection {
             Ok(len) => len,
             Err(error) => {
                 self.keep_receive_buffer(buffer);
+                self.sent.withdraw_if_peer_exited();
                 return Err(ConnectionError::from_receive(error).into());
             }
         };

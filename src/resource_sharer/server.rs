@@ -507,6 +507,24 @@ impl ResourceSharer {
         lock(&self.shared.table).fds.contains_key(&key)
     }
 
+    /// Keeps those of `keys` whose fds are still registered.
+    pub(crate) fn retain_registered(&self, keys: &mut Vec<i64>) {
+        let table = lock(&self.shared.table);
+        keys.retain(|key| table.fds.contains_key(key));
+    }
+
+    /// Withdraws every one of `keys` still registered, closing their fds
+    /// after the table's lock is released; returns how many it closed.
+    pub(crate) fn withdraw_all(&self, keys: &[i64]) -> usize {
+        let withdrawn: Vec<OwnedFd> = {
+            let mut table = lock(&self.shared.table);
+            keys.iter()
+                .filter_map(|key| table.fds.remove(key))
+                .collect()
+        };
+        withdrawn.len()
+    }
+
     /// What became of keys since the last call.
     pub(crate) fn take_reports(&self) -> KeyReports {
         std::mem::take(&mut *lock(&self.shared.reports))

@@ -346,6 +346,7 @@ impl SharingContext {
         let pickle = encode_vectored(&pickle, &EncodeOptions::new())
             .map_err(|e| Error::Unsupported(e.to_string()))?;
         let mut shared = fd_reducer.into_shared();
+        let registered = shared.iter().map(|(key, _)| *key).collect();
         if !self.inline_fds || shared.len() > MAX_FDS_PER_MESSAGE {
             shared.clear();
         }
@@ -354,6 +355,7 @@ impl SharingContext {
         Ok(Outgoing {
             pickle,
             attached: shared.into_iter().map(|(_, storage)| storage).collect(),
+            registered,
         })
     }
 
@@ -498,11 +500,19 @@ fn local_bytes(storage: &Storage) -> Result<&[u8], Error> {
 pub(crate) struct Outgoing {
     pickle: EncodedPickle,
     attached: Vec<Storage>,
+    /// The keys of the fds registered with the resource sharer for it.
+    registered: Vec<i64>,
 }
 
 impl Outgoing {
     pub(crate) fn pickle(&self) -> &EncodedPickle {
         &self.pickle
+    }
+
+    /// The keys the message's `DupFd`s name, registered with this
+    /// context's resource sharer.
+    pub(crate) fn registered_keys(&self) -> &[i64] {
+        &self.registered
     }
 
     /// The fds to attach: each storage's memfd.

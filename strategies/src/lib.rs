@@ -13,7 +13,8 @@
 //!   travels).
 //! - [`shm_manager`]: the daemon that unlinks `file_system` segments whose
 //!   holders crashed, speaking torch's libshm protocol; [`orphans`] finds
-//!   segments left in `/dev/shm` by processes that are gone.
+//!   segments left in `/dev/shm` by processes that are gone;
+//!   [`process::has_exited`] tells whether a peer process is gone.
 //! - [`Segment`] and [`WritableSegment`]: memory mapped or held in this
 //!   process, type-erased so the runtime can keep `Arc<dyn Segment>`.
 //! - [`fd_passing`]: `sendmsg`/`recvmsg` with `SCM_RIGHTS`, compatible with
@@ -99,6 +100,7 @@ pub mod orphans;
 mod owner;
 mod populate;
 pub mod private_dir;
+pub mod process;
 mod segment;
 pub mod shm_manager;
 mod strategy;

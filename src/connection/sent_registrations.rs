@@ -1,0 +1,107 @@
+//! The fds registered for the messages sent on one connection, withdrawn
+//! once the process at its other end has exited without fetching them.
+//!
+//! A `DupFd` in a message is fetched by whoever unpickles it, which is
+//! normally the process that reads the connection, while it reads. When
+//! that process dies first (SIGKILL, the OOM killer), nobody else has the
+//! message, and the fds would stay open in the sender until their
+//! unfetched lifetime passes (5 minutes by default): a long-running server
+//! whose clients die would hold an fd per message in flight to each. The
+//! connection knows its peer (`SO_PEERCRED`); when it ends and that process
+//! has exited or is exiting, what it did not fetch is closed at once. A
+//! peer that closed the connection and lives on may still unpickle what it
+//! read, so its fds wait for their lifetime as before.
+
+use std::os::unix::net::UnixStream;
+use std::sync::{Arc, Weak};
+
+use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+use tensorshare_strategies::process::has_exited;
+
+use crate::resource_sharer::ResourceSharer;
+
+/// How many keys a connection notes before it first drops those already
+/// fetched or released.
+const FIRST_PRUNE: usize = 64;
+
+/// The keys sent on one connection whose fds may still be registered, by
+/// the sharer that holds them.
+#[derive(Debug, Default)]
+pub(super) struct SentRegistrations {
+    /// The peer's pid when it connected; `None` until the first key is
+    /// noted, or when this pid namespace cannot name the peer.
+    peer: Option<u32>,
+    sharers: Vec<SharerKeys>,
+}
+
+#[derive(Debug)]
+struct SharerKeys {
+    sharer: Weak<ResourceSharer>,
+    keys: Vec<i64>,
+    /// The length at which fetched and released keys are next dropped.
+    prune_at: usize,
+}
+
+impl SentRegistrations {
+    /// Notes `keys`, registered with `sharer` for a message just sent on
+    /// `stream`.
+    pub(super) fn note(&mut self, stream: &UnixStream, sharer: &Arc<ResourceSharer>, keys: &[i64]) {
+        if keys.is_empty() {
+            return;
+        }
+        if self.peer.is_none() {
+            self.peer = peer_pid(stream);
+        }
+        let weak = Arc::downgrade(sharer);
+        let index = match self
+            .sharers
+            .iter()
+            .position(|entry| Weak::ptr_eq(&entry.sharer, &weak))
+        {
+            Some(index) => index,
+            None => {
+                self.sharers.retain(|entry| entry.sharer.strong_count() > 0);
+                self.sharers.push(SharerKeys {
+                    sharer: weak,
+                    keys: Vec::new(),
+                    prune_at: FIRST_PRUNE,
+                });
+                self.sharers.len() - 1
+            }
+        };
+        let entry = &mut self.sharers[index];
+        entry.keys.extend_from_slice(keys);
+        // Receivers fetch or release nearly every key within moments:
+        // pruning when the list has doubled keeps it near the fds in
+        // flight, at O(1) per key.
+        if entry.keys.len() >= entry.prune_at {
+            sharer.retain_registered(&mut entry.keys);
+            entry.prune_at = (entry.keys.len() * 2).max(FIRST_PRUNE);
+        }
+    }
+
+    /// Withdraws every noted fd still registered, closing it, if the peer
+    /// has exited or is exiting; returns how many it closed.
+    pub(super) fn withdraw_if_peer_exited(&mut self) -> usize {
+        if self.sharers.is_empty() || !self.peer.is_some_and(has_exited) {
+            return 0;
+        }
+        std::mem::take(&mut self.sharers)
+            .into_iter()
+            .filter_map(|entry| Some(entry.sharer.upgrade()?.withdraw_all(&entry.keys)))
+            .sum()
+    }
+}
+
+impl Drop for SentRegistrations {
+    fn drop(&mut self) {
+        self.withdraw_if_peer_exited();
+    }
+}
+
+/// The pid of the process at the other end of `stream` when it connected,
+/// if this pid namespace can name it (`SO_PEERCRED` gives 0 otherwise).
+fn peer_pid(stream: &UnixStream) -> Option<u32> {
+    let credentials = getsockopt(stream, PeerCredentials).ok()?;
+    u32::try_from(credentials.pid()).ok().filter(|&pid| pid > 0)
+}
