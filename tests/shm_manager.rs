@@ -140,36 +140,11 @@ impl ForegroundManager {
     }
 }
 
-/// The pid of the process holding the listening socket at `handle`: its
-/// inode from `/proc/net/unix`, then the process with an fd on it. (The
-/// socket's peer credentials name the process that called `listen`, which
-/// for a daemon is the launcher that forked it.)
+/// The pid of the process listening at `handle` (see
+/// [`support::listener_pid`]).
 fn server_pid(handle: &ManagerHandle) -> u32 {
-    let path = handle.path().to_str().unwrap();
-    let table = std::fs::read_to_string("/proc/net/unix").unwrap();
-    let inode = table
-        .lines()
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            // Num RefCount Protocol Flags Type St Inode Path; flag 0x10000
-            // is __SO_ACCEPTCON, a listening socket.
-            (fields.len() == 8 && fields[7] == path && fields[3] == "00010000")
-                .then(|| fields[6].to_owned())
-        })
-        .next()
-        .unwrap_or_else(|| panic!("nothing listens at {path}"));
-    let link = format!("socket:[{inode}]");
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .find(|pid| {
-            std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
-                fds.filter_map(Result::ok).any(|fd| {
-                    std::fs::read_link(fd.path()).is_ok_and(|t| t.as_os_str() == link.as_str())
-                })
-            })
-        })
-        .unwrap_or_else(|| panic!("no process holds {link}"))
+    let path = handle.path();
+    support::listener_pid(path).unwrap_or_else(|| panic!("nothing listens at {}", path.display()))
 }
 
 /// Fields of `/proc/PID/stat` after the command name: state is `[0]`, ppid
@@ -303,7 +278,7 @@ fn own_manager_starts_one_daemon_per_process() {
     assert!(Arc::ptr_eq(manager, &shm_manager::own_manager().unwrap()));
     assert!(Arc::ptr_eq(
         manager,
-        &shm_manager::connect(manager.handle()).unwrap()
+        &shm_manager::connect(&manager.handle()).unwrap()
     ));
 
     let segment = ShmObject::create();
@@ -311,10 +286,11 @@ fn own_manager_starts_one_daemon_per_process() {
     manager.unregister(&segment.name);
 
     if std::env::var_os(MANAGER_ENV).is_none() {
-        let dir = manager.handle().path().parent().unwrap();
+        let handle = manager.handle();
+        let dir = handle.path().parent().unwrap();
         let dir_name = dir.file_name().unwrap().to_string_lossy().into_owned();
         assert!(dir_name.starts_with("tensorshare-shm-"), "{dir_name}");
-        let daemon = server_pid(manager.handle());
+        let daemon = server_pid(&handle);
         assert_ne!(daemon, std::process::id());
         assert_ne!(
             proc_stat(daemon).unwrap()[1],

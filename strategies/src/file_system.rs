@@ -58,8 +58,6 @@
 //!   handles and the reference count touch the header only.
 #![allow(unsafe_code)]
 
-mod name;
-
 use std::any::Any;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
@@ -73,13 +71,13 @@ use nix::sys::stat::{Mode, fstat, lstat};
 use nix::sys::statvfs::statvfs;
 use nix::unistd::ftruncate;
 
-pub use name::{InvalidSegmentName, MAX_SEGMENT_NAME_LEN, SegmentName};
+pub use crate::segment_name::{InvalidSegmentName, MAX_SEGMENT_NAME_LEN, SegmentName};
 
 use crate::error::MAX_SEGMENT_BYTES;
 use crate::file_descriptor::FileIdentity;
 use crate::mapping::{SharedMapping, check_covers, is_regular_file, reserve};
 use crate::owner::check_own_user;
-use crate::shm_manager::{self, ManagerConnection, ManagerHandle};
+use crate::shm_manager::{self, ManagerConnection, ManagerError, ManagerHandle};
 use crate::{
     AllocateError, ExportError, ImportError, Segment, SharingStrategy, StrategyKind,
     WritableSegment,
@@ -188,9 +186,10 @@ impl FileSystemSegment {
         &self.object.name
     }
 
-    /// The manager this process registered the segment with; a message
-    /// that carries the segment names it so that receivers register there.
-    pub fn manager(&self) -> &ManagerHandle {
+    /// The manager this process registered the segment with (or the one
+    /// that took over from it: see [`ManagerConnection`]); a message that
+    /// carries the segment names it so that receivers register there.
+    pub fn manager(&self) -> ManagerHandle {
         self.object.manager.handle()
     }
 
@@ -398,7 +397,7 @@ impl SharingStrategy for FileSystemStrategy {
     fn export(&self, segment: &FileSystemSegment) -> Result<SegmentHandle, ExportError> {
         segment.object.incref();
         Ok(SegmentHandle {
-            manager: segment.manager().clone(),
+            manager: segment.manager(),
             name: segment.name().clone(),
             in_flight: InFlightCount(Some(Arc::clone(&segment.object))),
         })
@@ -436,22 +435,14 @@ impl SharingStrategy for FileSystemStrategy {
         let mapping = unsafe { SharedMapping::map_guarded(fd.as_fd(), total) }
             .map_err(|errno| ImportError::from_map_errno(nbytes, errno))?;
         drop(fd);
-        let manager =
-            shm_manager::connect(&manager_handle).map_err(|cause| ImportError::Manager {
-                name: name.to_string(),
-                cause,
-            })?;
         // Registered before this process counts itself, so that a refused
         // import leaves the header as it found it; the message's count stays
         // for its sender's manager.
-        if let Err(cause) = manager.register(&name) {
-            // The manager may have taken the name with its reply lost.
-            manager.unregister(&name);
-            return Err(ImportError::Manager {
+        let manager =
+            register_received(&manager_handle, &name).map_err(|cause| ImportError::Manager {
                 name: name.to_string(),
                 cause,
-            });
-        }
+            })?;
         let object = MappedObject {
             mapping,
             name,
@@ -465,6 +456,48 @@ impl SharingStrategy for FileSystemStrategy {
         Ok(FileSystemSegment {
             object: Arc::new(object),
         })
+    }
+}
+
+/// Registers a received segment with the manager its message names, and
+/// returns that manager's connection.
+///
+/// When nothing listens there any more (the manager died; its creator may
+/// have taken over with a new one, or died too), the segment is registered
+/// with this process's own manager instead, so that some manager still
+/// unlinks it once its holders are gone: a manager never unlinks a segment
+/// a process still maps, so splitting its holders between managers cannot
+/// pull it from under one of them.
+fn register_received(
+    handle: &ManagerHandle,
+    name: &SegmentName,
+) -> Result<Arc<ManagerConnection>, ManagerError> {
+    let named = shm_manager::connect(handle).and_then(|manager| match manager.register(name) {
+        Ok(()) => Ok(manager),
+        Err(cause) => {
+            // The manager may have taken the name with its reply lost.
+            manager.unregister(name);
+            Err(cause)
+        }
+    });
+    match named {
+        Err(cause) if manager_is_gone(&cause) => {
+            let own = shm_manager::own_manager()?;
+            own.register(name).inspect_err(|_| own.unregister(name))?;
+            Ok(own)
+        }
+        named => named,
+    }
+}
+
+/// Whether `error` says nothing serves the manager's socket any more, as
+/// opposed to another user's manager or one that answers wrongly.
+fn manager_is_gone(error: &ManagerError) -> bool {
+    match error {
+        ManagerError::Connect { errno, .. } => matches!(errno, Errno::ENOENT | Errno::ECONNREFUSED),
+        ManagerError::Closed { .. } | ManagerError::Broken { .. } => true,
+        ManagerError::Send { errno, .. } => matches!(errno, Errno::EPIPE | Errno::ECONNRESET),
+        _ => false,
     }
 }
 

@@ -79,8 +79,10 @@
 //!   range is never handed to two buffers; the `MADV_FREE` advice it gives
 //!   pooled mappings may turn their bytes into zeros, so a buffer built from
 //!   one writes every byte it exposes before handing it out.
-//! - [`orphans`] calls `fcntl(2)` with the lease commands, which nix does not
-//!   wrap, passing an fd borrowed for the call and an integer.
+//! - The private `lease` module calls `fcntl(2)` with the lease commands,
+//!   which nix does not wrap, passing an fd borrowed for the call and an
+//!   integer; [`orphans`] and the manager ask it whether a segment is open
+//!   anywhere before they unlink it.
 //! - [`shm_manager`]'s private `daemon` module calls `fork` to start the
 //!   manager, only after `/proc/self/task` showed the process runs a single
 //!   thread, so the child is a complete copy that may run ordinary Rust code.
@@ -94,6 +96,7 @@ pub mod file_descriptor;
 pub mod file_system;
 pub mod heap;
 mod kind;
+mod lease;
 mod mapping;
 pub mod memmap;
 pub mod orphans;
@@ -102,6 +105,7 @@ mod populate;
 pub mod private_dir;
 pub mod process;
 mod segment;
+mod segment_name;
 pub mod shm_manager;
 mod strategy;
 mod unique_name;

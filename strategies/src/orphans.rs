@@ -126,9 +126,8 @@
 //!
 //! # Safety
 //!
-//! The only `unsafe` code is in the private `lease` module: `fcntl(2)` with
-//! the lease commands, which nix does not wrap. Its own `# Safety` section
-//! says what makes each call sound.
+//! No `unsafe` code here: the lease is taken by the crate's private `lease`
+//! module, whose own `# Safety` section says what makes each call sound.
 //!
 //! # Examples
 //!
@@ -185,9 +184,9 @@ pub use socket_dirs::{
 };
 
 #[cfg(doc)]
-use crate::file_system::SegmentName;
-#[cfg(doc)]
 use crate::private_dir::SocketDirName;
+#[cfg(doc)]
+use crate::segment_name::SegmentName;
 
 /// Where Linux keeps POSIX shared-memory objects: `shm_open` names resolve
 /// here.

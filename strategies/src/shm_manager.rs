@@ -22,7 +22,11 @@
 //! - The manager reads a closed connection as a dead process. It unlinks a
 //!   name once nobody holds it (after a grace period, in this manager), and
 //!   every name still registered when it exits, 2 s after its last client
-//!   left.
+//!   left; never one some process still has open or mapped.
+//! - A manager can die too. The connection to a process's own manager
+//!   watches for that, starts a new one, registers there what the dead one
+//!   would have unlinked, and removes the dead one's socket directory
+//!   ([`ManagerConnection`]).
 //!
 //! [`ManagerServer`] is the manager itself; `tensorshare manager` runs it.
 //!

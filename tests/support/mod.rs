@@ -335,6 +335,34 @@ pub fn expect_success(output: &std::process::Output, what: &str) -> String {
     stdout
 }
 
+/// The pid of the process holding the socket listening at `path`: its
+/// inode from `/proc/net/unix`, then the process with an fd on it. (The
+/// socket's peer credentials name the process that called `listen`, which
+/// for a daemon is the launcher that forked it.) `None` when nothing
+/// listens there.
+pub fn listener_pid(path: &Path) -> Option<u32> {
+    let path = path.to_str()?;
+    let table = std::fs::read_to_string("/proc/net/unix").ok()?;
+    let inode = table.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        // Num RefCount Protocol Flags Type St Inode Path; flag 0x10000 is
+        // __SO_ACCEPTCON, a listening socket.
+        (fields.len() == 8 && fields[7] == path && fields[3] == "00010000")
+            .then(|| fields[6].to_owned())
+    })?;
+    let link = format!("socket:[{inode}]");
+    std::fs::read_dir("/proc")
+        .ok()?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .find(|pid| {
+            std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+                fds.filter_map(Result::ok).any(|fd| {
+                    std::fs::read_link(fd.path()).is_ok_and(|t| t.as_os_str() == link.as_str())
+                })
+            })
+        })
+}
+
 /// The abstract socket names bound in this network namespace, without
 /// their leading NUL, as `/proc/net/unix` lists them (`@name`).
 pub fn bound_abstract_names() -> Vec<String> {

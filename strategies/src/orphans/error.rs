@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use nix::errno::Errno;
 
-use crate::file_system::SegmentName;
+use crate::segment_name::SegmentName;
 
 #[cfg(doc)]
 use super::{OrphanScan, scan};

@@ -12,7 +12,7 @@ use nix::unistd::geteuid;
 use super::error::ScanError;
 use super::listing::FileKey;
 use crate::error::errno_of;
-use crate::file_system::SegmentName;
+use crate::segment_name::SegmentName;
 
 /// `PF_KTHREAD` in the flags field of `/proc/<pid>/stat`.
 const PF_KTHREAD: u64 = 0x0020_0000;

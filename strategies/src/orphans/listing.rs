@@ -14,8 +14,8 @@ use super::error::ScanError;
 use super::orphan_scan::ScanOptions;
 use super::report::{SkipReason, SkippedEntry};
 use crate::error::errno_of;
-use crate::file_system::SegmentName;
 use crate::mapping::{file_type, is_regular_file};
+use crate::segment_name::SegmentName;
 
 /// A file's identity as `/proc/<pid>/maps` shows it: device major and
 /// minor, and inode.

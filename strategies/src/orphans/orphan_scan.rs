@@ -16,7 +16,7 @@ use super::listing::{FileKey, list_segments};
 use super::report::{SegmentReport, SkippedEntry};
 use super::verdict::judge;
 use super::{DEFAULT_MIN_AGE, DEFAULT_SHM_DIR};
-use crate::file_system::SegmentName;
+use crate::segment_name::SegmentName;
 
 #[cfg(doc)]
 use super::KeepReason;

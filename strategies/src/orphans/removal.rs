@@ -12,7 +12,7 @@ use super::listing::{FileKey, Lookup, stat_entry};
 use super::orphan_scan::OrphanScan;
 use super::report::{KeepReason, SegmentReport};
 use super::verdict::{Verdict, judge};
-use crate::file_system::SegmentName;
+use crate::segment_name::SegmentName;
 
 impl OrphanScan {
     /// Removes every orphan of this scan, checking each again just before:

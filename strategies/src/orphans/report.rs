@@ -6,7 +6,7 @@ use std::time::Duration;
 use nix::errno::Errno;
 
 use super::listing::FileKey;
-use crate::file_system::SegmentName;
+use crate::segment_name::SegmentName;
 
 #[cfg(doc)]
 use super::{OrphanScan, ScanOptions};

@@ -17,7 +17,7 @@ use super::lease::{Probe, hold_exclusively};
 use super::listing::{FileKey, Lookup, stat_entry};
 use super::verdict::{Verdict, verdict};
 use super::*;
-use crate::file_system::SegmentName;
+use crate::segment_name::SegmentName;
 
 /// A segment file in /dev/shm this test made, unlinked on drop.
 struct TestSegment {

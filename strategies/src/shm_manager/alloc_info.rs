@@ -2,7 +2,7 @@
 
 use nix::unistd::getpid;
 
-use crate::file_system::{InvalidSegmentName, SegmentName};
+use crate::segment_name::{InvalidSegmentName, SegmentName};
 
 /// The size of libshm's `struct AllocInfo { pid_t pid; char free; char
 /// filename[60]; }` on Linux: 4 + 1 + 60 bytes, padded to the 4-byte

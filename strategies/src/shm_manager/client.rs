@@ -1,27 +1,22 @@
 //! The client side of libshm's protocol: one connection per manager, open
 //! while anything registered through it is in use.
 
+mod link;
+mod registered_names;
+mod replacement;
+
 use std::collections::HashMap;
 use std::ffi::OsStr;
-use std::io::{ErrorKind, Read};
-use std::os::fd::AsRawFd;
+use std::net::Shutdown;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::UnixStream;
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use nix::errno::Errno;
-use nix::sys::socket::{
-    AddressFamily, MsgFlags, SockFlag, SockType, UnixAddr, connect as connect_socket, getsockopt,
-    send, socket, sockopt::PeerCredentials,
-};
-
-use super::alloc_info::{ALLOC_INFO_SIZE, AllocInfo};
-use super::{ManagerError, ManagerHandle, launch};
-use crate::UnixUser;
-use crate::error::errno_of;
-use crate::file_system::SegmentName;
-use crate::owner::is_own_uid;
+use super::{ManagerError, ManagerHandle};
+use crate::segment_name::SegmentName;
+use link::Link;
+use registered_names::RegisteredNames;
 
 /// The environment variable naming the socket of a running manager that
 /// [`own_manager`] uses instead of starting one.
@@ -32,9 +27,6 @@ pub const MANAGER_ENV: &str = "TENSORSHARE_SHM_MANAGER";
 /// read; a manager serving many clients on a loaded machine deserves more.
 pub const REPLY_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// How long to pause between attempts while a manager's backlog is full.
-const CONNECT_RETRY: Duration = Duration::from_millis(10);
-
 /// A connection to a shared-memory manager.
 ///
 /// The manager takes the connection's life as the life of the process that
@@ -44,38 +36,30 @@ const CONNECT_RETRY: Duration = Duration::from_millis(10);
 /// every segment holds the connection it was registered through, and
 /// [`connect`] hands out the one live connection per manager.
 ///
+/// The connection to this process's own manager ([`own_manager`]) outlives
+/// that manager: when it dies (killed, out of memory), a thread watching
+/// the socket sees it close, connects to a new own manager (started as the
+/// first was) and registers there every segment the dead one would have
+/// unlinked at its exit: those this process holds, and those it freed that
+/// still exist. From then on it talks to the new manager, and messages
+/// that carry its segments name the new one ([`handle`](Self::handle)).
+/// The dead manager's socket directory is removed. A connection to another
+/// process's manager is not replaced: its segments are that process's to
+/// re-register, and this one could not tell its holders apart.
+///
 /// Methods take `&self`: a mutex orders the messages of concurrent callers.
 #[derive(Debug)]
 pub struct ManagerConnection {
-    handle: ManagerHandle,
-    link: Mutex<Link>,
+    state: Mutex<State>,
+    /// Whether a dead manager is replaced by a new own manager.
+    own: bool,
 }
 
-/// The socket and what is still expected on it.
+/// The link to the manager, and the names registered through it.
 #[derive(Debug)]
-struct Link {
-    stream: UnixStream,
-    /// Bytes of `OK` replies the manager still owes: two per registration,
-    /// including those whose caller stopped waiting.
-    owed: usize,
-    /// Whether the next reply byte is the `K` of an `OK`.
-    mid_reply: bool,
-    /// Why the connection can no longer be used, once it cannot.
-    broken: Option<String>,
-    /// How long a registration waits for its `OK`.
-    reply_timeout: Duration,
-    /// The receive timeout set on the socket: `reply_timeout` from
-    /// [`ManagerConnection::open`] on, so that a registration's first read
-    /// needs no `setsockopt`; only a read waiting out a remainder changes it.
-    read_timeout: Duration,
-}
-
-impl Link {
-    /// Marks the connection broken by `error`, and returns it.
-    fn fail(&mut self, error: ManagerError) -> ManagerError {
-        self.broken = Some(error.to_string());
-        error
-    }
+struct State {
+    link: Link,
+    names: RegisteredNames,
 }
 
 impl ManagerConnection {
@@ -93,51 +77,31 @@ impl ManagerConnection {
     /// [`ManagerError::ForeignManager`] when the listening process runs as
     /// another user than this process's effective one, root included.
     pub fn open(handle: &ManagerHandle) -> Result<Self, ManagerError> {
-        let stream = connect_stream(handle)?;
-        let peer = getsockopt(&stream, PeerCredentials).map_err(|errno| ManagerError::Connect {
-            handle: handle.to_string(),
-            errno,
-        })?;
-        // Root included: a handle comes from a peer, and another user's
-        // manager would be told, and could act on, this user's segments.
-        if !is_own_uid(peer.uid()) {
-            return Err(ManagerError::ForeignManager {
-                handle: handle.to_string(),
-                owner: UnixUser::of(peer.uid()),
-                this: UnixUser::effective(),
-            });
-        }
-        let timeouts = stream
-            .set_write_timeout(Some(REPLY_TIMEOUT))
-            .and_then(|()| stream.set_read_timeout(Some(REPLY_TIMEOUT)));
-        if let Err(err) = timeouts {
-            return Err(ManagerError::Connect {
-                handle: handle.to_string(),
-                errno: errno_of(&err),
-            });
-        }
-        Ok(ManagerConnection {
-            handle: handle.clone(),
-            link: Mutex::new(Link {
-                stream,
-                owed: 0,
-                mid_reply: false,
-                broken: None,
-                reply_timeout: REPLY_TIMEOUT,
-                read_timeout: REPLY_TIMEOUT,
-            }),
-        })
+        Ok(Self::with_link(Link::open(handle)?, false))
     }
 
-    /// The manager this connection talks to.
-    pub fn handle(&self) -> &ManagerHandle {
-        &self.handle
+    fn with_link(link: Link, own: bool) -> Self {
+        ManagerConnection {
+            state: Mutex::new(State {
+                link,
+                names: RegisteredNames::default(),
+            }),
+            own,
+        }
+    }
+
+    /// The manager this connection talks to now: for this process's own
+    /// manager, the one that took over when an earlier one died.
+    pub fn handle(&self) -> ManagerHandle {
+        self.lock().link.handle.clone()
     }
 
     /// Whether an earlier failure (the manager exited, answered garbage, or
-    /// a message went out in part) left the connection unusable.
+    /// a message went out in part) left the connection unusable. The
+    /// connection to this process's own manager is so only until a new
+    /// manager takes over.
     pub fn is_broken(&self) -> bool {
-        self.lock().broken.is_some()
+        self.lock().link.broken.is_some()
     }
 
     /// Tells the manager this process uses `name`, and waits up to
@@ -154,73 +118,21 @@ impl ManagerConnection {
     /// [`ManagerError::Send`], [`ManagerError::Closed`],
     /// [`ManagerError::Receive`] or [`ManagerError::UnexpectedReply`] when the
     /// manager is gone or is not a manager, after which the connection is
-    /// broken and every call returns [`ManagerError::Broken`].
+    /// broken and every call returns [`ManagerError::Broken`];
+    /// [`ManagerError::NoReplacement`] when this process's own manager went
+    /// and no new one could be started.
     pub fn register(&self, name: &SegmentName) -> Result<(), ManagerError> {
-        let mut link = self.lock();
-        self.check_usable(&link)?;
-        let message = AllocInfo::register(name.clone()).encode();
-        self.send_message(&mut link, &message)?;
-        link.owed += 2;
-        let started = Instant::now();
-        let deadline = started + link.reply_timeout;
-        let mut reply = [0u8; 64];
-        let mut first_read = true;
-        while link.owed > 0 {
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(ManagerError::ReplyTimeout {
-                    handle: self.handle.to_string(),
-                    waited: now - started,
-                });
+        let mut state = self.lock();
+        self.revive(&mut state)?;
+        state.names.registered(name);
+        match state.link.register(name) {
+            Err(error) if self.own && link::manager_gone(&error) => {
+                // A new manager now knows every name registered, this one
+                // among them.
+                self.replace(&mut state)
             }
-            // The first read waits the whole timeout, the later ones what is
-            // left of it. Never ZERO: std refuses it; the deadline check
-            // above keeps the remainder positive.
-            let wait = if first_read {
-                link.reply_timeout
-            } else {
-                deadline - now
-            };
-            first_read = false;
-            if wait != link.read_timeout && link.stream.set_read_timeout(Some(wait)).is_ok() {
-                link.read_timeout = wait;
-            }
-            let want = link.owed.min(reply.len());
-            match link.stream.read(&mut reply[..want]) {
-                Ok(0) => {
-                    return Err(link.fail(ManagerError::Closed {
-                        handle: self.handle.to_string(),
-                    }));
-                }
-                Ok(n) => {
-                    for &byte in &reply[..n] {
-                        let expected = if link.mid_reply { b'K' } else { b'O' };
-                        if byte != expected {
-                            let error = ManagerError::UnexpectedReply {
-                                reply: String::from_utf8_lossy(&reply[..n]).into_owned(),
-                                handle: self.handle.to_string(),
-                            };
-                            return Err(link.fail(error));
-                        }
-                        link.mid_reply = !link.mid_reply;
-                        link.owed -= 1;
-                    }
-                }
-                Err(err)
-                    if matches!(
-                        err.kind(),
-                        ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
-                    ) => {}
-                Err(err) => {
-                    let error = ManagerError::Receive {
-                        handle: self.handle.to_string(),
-                        errno: errno_of(&err),
-                    };
-                    return Err(link.fail(error));
-                }
-            }
+            registered => registered,
         }
-        Ok(())
     }
 
     /// Tells the manager this process no longer uses `name`; the manager
@@ -231,97 +143,79 @@ impl ManagerConnection {
     /// object is unlinked, so unlink the segment (when this process is the
     /// one to) before calling this, as libshm does.
     pub fn unregister(&self, name: &SegmentName) {
-        let mut link = self.lock();
-        if link.broken.is_some() {
+        let mut state = self.lock();
+        state.names.freed(name);
+        if self.revive(&mut state).is_err() {
             return;
         }
-        let message = AllocInfo::free(name.clone()).encode();
         // Ignored, as documented; a failure that desynchronised the stream
-        // has marked the connection broken.
-        let _ = self.send_message(&mut link, &message);
-    }
-
-    fn lock(&self) -> MutexGuard<'_, Link> {
-        // The link's state is consistent between statements, so a panic of
-        // another caller leaves nothing half-done.
-        self.link.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn check_usable(&self, link: &Link) -> Result<(), ManagerError> {
-        match &link.broken {
-            Some(cause) => Err(ManagerError::Broken {
-                handle: self.handle.to_string(),
-                cause: cause.clone(),
-            }),
-            None => Ok(()),
-        }
-    }
-
-    /// Sends a whole message. `MSG_NOSIGNAL`: a manager that is gone is an
-    /// error here, never a `SIGPIPE` that kills the process.
-    fn send_message(
-        &self,
-        link: &mut Link,
-        message: &[u8; ALLOC_INFO_SIZE],
-    ) -> Result<(), ManagerError> {
-        let mut sent = 0;
-        while sent < message.len() {
-            match send(
-                link.stream.as_raw_fd(),
-                &message[sent..],
-                MsgFlags::MSG_NOSIGNAL,
-            ) {
-                Ok(n) => sent += n,
-                Err(Errno::EINTR) => {}
-                Err(errno) => {
-                    let error = ManagerError::Send {
-                        handle: self.handle.to_string(),
-                        errno,
-                    };
-                    // Nothing went out on a timeout: the stream is still in
-                    // step and the next message may pass.
-                    if sent == 0 && errno == Errno::EAGAIN {
-                        return Err(error);
-                    }
-                    return Err(link.fail(error));
-                }
+        // has marked the connection broken, and a new own manager has been
+        // told of `name` if its object still exists.
+        if let Err(error) = state.link.free(name) {
+            if self.own && link::manager_gone(&error) && self.replace(&mut state).is_ok() {
+                let _ = state.link.free(name);
             }
         }
+    }
+
+    /// Replaces a broken link to this process's own manager; another
+    /// process's manager's broken link stays broken.
+    fn revive(&self, state: &mut State) -> Result<(), ManagerError> {
+        if state.link.broken.is_none() {
+            return Ok(());
+        }
+        if !self.own {
+            return state.link.check_usable();
+        }
+        self.replace(state)
+    }
+
+    /// Connects to a new own manager, registers there every name the dead
+    /// one would have unlinked, and removes the dead one's socket
+    /// directory.
+    fn replace(&self, state: &mut State) -> Result<(), ManagerError> {
+        let dead = state.link.handle.clone();
+        let no_replacement = |cause| ManagerError::NoReplacement {
+            dead: dead.to_string(),
+            cause: Box::new(cause),
+        };
+        let mut link = replacement::open_own_link().map_err(no_replacement)?;
+        for name in state.names.replay() {
+            link.register(&name).map_err(no_replacement)?;
+        }
+        state.link = link;
+        replacement::remove_socket_dir(&dead);
         Ok(())
+    }
+
+    /// Replaces the link if it is still `watched`, whose manager hung up.
+    fn replace_if_current(&self, watched: &Arc<UnixStream>) -> Result<(), ManagerError> {
+        let mut state = self.lock();
+        if !Arc::ptr_eq(&state.link.stream, watched) {
+            return Ok(());
+        }
+        let dead = state.link.handle.to_string();
+        state.link.fail(ManagerError::Closed { handle: dead });
+        self.replace(&mut state)
+    }
+
+    /// The socket of the current link, for the watching thread.
+    fn current_stream(&self) -> Arc<UnixStream> {
+        Arc::clone(&self.lock().link.stream)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // The state is consistent between statements, so a panic of
+        // another caller leaves nothing half-done.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
-/// Connects to `handle`, retrying while the manager's backlog is full
-/// (`EAGAIN`) for up to [`REPLY_TIMEOUT`]: a blocking connect would wait
-/// without bound on a manager that stopped accepting.
-fn connect_stream(handle: &ManagerHandle) -> Result<UnixStream, ManagerError> {
-    let error = |errno| ManagerError::Connect {
-        handle: handle.to_string(),
-        errno,
-    };
-    let address = UnixAddr::new(handle.path()).map_err(error)?;
-    let deadline = Instant::now() + REPLY_TIMEOUT;
-    loop {
-        let fd = socket(
-            AddressFamily::Unix,
-            SockType::Stream,
-            SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
-            None,
-        )
-        .map_err(error)?;
-        match connect_socket(fd.as_raw_fd(), &address) {
-            Ok(()) => {
-                let stream = UnixStream::from(fd);
-                stream
-                    .set_nonblocking(false)
-                    .map_err(|err| error(errno_of(&err)))?;
-                return Ok(stream);
-            }
-            Err(Errno::EAGAIN | Errno::EINTR) if Instant::now() < deadline => {
-                std::thread::sleep(CONNECT_RETRY);
-            }
-            Err(errno) => return Err(error(errno)),
-        }
+impl Drop for ManagerConnection {
+    fn drop(&mut self) {
+        // The watching thread holds the socket too: shutting it down tells
+        // the manager at once, and wakes the thread to end.
+        let _ = self.lock().link.stream.shutdown(Shutdown::Both);
     }
 }
 
@@ -341,7 +235,8 @@ static OWN_MANAGER: Mutex<Option<Arc<ManagerConnection>>> = Mutex::new(None);
 /// which keeps a connection to every manager it ever met until the process
 /// exits, a connection closes once nothing registered through it is left,
 /// so a long-running server does not keep every peer's manager (and an fd
-/// for each) alive. A connection found broken is replaced by a new one.
+/// for each) alive. A connection found broken is replaced by a new one;
+/// this process's own manager is found under every handle it had.
 ///
 /// # Errors
 ///
@@ -365,11 +260,16 @@ static OWN_MANAGER: Mutex<Option<Arc<ManagerConnection>>> = Mutex::new(None);
 /// # }
 /// ```
 pub fn connect(handle: &ManagerHandle) -> Result<Arc<ManagerConnection>, ManagerError> {
+    // Messages name this process's own manager as it was when they were
+    // sent: one that took over since is the same connection.
+    if let Some(own) = current_own_manager().filter(|own| own.handle() == *handle) {
+        return Ok(own);
+    }
     let mut connections = CONNECTIONS.lock().unwrap_or_else(PoisonError::into_inner);
     if let Some(existing) = connections
         .get(handle)
         .and_then(Weak::upgrade)
-        .filter(|c| !c.is_broken())
+        .filter(|c| c.own || !c.is_broken())
     {
         return Ok(existing);
     }
@@ -388,8 +288,8 @@ pub fn connect(handle: &ManagerHandle) -> Result<Arc<ManagerConnection>, Manager
 /// [`manager_executable`](super::manager_executable) for where the
 /// executable is looked for): a separate process that outlives this one,
 /// so that segments are unlinked even if this process is killed. Concurrent
-/// first calls start one manager. When the manager's connection breaks (it
-/// was killed), the next call starts a new one.
+/// first calls start one manager. When that manager dies, the connection
+/// takes over a new one, as the [`ManagerConnection`] docs say.
 ///
 /// # Errors
 ///
@@ -397,29 +297,40 @@ pub fn connect(handle: &ManagerHandle) -> Result<Arc<ManagerConnection>, Manager
 /// `TENSORSHARE_SHM_MANAGER`; [`ManagerError::NoExecutable`],
 /// [`ManagerError::Spawn`], [`ManagerError::LaunchFailed`] or
 /// [`ManagerError::LaunchBroken`] when the daemon cannot be started; those of
-/// [`connect`].
+/// [`connect`]; [`ManagerError::NoReplacement`] when the manager died and no
+/// other could be started.
 pub fn own_manager() -> Result<Arc<ManagerConnection>, ManagerError> {
     let mut own = OWN_MANAGER.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some(existing) = own.as_ref().filter(|c| !c.is_broken()) {
-        return Ok(Arc::clone(existing));
+    if let Some(existing) = own.as_ref() {
+        if existing.own {
+            existing.revive(&mut existing.lock())?;
+            return Ok(Arc::clone(existing));
+        }
+        if !existing.is_broken() {
+            return Ok(Arc::clone(existing));
+        }
     }
-    let connection = match std::env::var_os(MANAGER_ENV).filter(|v| !v.is_empty()) {
-        Some(value) => {
-            let handle = handle_from_env(&value)?;
-            connect(&handle)?
-        }
-        None => {
-            let exe = launch::manager_executable()?;
-            let launched = launch::DaemonLaunch::spawn(&exe)?;
-            // Connect before reaping: the daemon's idle clock runs from its
-            // start.
-            let connected = connect(launched.handle());
-            launched.reap()?;
-            connected?
-        }
+    let link = match std::env::var_os(MANAGER_ENV).filter(|v| !v.is_empty()) {
+        Some(value) => Link::open(&handle_from_env(&value)?)?,
+        None => replacement::launch_link()?,
     };
+    let handle = link.handle.clone();
+    let connection = Arc::new(ManagerConnection::with_link(link, true));
+    replacement::watch(&connection);
+    CONNECTIONS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert(handle, Arc::downgrade(&connection));
     *own = Some(Arc::clone(&connection));
     Ok(connection)
+}
+
+/// This process's own manager, if it has one yet.
+fn current_own_manager() -> Option<Arc<ManagerConnection>> {
+    OWN_MANAGER
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone()
 }
 
 /// Makes `connection` this process's own manager from now on, instead of

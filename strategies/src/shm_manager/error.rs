@@ -155,6 +155,17 @@ pub enum ManagerError {
         /// The earlier failure, as text.
         cause: String,
     },
+    /// This process's own manager went away, and no manager could be
+    /// found or started to take over its segments.
+    #[error(
+        "the shared-memory manager at {dead} has gone, and none could take over its segments:          {cause}"
+    )]
+    NoReplacement {
+        /// The socket path of the manager that went.
+        dead: String,
+        /// Why connecting to or starting another failed.
+        cause: Box<ManagerError>,
+    },
     /// No `tensorshare` executable to run the manager daemon was found.
     #[error(
         "cannot start a shared-memory manager: no `tensorshare` executable found ({searched}): \

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use super::{ManagerError, ManagerHandle, daemon};
 use crate::error::errno_of;
-use crate::file_system::SegmentName;
+use crate::segment_name::SegmentName;
 use private_dir::{SOCKET_NAME, create_private_dir};
 use serve_loop::ServeState;
 
@@ -55,7 +55,15 @@ pub const MAX_REGISTERED_NAMES: usize = 1 << 20;
 /// - names reach `shm_unlink` only after parsing as a [`SegmentName`], and
 ///   only when the object belongs to the manager's own user (checked with
 ///   `fstat` on the opened object; root too): another user's segment is
-///   left in place and logged.
+///   left in place and logged;
+/// - it never unlinks a segment some process still has open or mapped (a
+///   write lease on it tells, which the kernel grants only when no other
+///   open file refers to it): after a manager died and its clients took
+///   over with managers of their own, a holder may be registered with
+///   another manager than this one, and torch aborts a process whose
+///   segment was unlinked under it. An orphan still held is looked at
+///   again after each grace period, and left in place at exit
+///   ([`ManagerReport::left_held`]).
 ///
 /// Dropping it removes the socket, and the private directory it made.
 ///
@@ -267,4 +275,10 @@ pub struct ManagerReport {
     /// user owns them: a client may register any name a message showed
     /// it, and this manager removes only its own user's objects.
     pub left_to_other_users: Vec<SegmentName>,
+    /// Segments still registered when it stopped that it left in place
+    /// because some process still had them open or mapped: a holder
+    /// registered with another manager, after this one took over from a
+    /// manager that died. Their holders unlink them as their counts reach
+    /// zero; `tensorshare gc` reclaims those whose holders die first.
+    pub left_held: Vec<SegmentName>,
 }

@@ -1,8 +1,11 @@
 //! Unit tests of `client`.
-use std::io::Write;
+use std::io::{Read, Write};
 use std::os::unix::net::UnixListener;
 
+use nix::errno::Errno;
+
 use super::*;
+use crate::shm_manager::{ALLOC_INFO_SIZE, AllocInfo};
 
 fn listener() -> (tempfile::TempDir, ManagerHandle, UnixListener) {
     let dir = tempfile::tempdir().unwrap();
@@ -52,7 +55,7 @@ fn a_manager_that_hangs_up_is_reported_closed() {
 fn a_late_ok_is_consumed_by_the_next_registration() {
     let (_dir, handle, listener) = listener();
     let connection = ManagerConnection::open(&handle).unwrap();
-    connection.lock().reply_timeout = Duration::from_millis(100);
+    connection.lock().link.reply_timeout = Duration::from_millis(100);
     let (mut peer, _) = listener.accept().unwrap();
     let err = connection.register(&SegmentName::fresh()).unwrap_err();
     assert!(matches!(err, ManagerError::ReplyTimeout { .. }), "{err}");

@@ -13,8 +13,9 @@ use nix::sys::stat::{Mode, fstat};
 use super::MAX_REGISTERED_NAMES;
 use super::serve_loop::{ServeState, log};
 use super::session::Client;
-use crate::file_system::SegmentName;
+use crate::lease::{Probe, lease_exclusively};
 use crate::owner::check_own_user;
+use crate::segment_name::SegmentName;
 use crate::shm_manager::alloc_info::AllocInfo;
 
 /// What one name's entry holds.
@@ -108,36 +109,56 @@ impl ServeState {
             let still_orphaned = self.names.get(&name).is_some_and(|registration| {
                 registration.registrants.is_empty() && registration.orphaned_at == Some(since)
             });
-            if still_orphaned {
+            if !still_orphaned {
+                continue;
+            }
+            if self.unlink(&name) == Unlink::Held {
+                // Mapped by a process registered elsewhere: look again
+                // after another grace period.
+                if let Some(registration) = self.names.get_mut(&name) {
+                    registration.orphaned_at = Some(now);
+                }
+                self.orphans.push_back((now, name));
+            } else {
                 self.names.remove(&name);
-                self.unlink(name);
             }
         }
     }
 
-    /// Unlinks every name still registered.
+    /// Unlinks every name still registered that nothing holds.
     pub(super) fn unlink_all(&mut self) {
         for name in std::mem::take(&mut self.names).into_keys() {
-            self.unlink(name);
+            if self.unlink(&name) == Unlink::Held {
+                self.report.left_held.push(name);
+            }
         }
     }
 
     /// Unlinks `name` if the object it names belongs to this manager's
-    /// user. A client registers whatever name a message showed it, and a
-    /// manager running as root could unlink anything: another user's
-    /// object is left in place and logged.
-    fn unlink(&mut self, name: SegmentName) {
-        let opened = open_read_only(&name);
-        let stat = match opened.and_then(|fd| fstat(&fd)) {
-            Ok(stat) => stat,
-            Err(Errno::ENOENT) => return,
+    /// user and no process has it open or mapped.
+    ///
+    /// A client registers whatever name a message showed it, and a manager
+    /// running as root could unlink anything: another user's object is left
+    /// in place and logged. Every holder of a segment normally registers it
+    /// here, so a name nobody is registered for is held by nobody; but
+    /// after a manager died, its clients re-register with managers of their
+    /// own, and a holder registered with another manager may still map it.
+    /// Unlinking it then would fail that holder's own unlink when its count
+    /// reaches zero, which torch answers by aborting the process: the
+    /// kernel is asked first, with a write lease, which it grants only when
+    /// no other open file refers to the object.
+    fn unlink(&mut self, name: &SegmentName) -> Unlink {
+        let opened = open_read_only(name);
+        let (fd, stat) = match opened.and_then(|fd| fstat(&fd).map(|stat| (fd, stat))) {
+            Ok(opened) => opened,
+            Err(Errno::ENOENT) => return Unlink::Done,
             Err(errno) => {
                 // Not this user's to open (`EACCES`), or no fd left: whose it
                 // is cannot be told, so it is not unlinked.
                 log(format_args!(
                     "left {name} in place: cannot check whose it is ({errno})"
                 ));
-                return;
+                return Unlink::Done;
             }
         };
         if let Err(other) = check_own_user(&stat) {
@@ -145,18 +166,38 @@ impl ServeState {
                 "left {name} in place: it belongs to {}, and this manager runs as {}",
                 other.owner, other.this
             ));
-            self.report.left_to_other_users.push(name);
-            return;
+            self.report.left_to_other_users.push(name.clone());
+            return Unlink::Done;
         }
+        // Held while unlinking: until the name is gone, nobody can open the
+        // object without first breaking the lease. Where leases cannot be
+        // taken (disabled, another file system), the registrations decide
+        // alone, as in torch's manager.
+        let _hold = match lease_exclusively(fd) {
+            Probe::Exclusive(hold) => hold,
+            Probe::InUse => return Unlink::Held,
+            Probe::Gone => return Unlink::Done,
+            Probe::Replaced | Probe::Unavailable(_) => None,
+        };
         // `/dev/shm` is sticky: no other user can put an object of their own
         // under a name this user's object holds, so the name checked above
         // is still this user's.
         match shm_unlink(name.as_str()) {
-            Ok(()) => self.report.unlinked.push(name),
+            Ok(()) => self.report.unlinked.push(name.clone()),
             Err(Errno::ENOENT) => {}
             Err(errno) => log(format_args!("cannot unlink {name} ({errno})")),
         }
+        Unlink::Done
     }
+}
+
+/// What became of a name the manager was due to unlink.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Unlink {
+    /// Unlinked, gone already, or left for a reason that will not change.
+    Done,
+    /// Left in place: some process has it open or mapped.
+    Held,
 }
 
 /// Opens the object `name` names read-only, as libshm tests for it;

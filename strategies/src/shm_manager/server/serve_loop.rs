@@ -14,7 +14,7 @@ use super::registrations::Registration;
 use super::session::Client;
 use super::{ManagerReport, StopReason};
 use crate::error::errno_of;
-use crate::file_system::SegmentName;
+use crate::segment_name::SegmentName;
 use crate::shm_manager::ManagerError;
 
 /// How long to stop accepting after `accept` failed (out of fds): the
@@ -63,6 +63,7 @@ impl ServeState {
                 registrations: 0,
                 unlinked: Vec::new(),
                 left_to_other_users: Vec::new(),
+                left_held: Vec::new(),
             },
         }
     }

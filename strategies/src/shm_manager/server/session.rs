@@ -11,7 +11,7 @@ use nix::poll::PollFlags;
 use nix::sys::socket::{MsgFlags, recv, send};
 
 use super::serve_loop::{ServeState, log};
-use crate::file_system::SegmentName;
+use crate::segment_name::SegmentName;
 use crate::shm_manager::alloc_info::{ALLOC_INFO_SIZE, AllocInfo};
 
 /// How many bytes one `recv` takes from a client.

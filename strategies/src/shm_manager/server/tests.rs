@@ -410,3 +410,36 @@ fn poll_timeouts_round_up() {
     assert_eq!(poll_timeout(Duration::ZERO), PollTimeout::ZERO);
     assert_eq!(poll_timeout(Duration::MAX), PollTimeout::MAX);
 }
+
+#[test]
+fn an_orphan_some_process_still_maps_is_kept_until_it_is_let_go() {
+    let manager = Running::start(Duration::from_millis(200));
+    let segment = TestSegment::create();
+    // A holder registered with another manager, as after a takeover: this
+    // manager knows nothing of it, but the kernel does.
+    let holder = shm_open(segment.0.as_str(), OFlag::O_RDWR, Mode::empty()).expect("open");
+    let keeper = ManagerConnection::open(&manager.handle).unwrap();
+    let client = ManagerConnection::open(&manager.handle).unwrap();
+    client.register(&segment.0).unwrap();
+    drop(client);
+    std::thread::sleep(Duration::from_millis(800));
+    assert!(
+        segment.exists(),
+        "a segment still open elsewhere was unlinked"
+    );
+    drop(holder);
+    assert!(
+        eventually(Duration::from_secs(5), || !segment.exists()),
+        "the segment was kept once nothing held it"
+    );
+    // At exit too: a name still held is left, and reported.
+    let held = TestSegment::create();
+    let holder = shm_open(held.0.as_str(), OFlag::O_RDWR, Mode::empty()).expect("open");
+    keeper.register(&held.0).unwrap();
+    drop(keeper);
+    let report = manager.finish();
+    assert!(held.exists(), "a held segment was unlinked at exit");
+    assert_eq!(report.left_held, vec![held.0.clone()]);
+    assert_eq!(report.unlinked, vec![segment.0.clone()]);
+    drop(holder);
+}
