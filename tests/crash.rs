@@ -1,11 +1,13 @@
 //! Crash trials for the `file_system` strategy: a producer streams tensors
 //! to an echo server and holds the echoes; at a random moment the producer,
-//! the server or both die by SIGKILL. Once the survivors have exited, no
-//! segment either process created may remain in `/dev/shm`: the managers,
-//! separate processes, unlink what the dead can no longer count down. Each
-//! trial's processes get a `TMPDIR` of their own, which must end with
-//! nothing of tensorshare's in it (the managers' socket directories go with
-//! the managers), and empty when both peers are tensorshare processes.
+//! the server, both, or their shared-memory managers die by SIGKILL. Once
+//! the survivors have exited, no segment either process created may remain
+//! in `/dev/shm`: the managers, separate processes, unlink what the dead can
+//! no longer count down, and peers whose managers died start new ones that
+//! take over. Each trial's processes get a `TMPDIR` of their own, which must
+//! end with nothing of tensorshare's in it (the managers' socket directories
+//! go with the managers, a killed one's with whoever took over from it), and
+//! empty when both peers are tensorshare processes.
 //!
 //! Rust and torch peers both take part. Trials run a few at a time; the
 //! total is printed.
@@ -36,7 +38,12 @@ const PARALLEL: usize = 8;
 
 /// A deterministic spread of trials: every victim, delays from 0 to 290 ms.
 fn trials() -> Vec<Trial> {
-    let victims = [Victim::Producer, Victim::Server, Victim::Both];
+    let victims = [
+        Victim::Producer,
+        Victim::Server,
+        Victim::Both,
+        Victim::Manager,
+    ];
     let mut trials = Vec::new();
     for (peers, count) in [
         (Peers::RustToRust, RUST_TRIALS),

@@ -19,7 +19,9 @@ use tensorshare::connection::ConnectionOptions;
 use tensorshare::{Address, Authkey, Client, DType, SharingContext, Storage, StrategyKind, Value};
 use tensorshare::{Tensor, TensorView};
 
-use super::{Server, exit_within, open_fds, python_script, segments_of, tree, wait_until};
+pub use super::leftovers::Leaks;
+use super::leftovers::TrialPlaces;
+use super::{Server, exit_within, open_fds, python_script, wait_until};
 
 /// Set in a child process that plays the Rust producer: `ADDRESS HEX
 /// STRATEGY MEMMAP_DIR`.
@@ -32,8 +34,12 @@ const CLEANUP_LIMIT: Duration = Duration::from_secs(15);
 /// left it.
 const FD_SETTLE_LIMIT: Duration = Duration::from_secs(5);
 /// Fds a surviving server may hold above what it had when it started
-/// listening: its connection to a shared-memory manager it launched.
+/// listening: its connection to a shared-memory manager it launched, or
+/// its resource sharer's listening socket and the clone that wakes it.
 const FD_SLACK: usize = 2;
+/// How long the peers stream on after their managers were killed, before
+/// the server is stopped.
+const SURVIVORS_STREAM: Duration = Duration::from_millis(500);
 
 /// The strategy the trial's processes share by.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -139,31 +145,19 @@ pub struct Trial {
     pub delay: Duration,
 }
 
-/// What one trial left behind, by kind.
-#[derive(Clone, Debug, Default)]
-pub struct Leaks {
-    /// `/dev/shm` entries the producer or the server created.
-    pub shm: Vec<String>,
-    /// Files in the trial's memmap directory.
-    pub memmap_files: Vec<PathBuf>,
-    /// Socket files in the trial's `TMPDIR`.
-    pub sockets: Vec<PathBuf>,
-    /// Other tensorshare files in the trial's `TMPDIR`.
-    pub tmp_files: Vec<PathBuf>,
-    /// Pids of shared-memory managers still alive.
-    pub managers: Vec<u32>,
-    /// Fds a surviving tensorshare server held above its start.
-    pub fds: usize,
-}
-
-impl Leaks {
-    pub fn is_empty(&self) -> bool {
-        self.shm.is_empty()
-            && self.memmap_files.is_empty()
-            && self.sockets.is_empty()
-            && self.tmp_files.is_empty()
-            && self.managers.is_empty()
-            && self.fds == 0
+impl Trial {
+    /// Whether the kill leaves objects of ours that no survivor can tell
+    /// are free, so that only `tensorshare gc` reclaims them: the managers
+    /// died with their clients, or a memmap sender died (its receivers
+    /// never say when they are done with a file).
+    pub fn leaves_work_for_gc(&self) -> bool {
+        let killed_producer = matches!(self.victim, Victim::Producer | Victim::Both);
+        let killed_server = matches!(self.victim, Victim::Server | Victim::Both);
+        let rust_producer = matches!(self.peers, Peers::RustToRust | Peers::RustToTorch);
+        let rust_server = !matches!(self.peers, Peers::RustToTorch);
+        self.victim == Victim::All
+            || (self.strategy == Strategy::Memmap
+                && ((killed_producer && rust_producer) || (killed_server && rust_server)))
     }
 }
 
@@ -176,8 +170,10 @@ pub struct Outcome {
 }
 
 impl Outcome {
+    /// Whether the trial ran and left nothing of ours to answer for (see
+    /// [`Leaks::is_ours`]).
     pub fn is_clean(&self) -> bool {
-        self.failure.is_none() && self.leaks.is_empty()
+        self.failure.is_none() && !self.leaks.is_ours()
     }
 
     /// One line saying what went wrong, for an assertion message.
@@ -211,6 +207,22 @@ impl Outcome {
         }
         if leaks.fds > 0 {
             parts.push(format!("the surviving server kept {} fds", leaks.fds));
+        }
+        if leaks.ours_left() && !leaks.left_for_gc {
+            parts.push("survivors that knew of it left it".to_owned());
+        }
+        if !leaks.ours_after_gc.is_empty() {
+            parts.push(format!(
+                "tensorshare gc left: {}",
+                few(&leaks.ours_after_gc)
+            ));
+        }
+        if !leaks.torch_shm.is_empty() {
+            parts.push(format!(
+                "torch's own in /dev/shm: {} ({} after gc)",
+                few(&leaks.torch_shm),
+                leaks.torch_after_gc.len()
+            ));
         }
         parts.join("; ")
     }
@@ -301,7 +313,16 @@ fn try_trial(trial: Trial, python: Option<&str>) -> Result<Outcome, String> {
             kill_pids(&managers);
         }
     }
-    let mut leaks = Leaks::default();
+    let mut leaks = Leaks {
+        left_for_gc: trial.leaves_work_for_gc(),
+        ..Leaks::default()
+    };
+    if trial.victim == Victim::Manager {
+        // Both peers survive their managers and stream on; an operator
+        // then stops the server, and the producer ends as its server goes.
+        std::thread::sleep(SURVIVORS_STREAM);
+        terminate(server.pid());
+    }
     // The survivors exit: a producer whose server died stops by itself; a
     // server whose producer died is stopped as an operator would, once it
     // has had time to close what the producer left it.
@@ -320,51 +341,45 @@ fn try_trial(trial: Trial, python: Option<&str>) -> Result<Outcome, String> {
             });
             leaks.fds = held;
         }
-        let _ = Command::new("kill")
-            .args(["-TERM", &server.pid().to_string()])
-            .status();
+        terminate(server.pid());
         wait_within(&mut server.child, Duration::from_secs(30))?;
     }
     waited?;
-    let torch_peer = trial.peers.needs_python();
+    let (ours, torch): (Vec<u32>, Vec<u32>) = match trial.peers {
+        Peers::RustToRust => (pids.to_vec(), Vec::new()),
+        Peers::TorchToRust | Peers::TorchFdToRust => (vec![pids[1]], vec![pids[0]]),
+        Peers::RustToTorch => (vec![pids[0]], vec![pids[1]]),
+    };
+    let places = TrialPlaces {
+        ours: &ours,
+        torch: &torch,
+        tmp: &tmp,
+        memmap_dir: &memmap_dir,
+        torch_peer: trial.peers.needs_python(),
+    };
     wait_until(CLEANUP_LIMIT, || {
         managers.extend(managers_of(&tmp, &pids));
         managers.sort_unstable();
         managers.dedup();
         managers.retain(|&pid| is_alive(pid));
-        leaks.shm = pids.iter().flat_map(|&pid| segments_of(pid)).collect();
-        leaks.memmap_files = tree(&memmap_dir);
-        // torch's processes leave CPython's `pymp-*` directories, which
-        // are theirs; a tensorshare process leaves nothing.
-        let (sockets, files): (Vec<PathBuf>, Vec<PathBuf>) = tree(&tmp)
-            .into_iter()
-            .filter(|path| {
-                !torch_peer
-                    || path
-                        .file_name()
-                        .is_some_and(|name| name.to_string_lossy().starts_with("tensorshare"))
-            })
-            .partition(|path| is_socket(path));
-        leaks.sockets = sockets;
-        leaks.tmp_files = files;
+        places.look(&mut leaks);
         leaks.managers = managers.clone();
-        leaks.shm.is_empty()
-            && leaks.memmap_files.is_empty()
-            && leaks.sockets.is_empty()
-            && leaks.tmp_files.is_empty()
-            && leaks.managers.is_empty()
+        !leaks.ours_left() && leaks.torch_shm.is_empty() && leaks.managers.is_empty()
     });
-    // Counted; now out of the way of the next trials.
+    // Counted; now out of the way of gc and of the next trials.
     kill_pids(&leaks.managers);
+    places.reclaim(&mut leaks);
     Ok(Outcome {
         leaks,
         failure: None,
     })
 }
 
-fn is_socket(path: &Path) -> bool {
-    use std::os::unix::fs::FileTypeExt;
-    std::fs::symlink_metadata(path).is_ok_and(|meta| meta.file_type().is_socket())
+/// SIGTERM, as an operator stops a server.
+fn terminate(pid: u32) {
+    let _ = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status();
 }
 
 fn is_alive(pid: u32) -> bool {

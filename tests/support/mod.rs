@@ -4,6 +4,7 @@
 
 pub mod cases;
 pub mod kill_trials;
+pub mod leftovers;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
