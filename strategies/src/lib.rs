@@ -99,6 +99,7 @@ mod kind;
 mod lease;
 mod mapping;
 pub mod memmap;
+mod memmap_file_name;
 pub mod orphans;
 mod owner;
 mod populate;

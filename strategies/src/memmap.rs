@@ -1,8 +1,9 @@
 //! The `memmap` strategy: a storage lives in a regular file that every
 //! holder maps shared; the file's path travels.
 //!
-//! A segment is `<dir>/tensorshare_<pid>_<random>_<counter>.mmap`, created
-//! `O_EXCL` with mode 0600 in the strategy's directory
+//! A segment is `<dir>/tensorshare_<pid>_<random>_<counter>.mmap`
+//! ([`MemmapFileName`]; `tensorshare_kept_...` when the strategy keeps its
+//! files), created `O_EXCL` with mode 0600 in the strategy's directory
 //! ([`MemmapStrategy::dir`], by default `$TMPDIR` or `/tmp`), sized to
 //! exactly the storage's bytes and mapped `MAP_SHARED`; the data starts at
 //! byte 0, so stock torch maps the same file with
@@ -14,6 +15,12 @@
 //! that must keep the file for a receiver that never says it mapped it
 //! holds another ([`MemmapSegment::lease`]), which costs no fd and no
 //! mapping. Importers never remove a file.
+//!
+//! A creator that is killed removes nothing, and no receiver says when it
+//! is done with a file: the files of a creator that is gone are reclaimed
+//! once no process has them open or mapped, by `tensorshare gc` and by the
+//! first allocation of every strategy in a directory
+//! ([`crate::orphans`]'s rules, with [`MemmapFileName`] for names).
 //!
 //! # What an import accepts
 //!
@@ -42,6 +49,8 @@
 //! the mapping (import); a later truncation is what the guard handles.
 #![allow(unsafe_code)]
 
+mod orphan_sweep;
+
 use std::any::Any;
 use std::ffi::OsStr;
 use std::fmt;
@@ -60,16 +69,14 @@ use crate::error::MAX_SEGMENT_BYTES;
 use crate::file_descriptor::{FileIdentity, ReceivedFd};
 use crate::mapping::{SharedMapping, check_covers, is_regular_file, reserve};
 use crate::owner::check_own_user;
-use crate::unique_name::unique_name_part;
 use crate::{
     AllocateError, ExportError, ImportError, Segment, SharingStrategy, StrategyKind,
     WritableSegment,
 };
 
-/// What every file this strategy creates is named with.
-pub const FILE_PREFIX: &str = "tensorshare_";
-/// The extension of the files this strategy creates.
-pub const FILE_SUFFIX: &str = ".mmap";
+pub use crate::memmap_file_name::{
+    FILE_PREFIX, FILE_SUFFIX, InvalidMemmapFileName, MemmapFileName,
+};
 
 /// The `memmap` strategy: storages in files of one directory.
 ///
@@ -278,11 +285,6 @@ fn is_plain_absolute(path: &Path) -> bool {
         && !bytes
             .split(|&b| b == b'/')
             .any(|part| part == b"." || part == b"..")
-}
-
-/// A fresh file name: `tensorshare_<pid>_<random>_<counter>.mmap`.
-fn fresh_file_name() -> String {
-    format!("{FILE_PREFIX}{}{FILE_SUFFIX}", unique_name_part())
 }
 
 /// One file mapped in this process.
@@ -539,7 +541,14 @@ impl SharingStrategy for MemmapStrategy {
             return Err(AllocateError::TooLarge { nbytes });
         }
         let file_len = i64::try_from(nbytes).map_err(|_| AllocateError::TooLarge { nbytes })?;
-        let path = self.dir.join(fresh_file_name());
+        orphan_sweep::sweep_once(&self.dir);
+        // The name tells `tensorshare gc` and later senders whether the file
+        // is theirs to reclaim once this process is gone.
+        let path = self.dir.join(if self.keep_files {
+            MemmapFileName::fresh_kept()
+        } else {
+            MemmapFileName::fresh().file_name().to_owned()
+        });
         let fd = open(
             &path,
             OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_RDWR | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
@@ -656,9 +665,12 @@ mod tests {
 
     #[test]
     fn fresh_names_are_ours_and_differ() {
-        let (a, b) = (fresh_file_name(), fresh_file_name());
+        let (a, b) = (MemmapFileName::fresh(), MemmapFileName::fresh());
         assert_ne!(a, b);
-        assert!(is_memmap_file_name(OsStr::new(&a)));
+        assert!(is_memmap_file_name(OsStr::new(a.file_name())));
+        assert!(is_memmap_file_name(OsStr::new(
+            &MemmapFileName::fresh_kept()
+        )));
     }
 
     #[test]

@@ -74,6 +74,16 @@
 //! (glibc and musl unlink `/dev/shm/<name>`), and it removes exactly the
 //! entry that was checked also when the operator names another directory.
 //!
+//! # Memmap files
+//!
+//! The `memmap` strategy's files carry their creator's pid in their name
+//! too ([`MemmapFileName`]), and a creator killed by SIGKILL leaves them, as
+//! no receiver says when it is done with one. [`scan`] with
+//! [`ScanOptions::memmap_dir`] judges them by the rules above, in the
+//! directory given, and [`OrphanScan::remove_orphans`] removes them. Files
+//! created to be kept (`tensorshare_kept_...`) do not parse as such names
+//! and are never looked at.
+//!
 //! # Socket directories
 //!
 //! A socket bound to a path outlives a process killed by SIGKILL, and so
@@ -163,6 +173,7 @@ mod error;
 mod holders;
 mod lease;
 mod listing;
+mod orphan_name;
 mod orphan_scan;
 mod removal;
 mod report;
@@ -175,6 +186,7 @@ mod tests;
 use std::time::Duration;
 
 pub use error::{RemoveError, ScanError};
+pub use orphan_name::OrphanName;
 pub use orphan_scan::{OrphanScan, ScanOptions, scan};
 pub use removal::{Removal, RemovalOutcome};
 pub use report::{KeepReason, SegmentReport, SkipReason, SkippedEntry};
@@ -183,6 +195,8 @@ pub use socket_dirs::{
     SocketDirRemoveError, SocketDirReport, SocketDirScan, SocketDirScanOptions, scan_socket_dirs,
 };
 
+#[cfg(doc)]
+use crate::memmap_file_name::MemmapFileName;
 #[cfg(doc)]
 use crate::private_dir::SocketDirName;
 #[cfg(doc)]

@@ -14,6 +14,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use tensorshare_strategies::file_system::SegmentName;
+use tensorshare_strategies::memmap::MemmapFileName;
+use tensorshare_strategies::private_dir::SocketDirName;
+
 use super::{segments_of, tree};
 
 /// How long `tensorshare gc` may take.
@@ -100,14 +104,29 @@ impl TrialPlaces<'_> {
     /// Runs `tensorshare gc` over what the trial left, once its processes
     /// are gone, and notes what is still there.
     pub fn reclaim(&self, leaks: &mut Leaks) {
-        let mut only: Vec<String> = leaks.shm.iter().chain(&leaks.torch_shm).cloned().collect();
+        // Only names gc takes: one it refuses would fail the whole run.
+        let mut only: Vec<String> = leaks
+            .shm
+            .iter()
+            .chain(&leaks.torch_shm)
+            .filter(|name| SegmentName::parse(format!("/{name}").as_bytes()).is_ok())
+            .cloned()
+            .collect();
+        only.extend(
+            leaks
+                .memmap_files
+                .iter()
+                .filter_map(|path| path.file_name()?.to_str())
+                .filter(|name| MemmapFileName::parse(name).is_ok())
+                .map(str::to_owned),
+        );
         only.extend(
             std::fs::read_dir(self.tmp)
                 .into_iter()
                 .flatten()
                 .flatten()
                 .filter_map(|entry| entry.file_name().to_str().map(str::to_owned))
-                .filter(|name| name.starts_with("tensorshare-")),
+                .filter(|name| SocketDirName::parse(name).is_ok()),
         );
         if !only.is_empty() {
             self.run_gc(&only);
@@ -134,6 +153,8 @@ impl TrialPlaces<'_> {
         command
             .args(["gc", "--min-age", "0", "--socket-dir"])
             .arg(self.tmp)
+            .arg("--memmap-dir")
+            .arg(self.memmap_dir)
             .env("TMPDIR", self.tmp)
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -37,6 +37,30 @@ pub enum ScanError {
         /// What reading it failed with.
         errno: Errno,
     },
+    /// The memmap directory cannot be opened.
+    #[error(
+        "cannot open the memmap directory {} ({errno}): name the directory the memmap senders \
+         used (`--memmap-dir`, or their TMPDIR)",
+        path.display()
+    )]
+    OpenMemmapDir {
+        /// The directory.
+        path: PathBuf,
+        /// What `open` failed with.
+        errno: Errno,
+    },
+    /// Listing the memmap directory failed.
+    #[error(
+        "cannot list the memmap directory {} ({errno}): check that this user may read it, or run \
+         as root",
+        path.display()
+    )]
+    ListMemmapDir {
+        /// The directory.
+        path: PathBuf,
+        /// What reading it failed with.
+        errno: Errno,
+    },
     /// `/proc` cannot be listed, so nothing can be said about who holds a
     /// segment.
     #[error(
@@ -97,19 +121,20 @@ fn open_dir_hint(errno: Errno) -> &'static str {
     }
 }
 
-/// Why an orphan could not be removed.
+/// Why an orphan could not be removed; `N` names it, a segment's name by
+/// default.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
-pub enum RemoveError {
-    /// This user may not unlink its own segment: the directory does not let
-    /// it (another user's segments are never removed, so never reach this).
+pub enum RemoveError<N = SegmentName> {
+    /// This user may not unlink its own file: the directory does not let it
+    /// (another user's files are never removed, so never reach this).
     #[error(
         "cannot remove {name}: permission denied ({errno}), though it belongs to this user (uid \
-         {owner_uid}): check that this user may write to the shared-memory directory"
+         {owner_uid}): check that this user may write to its directory"
     )]
     PermissionDenied {
-        /// The segment.
-        name: SegmentName,
+        /// The file.
+        name: N,
         /// Its owner.
         owner_uid: u32,
         /// `EPERM` or `EACCES`.
@@ -120,8 +145,8 @@ pub enum RemoveError {
         "cannot remove {name} ({errno}): it is left in place; check the directory and run again"
     )]
     Unlink {
-        /// The segment.
-        name: SegmentName,
+        /// The file.
+        name: N,
         /// What `unlinkat` failed with.
         errno: Errno,
     },
@@ -130,8 +155,8 @@ pub enum RemoveError {
         "cannot check {name} again before removing it ({errno}): it is left in place; run again"
     )]
     Recheck {
-        /// The segment.
-        name: SegmentName,
+        /// The file.
+        name: N,
         /// What `lstat` failed with.
         errno: Errno,
     },

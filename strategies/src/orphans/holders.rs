@@ -12,7 +12,6 @@ use nix::unistd::geteuid;
 use super::error::ScanError;
 use super::listing::FileKey;
 use crate::error::errno_of;
-use crate::segment_name::SegmentName;
 
 /// `PF_KTHREAD` in the flags field of `/proc/<pid>/stat`.
 const PF_KTHREAD: u64 = 0x0020_0000;
@@ -52,8 +51,9 @@ impl Visit {
     }
 }
 
-/// Walks `/proc` once, looking for fds and mappings of the target files.
-pub(super) fn scan_holders(targets: &[(&SegmentName, FileKey)]) -> Result<HolderScan, ScanError> {
+/// Walks `/proc` once, looking for fds and mappings of the target files,
+/// given by their names in their directory and their identities.
+pub(super) fn scan_holders(targets: &[(&str, FileKey)]) -> Result<HolderScan, ScanError> {
     let mut scan = HolderScan {
         held: HashMap::new(),
         unreadable: BTreeSet::new(),
@@ -64,7 +64,7 @@ pub(super) fn scan_holders(targets: &[(&SegmentName, FileKey)]) -> Result<Holder
     }
     let by_name: HashMap<&[u8], FileKey> = targets
         .iter()
-        .map(|(name, key)| (name.file_name().as_bytes(), *key))
+        .map(|(name, key)| (name.as_bytes(), *key))
         .collect();
     let keys: HashSet<FileKey> = targets.iter().map(|(_, key)| *key).collect();
     let list_error = |e: io::Error| ScanError::ListProc {

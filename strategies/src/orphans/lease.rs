@@ -8,13 +8,14 @@ use nix::fcntl::{OFlag, openat};
 use nix::sys::stat::{Mode, fstat};
 
 use super::listing::{Entry, FileKey};
+use super::orphan_name::OrphanName;
 pub(super) use crate::lease::Probe;
 use crate::lease::lease_exclusively;
 use crate::mapping::is_regular_file;
 
 /// Opens `entry` and takes a write lease on it, which the kernel grants only
 /// when no other open file refers to it.
-pub(super) fn hold_exclusively(dir: &OwnedFd, entry: &Entry) -> Probe {
+pub(super) fn hold_exclusively<N: OrphanName>(dir: &OwnedFd, entry: &Entry<N>) -> Probe {
     let file = match openat(
         dir,
         entry.name.file_name(),

@@ -1,9 +1,8 @@
-//! Listing the shared-memory directory: which entries are segments, and
-//! what `lstat` says about each.
+//! Listing the scanned directory: which entries have a recognized name,
+//! and what `lstat` says about each.
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use nix::errno::Errno;
@@ -11,11 +10,11 @@ use nix::fcntl::AtFlags;
 use nix::sys::stat::{FileStat, SFlag, fstatat, major, minor};
 
 use super::error::ScanError;
+use super::orphan_name::OrphanName;
 use super::orphan_scan::ScanOptions;
 use super::report::{SkipReason, SkippedEntry};
 use crate::error::errno_of;
 use crate::mapping::{file_type, is_regular_file};
-use crate::segment_name::SegmentName;
 
 /// A file's identity as `/proc/<pid>/maps` shows it: device major and
 /// minor, and inode.
@@ -36,23 +35,23 @@ impl FileKey {
     }
 }
 
-/// A regular file with a segment's name.
-pub(super) struct Entry {
-    pub(super) name: SegmentName,
+/// A regular file with a recognized name.
+pub(super) struct Entry<N> {
+    pub(super) name: N,
     pub(super) file: FileKey,
     pub(super) size: u64,
     pub(super) owner_uid: u32,
     pub(super) changed: SystemTime,
 }
 
-pub(super) enum Lookup {
-    Found(Entry),
+pub(super) enum Lookup<N> {
+    Found(Entry<N>),
     NotRegular(&'static str),
     Gone,
 }
 
 /// `lstat`s `name` in `dir`, never following a symlink.
-pub(super) fn stat_entry(dir: &OwnedFd, name: &SegmentName) -> Result<Lookup, Errno> {
+pub(super) fn stat_entry<N: OrphanName>(dir: &OwnedFd, name: &N) -> Result<Lookup<N>, Errno> {
     let stat = match fstatat(dir, name.file_name(), AtFlags::AT_SYMLINK_NOFOLLOW) {
         Ok(stat) => stat,
         Err(Errno::ENOENT) => return Ok(Lookup::Gone),
@@ -93,17 +92,16 @@ pub(super) fn last_change(stat: &FileStat) -> SystemTime {
     at(stat.st_mtime, stat.st_mtime_nsec).max(at(stat.st_ctime, stat.st_ctime_nsec))
 }
 
-#[derive(Default)]
-pub(super) struct Listing {
-    pub(super) entries: Vec<Entry>,
-    pub(super) skipped: Vec<SkippedEntry>,
-    pub(super) missing: Vec<SegmentName>,
+pub(super) struct Listing<N> {
+    pub(super) entries: Vec<Entry<N>>,
+    pub(super) skipped: Vec<SkippedEntry<N>>,
+    pub(super) missing: Vec<N>,
 }
 
-impl Listing {
+impl<N: OrphanName> Listing<N> {
     /// Records `name` by what `lstat` says of it; `false` when it is not
     /// there.
-    fn add(&mut self, dir: &OwnedFd, name: SegmentName) -> bool {
+    fn add(&mut self, dir: &OwnedFd, name: N) -> bool {
         match stat_entry(dir, &name) {
             Ok(Lookup::Found(entry)) => self.entries.push(entry),
             Ok(Lookup::NotRegular(file_type)) => self.skipped.push(SkippedEntry {
@@ -120,10 +118,17 @@ impl Listing {
     }
 }
 
-pub(super) fn list_segments(dir: &OwnedFd, options: &ScanOptions) -> Result<Listing, ScanError> {
-    let mut listing = Listing::default();
+pub(super) fn list_entries<N: OrphanName>(
+    dir: &OwnedFd,
+    options: &ScanOptions<N>,
+) -> Result<Listing<N>, ScanError> {
+    let mut listing = Listing {
+        entries: Vec::new(),
+        skipped: Vec::new(),
+        missing: Vec::new(),
+    };
     if let Some(only) = options.only_names() {
-        // Named segments are looked up by name: the rest of the directory
+        // Named entries are looked up by name: the rest of the directory
         // need not be read.
         for name in only {
             if !listing.add(dir, name.clone()) {
@@ -131,22 +136,17 @@ pub(super) fn list_segments(dir: &OwnedFd, options: &ScanOptions) -> Result<List
             }
         }
     } else {
-        let list_error = |e: io::Error| ScanError::ListShmDir {
-            path: options.shm_dir_path().to_path_buf(),
-            errno: errno_of(&e),
-        };
+        let list_error =
+            |e: io::Error| N::list_dir_error(options.dir_path().to_path_buf(), errno_of(&e));
         // Through the fd, so that the listing and the `lstat`s see one
         // directory.
         let read_dir =
             std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd())).map_err(list_error)?;
         for dir_entry in read_dir {
             let dir_entry = dir_entry.map_err(list_error)?;
-            let mut shm_name = Vec::with_capacity(dir_entry.file_name().len() + 1);
-            shm_name.push(b'/');
-            shm_name.extend_from_slice(dir_entry.file_name().as_bytes());
-            // Anything else in the directory belongs to other programs; a
-            // segment that vanished since the listing is not reported.
-            if let Ok(name) = SegmentName::parse(&shm_name) {
+            // Anything else in the directory belongs to other programs; an
+            // entry that vanished since the listing is not reported.
+            if let Some(name) = N::from_entry(&dir_entry.file_name()) {
                 listing.add(dir, name);
             }
         }

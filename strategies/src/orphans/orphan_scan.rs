@@ -1,5 +1,5 @@
 //! The scan: what it looks at, what it found, and the pass that judges every
-//! segment of the directory.
+//! segment (or memmap file) of the directory.
 
 use std::collections::BTreeSet;
 use std::os::fd::OwnedFd;
@@ -12,17 +12,21 @@ use nix::sys::stat::Mode;
 use super::error::ScanError;
 use super::holders::scan_holders;
 use super::lease::hold_exclusively;
-use super::listing::{FileKey, list_segments};
+use super::listing::{FileKey, list_entries};
+use super::orphan_name::OrphanName;
 use super::report::{SegmentReport, SkippedEntry};
 use super::verdict::judge;
 use super::{DEFAULT_MIN_AGE, DEFAULT_SHM_DIR};
+use crate::memmap_file_name::MemmapFileName;
 use crate::segment_name::SegmentName;
 
 #[cfg(doc)]
 use super::KeepReason;
 
-/// What [`scan`] looks at: the directory, the grace for fresh segments, and
-/// optionally a set of names to restrict it to.
+/// What [`scan`] looks at: the directory, the grace for fresh files, and
+/// optionally a set of names to restrict it to. `N` is the kind of name
+/// looked for: segments in `/dev/shm` by default, or memmap files
+/// ([`ScanOptions::memmap_dir`]).
 ///
 /// # Examples
 ///
@@ -40,10 +44,10 @@ use super::KeepReason;
 /// # Ok::<(), tensorshare_strategies::file_system::InvalidSegmentName>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ScanOptions {
-    shm_dir: PathBuf,
+pub struct ScanOptions<N = SegmentName> {
+    dir: PathBuf,
     min_age: Duration,
-    only: Option<BTreeSet<SegmentName>>,
+    only: Option<BTreeSet<N>>,
 }
 
 impl Default for ScanOptions {
@@ -56,7 +60,7 @@ impl ScanOptions {
     /// Every segment in [`DEFAULT_SHM_DIR`], with the [`DEFAULT_MIN_AGE`] grace.
     pub fn new() -> Self {
         Self {
-            shm_dir: PathBuf::from(DEFAULT_SHM_DIR),
+            dir: PathBuf::from(DEFAULT_SHM_DIR),
             min_age: DEFAULT_MIN_AGE,
             only: None,
         }
@@ -68,10 +72,31 @@ impl ScanOptions {
     /// The directory is named by the operator and trusted: it is opened
     /// following symlinks; its entries are not.
     pub fn shm_dir(mut self, dir: impl Into<PathBuf>) -> Self {
-        self.shm_dir = dir.into();
+        self.dir = dir.into();
         self
     }
 
+    /// The directory scanned.
+    pub fn shm_dir_path(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl ScanOptions<MemmapFileName> {
+    /// Every memmap file its creator was to remove in `dir`
+    /// ([`MemmapFileName`]; kept files are not looked at), with the
+    /// [`DEFAULT_MIN_AGE`] grace. The directory is named by the operator
+    /// and trusted, as [`ScanOptions::shm_dir`].
+    pub fn memmap_dir(dir: impl Into<PathBuf>) -> Self {
+        Self {
+            dir: dir.into(),
+            min_age: DEFAULT_MIN_AGE,
+            only: None,
+        }
+    }
+}
+
+impl<N: OrphanName> ScanOptions<N> {
     /// Keeps every segment changed less than `age` ago. `Duration::ZERO`
     /// turns the grace off, for a name known to be finished with.
     pub fn min_age(mut self, age: Duration) -> Self {
@@ -81,14 +106,14 @@ impl ScanOptions {
 
     /// Looks at these names only (added to any given before); every other
     /// entry of the directory is left alone.
-    pub fn only(mut self, names: impl IntoIterator<Item = SegmentName>) -> Self {
+    pub fn only(mut self, names: impl IntoIterator<Item = N>) -> Self {
         self.only.get_or_insert_with(BTreeSet::new).extend(names);
         self
     }
 
     /// The directory scanned.
-    pub fn shm_dir_path(&self) -> &Path {
-        &self.shm_dir
+    pub fn dir_path(&self) -> &Path {
+        &self.dir
     }
 
     /// The grace for fresh segments.
@@ -97,43 +122,43 @@ impl ScanOptions {
     }
 
     /// The names the scan is restricted to, if it is.
-    pub fn only_names(&self) -> Option<&BTreeSet<SegmentName>> {
+    pub fn only_names(&self) -> Option<&BTreeSet<N>> {
         self.only.as_ref()
     }
 }
 
 /// What [`scan`] found; [`OrphanScan::remove_orphans`] removes the orphans.
 #[derive(Debug)]
-pub struct OrphanScan {
+pub struct OrphanScan<N = SegmentName> {
     pub(super) dir: OwnedFd,
-    pub(super) options: ScanOptions,
-    pub(super) segments: Vec<SegmentReport>,
-    skipped: Vec<SkippedEntry>,
-    missing: Vec<SegmentName>,
+    pub(super) options: ScanOptions<N>,
+    pub(super) segments: Vec<SegmentReport<N>>,
+    skipped: Vec<SkippedEntry<N>>,
+    missing: Vec<N>,
     unreadable: Vec<u32>,
     proc_hides_processes: bool,
 }
 
-impl OrphanScan {
+impl<N: OrphanName> OrphanScan<N> {
     /// Every segment found, orphans and kept ones, by name.
-    pub fn segments(&self) -> &[SegmentReport] {
+    pub fn segments(&self) -> &[SegmentReport<N>] {
         &self.segments
     }
 
     /// The orphans among [`segments`](Self::segments).
-    pub fn orphans(&self) -> impl Iterator<Item = &SegmentReport> {
+    pub fn orphans(&self) -> impl Iterator<Item = &SegmentReport<N>> {
         self.segments.iter().filter(|s| s.is_orphan())
     }
 
     /// Entries with a segment's name that are not regular files, or could
     /// not be `lstat`ed.
-    pub fn skipped(&self) -> &[SkippedEntry] {
+    pub fn skipped(&self) -> &[SkippedEntry<N>] {
         &self.skipped
     }
 
     /// The names given to [`ScanOptions::only`] that are not in the
     /// directory.
-    pub fn missing(&self) -> &[SegmentName] {
+    pub fn missing(&self) -> &[N] {
         &self.missing
     }
 
@@ -153,7 +178,7 @@ impl OrphanScan {
     }
 
     /// The options the scan ran with.
-    pub fn options(&self) -> &ScanOptions {
+    pub fn options(&self) -> &ScanOptions<N> {
         &self.options
     }
 }
@@ -199,19 +224,19 @@ impl OrphanScan {
 /// # Ok(())
 /// # }
 /// ```
-pub fn scan(options: &ScanOptions) -> Result<OrphanScan, ScanError> {
+pub fn scan<N: OrphanName>(options: &ScanOptions<N>) -> Result<OrphanScan<N>, ScanError> {
     let dir = open(
-        &options.shm_dir,
+        &options.dir,
         OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
         Mode::empty(),
     )
-    .map_err(|errno| ScanError::OpenShmDir {
-        path: options.shm_dir.clone(),
-        errno,
-    })?;
-    let listing = list_segments(&dir, options)?;
-    let targets: Vec<(&SegmentName, FileKey)> =
-        listing.entries.iter().map(|e| (&e.name, e.file)).collect();
+    .map_err(|errno| N::open_dir_error(options.dir.clone(), errno))?;
+    let listing = list_entries(&dir, options)?;
+    let targets: Vec<(&str, FileKey)> = listing
+        .entries
+        .iter()
+        .map(|e| (e.name.file_name(), e.file))
+        .collect();
     let holders = scan_holders(&targets)?;
     let now = SystemTime::now();
     let segments = listing

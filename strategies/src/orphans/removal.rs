@@ -9,12 +9,13 @@ use super::error::{RemoveError, ScanError};
 use super::holders::{HolderScan, scan_holders};
 use super::lease::{Probe, hold_exclusively};
 use super::listing::{FileKey, Lookup, stat_entry};
+use super::orphan_name::OrphanName;
 use super::orphan_scan::OrphanScan;
 use super::report::{KeepReason, SegmentReport};
 use super::verdict::{Verdict, judge};
 use crate::segment_name::SegmentName;
 
-impl OrphanScan {
+impl<N: OrphanName> OrphanScan<N> {
     /// Removes every orphan of this scan, checking each again just before:
     /// one more pass over `/proc`, then a fresh `lstat`, `kill(pid, 0)` and
     /// write lease, held while unlinking. A segment that is no longer an
@@ -29,13 +30,15 @@ impl OrphanScan {
     /// # Examples
     ///
     /// See the [module docs](super).
-    pub fn remove_orphans(&self) -> Result<Vec<Removal>, ScanError> {
-        let candidates: Vec<&SegmentReport> = self.orphans().collect();
+    pub fn remove_orphans(&self) -> Result<Vec<Removal<N>>, ScanError> {
+        let candidates: Vec<&SegmentReport<N>> = self.orphans().collect();
         if candidates.is_empty() {
             return Ok(Vec::new());
         }
-        let targets: Vec<(&SegmentName, FileKey)> =
-            candidates.iter().map(|s| (&s.name, s.file)).collect();
+        let targets: Vec<(&str, FileKey)> = candidates
+            .iter()
+            .map(|s| (s.name.file_name(), s.file))
+            .collect();
         let holders = scan_holders(&targets)?;
         let mut removals = Vec::with_capacity(candidates.len());
         for segment in candidates {
@@ -50,7 +53,11 @@ impl OrphanScan {
         Ok(removals)
     }
 
-    fn recheck_and_remove(&self, segment: &SegmentReport, holders: &HolderScan) -> RemovalOutcome {
+    fn recheck_and_remove(
+        &self,
+        segment: &SegmentReport<N>,
+        holders: &HolderScan,
+    ) -> RemovalOutcome<N> {
         let entry = match stat_entry(&self.dir, &segment.name) {
             Ok(Lookup::Found(entry)) => entry,
             Ok(Lookup::Gone) => return RemovalOutcome::Vanished,
@@ -115,21 +122,21 @@ impl OrphanScan {
 /// What [`OrphanScan::remove_orphans`] did with one orphan.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct Removal {
-    /// The segment.
-    pub name: SegmentName,
+pub struct Removal<N = SegmentName> {
+    /// The segment (or memmap file).
+    pub name: N,
     /// Its size at the scan, in bytes.
     pub size: u64,
     /// The pid of the process that created it, from its name.
     pub creator_pid: u32,
     /// What happened.
-    pub outcome: RemovalOutcome,
+    pub outcome: RemovalOutcome<N>,
 }
 
 /// What happened to one orphan at removal.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum RemovalOutcome {
+pub enum RemovalOutcome<N = SegmentName> {
     /// It was unlinked.
     Removed,
     /// The second look found it is not an orphan after all; it was left.
@@ -137,5 +144,5 @@ pub enum RemovalOutcome {
     /// It was gone already (the manager or another `gc` removed it).
     Vanished,
     /// Unlinking failed; it is still there.
-    Failed(RemoveError),
+    Failed(RemoveError<N>),
 }

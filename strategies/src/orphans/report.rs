@@ -6,6 +6,7 @@ use std::time::Duration;
 use nix::errno::Errno;
 
 use super::listing::FileKey;
+use super::orphan_name::OrphanName;
 use crate::segment_name::SegmentName;
 
 #[cfg(doc)]
@@ -72,12 +73,13 @@ impl fmt::Display for KeepReason {
     }
 }
 
-/// One segment of the directory and what the scan found about it.
+/// One segment (or other file `N` names) of the directory and what the
+/// scan found about it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct SegmentReport {
+pub struct SegmentReport<N = SegmentName> {
     /// Its checked name.
-    pub name: SegmentName,
+    pub name: N,
     /// Its size in bytes (`st_size`): for torch's segments the storage plus
     /// the 64-byte refcount header.
     pub size: u64,
@@ -94,7 +96,7 @@ pub struct SegmentReport {
     pub(super) file: FileKey,
 }
 
-impl SegmentReport {
+impl<N: OrphanName> SegmentReport<N> {
     /// The pid of the process that created it, from its name.
     pub fn creator_pid(&self) -> u32 {
         self.name.creator_pid()
@@ -106,12 +108,13 @@ impl SegmentReport {
     }
 }
 
-/// An entry with a segment's name that the scan did not judge.
+/// An entry with a segment's (or another recognized) name that the scan
+/// did not judge.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct SkippedEntry {
+pub struct SkippedEntry<N = SegmentName> {
     /// Its name.
-    pub name: SegmentName,
+    pub name: N,
     /// Why it was skipped.
     pub reason: SkipReason,
 }

@@ -10,6 +10,7 @@ use nix::unistd::Pid;
 use super::holders::HolderScan;
 use super::lease::Probe;
 use super::listing::Entry;
+use super::orphan_name::OrphanName;
 use super::report::{KeepReason, SegmentReport};
 use crate::owner::is_own_uid;
 
@@ -39,7 +40,7 @@ pub(super) struct Judged {
 }
 
 impl Judged {
-    pub(super) fn into_report(self, entry: &Entry) -> Option<SegmentReport> {
+    pub(super) fn into_report<N: OrphanName>(self, entry: &Entry<N>) -> Option<SegmentReport<N>> {
         let keep = match self.keep {
             Verdict::Orphan => None,
             Verdict::Keep(reason) => Some(reason),
@@ -60,8 +61,8 @@ impl Judged {
 
 /// Judges one entry by the rules of the module docs, in their order; asks
 /// the kernel through `probe` only when every cheaper rule let it through.
-pub(super) fn judge(
-    entry: &Entry,
+pub(super) fn judge<N: OrphanName>(
+    entry: &Entry<N>,
     holders: &HolderScan,
     min_age: Duration,
     now: SystemTime,
