@@ -912,3 +912,88 @@ fn only_names_socket_dirs_too_and_fresh_ones_wait_for_the_grace() {
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+#[test]
+fn another_users_dead_socket_dirs_are_kept_even_by_root() {
+    if !nix::unistd::geteuid().is_root() {
+        // Through the handle, not eprintln!, so that test capture does not hide it.
+        let _ = std::io::Write::write_all(
+            &mut std::io::stderr(),
+            b"SKIPPED: another_users_dead_socket_dirs_are_kept_even_by_root needs root\n",
+        );
+        return;
+    }
+    const NOBODY: u32 = 65534;
+    let parent = tempfile::tempdir().expect("tempdir");
+    let dead = dead_pid();
+    // Dead sockets in tensorshare's directories: a resource sharer's and a
+    // manager's of nobody's, and a sharer's of ours.
+    let make = |name: String, socket: &str, owner: Option<u32>| {
+        let dir = parent.path().join(name);
+        std::fs::create_dir(&dir).expect("mkdir");
+        drop(std::os::unix::net::UnixListener::bind(dir.join(socket)).expect("bind"));
+        if let Some(uid) = owner {
+            for path in [dir.join(socket), dir.clone()] {
+                std::os::unix::fs::lchown(&path, Some(uid), Some(uid)).expect("chown to nobody");
+            }
+        }
+        dir
+    };
+    let sharer = make(
+        format!("tensorshare-sharer-{dead}-nobody01"),
+        "listener-abcdefgh",
+        Some(NOBODY),
+    );
+    let manager = make(
+        "tensorshare-shm-nobody".into(),
+        "manager.sock",
+        Some(NOBODY),
+    );
+    let ours = make(
+        format!("tensorshare-sharer-{dead}-ours0001"),
+        "listener-abcdefgh",
+        None,
+    );
+    let owner = tensorshare_strategies::UnixUser::of(NOBODY);
+    let parent_arg = parent.path().to_str().expect("utf-8");
+
+    let output = gc(&["--socket-dir", parent_arg, "--min-age", "0"]);
+    let stdout = support::expect_success(&output, "tensorshare gc");
+    for theirs in [&sharer, &manager] {
+        let line = row(&stdout, &theirs.display().to_string());
+        assert!(
+            line.contains(&format!("kept: it belongs to {owner}")),
+            "{line}"
+        );
+        assert!(theirs.exists(), "gc removed another user's directory");
+    }
+    assert!(!ours.exists(), "{stdout}");
+
+    let report = gc_json(&["--socket-dir", parent_arg, "--min-age", "0"]);
+    let kept = dir_entry(&report, &file_name(&sharer));
+    assert_eq!(kept["action"], "kept", "{kept:#}");
+    assert_eq!(kept["reason"], "other_user", "{kept:#}");
+    assert_eq!(kept["owner_uid"], NOBODY, "{kept:#}");
+    assert!(sharer.exists() && manager.exists());
+}
+
+#[test]
+fn a_killed_sharers_directory_is_found_through_tensorshare_sharer_dir() {
+    let parent = tempfile::tempdir().expect("tempdir");
+    let (mut server, dir) = echo_with_sharer_dir(parent.path());
+    server.child.kill().expect("SIGKILL the echo");
+    server.child.wait().expect("reap it");
+    let elsewhere = tempfile::tempdir().expect("another TMPDIR");
+    // No --socket-dir: the directory the sharer was told to use is one of
+    // gc's own, read as the sharer read it.
+    let output = Command::new(env!("CARGO_BIN_EXE_tensorshare"))
+        .args(["gc", "--min-age", "0", "--only", &file_name(&dir)])
+        .env(tensorshare::resource_sharer::SHARER_DIR_ENV, parent.path())
+        .env("TMPDIR", elsewhere.path())
+        .output()
+        .expect("run tensorshare gc");
+    let stdout = support::expect_success(&output, "tensorshare gc");
+    let line = row(&stdout, &dir.display().to_string());
+    assert!(line.trim_end().ends_with("removed"), "{line}");
+    assert!(!dir.exists());
+}

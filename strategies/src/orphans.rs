@@ -105,6 +105,9 @@
 //!   Other names, CPython's `pymp-XXXXXXXX` among them, are not looked at
 //!   at all; those cannot be told from a live or dead Python process's own;
 //! - it is a directory, not followed if it is a symlink;
+//! - it belongs to this process's effective user: another user's is kept
+//!   ([`SocketDirKeepReason::OtherUser`]) and not looked into, whoever runs
+//!   the scan, root included;
 //! - for a resource sharer's directory, the process named in it is gone
 //!   (`kill(pid, 0)` fails with `ESRCH`; a recycled pid keeps it);
 //! - it was last changed at least [`SocketDirScanOptions::min_age`] ago:
@@ -121,8 +124,6 @@
 //!   namespace is never disturbed.
 //!
 //! Removal checks it all again, then removes the sockets and the directory.
-//! A directory this user may not enter (another user's, when not root) is
-//! kept and reported.
 //!
 //! # Limits
 //!

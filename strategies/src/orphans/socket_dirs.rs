@@ -19,8 +19,10 @@ use super::error::ScanError;
 use super::listing::{FileKey, file_type_name, last_change};
 use super::report::SkipReason;
 use super::verdict::process_exists;
+use crate::UnixUser;
 use crate::error::errno_of;
 use crate::mapping::file_type;
+use crate::owner::is_own_uid;
 use crate::private_dir::{SocketDirKind, SocketDirName};
 
 /// What [`scan_socket_dirs`] looks at: the parent directories, the grace
@@ -107,6 +109,12 @@ impl SocketDirScanOptions {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum SocketDirKeepReason {
+    /// Another user owns it: the scan removes only its own user's
+    /// directories, root's included, and does not look inside others'.
+    OtherUser {
+        /// The owner's uid.
+        uid: u32,
+    },
     /// The process named in it exists (or its pid was recycled).
     CreatorAlive,
     /// A socket in it is listening: its process is alive, perhaps in
@@ -136,11 +144,12 @@ pub enum SocketDirKeepReason {
 }
 
 impl SocketDirKeepReason {
-    /// A short code for machine-readable reports: `creator_alive`,
-    /// `listening`, `recent`, `unexpected_entry`, `unreadable`, `unprobed`,
-    /// `replaced`.
+    /// A short code for machine-readable reports: `other_user`,
+    /// `creator_alive`, `listening`, `recent`, `unexpected_entry`,
+    /// `unreadable`, `unprobed`, `replaced`.
     pub fn code(&self) -> &'static str {
         match self {
+            SocketDirKeepReason::OtherUser { .. } => "other_user",
             SocketDirKeepReason::CreatorAlive => "creator_alive",
             SocketDirKeepReason::Listening => "listening",
             SocketDirKeepReason::Recent { .. } => "recent",
@@ -155,6 +164,12 @@ impl SocketDirKeepReason {
 impl std::fmt::Display for SocketDirKeepReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
+            SocketDirKeepReason::OtherUser { uid } => write!(
+                f,
+                "it belongs to {}: gc removes only its own user's directories; run gc as that \
+                 user",
+                UnixUser::of(*uid)
+            ),
             SocketDirKeepReason::CreatorAlive => f.write_str("its creator is alive"),
             SocketDirKeepReason::Listening => f.write_str("a socket in it is listening"),
             SocketDirKeepReason::Recent { age } => {
@@ -527,6 +542,12 @@ fn judge(
         keep: None,
         opened: None,
     };
+    // Root included, before anything inside is looked at: a socket
+    // directory of another user's is that user's to reclaim.
+    if !is_own_uid(stat.st_uid) {
+        judged.keep = Some(SocketDirKeepReason::OtherUser { uid: stat.st_uid });
+        return Lookup::Found(judged);
+    }
     if judged.creator_alive == Some(true) {
         judged.keep = Some(SocketDirKeepReason::CreatorAlive);
         return Lookup::Found(judged);
