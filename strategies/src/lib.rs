@@ -93,6 +93,7 @@ pub mod file_descriptor;
 pub mod file_system;
 pub mod heap;
 mod kind;
+mod map_count;
 mod mapping;
 pub mod memmap;
 pub mod orphans;
@@ -106,6 +107,7 @@ mod unique_name;
 
 pub use error::{AllocateError, ExportError, ImportError, MAX_SEGMENT_BYTES, human_bytes};
 pub use kind::{StrategyKind, UnknownStrategyError};
+pub use map_count::MapCount;
 /// The errno an OS failure carried; errors of this crate keep it.
 pub use nix::errno::Errno;
 pub use owner::UnixUser;
