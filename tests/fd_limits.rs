@@ -234,19 +234,24 @@ impl Receiver {
     }
 }
 
+/// Tensor `index` of [`pattern`], in memory from `sharing`.
+fn pattern_tensor(sharing: &SharingContext, index: usize) -> Tensor {
+    let mut writer = sharing.allocate(NBYTES).expect("allocate");
+    writer.as_bytes_mut().copy_from_slice(&pattern(index));
+    Tensor::new(
+        writer.freeze(),
+        TensorView::contiguous(DType::UInt8, &[NBYTES]),
+    )
+    .expect("tensor")
+}
+
 /// Sends `count` tensors of [`pattern`] from this process.
 fn send_from_rust(address: &Address, authkey: &Authkey, count: usize) {
     let sharing = SharingContext::new(authkey.clone());
     let mut connection =
         Client::connect(address, authkey, ConnectionOptions::default()).expect("connect");
     for index in 0..count {
-        let mut writer = sharing.allocate(NBYTES).expect("allocate");
-        writer.as_bytes_mut().copy_from_slice(&pattern(index));
-        let tensor = Tensor::new(
-            writer.freeze(),
-            TensorView::contiguous(DType::UInt8, &[NBYTES]),
-        )
-        .expect("tensor");
+        let tensor = pattern_tensor(&sharing, index);
         connection
             .send(&Value::Tensor(tensor), &sharing)
             .unwrap_or_else(|e| panic!("send {index}: {e}"));
@@ -369,13 +374,7 @@ fn child_stalled_sender_entry() {
     let mut first = None;
     let mut most_fds = 0;
     for index in 0..HELD {
-        let mut writer = sharing.allocate(NBYTES).expect("allocate");
-        writer.as_bytes_mut().copy_from_slice(&pattern(index));
-        let tensor = Tensor::new(
-            writer.freeze(),
-            TensorView::contiguous(DType::UInt8, &[NBYTES]),
-        )
-        .expect("tensor");
+        let tensor = pattern_tensor(&sharing, index);
         let pickle = sharing
             .dumps(&Value::Tensor(tensor))
             .unwrap_or_else(|e| panic!("tensor {index}: {e}"));
