@@ -326,6 +326,17 @@ impl Storage {
         }
     }
 
+    /// The strategy that can send the segment holding the bytes as it is:
+    /// [`local_kind`](Self::local_kind), unless the segment cannot be
+    /// exported (a received fd segment that closed its fd to stay within
+    /// the fd budget), so that sending it makes a copy.
+    pub(crate) fn exportable_kind(&self) -> Option<StrategyKind> {
+        match &self.0.residence {
+            Residence::Local(segment) if segment.can_export() => Some(segment.kind()),
+            _ => None,
+        }
+    }
+
     /// This storage's copy in shared memory of `kind`, made by `make` the
     /// first time and then kept as long as this storage lives: torch's
     /// `share_memory_()`, which moves a storage into shared memory in place,

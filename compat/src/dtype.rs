@@ -94,6 +94,15 @@ struct MiniFloat {
 }
 
 impl MiniFloat {
+    /// The layout's precision: the mantissa and its implicit bit, and the
+    /// exponent of the least normal value, `1 - bias`.
+    const fn significand(&self) -> Significand {
+        Significand {
+            bits: self.mantissa_bits + 1,
+            min_exponent: 1 - self.bias,
+        }
+    }
+
     fn decode(&self, bits: u32) -> f64 {
         let total = 1 + self.exponent_bits + self.mantissa_bits;
         let sign_bit = 1 << (total - 1);
@@ -173,6 +182,12 @@ const FLOAT4_E2M1FN: MiniFloat = MiniFloat {
     nan_all_ones: false,
     nan_is_negative_zero: false,
 };
+
+/// bfloat16 is float32 without its low 16 bits, all of them mantissa.
+const BFLOAT16_DROPPED_BITS: u32 = 16;
+/// `float8_e8m0fnu` is a bare biased exponent, no sign or mantissa: every
+/// encoding but the NaN is `2^(bits - bias)`, none subnormal.
+const FLOAT8_E8M0FNU_BIAS: i32 = 127;
 
 impl DType {
     /// Every dtype, in a stable order.
@@ -350,7 +365,9 @@ impl DType {
             DType::Int32 => Scalar::Int(sign_extend(bits, 32)),
             DType::Int64 => Scalar::Int(bits as i64),
             DType::Float16 => Scalar::Float(FLOAT16.decode(bits as u32)),
-            DType::BFloat16 => Scalar::Float(f64::from(f32::from_bits((bits as u32) << 16))),
+            DType::BFloat16 => Scalar::Float(f64::from(f32::from_bits(
+                (bits as u32) << BFLOAT16_DROPPED_BITS,
+            ))),
             DType::Float32 => Scalar::Float(f64::from(f32::from_bits(bits as u32))),
             DType::Float64 => Scalar::Float(f64::from_bits(bits)),
             DType::Complex32 => Scalar::Complex(
@@ -372,7 +389,7 @@ impl DType {
             DType::Float8E8M0Fnu => Scalar::Float(if bits == 0xff {
                 f64::NAN
             } else {
-                2f64.powi(bits as i32 - 127)
+                2f64.powi(bits as i32 - FLOAT8_E8M0FNU_BIAS)
             }),
             DType::Float4E2M1FnX2 => Scalar::PackedFloat4(
                 FLOAT4_E2M1FN.decode((bits & 0xf) as u32),
@@ -432,8 +449,8 @@ impl DType {
         match self.significand() {
             // Rust prints the shortest decimal that reads back as the same
             // f64 or f32.
-            None | Some(Significand { bits: 53, .. }) => show(&value),
-            Some(Significand { bits: 24, .. }) => show(&(value as f32)),
+            None | Some(Significand::FLOAT64) => show(&value),
+            Some(Significand::FLOAT32) => show(&(value as f32)),
             Some(significand) => {
                 // Fewest significant digits that round back to `value`;
                 // `bits` binary digits need at most 2 + bits * log10(2).
@@ -453,20 +470,19 @@ impl DType {
 
     /// The precision of a floating-point dtype (of each part, for complex).
     fn significand(self) -> Option<Significand> {
-        let (bits, min_exponent) = match self {
-            DType::Float16 | DType::Complex32 => (11, -14),
-            DType::BFloat16 | DType::BComplex32 => (8, -126),
-            DType::Float32 | DType::Complex64 => (24, -126),
-            DType::Float64 | DType::Complex128 => (53, -1022),
-            DType::Float8E4M3Fn => (4, -6),
-            DType::Float8E4M3FnUz => (4, -7),
-            DType::Float8E5M2 => (3, -14),
-            DType::Float8E5M2FnUz => (3, -15),
-            DType::Float8E8M0Fnu => (1, -127),
-            DType::Float4E2M1FnX2 => (2, 0),
+        Some(match self {
+            DType::Float16 | DType::Complex32 => FLOAT16.significand(),
+            DType::BFloat16 | DType::BComplex32 => Significand::BFLOAT16,
+            DType::Float32 | DType::Complex64 => Significand::FLOAT32,
+            DType::Float64 | DType::Complex128 => Significand::FLOAT64,
+            DType::Float8E4M3Fn => FLOAT8_E4M3FN.significand(),
+            DType::Float8E4M3FnUz => FLOAT8_E4M3FNUZ.significand(),
+            DType::Float8E5M2 => FLOAT8_E5M2.significand(),
+            DType::Float8E5M2FnUz => FLOAT8_E5M2FNUZ.significand(),
+            DType::Float8E8M0Fnu => Significand::FLOAT8_E8M0FNU,
+            DType::Float4E2M1FnX2 => FLOAT4_E2M1FN.significand(),
             _ => return None,
-        };
-        Some(Significand { bits, min_exponent })
+        })
     }
 }
 
@@ -478,13 +494,34 @@ impl ShortestDecimal for f32 {}
 
 /// A binary float format's significand width (with the implicit bit) and
 /// its least normal exponent, below which values are subnormal.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 struct Significand {
     bits: u32,
     min_exponent: i32,
 }
 
 impl Significand {
+    const FLOAT32: Significand = Significand {
+        bits: f32::MANTISSA_DIGITS,
+        // `MIN_EXP` is one more than the least normal exponent.
+        min_exponent: f32::MIN_EXP - 1,
+    };
+    const FLOAT64: Significand = Significand {
+        bits: f64::MANTISSA_DIGITS,
+        min_exponent: f64::MIN_EXP - 1,
+    };
+    /// float32's exponents, fewer significand bits.
+    const BFLOAT16: Significand = Significand {
+        bits: f32::MANTISSA_DIGITS - BFLOAT16_DROPPED_BITS,
+        ..Significand::FLOAT32
+    };
+    /// A power of two has one significant bit, and every encoding is
+    /// normal, down to exponent `-bias`.
+    const FLOAT8_E8M0FNU: Significand = Significand {
+        bits: 1,
+        min_exponent: -FLOAT8_E8M0FNU_BIAS,
+    };
+
     /// `value` rounded to the nearest number with this many significant
     /// bits (fewer when subnormal). The exponent range above is not
     /// checked: only values near an element of the format are rounded.
@@ -560,5 +597,93 @@ mod tests {
         );
         assert_eq!(DType::Int8.decode_element(&[0xff]), Some(Scalar::Int(-1)));
         assert_eq!(DType::Float32.decode_element(&[0; 3]), None);
+    }
+
+    /// Every finite element of `dtype`, sorted, each with whether its
+    /// encoding is even: the element round-to-nearest-even picks on a tie.
+    fn finite_elements(dtype: DType) -> Vec<(f64, bool)> {
+        let encodings = match dtype {
+            // One float per nibble; the low one decodes first.
+            DType::Float4E2M1FnX2 => 0..16,
+            _ => 0..1 << (8 * dtype.element_size()),
+        };
+        let mut elements: Vec<(f64, bool)> = encodings
+            .filter_map(|bits: u32| {
+                let bytes = bits.to_le_bytes();
+                let value = match dtype.decode_element(&bytes[..dtype.element_size()])? {
+                    Scalar::Float(value) | Scalar::PackedFloat4(value, _) => value,
+                    other => panic!("{dtype} decodes to {other:?}"),
+                };
+                value.is_finite().then_some((value, bits % 2 == 0))
+            })
+            .collect();
+        elements.sort_by(|a, b| a.0.total_cmp(&b.0));
+        elements
+    }
+
+    /// The element of `elements` a decimal reads back as: the nearest, the
+    /// even one on a tie. Past either end, one more step of the spacing
+    /// there stands for the overflow, which is no element.
+    fn read_back(elements: &[(f64, bool)], decimal: &str) -> f64 {
+        let value: f64 = decimal.parse().unwrap();
+        let beyond = |(edge, even): (f64, bool), (next, _): (f64, bool)| (2.0 * edge - next, !even);
+        let at = elements.partition_point(|&(element, _)| element < value);
+        let (below, below_even) = match at.checked_sub(1) {
+            Some(below) => elements[below],
+            None => beyond(elements[0], elements[1]),
+        };
+        let (above, _) = match elements.get(at) {
+            Some(&above) => above,
+            None => beyond(elements[at - 1], elements[at - 2]),
+        };
+        let (to_below, to_above) = (value - below, above - value);
+        if to_below < to_above || (to_below == to_above && below_even) {
+            below
+        } else {
+            above
+        }
+    }
+
+    /// Checks the precision each format's shortest decimals are cut to
+    /// against the elements themselves, so that it cannot drift from the
+    /// layouts the elements are decoded with.
+    #[test]
+    fn shortest_decimals_read_back_as_their_element_and_one_digit_fewer_would_not() {
+        let formats = [
+            DType::Float16,
+            DType::BFloat16,
+            DType::Float8E4M3Fn,
+            DType::Float8E4M3FnUz,
+            DType::Float8E5M2,
+            DType::Float8E5M2FnUz,
+            DType::Float8E8M0Fnu,
+            DType::Float4E2M1FnX2,
+        ];
+        for dtype in formats {
+            let elements = finite_elements(dtype);
+            for &(element, _) in &elements {
+                let shortest = dtype.shortest_decimal(element);
+                assert_eq!(
+                    read_back(&elements, &shortest),
+                    element,
+                    "{dtype} {element} as {shortest}"
+                );
+                let digits = format!("{:e}", shortest.parse::<f64>().unwrap())
+                    .split('e')
+                    .next()
+                    .unwrap()
+                    .bytes()
+                    .filter(u8::is_ascii_digit)
+                    .count();
+                if digits > 1 {
+                    let fewer = format!("{element:.*e}", digits - 2);
+                    assert_ne!(
+                        read_back(&elements, &fewer),
+                        element,
+                        "{dtype} {element} as {fewer}, shorter than {shortest}"
+                    );
+                }
+            }
+        }
     }
 }

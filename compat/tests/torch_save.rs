@@ -197,6 +197,7 @@ fn the_format_specific_readers_refuse_the_other_format() {
     assert!(matches!(err, TorchSaveError::Zip { .. }), "{err}");
     let err = torch_save::read_legacy(&zip, &tensor_globals, &options).unwrap_err();
     assert!(matches!(err, TorchSaveError::NotTorchSave { .. }), "{err}");
+    assert!(err.to_string().contains("read_zip"), "{err}");
 }
 
 #[test]
@@ -703,6 +704,20 @@ fn non_torch_inputs_are_refused_clearly() {
     assert!(matches!(err, TorchSaveError::NotTorchSave { .. }), "{err}");
     let err = read(b"hello, world").unwrap_err();
     assert!(matches!(err, TorchSaveError::NotTorchSave { .. }), "{err}");
+    // What the file starts with, said once, not the decoder's account of a
+    // non-pickle inside this one's.
+    assert_eq!(
+        err.to_string(),
+        "not a torch.save file: it starts with byte 0x68 (b\"hello, w\"), which no pickle \
+         starts with; torch.save files are zip archives or legacy streams that start with \
+         torch's magic-number pickle"
+    );
+    let err = read(b"\x80\x02zz").unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("not a torch.save file: its first pickle does not decode (at byte 2: "),
+        "{err}"
+    );
 
     let mut wrong_version = fixture("legacy_parameter.pt");
     wrong_version[18] = 0xea; // 1001 -> 1002

@@ -113,10 +113,11 @@ fn send_run(
         fill_in_parallel(writer.as_bytes_mut(), (index % FILL_MODULUS) as u8);
         let storage = writer.freeze();
         if framing == Framing::RawFds {
-            let segment = storage
+            let fd = storage
                 .local_segment::<FdSegment>()
+                .and_then(FdSegment::fd)
                 .ok_or("raw fds need the file_descriptor strategy")?;
-            connection.send_bytes_with_fds(&[], &[segment.fd()])?;
+            connection.send_bytes_with_fds(&[], &[fd])?;
         }
         let tensor = Value::Tensor(Tensor::new(
             storage,

@@ -80,6 +80,9 @@ impl SharingContext {
     /// Maps `nbytes` of a received fd, once per shared object while it
     /// lives (torch's `storage_from_cache` by `(st_dev, st_ino)`).
     ///
+    /// The storage keeps its fd only within the context's
+    /// [budget](SharingContext::with_max_received_fds).
+    ///
     /// An fd that came `attached` to its message, under a key from a
     /// tensorshare sharer, makes a storage whose sender hears when it is
     /// unmapped here, so that it may reuse the memory.
@@ -99,12 +102,13 @@ impl SharingContext {
             |cached| cached.nbytes() >= nbytes,
             || {
                 mapped_here = true;
-                let segment = match self.notices.take_dormant(identity) {
+                let mut segment = match self.notices.take_dormant(identity) {
                     Some(dormant) => {
                         FileDescriptorStrategy.import_reusing(received, nbytes, dormant)?
                     }
                     None => FileDescriptorStrategy.import_received(received, nbytes)?,
                 };
+                segment.keep_fd_within(&self.received_fds);
                 Ok::<_, Error>(match attached {
                     Some(dup_fd) => Storage::from_segment(Arc::new(self.notices.noticed(
                         segment,

@@ -11,6 +11,7 @@
 mod aging;
 mod bytes;
 mod cache;
+mod expiry;
 mod file_descriptor;
 mod file_system;
 mod memmap;
@@ -24,14 +25,16 @@ mod watched;
 
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tensorshare_compat::pickle::{
     Decoded, EncodeOptions, EncodedPickle, SharedBytes, decode_all, decode_all_shared,
     encode_vectored,
 };
 use tensorshare_strategies::fd_passing::MAX_FDS_PER_MESSAGE;
-use tensorshare_strategies::file_descriptor::{FdSegment, FileDescriptorStrategy, FileIdentity};
+use tensorshare_strategies::file_descriptor::{
+    FdBudget, FdSegment, FileDescriptorStrategy, FileIdentity,
+};
 use tensorshare_strategies::file_system::SegmentName;
 use tensorshare_strategies::memmap::MemmapStrategy;
 use tensorshare_strategies::{AllocateError, SharingStrategy, WritableSegment};
@@ -88,14 +91,13 @@ pub struct SharingContext {
     authkey: Authkey,
     strategy: StrategyKind,
     fetch_timeout: Duration,
-    unfetched_lifetime: Duration,
-    /// The most registrations kept unfetched: past it, the oldest is
-    /// withdrawn and its fd closed.
-    max_unfetched_fds: usize,
     sharer: OnceLock<Arc<ResourceSharer>>,
     /// Where the resource sharer listens; `None` for what
     /// `TENSORSHARE_SHARER_DIR` says ([`SharerSocket::from_env`]).
     sharer_socket: Option<SharerSocket>,
+    /// The fds received storages keep open: past it, a received storage
+    /// keeps only its mapping, and is sent on as a copy.
+    received_fds: FdBudget,
     /// Sent and received fd storages by inode, as torch's `shared_cache`
     /// keys them: one mapping per shared object while it lives, and a
     /// storage that comes back is the one that was sent.
@@ -138,16 +140,14 @@ impl SharingContext {
     /// (see [`connection`](crate::connection#agreeing-on-the-authkey)).
     pub fn new(authkey: Authkey) -> Self {
         let releases = Arc::new(release::Releases::new(authkey.as_bytes()));
-        let quarter_of_fd_limit = quarter_of_fd_limit();
+        let fd_limit = soft_fd_limit();
         Self {
             registry: Registry::default(),
             strategy: StrategyKind::FileDescriptor,
             fetch_timeout: DEFAULT_FETCH_TIMEOUT,
-            unfetched_lifetime: DEFAULT_UNFETCHED_LIFETIME,
-            // Unfetched registrations hold an fd each: at least a few.
-            max_unfetched_fds: quarter_of_fd_limit.max(16),
             sharer: OnceLock::new(),
             sharer_socket: None,
+            received_fds: FdBudget::new((fd_limit / 8).max(16)),
             by_inode: WeakStorageCache::new(),
             by_name: WeakStorageCache::new(),
             memmap: MemmapStrategy::default(),
@@ -157,12 +157,13 @@ impl SharingContext {
                 max_files: sent_files::DEFAULT_MAX_FILES,
                 max_bytes: sent_files::DEFAULT_MAX_BYTES,
             }),
-            registrations: unfetched::UnfetchedFds::default(),
+            // Unfetched registrations hold an fd each: at least a few.
+            registrations: unfetched::UnfetchedFds::new(
+                DEFAULT_UNFETCHED_LIFETIME,
+                (fd_limit / 4).max(16),
+            ),
             inline_fds: true,
-            pool: Arc::new(recycle::SegmentPool::new(
-                quarter_of_fd_limit,
-                MAX_RECYCLED_BYTES,
-            )),
+            pool: Arc::new(recycle::SegmentPool::new(fd_limit / 4, MAX_RECYCLED_BYTES)),
             notices: Arc::new(notices::NoticeBoard::new(Arc::downgrade(&releases))),
             releases,
             authkey,
@@ -193,8 +194,8 @@ impl SharingContext {
     /// Closes fds that no receiver fetched within `lifetime` (default 5
     /// minutes), and lets go of sent `memmap` files as long after their
     /// last send (see [`with_max_held_memmap_files`](Self::with_max_held_memmap_files)).
-    pub fn with_unfetched_lifetime(mut self, lifetime: Duration) -> Self {
-        self.unfetched_lifetime = lifetime;
+    pub fn with_unfetched_lifetime(self, lifetime: Duration) -> Self {
+        self.registrations.set_lifetime(lifetime);
         let limits = self.sent_files.limits();
         self.sent_files
             .set_limits(sent_files::RetentionLimits { lifetime, ..limits });
@@ -211,9 +212,31 @@ impl SharingContext {
     /// to a slow consumer thus never runs out of fds; raise `count` (and
     /// `ulimit -n`) if receivers fall further behind than that. `0` counts
     /// as 1.
-    pub fn with_max_unfetched_fds(mut self, count: usize) -> Self {
-        self.max_unfetched_fds = count.max(1);
+    pub fn with_max_unfetched_fds(self, count: usize) -> Self {
+        self.registrations.set_max(count);
         self
+    }
+
+    /// Keeps at most `count` fds of received `file_descriptor` storages
+    /// open (default: an eighth of the soft `RLIMIT_NOFILE`, at least 16).
+    ///
+    /// A received storage is read and written through its mapping; its fd
+    /// only lets this process send the same memory on without a copy.
+    /// Storages received while `count` of them keep their fds keep only
+    /// their mappings, so a receiver holds any number of storages whatever
+    /// its fd limit (each mapping still counts against `vm.max_map_count`).
+    /// Sending such a storage on copies it once into a fresh segment, which
+    /// every later send reuses while the storage lives; the copy no longer
+    /// shares memory with the storage's sender.
+    pub fn with_max_received_fds(mut self, count: usize) -> Self {
+        self.received_fds = FdBudget::new(count);
+        self
+    }
+
+    /// How many fds received storages keep open now (see
+    /// [`with_max_received_fds`](Self::with_max_received_fds)).
+    pub fn received_fds_held(&self) -> usize {
+        self.received_fds.held()
     }
 
     /// Whether [`Connection::send`](crate::Connection::send) attaches each
@@ -413,11 +436,7 @@ impl SharingContext {
     /// Keeps `registration` until its fd is fetched, its deadline passes
     /// or newer ones push it out of the [budget](Self::with_max_unfetched_fds).
     pub(crate) fn keep_registration(&self, registration: Registration) {
-        self.registrations.keep(
-            registration,
-            Instant::now() + self.unfetched_lifetime,
-            self.max_unfetched_fds,
-        );
+        self.registrations.keep(registration);
     }
 
     /// Stops handing out fds: closes every fd no receiver has fetched yet
@@ -445,12 +464,13 @@ impl SharingContext {
     }
 }
 
-/// A quarter of the soft fd limit: how many free memfds a context keeps,
-/// and (at least 16) how many unfetched fds it keeps registered.
-fn quarter_of_fd_limit() -> usize {
+/// The soft fd limit, which a context shares out: a quarter to free memfds
+/// kept for reuse, a quarter to unfetched registrations, an eighth to
+/// received storages; the rest is the embedder's.
+fn soft_fd_limit() -> usize {
     use nix::sys::resource::{Resource, getrlimit};
-    getrlimit(Resource::RLIMIT_NOFILE).map_or(256, |(soft, _)| {
-        usize::try_from(soft / 4).unwrap_or(usize::MAX)
+    getrlimit(Resource::RLIMIT_NOFILE).map_or(1024, |(soft, _)| {
+        usize::try_from(soft).unwrap_or(usize::MAX)
     })
 }
 
@@ -463,13 +483,16 @@ fn reduce_empty(out: &mut crate::reduce::PickleBuilder) -> tensorshare_compat::p
 }
 
 impl SharingContext {
-    /// `storage` itself when it already lives in a segment of `kind`, else
-    /// its copy in one, made once per storage (see [`Storage::shared_twin`]).
+    /// `storage` itself when it already lives in a segment of `kind` that
+    /// can be sent as it is, else its copy in one, made once per storage
+    /// (see [`Storage::shared_twin`]).
     fn shared_copy(&self, storage: &Storage, kind: StrategyKind) -> Result<Storage, Error> {
-        match storage.local_kind() {
-            None => Err(not_in_process(storage)),
+        if storage.local_kind().is_none() {
+            return Err(not_in_process(storage));
+        }
+        match storage.exportable_kind() {
             Some(local) if local == kind => Ok(storage.clone()),
-            Some(_) => storage.shared_twin(kind, || {
+            _ => storage.shared_twin(kind, || {
                 let bytes = local_bytes(storage)?;
                 let mut writer = Storage::allocate(kind, bytes.len())?;
                 writer.as_bytes_mut().copy_from_slice(bytes);
@@ -519,7 +542,7 @@ impl Outgoing {
     pub(crate) fn attached_fds(&self) -> Vec<BorrowedFd<'_>> {
         self.attached
             .iter()
-            .filter_map(|storage| storage.local_segment::<FdSegment>().map(FdSegment::fd))
+            .filter_map(|storage| storage.local_segment::<FdSegment>().and_then(FdSegment::fd))
             .collect()
     }
 }

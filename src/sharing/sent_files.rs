@@ -10,23 +10,16 @@
 //! receiver that maps a file after that gets `FileNotFoundError`, as torch's
 //! own `file_system` strategy gives once its sender has dropped a segment.
 //!
-//! Leases expire on time even while nothing is sent: one thread per context,
-//! started with the first lease, sleeps until the oldest deadline. It needs
-//! no waking for later leases, whose deadlines come after the one it waits
-//! for, only when the first lease arrives in an empty queue. It is not the
-//! release thread's work: that one batches network round trips to other
-//! processes' sharers with its own wake-up rules, and exists only in
-//! contexts that receive inline fds.
+//! Leases expire on time even while nothing is sent ([`Expiring`]).
 
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
-use std::thread::{self, JoinHandle};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tensorshare_strategies::file_descriptor::FileIdentity;
 use tensorshare_strategies::memmap::FileLease;
 
 use super::aging::AgingMap;
-use super::lock;
+use super::expiry::{Expiring, ExpiringQueue};
 
 /// How many sent files a context keeps by default.
 pub(crate) const DEFAULT_MAX_FILES: usize = 4096;
@@ -43,19 +36,9 @@ pub(crate) struct RetentionLimits {
     pub(crate) max_bytes: usize,
 }
 
-/// The leases of sent files, oldest first, and the thread that expires
-/// them.
+/// The leases of sent files, oldest first, expired on time.
 #[derive(Debug)]
-pub(crate) struct SentFiles {
-    shared: Arc<Shared>,
-    thread: Mutex<Option<JoinHandle<()>>>,
-}
-
-#[derive(Debug)]
-struct Shared {
-    held: Mutex<Held>,
-    wake: Condvar,
-}
+pub(crate) struct SentFiles(Expiring<Held>);
 
 #[derive(Debug)]
 struct Held {
@@ -63,13 +46,13 @@ struct Held {
     /// The sum of the held files' sizes.
     bytes: usize,
     limits: RetentionLimits,
-    closing: bool,
 }
 
-impl Held {
+impl ExpiringQueue for Held {
+    type Expired = Arc<FileLease>;
+
     /// Takes out the leases past their deadline at `now` or over the
-    /// bounds, oldest first; they are to be dropped outside the lock
-    /// (dropping one may unlink its file).
+    /// bounds, oldest first (dropping one may unlink its file).
     fn take_expired(&mut self, now: Instant, evicted: &mut Vec<Arc<FileLease>>) {
         loop {
             let expired = self
@@ -89,156 +72,66 @@ impl Held {
             evicted.push(lease);
         }
     }
+
+    fn next_deadline(&mut self) -> Option<Instant> {
+        self.leases
+            .oldest()
+            .map(|since| since + self.limits.lifetime)
+    }
 }
 
 impl SentFiles {
     pub(crate) fn new(limits: RetentionLimits) -> Self {
-        Self {
-            shared: Arc::new(Shared {
-                held: Mutex::new(Held {
-                    leases: AgingMap::default(),
-                    bytes: 0,
-                    limits,
-                    closing: false,
-                }),
-                wake: Condvar::new(),
-            }),
-            thread: Mutex::new(None),
-        }
+        let held = Held {
+            leases: AgingMap::default(),
+            bytes: 0,
+            limits,
+        };
+        Self(Expiring::new(held, "tensorshare-sent-files"))
     }
 
     pub(crate) fn limits(&self) -> RetentionLimits {
-        lock(&self.shared.held).limits
+        self.0.read(|held| held.limits)
     }
 
     /// Applies new bounds now, and to the deadlines of leases already held.
     pub(crate) fn set_limits(&self, limits: RetentionLimits) {
-        let mut evicted = Vec::new();
-        let mut held = lock(&self.shared.held);
-        held.limits = limits;
-        held.take_expired(Instant::now(), &mut evicted);
-        drop(held);
-        // A shorter lifetime moves the deadline the thread waits for.
-        self.shared.wake.notify_one();
-        drop(evicted);
+        self.0.update(|held| held.limits = limits);
     }
 
     /// Keeps `lease` for the lifetime, as the newest; a file sent again is
     /// kept from its latest send.
     pub(crate) fn hold(&self, lease: Arc<FileLease>) {
-        let now = Instant::now();
-        let mut evicted = Vec::new();
-        let mut held = lock(&self.shared.held);
-        let was_empty = held.leases.len() == 0;
-        held.bytes += lease.len();
-        if let Some(replaced) = held.leases.insert(lease.identity(), lease, now) {
-            held.bytes -= replaced.len();
-            evicted.push(replaced);
-        }
-        held.take_expired(now, &mut evicted);
-        drop(held);
-        drop(evicted);
-        // The thread is needed once there is something to expire; a spawn
-        // that failed is tried again the next time the queue fills.
-        if was_empty {
-            self.shared.wake.notify_one();
-            self.start_thread();
-        }
+        let replaced = self.0.update(|held| {
+            held.bytes += lease.len();
+            let replaced = held.leases.insert(lease.identity(), lease, Instant::now());
+            if let Some(replaced) = &replaced {
+                held.bytes -= replaced.len();
+            }
+            replaced
+        });
+        drop(replaced);
     }
 
     /// How many files are held now, and their bytes.
     pub(crate) fn held(&self) -> (usize, usize) {
-        let mut evicted = Vec::new();
-        let mut held = lock(&self.shared.held);
-        held.take_expired(Instant::now(), &mut evicted);
-        let counts = (held.leases.len(), held.bytes);
-        drop(held);
-        drop(evicted);
-        counts
+        self.0.update(|held| (held.leases.len(), held.bytes))
     }
 
     /// Lets go of every lease now.
     pub(crate) fn clear(&self) {
-        let mut held = lock(&self.shared.held);
-        let leases = std::mem::take(&mut held.leases);
-        held.bytes = 0;
-        drop(held);
+        let leases = self.0.update(|held| {
+            held.bytes = 0;
+            std::mem::take(&mut held.leases)
+        });
         drop(leases);
-    }
-
-    fn start_thread(&self) {
-        let mut thread = lock(&self.thread);
-        if thread.is_some() {
-            return;
-        }
-        let shared = Arc::clone(&self.shared);
-        // Without the thread, leases still expire on the next send or
-        // count: files live longer while idle, but within the bounds.
-        *thread = thread::Builder::new()
-            .name("tensorshare-sent-files".into())
-            .spawn(move || shared.run())
-            .ok();
-    }
-}
-
-impl Drop for SentFiles {
-    fn drop(&mut self) {
-        lock(&self.shared.held).closing = true;
-        self.shared.wake.notify_one();
-        self.clear();
-        if let Some(thread) = lock(&self.thread).take() {
-            // The thread only waits on the condvar and drops leases: it
-            // ends at once. A panic in it was reported by the panic hook.
-            let _ = thread.join();
-        }
-    }
-}
-
-impl Shared {
-    fn run(&self) {
-        let mut held = lock(&self.held);
-        loop {
-            if held.closing {
-                return;
-            }
-            let now = Instant::now();
-            let mut evicted = Vec::new();
-            held.take_expired(now, &mut evicted);
-            if !evicted.is_empty() {
-                drop(held);
-                drop(evicted);
-                held = lock(&self.held);
-                continue;
-            }
-            let lifetime = held.limits.lifetime;
-            let next = held
-                .leases
-                .oldest()
-                .map(|since| (since + lifetime).saturating_duration_since(now));
-            held = wait(&self.wake, held, next);
-        }
-    }
-}
-
-/// Waits for a wake-up, at most `timeout` if one is given.
-fn wait<'a>(
-    wake: &Condvar,
-    held: MutexGuard<'a, Held>,
-    timeout: Option<Duration>,
-) -> MutexGuard<'a, Held> {
-    match timeout {
-        None => wake.wait(held).unwrap_or_else(PoisonError::into_inner),
-        Some(timeout) => {
-            wake.wait_timeout(held, timeout)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0
-        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use std::path::PathBuf;
+    use std::thread;
 
     use tensorshare_strategies::SharingStrategy;
     use tensorshare_strategies::memmap::MemmapStrategy;
@@ -321,6 +214,6 @@ mod tests {
             paths.iter().all(|path| !path.exists()),
             "expired while idle"
         );
-        assert_eq!(lock(&sent.shared.held).leases.len(), 0);
+        assert_eq!(sent.0.read(|held| held.leases.len()), 0);
     }
 }

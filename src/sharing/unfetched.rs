@@ -1,107 +1,112 @@
 //! The fds a sender registered that no receiver has fetched yet, kept
-//! within a count and closed once their unfetched lifetime has passed.
-//!
-//! Registrations expire on a timer, also while nothing is sent: one thread
-//! per context, started with its first registration, that wakes at the
-//! oldest deadline (at least once a second) and ends within a second of the
-//! context going.
+//! within a count and closed once their unfetched lifetime has passed,
+//! also while nothing is sent ([`Expiring`]).
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, OnceLock, Weak};
-use std::thread;
 use std::time::{Duration, Instant};
 
-use super::lock;
+use super::expiry::{Expiring, ExpiringQueue};
 use crate::resource_sharer::Registration;
 
-/// The longest the expiry thread sleeps before it checks that its context
-/// still lives.
-const MAX_NAP: Duration = Duration::from_secs(1);
+/// Fds handed to the resource sharer and not yet fetched, oldest first.
+#[derive(Debug)]
+pub(crate) struct UnfetchedFds(Expiring<Pending>);
 
 /// Registrations in send order, each with the time after which it closes.
-type Queue = VecDeque<(Instant, Registration)>;
-
-/// Fds handed to the resource sharer and not yet fetched, oldest first.
-#[derive(Debug, Default)]
-pub(crate) struct UnfetchedFds {
-    queue: Arc<Mutex<Queue>>,
-    timer: OnceLock<()>,
+#[derive(Debug)]
+struct Pending {
+    queue: VecDeque<(Instant, Registration)>,
+    lifetime: Duration,
+    /// The most registrations still waiting for their receivers: past it,
+    /// the oldest goes first.
+    max: usize,
 }
 
 impl UnfetchedFds {
-    /// Keeps `registration` until `deadline`, within `max` registrations:
+    /// Keeps each registration for `lifetime`, at most `max` of them.
+    pub(crate) fn new(lifetime: Duration, max: usize) -> Self {
+        let pending = Pending {
+            queue: VecDeque::new(),
+            lifetime,
+            max: max.max(1),
+        };
+        Self(Expiring::new(pending, "tensorshare-unfetched"))
+    }
+
+    /// Sets how long registrations made from now on wait.
+    pub(crate) fn set_lifetime(&self, lifetime: Duration) {
+        self.0.update(|pending| pending.lifetime = lifetime);
+    }
+
+    /// Sets the most registrations kept waiting (at least 1).
+    pub(crate) fn set_max(&self, max: usize) {
+        self.0.update(|pending| pending.max = max.max(1));
+    }
+
+    /// Keeps `registration` until its lifetime passes, within the count:
     /// past it, the oldest goes first, its fd closed.
-    pub(crate) fn keep(&self, registration: Registration, deadline: Instant, max: usize) {
-        // Dropped after the lock: each closes an fd and takes the
-        // sharer's table lock.
-        let mut expired = Vec::new();
-        {
-            let mut queue = lock(&self.queue);
-            prune(&mut queue, Instant::now());
-            // Within the fd budget, the oldest expires first: dropping its
-            // registration withdraws and closes its fd.
-            while queue.len() >= max {
-                expired.extend(queue.pop_front());
-            }
-            queue.push_back((deadline, registration));
-        }
-        drop(expired);
-        self.timer
-            .get_or_init(|| start_timer(Arc::downgrade(&self.queue)));
+    pub(crate) fn keep(&self, registration: Registration) {
+        self.0.update(|pending| {
+            let deadline = Instant::now() + pending.lifetime;
+            pending.queue.push_back((deadline, registration));
+        });
     }
 
     /// Closes every fd still waiting.
     pub(crate) fn clear(&self) {
-        lock(&self.queue).clear();
+        let cleared = self.0.update(|pending| std::mem::take(&mut pending.queue));
+        drop(cleared);
     }
 
     /// How many registered fds are still waiting to be fetched.
     pub(crate) fn pending(&self) -> usize {
-        let mut queue = lock(&self.queue);
-        queue.retain(|(_, registration)| registration.is_pending());
-        queue.len()
+        self.0.update(|pending| {
+            pending
+                .queue
+                .iter()
+                .filter(|(_, registration)| registration.is_pending())
+                .count()
+        })
     }
 }
 
-/// Drops the expired and fetched registrations at the front. Deadlines
-/// grow in push order, and receivers fetch in about send order: this is
-/// O(1) per send. A fetched entry behind a pending one holds no fd, only
-/// its key.
-fn prune(queue: &mut Queue, now: Instant) {
-    while queue
-        .front()
-        .is_some_and(|(deadline, registration)| *deadline <= now || !registration.is_pending())
-    {
-        queue.pop_front();
-    }
-}
+impl ExpiringQueue for Pending {
+    type Expired = Registration;
 
-/// Starts the thread that expires registrations while nothing is sent.
-/// Without it (the spawn failed), they still expire on the next send.
-fn start_timer(queue: Weak<Mutex<Queue>>) {
-    let _ = thread::Builder::new()
-        .name("tensorshare-unfetched".into())
-        .spawn(move || {
-            while let Some(queue) = queue.upgrade() {
-                let nap = {
-                    let mut queue = lock(&queue);
-                    let now = Instant::now();
-                    prune(&mut queue, now);
-                    queue
-                        .front()
-                        .map_or(MAX_NAP, |(deadline, _)| {
-                            deadline.saturating_duration_since(now)
-                        })
-                        .min(MAX_NAP)
-                };
-                drop(queue);
-                thread::sleep(nap.max(Duration::from_millis(10)));
-            }
-        });
+    /// Takes the expired and fetched registrations at the front, which is
+    /// O(1) per send: deadlines grow in push order and receivers fetch in
+    /// about send order. Over the count, fetched ones behind a waiting one
+    /// go first (they hold no fd, only a key), then the oldest waiting.
+    fn take_expired(&mut self, now: Instant, expired: &mut Vec<Registration>) {
+        let done = |(deadline, registration): &(Instant, Registration)| {
+            *deadline <= now || !registration.is_pending()
+        };
+        while self.queue.front().is_some_and(done) {
+            expired.extend(self.queue.pop_front().map(|(_, registration)| registration));
+        }
+        if self.queue.len() <= self.max {
+            return;
+        }
+        let (gone, waiting): (VecDeque<_>, VecDeque<_>) = std::mem::take(&mut self.queue)
+            .into_iter()
+            .partition(|entry| done(entry));
+        expired.extend(gone.into_iter().map(|(_, registration)| registration));
+        self.queue = waiting;
+        while self.queue.len() > self.max {
+            expired.extend(self.queue.pop_front().map(|(_, registration)| registration));
+        }
+    }
+
+    fn next_deadline(&mut self) -> Option<Instant> {
+        self.queue.front().map(|(deadline, _)| *deadline)
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+    use std::thread;
+
     use super::*;
     use crate::resource_sharer::ResourceSharer;
     use tensorshare_strategies::SharingStrategy;
@@ -116,25 +121,43 @@ mod tests {
     #[test]
     fn registrations_expire_while_nothing_is_sent() {
         let sharer = ResourceSharer::start(b"unfetched timer test").expect("sharer");
-        let unfetched = UnfetchedFds::default();
-        let soon = Instant::now() + Duration::from_millis(50);
-        unfetched.keep(registration(&sharer), soon, 8);
+        let unfetched = UnfetchedFds::new(Duration::from_millis(50), 8);
+        unfetched.keep(registration(&sharer));
         assert_eq!(unfetched.pending(), 1);
-        thread::sleep(Duration::from_millis(1500));
-        assert_eq!(lock(&unfetched.queue).len(), 0);
+        thread::sleep(Duration::from_millis(500));
+        assert_eq!(unfetched.0.read(|pending| pending.queue.len()), 0);
     }
 
     #[test]
     fn the_oldest_goes_first_past_the_count() {
         let sharer = ResourceSharer::start(b"unfetched count test").expect("sharer");
-        let unfetched = UnfetchedFds::default();
-        let later = Instant::now() + Duration::from_secs(60);
+        let unfetched = UnfetchedFds::new(Duration::from_secs(60), 2);
         let first = registration(&sharer);
         let first_key = first.id().key;
-        unfetched.keep(first, later, 2);
-        unfetched.keep(registration(&sharer), later, 2);
-        unfetched.keep(registration(&sharer), later, 2);
+        unfetched.keep(first);
+        unfetched.keep(registration(&sharer));
+        unfetched.keep(registration(&sharer));
         assert_eq!(unfetched.pending(), 2);
         assert!(!sharer.is_registered(first_key));
+    }
+
+    #[test]
+    fn fetched_registrations_do_not_count_against_the_waiting_ones() {
+        let sharer = ResourceSharer::start(b"unfetched budget test").expect("sharer");
+        let unfetched = UnfetchedFds::new(Duration::from_secs(60), 2);
+        let waiting = registration(&sharer);
+        let waiting_key = waiting.id().key;
+        unfetched.keep(waiting);
+        let fetched = registration(&sharer);
+        let fetched_key = fetched.id().key;
+        unfetched.keep(fetched);
+        // As a receiver's fetch does: the fd leaves the sharer's table.
+        drop(sharer.withdraw(fetched_key));
+        unfetched.keep(registration(&sharer));
+        assert!(
+            sharer.is_registered(waiting_key),
+            "the waiting fd was closed early"
+        );
+        assert_eq!(unfetched.pending(), 2);
     }
 }

@@ -8,6 +8,7 @@
 use nix::errno::Errno;
 
 use crate::UnixUser;
+use crate::map_count::{MapCount, at_the_cap};
 use crate::owner::OtherUsers;
 use crate::shm_manager::ManagerError;
 
@@ -90,6 +91,20 @@ pub enum AllocateError {
         /// `EMFILE` or `ENFILE`.
         errno: Errno,
     },
+    /// The process holds as many mappings as the system allows
+    /// (`vm.max_map_count`).
+    #[error(
+        "cannot allocate a {nbytes}-byte segment: this process holds {} mappings, the most \
+         the system allows (vm.max_map_count = {}): drop storages no longer needed, or raise \
+         the limit (sysctl -w vm.max_map_count=N)",
+        .count.mappings, .count.limit
+    )]
+    TooManyMappings {
+        /// The size asked for.
+        nbytes: usize,
+        /// The mappings held and the cap.
+        count: MapCount,
+    },
     /// Memory, shared memory space or address space ran out.
     #[error(
         "cannot allocate a {nbytes}-byte segment: out of memory ({errno}): free memory, enlarge \
@@ -165,7 +180,11 @@ impl AllocateError {
     pub(crate) fn from_errno(nbytes: usize, errno: Errno, other: fn(usize, Errno) -> Self) -> Self {
         match errno {
             Errno::EMFILE | Errno::ENFILE => AllocateError::TooManyOpenFiles { nbytes, errno },
-            Errno::ENOMEM | Errno::ENOSPC => AllocateError::OutOfMemory { nbytes, errno },
+            Errno::ENOMEM => match at_the_cap() {
+                Some(count) => AllocateError::TooManyMappings { nbytes, count },
+                None => AllocateError::OutOfMemory { nbytes, errno },
+            },
+            Errno::ENOSPC => AllocateError::OutOfMemory { nbytes, errno },
             _ => other(nbytes, errno),
         }
     }
@@ -223,6 +242,13 @@ pub enum ExportError {
         /// What `fcntl(F_DUPFD_CLOEXEC)` failed with.
         errno: Errno,
     },
+    /// The received segment closed its fd to stay within the process's fd
+    /// budget; only its mapping is left.
+    #[error(
+        "cannot export the segment: it closed its file descriptor to stay within this \
+         process's budget of received fds; send a copy of it (the runtime does so by itself)"
+    )]
+    FdReleased,
 }
 
 impl ExportError {
@@ -338,6 +364,20 @@ pub enum ImportError {
         /// `EMFILE` or `ENFILE`.
         errno: Errno,
     },
+    /// The process holds as many mappings as the system allows
+    /// (`vm.max_map_count`).
+    #[error(
+        "this process holds {} mappings, the most the system allows (vm.max_map_count = {}), \
+         and a received {nbytes}-byte segment needs one more: drop received storages no longer \
+         needed, or raise the limit (sysctl -w vm.max_map_count=N)",
+        .count.mappings, .count.limit
+    )]
+    TooManyMappings {
+        /// The size the message announced.
+        nbytes: usize,
+        /// The mappings held and the cap.
+        count: MapCount,
+    },
     /// Memory or address space ran out.
     #[error(
         "cannot import a {nbytes}-byte segment: out of memory ({errno}): free memory or share \
@@ -374,7 +414,11 @@ impl ImportError {
     pub(crate) fn from_map_errno(nbytes: usize, errno: Errno) -> Self {
         match errno {
             Errno::EMFILE | Errno::ENFILE => ImportError::TooManyOpenFiles { nbytes, errno },
-            Errno::ENOMEM | Errno::ENOSPC => ImportError::OutOfMemory { nbytes, errno },
+            Errno::ENOMEM => match at_the_cap() {
+                Some(count) => ImportError::TooManyMappings { nbytes, count },
+                None => ImportError::OutOfMemory { nbytes, errno },
+            },
+            Errno::ENOSPC => ImportError::OutOfMemory { nbytes, errno },
             _ => ImportError::Map { nbytes, errno },
         }
     }

@@ -46,6 +46,7 @@
 #![allow(unsafe_code)]
 
 mod anonymous_object;
+mod fd_budget;
 
 use std::any::Any;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -61,6 +62,9 @@ use crate::{
     AllocateError, ExportError, ImportError, Segment, SharingStrategy, StrategyKind,
     WritableSegment,
 };
+use fd_budget::FdSlot;
+
+pub use fd_budget::FdBudget;
 
 /// The `file_descriptor` strategy. It has no configuration.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -87,8 +91,8 @@ impl FileIdentity {
     }
 }
 
-/// A shared memory file mapped in this process, with the fd that keeps it
-/// alive.
+/// A shared memory file mapped in this process, with its fd unless a
+/// received segment gave it up ([`keep_fd_within`](Self::keep_fd_within)).
 ///
 /// Dropping it unmaps the memory and closes the fd; the file itself lives on
 /// while any process holds an fd or a mapping of it.
@@ -97,7 +101,10 @@ pub struct FdSegment {
     // Field order is drop order: unmap before closing, as the mapping was
     // made from the fd (either order is valid for the kernel).
     mapping: SharedMapping,
-    fd: OwnedFd,
+    fd: Option<OwnedFd>,
+    /// The fd's place in the receiver's [`FdBudget`], for a received
+    /// segment that kept its fd.
+    slot: Option<FdSlot>,
     identity: FileIdentity,
     /// Whether the file's seals include `F_SEAL_SHRINK`: export need not
     /// try to seal it again.
@@ -105,9 +112,31 @@ pub struct FdSegment {
 }
 
 impl FdSegment {
-    /// The fd of the shared memory file, borrowed; the segment keeps owning it.
-    pub fn fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
+    /// The fd of the shared memory file, borrowed; the segment keeps owning
+    /// it. `None` once a received segment gave it up
+    /// ([`keep_fd_within`](Self::keep_fd_within)); segments this process
+    /// allocates always have it.
+    pub fn fd(&self) -> Option<BorrowedFd<'_>> {
+        self.fd.as_ref().map(OwnedFd::as_fd)
+    }
+
+    /// Keeps the fd while `budget` has room, else closes it now.
+    ///
+    /// The mapping holds the file, so the segment reads and writes the same
+    /// shared memory either way, and its file's identity cannot pass to
+    /// another file while it lives. Without its fd, the segment cannot be
+    /// [exported](SharingStrategy::export) (the runtime sends such a
+    /// storage on as a copy) and its file no longer counts against this
+    /// process's fd limit. A segment that holds a place in a budget
+    /// already, or that gave up its fd, is left as it is.
+    pub fn keep_fd_within(&mut self, budget: &FdBudget) {
+        if self.slot.is_some() || self.fd.is_none() {
+            return;
+        }
+        self.slot = budget.take();
+        if self.slot.is_none() {
+            self.fd = None;
+        }
     }
 
     /// `(st_dev, st_ino)` of the shared memory file.
@@ -142,10 +171,13 @@ impl FdSegment {
     ///
     /// # Errors
     ///
+    /// [`ExportError::FdReleased`] when the segment gave up its fd,
     /// [`ExportError::TooManyOpenFiles`] when the fd table is full, else
     /// [`ExportError::Duplicate`].
     pub fn try_clone_fd(&self) -> Result<OwnedFd, ExportError> {
         self.fd
+            .as_ref()
+            .ok_or(ExportError::FdReleased)?
             .try_clone()
             .map_err(|err| ExportError::from_dup_errno(errno_of(&err)))
     }
@@ -159,10 +191,11 @@ impl FdSegment {
         let FdSegment {
             mapping,
             fd,
+            slot,
             identity,
             sealed,
         } = self;
-        drop(fd);
+        drop((fd, slot));
         sealed.then_some(DormantMapping { mapping, identity })
     }
 }
@@ -209,6 +242,10 @@ impl Segment for FdSegment {
     fn as_any(&self) -> &dyn Any {
         self
     }
+
+    fn can_export(&self) -> bool {
+        self.fd.is_some()
+    }
 }
 
 impl WritableSegment for FdSegment {
@@ -254,7 +291,8 @@ impl SharingStrategy for FileDescriptorStrategy {
         }
         Ok(FdSegment {
             mapping,
-            fd,
+            fd: Some(fd),
+            slot: None,
             identity: FileIdentity::of(&stat),
             sealed,
         })
@@ -264,8 +302,9 @@ impl SharingStrategy for FileDescriptorStrategy {
         // Sealed here for segments that were imported unsealed: a memfd
         // from another process may allow sealing later, and our receivers
         // rely on its size. One sealed already stays sealed: no syscall.
+        let fd = segment.fd().ok_or(ExportError::FdReleased)?;
         if !segment.sealed {
-            let _sealed = anonymous_object::seal_size(segment.fd());
+            let _sealed = anonymous_object::seal_size(fd);
         }
         segment.try_clone_fd()
     }
@@ -343,7 +382,8 @@ impl FileDescriptorStrategy {
             .map_err(|errno| ImportError::from_map_errno(nbytes, errno))?;
         Ok(FdSegment {
             mapping,
-            fd,
+            fd: Some(fd),
+            slot: None,
             identity: FileIdentity::of(&stat),
             sealed,
         })
@@ -378,7 +418,8 @@ impl FileDescriptorStrategy {
         }
         Ok(FdSegment {
             mapping: dormant.mapping,
-            fd: received.fd,
+            fd: Some(received.fd),
+            slot: None,
             identity: dormant.identity,
             sealed: true,
         })

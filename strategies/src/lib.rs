@@ -97,6 +97,7 @@ pub mod file_system;
 pub mod heap;
 mod kind;
 mod lease;
+mod map_count;
 mod mapping;
 pub mod memmap;
 mod memmap_file_name;
@@ -113,6 +114,7 @@ mod unique_name;
 
 pub use error::{AllocateError, ExportError, ImportError, MAX_SEGMENT_BYTES, human_bytes};
 pub use kind::{StrategyKind, UnknownStrategyError};
+pub use map_count::MapCount;
 /// The errno an OS failure carried; errors of this crate keep it.
 pub use nix::errno::Errno;
 pub use owner::UnixUser;

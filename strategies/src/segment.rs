@@ -61,6 +61,15 @@ pub trait Segment: Send + Sync + fmt::Debug + 'static {
     /// The segment as [`Any`], to reach the concrete type (and its handle
     /// operations) from a `dyn Segment`; prefer [`downcast_ref`](#method.downcast_ref).
     fn as_any(&self) -> &dyn Any;
+
+    /// Whether its strategy can export it as it is. `false` for a received
+    /// `file_descriptor` segment that gave up its fd to stay within the
+    /// process's fd budget
+    /// ([`FdSegment::keep_fd_within`](crate::file_descriptor::FdSegment::keep_fd_within)):
+    /// the runtime sends such a storage on as a copy.
+    fn can_export(&self) -> bool {
+        true
+    }
 }
 
 impl dyn Segment {

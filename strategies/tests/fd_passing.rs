@@ -44,7 +44,7 @@ fn fds_and_data_round_trip() {
         segment_with(b"two"),
         segment_with(b"three"),
     ];
-    let fds: Vec<BorrowedFd<'_>> = segments.iter().map(FdSegment::fd).collect();
+    let fds: Vec<BorrowedFd<'_>> = segments.iter().filter_map(FdSegment::fd).collect();
     assert_eq!(send_with_fds(left.as_fd(), b"hello", &fds), Ok(5));
     let mut buf = [0u8; 16];
     let (received, fds) = recv_with_fds(right.as_fd(), &mut buf, 3).expect("receive");
@@ -70,13 +70,13 @@ fn surplus_and_truncated_fds_are_all_closed() {
     let mut buf = [0u8; 1];
 
     // A few more than asked fit in the control buffer: counted, then closed.
-    send_n(left.as_fd(), segment.fd(), 2);
+    send_n(left.as_fd(), segment.fd().expect("own fd"), 2);
     let err = recv_with_fds(right.as_fd(), &mut buf, 1).unwrap_err();
     assert_eq!(err, RecvFdsError::TooManyFds { arrived: 2, max: 1 });
     assert_eq!(support::open_fd_count(), before);
 
     // Far more than asked: the kernel truncates; what arrived is closed.
-    send_n(left.as_fd(), segment.fd(), 40);
+    send_n(left.as_fd(), segment.fd().expect("own fd"), 40);
     let err = recv_with_fds(right.as_fd(), &mut buf, 1).unwrap_err();
     assert!(
         matches!(err, RecvFdsError::ControlTruncated { .. }),
@@ -85,13 +85,13 @@ fn surplus_and_truncated_fds_are_all_closed() {
     assert_eq!(support::open_fd_count(), before);
 
     // No room at all.
-    send_n(left.as_fd(), segment.fd(), 1);
+    send_n(left.as_fd(), segment.fd().expect("own fd"), 1);
     let err = recv_with_fds(right.as_fd(), &mut buf, 0).unwrap_err();
     assert_eq!(err, RecvFdsError::ControlTruncated { arrived: 0 });
     assert_eq!(support::open_fd_count(), before);
 
     // A count byte that disagrees with the fds.
-    send_with_fds(left.as_fd(), &[3], &[segment.fd()]).expect("send");
+    send_with_fds(left.as_fd(), &[3], &[segment.fd().expect("own fd")]).expect("send");
     let err = recv_fd_batch(right.as_fd(), 4).unwrap_err();
     assert_eq!(
         err,
@@ -110,17 +110,17 @@ fn batch_errors() {
     let segment = segment_with(b"data");
     assert_eq!(send_fd_batch(left.as_fd(), &[]), Err(SendFdsError::NoFds));
     assert_eq!(
-        send_with_fds(left.as_fd(), b"", &[segment.fd()]),
+        send_with_fds(left.as_fd(), b"", &[segment.fd().expect("own fd")]),
         Err(SendFdsError::EmptyData)
     );
-    let too_many = vec![segment.fd(); MAX_FDS_PER_MESSAGE + 1];
+    let too_many = vec![segment.fd().expect("own fd"); MAX_FDS_PER_MESSAGE + 1];
     assert_eq!(
         send_fd_batch(left.as_fd(), &too_many),
         Err(SendFdsError::TooManyFds {
             count: MAX_FDS_PER_MESSAGE + 1
         })
     );
-    let most = vec![segment.fd(); MAX_FDS_PER_MESSAGE];
+    let most = vec![segment.fd().expect("own fd"); MAX_FDS_PER_MESSAGE];
     send_fd_batch(left.as_fd(), &most).expect("the largest batch");
     let fds = recv_fd_batch(right.as_fd(), MAX_FDS_PER_MESSAGE).expect("receive");
     assert_eq!(fds.len(), MAX_FDS_PER_MESSAGE);
@@ -138,7 +138,7 @@ fn batch_errors() {
     );
     let (peerless, closed) = UnixStream::pair().expect("socketpair");
     drop(closed);
-    let err = send_fd_batch(peerless.as_fd(), &[segment.fd()]).unwrap_err();
+    let err = send_fd_batch(peerless.as_fd(), &[segment.fd().expect("own fd")]).unwrap_err();
     assert!(matches!(err, SendFdsError::PeerClosed { .. }), "{err:?}");
 }
 
@@ -254,7 +254,11 @@ fn exchange_with_python_peer(mut stream: UnixStream) {
     }
 
     let larger = segment_with(&[1u8; 8192]);
-    send_fd_batch(stream.as_fd(), &[ours.fd(), larger.fd()]).expect("send two");
+    send_fd_batch(
+        stream.as_fd(),
+        &[ours.fd().expect("own fd"), larger.fd().expect("own fd")],
+    )
+    .expect("send two");
     let mut done = Vec::new();
     stream.read_to_end(&mut done).expect("read python's reply");
     assert_eq!(done, b"done");

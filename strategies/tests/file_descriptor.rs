@@ -58,7 +58,7 @@ fn fd_exhaustion_is_a_clean_actionable_error() {
 
     // The kernel cannot install a received fd into a full table: it drops it
     // and truncates the control message.
-    send_fd_batch(sender.as_fd(), &[first.fd()]).expect("send");
+    send_fd_batch(sender.as_fd(), &[first.fd().expect("own fd")]).expect("send");
     let err = recv_fd_batch(receiver.as_fd(), 1).expect_err("receive into a full table");
     assert_eq!(err, RecvFdsError::ControlTruncated { arrived: 0 });
     assert!(err.to_string().contains("raise `ulimit -n`"), "{err}");

@@ -5,9 +5,14 @@
 //!
 //! The data keeps `_compat_pickle`'s own layout: the pairs CPython reads
 //! both ways are written once and looked up from either side, and the
-//! additions CPython makes to one direction only stay separate. The tables
-//! are small and a pickle names each global once (the memo holds it after),
-//! so a linear scan costs less than keeping a sorted copy per direction.
+//! additions CPython makes to one direction only stay separate. Every table
+//! is sorted by the key it is searched by, for a binary search; the pairs
+//! both directions share are sorted by their Python 2 side, since reading
+//! is the common direction (torch.save writes protocol 2). Writing finds
+//! them through their positions in Python 3 order, worked out on first use,
+//! so that each pair is still written down once.
+
+use std::sync::LazyLock;
 
 /// A global's `(module, name)`.
 type Name = (&'static str, &'static str);
@@ -16,80 +21,79 @@ type Name = (&'static str, &'static str);
 /// Python 3 module); `REVERSE_IMPORT_MAPPING` is its mirror.
 #[rustfmt::skip]
 const MODULES: &[(&str, &str)] = &[
-    ("__builtin__", "builtins"),
-    ("copy_reg", "copyreg"),
-    ("Queue", "queue"),
-    ("SocketServer", "socketserver"),
+    ("BaseHTTPServer", "http.server"),
     ("ConfigParser", "configparser"),
+    ("Cookie", "http.cookies"),
+    ("Dialog", "tkinter.dialog"),
+    ("HTMLParser", "html.parser"),
+    ("Queue", "queue"),
+    ("ScrolledText", "tkinter.scrolledtext"),
+    ("SimpleXMLRPCServer", "xmlrpc.server"),
+    ("SocketServer", "socketserver"),
+    ("Tix", "tkinter.tix"),
+    ("Tkconstants", "tkinter.constants"),
+    ("Tkdnd", "tkinter.dnd"),
+    ("Tkinter", "tkinter"),
+    ("__builtin__", "builtins"),
+    ("_abcoll", "collections.abc"),
+    ("_winreg", "winreg"),
+    ("anydbm", "dbm"),
+    ("commands", "subprocess"),
+    ("cookielib", "http.cookiejar"),
+    ("copy_reg", "copyreg"),
+    ("dbhash", "dbm.bsd"),
+    ("dbm", "dbm.ndbm"),
+    ("dumbdbm", "dbm.dumb"),
+    ("dummy_thread", "_dummy_thread"),
+    ("gdbm", "dbm.gnu"),
+    ("htmlentitydefs", "html.entities"),
+    ("httplib", "http.client"),
+    ("markupbase", "_markupbase"),
     ("repr", "reprlib"),
-    ("tkFileDialog", "tkinter.filedialog"),
-    ("tkSimpleDialog", "tkinter.simpledialog"),
+    ("robotparser", "urllib.robotparser"),
+    ("test.test_support", "test.support"),
+    ("thread", "_thread"),
     ("tkColorChooser", "tkinter.colorchooser"),
     ("tkCommonDialog", "tkinter.commondialog"),
-    ("Dialog", "tkinter.dialog"),
-    ("Tkdnd", "tkinter.dnd"),
+    ("tkFileDialog", "tkinter.filedialog"),
     ("tkFont", "tkinter.font"),
     ("tkMessageBox", "tkinter.messagebox"),
-    ("ScrolledText", "tkinter.scrolledtext"),
-    ("Tkconstants", "tkinter.constants"),
-    ("Tix", "tkinter.tix"),
+    ("tkSimpleDialog", "tkinter.simpledialog"),
     ("ttk", "tkinter.ttk"),
-    ("Tkinter", "tkinter"),
-    ("markupbase", "_markupbase"),
-    ("_winreg", "winreg"),
-    ("thread", "_thread"),
-    ("dummy_thread", "_dummy_thread"),
-    ("dbhash", "dbm.bsd"),
-    ("dumbdbm", "dbm.dumb"),
-    ("dbm", "dbm.ndbm"),
-    ("gdbm", "dbm.gnu"),
-    ("xmlrpclib", "xmlrpc.client"),
-    ("SimpleXMLRPCServer", "xmlrpc.server"),
-    ("httplib", "http.client"),
-    ("htmlentitydefs", "html.entities"),
-    ("HTMLParser", "html.parser"),
-    ("Cookie", "http.cookies"),
-    ("cookielib", "http.cookiejar"),
-    ("BaseHTTPServer", "http.server"),
-    ("test.test_support", "test.support"),
-    ("commands", "subprocess"),
-    ("urlparse", "urllib.parse"),
-    ("robotparser", "urllib.robotparser"),
     ("urllib2", "urllib.request"),
-    ("anydbm", "dbm"),
-    ("_abcoll", "collections.abc"),
+    ("urlparse", "urllib.parse"),
+    ("xmlrpclib", "xmlrpc.client"),
 ];
 
 /// `NAME_MAPPING` before its one-way additions, as (Python 2 name,
 /// Python 3 name); `REVERSE_NAME_MAPPING` is its mirror.
 #[rustfmt::skip]
 const NAMES: &[(Name, Name)] = &[
-    (("__builtin__", "xrange"), ("builtins", "range")),
-    (("__builtin__", "reduce"), ("functools", "reduce")),
-    (("__builtin__", "intern"), ("sys", "intern")),
-    (("__builtin__", "unichr"), ("builtins", "chr")),
-    (("__builtin__", "unicode"), ("builtins", "str")),
-    (("__builtin__", "long"), ("builtins", "int")),
-    (("itertools", "izip"), ("builtins", "zip")),
-    (("itertools", "imap"), ("builtins", "map")),
-    (("itertools", "ifilter"), ("builtins", "filter")),
-    (("itertools", "ifilterfalse"), ("itertools", "filterfalse")),
-    (("itertools", "izip_longest"), ("itertools", "zip_longest")),
     (("UserDict", "IterableUserDict"), ("collections", "UserDict")),
     (("UserList", "UserList"), ("collections", "UserList")),
     (("UserString", "UserString"), ("collections", "UserString")),
-    (("whichdb", "whichdb"), ("dbm", "whichdb")),
-    (("_socket", "fromfd"), ("socket", "fromfd")),
+    (("__builtin__", "intern"), ("sys", "intern")),
+    (("__builtin__", "long"), ("builtins", "int")),
+    (("__builtin__", "reduce"), ("functools", "reduce")),
+    (("__builtin__", "unichr"), ("builtins", "chr")),
+    (("__builtin__", "unicode"), ("builtins", "str")),
+    (("__builtin__", "xrange"), ("builtins", "range")),
     (("_multiprocessing", "Connection"), ("multiprocessing.connection", "Connection")),
-    (("multiprocessing.process", "Process"), ("multiprocessing.context", "Process")),
+    (("_socket", "fromfd"), ("socket", "fromfd")),
+    (("itertools", "ifilter"), ("builtins", "filter")),
+    (("itertools", "ifilterfalse"), ("itertools", "filterfalse")),
+    (("itertools", "imap"), ("builtins", "map")),
+    (("itertools", "izip"), ("builtins", "zip")),
+    (("itertools", "izip_longest"), ("itertools", "zip_longest")),
     (("multiprocessing.forking", "Popen"), ("multiprocessing.popen_fork", "Popen")),
+    (("multiprocessing.process", "Process"), ("multiprocessing.context", "Process")),
     (("urllib", "ContentTooShortError"), ("urllib.error", "ContentTooShortError")),
     (("urllib", "getproxies"), ("urllib.request", "getproxies")),
     (("urllib", "pathname2url"), ("urllib.request", "pathname2url")),
-    (("urllib", "quote_plus"), ("urllib.parse", "quote_plus")),
     (("urllib", "quote"), ("urllib.parse", "quote")),
-    (("urllib", "unquote_plus"), ("urllib.parse", "unquote_plus")),
+    (("urllib", "quote_plus"), ("urllib.parse", "quote_plus")),
     (("urllib", "unquote"), ("urllib.parse", "unquote")),
+    (("urllib", "unquote_plus"), ("urllib.parse", "unquote_plus")),
     (("urllib", "url2pathname"), ("urllib.request", "url2pathname")),
     (("urllib", "urlcleanup"), ("urllib.request", "urlcleanup")),
     (("urllib", "urlencode"), ("urllib.parse", "urlencode")),
@@ -97,6 +101,7 @@ const NAMES: &[(Name, Name)] = &[
     (("urllib", "urlretrieve"), ("urllib.request", "urlretrieve")),
     (("urllib2", "HTTPError"), ("urllib.error", "HTTPError")),
     (("urllib2", "URLError"), ("urllib.error", "URLError")),
+    (("whichdb", "whichdb"), ("dbm", "whichdb")),
 ];
 
 /// `PYTHON2_EXCEPTIONS`: `exceptions.X` in Python 2 is `builtins.X`, both
@@ -127,19 +132,19 @@ const MULTIPROCESSING_EXCEPTIONS: &[&str] = &[
 /// `IMPORT_MAPPING`'s one-way additions: read, never written.
 #[rustfmt::skip]
 const MODULES_READ_ONLY: &[(&str, &str)] = &[
-    ("cPickle", "pickle"),
-    ("_elementtree", "xml.etree.ElementTree"),
+    ("CGIHTTPServer", "http.server"),
+    ("DocXMLRPCServer", "xmlrpc.server"),
     ("FileDialog", "tkinter.filedialog"),
     ("SimpleDialog", "tkinter.simpledialog"),
-    ("DocXMLRPCServer", "xmlrpc.server"),
     ("SimpleHTTPServer", "http.server"),
-    ("CGIHTTPServer", "http.server"),
+    ("StringIO", "io"),
     ("UserDict", "collections"),
     ("UserList", "collections"),
     ("UserString", "collections"),
-    ("whichdb", "dbm"),
-    ("StringIO", "io"),
+    ("_elementtree", "xml.etree.ElementTree"),
+    ("cPickle", "pickle"),
     ("cStringIO", "io"),
+    ("whichdb", "dbm"),
 ];
 
 /// `REVERSE_IMPORT_MAPPING`'s one-way additions, as (Python 3 module,
@@ -156,9 +161,9 @@ const MODULES_WRITTEN_ONLY: &[(&str, &str)] = &[
 /// `NAME_MAPPING`'s one-way additions: read, never written.
 #[rustfmt::skip]
 const NAMES_READ_ONLY: &[(Name, Name)] = &[
+    (("UserDict", "UserDict"), ("collections", "UserDict")),
     (("__builtin__", "basestring"), ("builtins", "str")),
     (("exceptions", "StandardError"), ("builtins", "Exception")),
-    (("UserDict", "UserDict"), ("collections", "UserDict")),
     (("socket", "_socketobject"), ("socket", "SocketType")),
 ];
 
@@ -167,18 +172,18 @@ const NAMES_READ_ONLY: &[(Name, Name)] = &[
 #[rustfmt::skip]
 const NAMES_WRITTEN_ONLY: &[(Name, Name)] = &[
     (("_functools", "reduce"), ("__builtin__", "reduce")),
+    (("_socket", "socket"), ("socket", "_socketobject")),
+    (("http.server", "CGIHTTPRequestHandler"), ("CGIHTTPServer", "CGIHTTPRequestHandler")),
+    (("http.server", "SimpleHTTPRequestHandler"), ("SimpleHTTPServer", "SimpleHTTPRequestHandler")),
     (("tkinter.filedialog", "FileDialog"), ("FileDialog", "FileDialog")),
     (("tkinter.filedialog", "LoadFileDialog"), ("FileDialog", "LoadFileDialog")),
     (("tkinter.filedialog", "SaveFileDialog"), ("FileDialog", "SaveFileDialog")),
     (("tkinter.simpledialog", "SimpleDialog"), ("SimpleDialog", "SimpleDialog")),
-    (("xmlrpc.server", "ServerHTMLDoc"), ("DocXMLRPCServer", "ServerHTMLDoc")),
-    (("xmlrpc.server", "XMLRPCDocGenerator"), ("DocXMLRPCServer", "XMLRPCDocGenerator")),
+    (("xmlrpc.server", "DocCGIXMLRPCRequestHandler"), ("DocXMLRPCServer", "DocCGIXMLRPCRequestHandler")),
     (("xmlrpc.server", "DocXMLRPCRequestHandler"), ("DocXMLRPCServer", "DocXMLRPCRequestHandler")),
     (("xmlrpc.server", "DocXMLRPCServer"), ("DocXMLRPCServer", "DocXMLRPCServer")),
-    (("xmlrpc.server", "DocCGIXMLRPCRequestHandler"), ("DocXMLRPCServer", "DocCGIXMLRPCRequestHandler")),
-    (("http.server", "SimpleHTTPRequestHandler"), ("SimpleHTTPServer", "SimpleHTTPRequestHandler")),
-    (("http.server", "CGIHTTPRequestHandler"), ("CGIHTTPServer", "CGIHTTPRequestHandler")),
-    (("_socket", "socket"), ("socket", "_socketobject")),
+    (("xmlrpc.server", "ServerHTMLDoc"), ("DocXMLRPCServer", "ServerHTMLDoc")),
+    (("xmlrpc.server", "XMLRPCDocGenerator"), ("DocXMLRPCServer", "XMLRPCDocGenerator")),
 ];
 
 /// `PYTHON3_OSERROR_EXCEPTIONS` and `PYTHON3_IMPORTERROR_EXCEPTIONS`:
@@ -195,42 +200,67 @@ const EXCEPTIONS_WRITTEN_AS: &[(&str, &str)] = &[
     ("FileNotFoundError", "OSError"),
     ("InterruptedError", "OSError"),
     ("IsADirectoryError", "OSError"),
+    ("ModuleNotFoundError", "ImportError"),
     ("NotADirectoryError", "OSError"),
     ("PermissionError", "OSError"),
     ("ProcessLookupError", "OSError"),
     ("TimeoutError", "OSError"),
-    ("ModuleNotFoundError", "ImportError"),
 ];
+
+/// The positions of [`MODULES`] in the order of their Python 3 side.
+static MODULES_BY_PYTHON3: LazyLock<Box<[usize]>> = LazyLock::new(|| by_python3(MODULES));
+
+/// The positions of [`NAMES`] in the order of their Python 3 side.
+static NAMES_BY_PYTHON3: LazyLock<Box<[usize]>> = LazyLock::new(|| by_python3(NAMES));
+
+/// The positions of `pairs` in the order of their second, Python 3, side.
+fn by_python3<T: Ord>(pairs: &[(T, T)]) -> Box<[usize]> {
+    let mut positions: Box<[usize]> = (0..pairs.len()).collect();
+    positions.sort_unstable_by_key(|&at| &pairs[at].1);
+    positions
+}
+
+/// The value `key` maps to in `table`, which is sorted by key.
+fn find<K: Ord, V: Copy>(table: &[(K, V)], key: &K) -> Option<V> {
+    table
+        .binary_search_by(|(candidate, _)| candidate.cmp(key))
+        .ok()
+        .map(|at| table[at].1)
+}
+
+/// The Python 2 side of the pair in `pairs` whose Python 3 side is
+/// `python3`, found through `positions`, the pairs in Python 3 order.
+fn find_python2<T: Ord + Copy>(pairs: &[(T, T)], positions: &[usize], python3: &T) -> Option<T> {
+    positions
+        .binary_search_by(|&at| pairs[at].1.cmp(python3))
+        .ok()
+        .map(|found| pairs[positions[found]].0)
+}
 
 /// The global a protocol 0-2 pickle's `module.name` means in Python 3:
 /// `NAME_MAPPING`, else `IMPORT_MAPPING` for the module, else unchanged, as
 /// `Unpickler.find_class` does when `proto < 3` and `fix_imports` is on.
 pub(crate) fn python3_name<'a>(module: &'a str, name: &'a str) -> (&'a str, &'a str) {
     let whole = (module, name);
-    let renamed = NAMES
-        .iter()
-        .chain(NAMES_READ_ONLY)
-        .find(|(python2, _)| *python2 == whole)
-        .map(|&(_, python3)| python3)
+    let renamed = find(NAMES, &whole)
+        .or_else(|| find(NAMES_READ_ONLY, &whole))
         .or_else(|| match module {
             "exceptions" => PYTHON2_EXCEPTIONS
-                .iter()
-                .find(|&&exception| exception == name)
-                .map(|&exception| ("builtins", exception)),
+                .binary_search(&name)
+                .is_ok()
+                .then_some(("builtins", name)),
             "multiprocessing" => MULTIPROCESSING_EXCEPTIONS
-                .iter()
-                .find(|&&exception| exception == name)
-                .map(|&exception| ("multiprocessing.context", exception)),
+                .binary_search(&name)
+                .is_ok()
+                .then_some(("multiprocessing.context", name)),
             _ => None,
         });
     if let Some(renamed) = renamed {
         return renamed;
     }
-    let module = MODULES
-        .iter()
-        .chain(MODULES_READ_ONLY)
-        .find(|(python2, _)| *python2 == module)
-        .map_or(module, |&(_, python3)| python3);
+    let module = find(MODULES, &module)
+        .or_else(|| find(MODULES_READ_ONLY, &module))
+        .unwrap_or(module);
     (module, name)
 }
 
@@ -239,38 +269,28 @@ pub(crate) fn python3_name<'a>(module: &'a str, name: &'a str) -> (&'a str, &'a 
 /// for the module, else unchanged, as `Pickler.save_global` does.
 pub(crate) fn python2_name<'a>(module: &'a str, name: &'a str) -> (&'a str, &'a str) {
     let whole = (module, name);
-    let renamed = NAMES
-        .iter()
-        .map(|&(python2, python3)| (python3, python2))
-        .chain(NAMES_WRITTEN_ONLY.iter().copied())
-        .find(|(python3, _)| *python3 == whole)
-        .map(|(_, python2)| python2)
+    let renamed = find_python2(NAMES, &NAMES_BY_PYTHON3, &whole)
+        .or_else(|| find(NAMES_WRITTEN_ONLY, &whole))
         .or_else(|| match module {
-            "builtins" => PYTHON2_EXCEPTIONS
-                .iter()
-                .find(|&&exception| exception == name)
-                .map(|&exception| ("exceptions", exception))
-                .or_else(|| {
-                    EXCEPTIONS_WRITTEN_AS
-                        .iter()
-                        .find(|(python3, _)| *python3 == name)
-                        .map(|&(_, python2)| ("exceptions", python2))
-                }),
+            "builtins" => {
+                if PYTHON2_EXCEPTIONS.binary_search(&name).is_ok() {
+                    Some(("exceptions", name))
+                } else {
+                    find(EXCEPTIONS_WRITTEN_AS, &name).map(|python2| ("exceptions", python2))
+                }
+            }
             "multiprocessing.context" => MULTIPROCESSING_EXCEPTIONS
-                .iter()
-                .find(|&&exception| exception == name)
-                .map(|&exception| ("multiprocessing", exception)),
+                .binary_search(&name)
+                .is_ok()
+                .then_some(("multiprocessing", name)),
             _ => None,
         });
     if let Some(renamed) = renamed {
         return renamed;
     }
-    let module = MODULES
-        .iter()
-        .map(|&(python2, python3)| (python3, python2))
-        .chain(MODULES_WRITTEN_ONLY.iter().copied())
-        .find(|(python3, _)| *python3 == module)
-        .map_or(module, |(_, python2)| python2);
+    let module = find_python2(MODULES, &MODULES_BY_PYTHON3, &module)
+        .or_else(|| find(MODULES_WRITTEN_ONLY, &module))
+        .unwrap_or(module);
     (module, name)
 }
 

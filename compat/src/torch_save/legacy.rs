@@ -17,9 +17,11 @@ use std::collections::BTreeMap;
 use super::persistent_id::{PidLayout, collect_storage_pids, int_of, string_of};
 use super::{
     ReadOptions, StorageRecord, StreamPart, TorchSaveArchive, TorchSaveError, TorchSaveFormat,
-    WithStorageClasses, confine_storage_classes, no_globals, pickle_error,
+    WithStorageClasses, confine_storage_classes, detect_format, no_globals, pickle_error,
 };
-use crate::pickle::{GlobalFilter, Limits, Node, Pickle, SharedBytes, decode};
+use crate::pickle::{
+    DecodeError, DecodeErrorCode, GlobalFilter, Limits, Node, Pickle, SharedBytes, decode,
+};
 
 /// torch's `MAGIC_NUMBER`.
 pub(super) const MAGIC_NUMBER: i128 = 0x1950_a86a_20f9_469c_fc6c;
@@ -73,7 +75,7 @@ pub(super) fn read_legacy_from(
         .pickle(StreamPart::MagicNumber, &no_globals, limits)
         .map_err(|e| match e {
             TorchSaveError::Pickle { cause, .. } => TorchSaveError::NotTorchSave {
-                reason: format!("the first bytes are not a pickle ({cause})"),
+                reason: no_magic_pickle(bytes, &cause),
             },
             other => other,
         })?;
@@ -165,6 +167,30 @@ pub(super) fn read_legacy_from(
         records,
         sys_info: Some(sys_info),
     })
+}
+
+/// Why `bytes` is no legacy stream, its first pickle having failed with
+/// `cause`. Input that is no pickle at all is described here, not by the
+/// decoder's explanation, which is written for a pickle received ("check
+/// what was sent") and would say again what "not a torch.save file" says.
+fn no_magic_pickle(bytes: &[u8], cause: &DecodeError) -> String {
+    // Only a caller of `read_legacy` itself can get here with a zip.
+    if matches!(detect_format(bytes), Ok(TorchSaveFormat::Zip)) {
+        return "it is a zip archive, not a legacy stream: read it with read_zip, or with read, \
+                which tells the two formats apart"
+            .to_owned();
+    }
+    let head = match &cause.code {
+        DecodeErrorCode::NotAPickle { head, .. } => head.as_slice(),
+        _ => &[],
+    };
+    match head.first() {
+        Some(first) => format!(
+            "it starts with byte 0x{first:02x} (b\"{}\"), which no pickle starts with",
+            head.escape_ascii()
+        ),
+        None => format!("its first pickle does not decode ({cause})"),
+    }
 }
 
 /// The input and how far it has been read.

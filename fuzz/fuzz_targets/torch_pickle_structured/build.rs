@@ -1,10 +1,11 @@
-//! Builds the message an [`Input`] describes with the project's own
-//! encoder and torch.save writer, and what a reader must rebuild from it
-//! when nothing in the input strays from what torch writes.
+//! Builds the message an [`Input`] describes with the project's own pickle
+//! builder, encoder and torch.save writer, and what a reader must rebuild
+//! from it when nothing in the input strays from what torch writes.
 
 use std::io::{Cursor, Read, Write};
 
 use tensorshare::DType;
+use tensorshare::reduce::PickleBuilder;
 use tensorshare_compat::pickle::{
     ByteChunks, Construction, EncodeOptions, Global, Node, NodeId, Object, Pickle, encode,
 };
@@ -68,7 +69,7 @@ pub fn dtype_at(index: u8) -> DType {
 
 struct Builder<'i> {
     input: &'i Input,
-    outer: Pickle,
+    outer: PickleBuilder,
     /// Cleared as soon as anything strays from what torch writes.
     canonical: bool,
     storages: Vec<BuiltStorage>,
@@ -82,7 +83,7 @@ pub fn build(input: &Input) -> Option<Built> {
     }
     let mut builder = Builder {
         input,
-        outer: Pickle::new(),
+        outer: PickleBuilder::default(),
         canonical: input.bogus_globals.is_empty() && input.mutations.is_empty(),
         storages: Vec::new(),
         records: Vec::new(),
@@ -114,16 +115,13 @@ pub fn build(input: &Input) -> Option<Built> {
         expected.push(tensor);
     }
     let root = builder.root(&tensors);
-    builder.outer.set_root(root);
-    replace_globals(&mut builder.outer, &input.bogus_globals, Layer::Outer);
+    let mut outer = std::mem::take(&mut builder.outer).finish(root);
+    replace_globals(&mut outer, &input.bogus_globals, Layer::Outer);
 
     let mut bytes = match input.container {
         Container::Forking | Container::Plain => {
             let protocol = 2 + input.protocol % 4;
-            let encoded = encode(
-                &builder.outer,
-                &EncodeOptions::new().with_protocol(protocol),
-            );
+            let encoded = encode(&outer, &EncodeOptions::new().with_protocol(protocol));
             assert!(
                 encoded.is_ok() || !builder.canonical,
                 "a torch pickle does not encode: {encoded:?}"
@@ -144,7 +142,7 @@ pub fn build(input: &Input) -> Option<Built> {
                 .filter(|(_, used)| **used)
                 .map(|(record, _)| SavedStorage::new(&record.key, Some(record.dtype), &record.data))
                 .collect();
-            let written = torch_save::write_to_vec(format, &builder.outer, &saved);
+            let written = torch_save::write_to_vec(format, &outer, &saved);
             assert!(
                 written.is_ok() || !builder.canonical,
                 "a torch.save file does not write: {written:?}"
@@ -224,49 +222,25 @@ fn pattern(seed: u8, len: usize) -> Vec<u8> {
 }
 
 impl Builder<'_> {
-    fn push(&mut self, node: Node) -> NodeId {
-        self.outer.push(node)
-    }
-
-    fn global(&mut self, module: &'static str, name: &'static str) -> NodeId {
-        self.push(Node::Global(Global::new(module, name)))
-    }
-
     fn dtype_global(&mut self, dtype: DType) -> NodeId {
-        self.global("torch", dtype.name())
+        self.outer.global("torch", dtype.name())
     }
 
     fn int(&mut self, value: i64) -> NodeId {
-        self.push(Node::Int(value))
+        self.outer.push(Node::Int(value))
     }
 
     fn str(&mut self, value: &str) -> NodeId {
-        self.push(Node::Str(value.to_owned()))
+        self.outer.push(Node::Str(value.to_owned()))
     }
 
     fn bytes(&mut self, value: Vec<u8>) -> NodeId {
-        self.push(Node::Bytes(ByteChunks::from(value)))
-    }
-
-    fn tuple(&mut self, items: Vec<NodeId>) -> NodeId {
-        self.push(Node::Tuple(items))
+        self.outer.push(Node::Bytes(ByteChunks::from(value)))
     }
 
     fn ints(&mut self, values: &[i64]) -> NodeId {
         let items = values.iter().map(|&v| self.int(v)).collect();
-        self.tuple(items)
-    }
-
-    /// `callable(*args)`, as `REDUCE` records it.
-    fn call(&mut self, callable: NodeId, args: Vec<NodeId>) -> NodeId {
-        let args = self.tuple(args);
-        self.push(Node::Object(Object {
-            callable,
-            construction: Construction::Reduce { args },
-            state: None,
-            list_items: Vec::new(),
-            dict_items: Vec::new(),
-        }))
+        self.outer.tuple(items)
     }
 
     fn call_global(
@@ -275,14 +249,14 @@ impl Builder<'_> {
         name: &'static str,
         args: Vec<NodeId>,
     ) -> NodeId {
-        let callable = self.global(module, name);
-        self.call(callable, args)
+        let callable = self.outer.global(module, name);
+        self.outer.call(callable, args)
     }
 
     fn ordered_dict(&mut self, items: Vec<(NodeId, NodeId)>) -> NodeId {
-        let callable = self.global("collections", "OrderedDict");
-        let args = self.tuple(Vec::new());
-        self.push(Node::Object(Object {
+        let callable = self.outer.global("collections", "OrderedDict");
+        let args = self.outer.tuple(Vec::new());
+        self.outer.push(Node::Object(Object {
             callable,
             construction: Construction::Reduce { args },
             state: None,
@@ -322,18 +296,18 @@ impl Builder<'_> {
         });
         match choice {
             None | Some(ClassChoice::Untyped) => {
-                (self.global("torch.storage", "UntypedStorage"), None)
+                (self.outer.global("torch.storage", "UntypedStorage"), None)
             }
             Some(ClassChoice::Legacy(index)) => {
                 let dtype = dtype_at(*index);
                 match dtype.legacy_storage_class() {
-                    Some(class) => (self.global("torch", class), Some(dtype)),
-                    None => (self.global("torch", "TypedStorage"), None),
+                    Some(class) => (self.outer.global("torch", class), Some(dtype)),
+                    None => (self.outer.global("torch", "TypedStorage"), None),
                 }
             }
             Some(ClassChoice::Global(choice)) => {
                 let global = choice.global();
-                (self.push(Node::Global(global)), None)
+                (self.outer.push(Node::Global(global)), None)
             }
             Some(ClassChoice::NotAGlobal(value)) => (self.int(value.0), None),
         }
@@ -379,18 +353,13 @@ impl Builder<'_> {
                     }
                 };
                 let key = self.int(key.0);
-                let id = self.tuple(vec![address, key]);
+                let id = self.outer.tuple(vec![address, key]);
                 let id_key = self.str("_id");
-                let state = self.push(Node::Dict(vec![(id_key, id)]));
-                let dup_fd_class = self.global("multiprocessing.resource_sharer", "DupFd");
-                let no_args = self.tuple(Vec::new());
-                let dup_fd = self.push(Node::Object(Object {
-                    callable: dup_fd_class,
-                    construction: Construction::NewObj { args: no_args },
-                    state: Some(state),
-                    list_items: Vec::new(),
-                    dict_items: Vec::new(),
-                }));
+                let state = self.outer.push(Node::Dict(vec![(id_key, id)]));
+                let dup_fd_class = self
+                    .outer
+                    .global("multiprocessing.resource_sharer", "DupFd");
+                let dup_fd = self.outer.new_object_with_state(dup_fd_class, state);
                 let size = self.int(size);
                 let node =
                     self.call_global(REDUCTIONS, "rebuild_storage_fd", vec![cls, dup_fd, size]);
@@ -469,14 +438,14 @@ impl Builder<'_> {
                     None => format!("/tmp/tensorshare-fuzz/memmap-{index}"),
                     Some(path) => self.stray(path.clone()),
                 };
-                let class = self.global("torch._C", "StorageBase");
+                let class = self.outer.global("torch._C", "StorageBase");
                 let attribute = self.str("from_file");
                 let from_file = self.call_global("builtins", "getattr", vec![class, attribute]);
                 let path = self.str(&path);
-                let shared = self.push(Node::Bool(true));
+                let shared = self.outer.push(Node::Bool(true));
                 let nbytes = Self::claimed_size(spec, data.len() as i64);
                 let nbytes = self.int(nbytes);
-                let node = self.call(from_file, vec![path, shared, nbytes]);
+                let node = self.outer.call(from_file, vec![path, shared, nbytes]);
                 BuiltStorage {
                     node,
                     typed: None,
@@ -607,7 +576,7 @@ impl Builder<'_> {
             _ => TorchSaveFormat::Legacy,
         };
         let key = index.to_string();
-        let node = Self::storage_pid(&mut self.outer, spec, format, &key, own, &data);
+        let node = Self::storage_pid(self.outer.pickle_mut(), spec, format, &key, own, &data);
         let saved = SavedStorage::new(&key, Some(own), &data);
         let typed = saved.class_dtype(format);
         if !spec
@@ -725,16 +694,18 @@ impl Builder<'_> {
                 };
                 let (offset, sizes, strides) = self.view(&spec.view, dtype, nbytes);
                 let cls = if spec.parameter {
-                    self.global("torch.nn.parameter", "Parameter")
+                    self.outer.global("torch.nn.parameter", "Parameter")
                 } else {
-                    self.global("torch._tensor", "Tensor")
+                    self.outer.global("torch._tensor", "Tensor")
                 };
                 let offset_node = self.int(offset);
                 let dims = self.ints(&sizes);
                 let size = self.call_global("torch", "Size", vec![dims]);
                 let stride = self.ints(&strides);
-                let requires_grad = self.push(Node::Bool(spec.requires_grad));
-                let metadata = self.tuple(vec![offset_node, size, stride, requires_grad]);
+                let requires_grad = self.outer.push(Node::Bool(spec.requires_grad));
+                let metadata = self
+                    .outer
+                    .tuple(vec![offset_node, size, stride, requires_grad]);
                 let node = self.call_global(
                     REDUCTIONS,
                     "rebuild_tensor",
@@ -761,7 +732,9 @@ impl Builder<'_> {
                 let offset_node = self.int(offset);
                 let size = self.ints(&sizes);
                 let stride = self.ints(&strides);
-                let requires_grad = self.push(Node::Bool(spec.requires_grad && !spec.parameter));
+                let requires_grad = self
+                    .outer
+                    .push(Node::Bool(spec.requires_grad && !spec.parameter));
                 let hooks = self.ordered_dict(Vec::new());
                 let mut args = vec![
                     storage_node,
@@ -785,7 +758,7 @@ impl Builder<'_> {
                     args,
                 );
                 if spec.parameter {
-                    let requires_grad = self.push(Node::Bool(spec.requires_grad));
+                    let requires_grad = self.outer.push(Node::Bool(spec.requires_grad));
                     let hooks = self.ordered_dict(Vec::new());
                     node = self.call_global(
                         UTILS,
@@ -843,8 +816,8 @@ impl Builder<'_> {
             WrapChoice::Child(index) => {
                 let dtype = dtype_at(*index);
                 let class = match dtype.legacy_storage_class() {
-                    Some(class) => self.global("torch", class),
-                    None => self.global("torch", "TypedStorage"),
+                    Some(class) => self.outer.global("torch", class),
+                    None => self.outer.global("torch", "TypedStorage"),
                 };
                 let node = self.call_global(
                     REDUCTIONS,
@@ -860,20 +833,20 @@ impl Builder<'_> {
     fn tweak_tensor(&mut self, node: NodeId, spec: &TensorSpec) -> NodeId {
         let mut node = node;
         for tweak in &spec.tweaks {
-            let Node::Object(object) = self.outer.node(node).clone() else {
+            let Node::Object(object) = self.outer.pickle_mut().node(node).clone() else {
                 return node;
             };
             let Construction::Reduce { args } = object.construction else {
                 return node;
             };
-            let Node::Tuple(mut items) = self.outer.node(args).clone() else {
+            let Node::Tuple(mut items) = self.outer.pickle_mut().node(args).clone() else {
                 return node;
             };
             match tweak {
                 TensorTweak::Rebuild(rebuild) => {
                     let (module, name) = rebuild.global();
-                    let callable = self.global(module, name);
-                    node = self.call(callable, items);
+                    let callable = self.outer.global(module, name);
+                    node = self.outer.call(callable, items);
                     continue;
                 }
                 TensorTweak::DropArg(at) => {
@@ -891,15 +864,16 @@ impl Builder<'_> {
                 TensorTweak::ArgAsList(at) => {
                     if !items.is_empty() {
                         let at = usize::from(*at) % items.len();
-                        if let Node::Tuple(inner) = self.outer.node(items[at]).clone() {
-                            items[at] = self.push(Node::List(inner));
+                        if let Node::Tuple(inner) = self.outer.pickle_mut().node(items[at]).clone()
+                        {
+                            items[at] = self.outer.push(Node::List(inner));
                         }
                     }
                 }
                 TensorTweak::Wrap(times) => {
                     // The tensor as the argument of further rebuilds.
                     for _ in 0..usize::from(*times % 4) {
-                        let requires_grad = self.push(Node::Bool(true));
+                        let requires_grad = self.outer.push(Node::Bool(true));
                         let hooks = self.ordered_dict(Vec::new());
                         node = self.call_global(
                             UTILS,
@@ -910,7 +884,7 @@ impl Builder<'_> {
                     continue;
                 }
             }
-            node = self.call(object.callable, items);
+            node = self.outer.call(object.callable, items);
         }
         node
     }
@@ -918,15 +892,15 @@ impl Builder<'_> {
     fn root(&mut self, tensors: &[NodeId]) -> NodeId {
         match self.input.root {
             RootForm::Single => tensors[0],
-            RootForm::Tuple => self.tuple(tensors.to_vec()),
-            RootForm::List => self.push(Node::List(tensors.to_vec())),
+            RootForm::Tuple => self.outer.tuple(tensors.to_vec()),
+            RootForm::List => self.outer.push(Node::List(tensors.to_vec())),
             RootForm::Dict => {
                 let items = tensors
                     .iter()
                     .enumerate()
                     .map(|(i, &t)| (self.str(&format!("t{i}")), t))
                     .collect();
-                self.push(Node::Dict(items))
+                self.outer.push(Node::Dict(items))
             }
             RootForm::StateDict => {
                 let items = tensors

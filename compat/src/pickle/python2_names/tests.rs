@@ -1,7 +1,9 @@
-//! The tables against CPython's own: `compat_pickle.tsv` is
-//! `_compat_pickle` dumped by `compat/python/generate_python2_name_fixtures.py`.
+//! The tables against CPython's own (`compat_pickle.tsv` is `_compat_pickle`
+//! dumped by `compat/python/generate_python2_name_fixtures.py`), and in the
+//! order their binary searches need.
 
 use std::collections::{BTreeSet, HashMap};
+use std::fmt::Debug;
 
 use super::*;
 
@@ -92,6 +94,117 @@ fn every_string(cpython: &CpythonTables) -> (BTreeSet<&str>, BTreeSet<&str>) {
     names.extend(MULTIPROCESSING_EXCEPTIONS);
     names.extend(EXCEPTIONS_WRITTEN_AS.iter().flat_map(|&(a, b)| [a, b]));
     (modules, names)
+}
+
+/// Checks that `keys` strictly increase: sorted, as a binary search needs,
+/// and none twice.
+fn assert_strictly_increasing<K: Ord + Debug>(table: &str, keys: impl IntoIterator<Item = K>) {
+    let keys: Vec<K> = keys.into_iter().collect();
+    for pair in keys.windows(2) {
+        assert!(
+            pair[0] < pair[1],
+            "{table}: {:?} before {:?}",
+            pair[0],
+            pair[1]
+        );
+    }
+}
+
+/// Checks that no key is in two of the tables one direction searches, so
+/// that the order it searches them in cannot change an answer.
+fn assert_disjoint<K: Ord + Debug>(direction: &str, keys: impl IntoIterator<Item = K>) {
+    let mut seen = BTreeSet::new();
+    for key in keys {
+        let shown = format!("{key:?}");
+        assert!(seen.insert(key), "{direction}: {shown} twice");
+    }
+}
+
+/// A pair's first side: the key of every table but the writing side of
+/// the shared ones.
+fn first<T: Copy>(&(key, _): &(T, T)) -> T {
+    key
+}
+
+/// A pair's second side: the key the shared tables are written by.
+fn second<T: Copy>(&(_, key): &(T, T)) -> T {
+    key
+}
+
+#[test]
+fn every_table_is_sorted_by_the_key_it_is_searched_by() {
+    assert_strictly_increasing("MODULES", MODULES.iter().map(first));
+    assert_strictly_increasing("MODULES_READ_ONLY", MODULES_READ_ONLY.iter().map(first));
+    assert_strictly_increasing(
+        "MODULES_WRITTEN_ONLY",
+        MODULES_WRITTEN_ONLY.iter().map(first),
+    );
+    assert_strictly_increasing("NAMES", NAMES.iter().map(first));
+    assert_strictly_increasing("NAMES_READ_ONLY", NAMES_READ_ONLY.iter().map(first));
+    assert_strictly_increasing("NAMES_WRITTEN_ONLY", NAMES_WRITTEN_ONLY.iter().map(first));
+    assert_strictly_increasing("PYTHON2_EXCEPTIONS", PYTHON2_EXCEPTIONS);
+    assert_strictly_increasing("MULTIPROCESSING_EXCEPTIONS", MULTIPROCESSING_EXCEPTIONS);
+    assert_strictly_increasing(
+        "EXCEPTIONS_WRITTEN_AS",
+        EXCEPTIONS_WRITTEN_AS.iter().map(first),
+    );
+    // Sorted by construction; strictly so only if no two pairs share a
+    // Python 3 side, as CPython asserts of its reverse tables.
+    assert_strictly_increasing(
+        "MODULES by Python 3",
+        MODULES_BY_PYTHON3.iter().map(|&at| second(&MODULES[at])),
+    );
+    assert_strictly_increasing(
+        "NAMES by Python 3",
+        NAMES_BY_PYTHON3.iter().map(|&at| second(&NAMES[at])),
+    );
+}
+
+#[test]
+fn no_key_is_in_two_tables_of_one_direction() {
+    let with_module = |module| move |&name: &&'static str| (module, name);
+    assert_disjoint(
+        "reading modules",
+        MODULES.iter().chain(MODULES_READ_ONLY).map(first),
+    );
+    assert_disjoint(
+        "writing modules",
+        MODULES
+            .iter()
+            .map(second)
+            .chain(MODULES_WRITTEN_ONLY.iter().map(first)),
+    );
+    assert_disjoint(
+        "reading names",
+        NAMES
+            .iter()
+            .chain(NAMES_READ_ONLY)
+            .map(first)
+            .chain(PYTHON2_EXCEPTIONS.iter().map(with_module("exceptions")))
+            .chain(
+                MULTIPROCESSING_EXCEPTIONS
+                    .iter()
+                    .map(with_module("multiprocessing")),
+            ),
+    );
+    assert_disjoint(
+        "writing names",
+        NAMES
+            .iter()
+            .map(second)
+            .chain(NAMES_WRITTEN_ONLY.iter().map(first))
+            .chain(PYTHON2_EXCEPTIONS.iter().map(with_module("builtins")))
+            .chain(
+                EXCEPTIONS_WRITTEN_AS
+                    .iter()
+                    .map(|&(name, _)| ("builtins", name)),
+            )
+            .chain(
+                MULTIPROCESSING_EXCEPTIONS
+                    .iter()
+                    .map(with_module("multiprocessing.context")),
+            ),
+    );
 }
 
 #[test]
