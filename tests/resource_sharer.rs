@@ -487,6 +487,9 @@ fn refused_clients_are_counted_and_serving_goes_on() {
     );
     assert_eq!(identity_and_contents(fd, 12).1, b"still served");
     drop(stalled);
+    // A key counts as served once its fd is on the way, which may be after
+    // the receiver has it.
+    support::wait_until(Duration::from_secs(5), || sharer.stats().served == 1);
     let stats = sharer.stats();
     assert_eq!(
         (stats.timed_out, stats.served, stats.pending),
