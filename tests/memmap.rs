@@ -14,7 +14,7 @@ use tensorshare_compat::pickle::{EncodeOptions, Node, NodeId, encode};
 use tensorshare_strategies::memmap::MemmapSegment;
 
 use support::cases::tensor_over;
-use support::{Server, cases, test_python, unique_address};
+use support::{Server, cases, files_in, test_python, unique_address};
 
 /// A context that sends with memmap files in `dir`.
 fn memmap_context(authkey: &Authkey, dir: &Path) -> SharingContext {
@@ -41,15 +41,6 @@ fn memmap_echo_with(authkey: &Authkey, dir: &Path, flags: &[&str]) -> Server {
         // The flag, not the environment, must be what places the files.
         .env("TMPDIR", "/nonexistent");
     Server::start(command, address)
-}
-
-fn files_in(dir: &Path) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .expect("read the memmap directory")
-        .map(|entry| entry.expect("a directory entry").path())
-        .collect();
-    files.sort();
-    files
 }
 
 fn memmap_segment(storage: &Storage) -> &MemmapSegment {

@@ -6,14 +6,14 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
 use tensorshare::{Authkey, DType, SharingContext, StrategyKind, Value};
 use tensorshare_strategies::memmap::MemmapFileName;
 
-use support::{Server, cases, unique_address, wait_until};
+use support::{Server, cases, files_in, unique_address, wait_until};
 
 /// `tensorshare echo --strategy memmap` with its files in `dir`, and
 /// `flags`.
@@ -27,15 +27,6 @@ fn memmap_echo(authkey: &Authkey, dir: &Path, flags: &[&str]) -> Server {
         .arg(dir)
         .args(flags);
     Server::start(command, address)
-}
-
-fn files_in(dir: &Path) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .expect("read the memmap directory")
-        .map(|entry| entry.expect("a directory entry").path())
-        .collect();
-    files.sort();
-    files
 }
 
 /// Sends `count` tensors inline to a memmap echo in `dir`, which answers

@@ -258,10 +258,7 @@ fn failures_error(report: &Report<'_>) -> Result<(), Box<dyn std::error::Error>>
         parts.push(format!("{files} memmap file{}", plural(files)));
     }
     if dirs > 0 {
-        parts.push(format!(
-            "{dirs} socket director{}",
-            if dirs == 1 { "y" } else { "ies" }
-        ));
+        parts.push(socket_dir_rows::dir_count(dirs));
     }
     if parts.is_empty() {
         return Ok(());

@@ -6,7 +6,7 @@ use std::fmt;
 use std::io;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::net::SocketAddr;
+use std::os::unix::net::{SocketAddr, UnixListener};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
@@ -24,6 +24,11 @@ const RANDOM_NAME_LEN: usize = 8;
 /// Random characters in generated abstract names: nothing else makes them
 /// unique.
 const ABSTRACT_RANDOM_LEN: usize = 16;
+
+/// How many fresh abstract names are tried before giving up: another
+/// holder of a 16-character random name is already one in 10^25, so the
+/// retries are for good measure.
+const ABSTRACT_BIND_ATTEMPTS: usize = 8;
 
 /// An `AF_UNIX` socket address: a filesystem path or a Linux abstract name.
 ///
@@ -206,6 +211,40 @@ impl Address {
         let suffix = random::name_suffix(ABSTRACT_RANDOM_LEN)
             .map_err(|e| ConnectionError::io("reading random bytes for a socket name", e))?;
         Self::abstract_name(format!("tensorshare-{tag}-{}-{suffix}", std::process::id()))
+    }
+
+    /// A socket listening at this address.
+    ///
+    /// # Errors
+    ///
+    /// What `bind` fails with: the path exists, the name is taken, the
+    /// directory is not writable.
+    pub(crate) fn listen(&self) -> io::Result<UnixListener> {
+        UnixListener::bind_addr(&self.to_socket_addr()?)
+    }
+
+    /// A socket listening at a fresh [`unique_abstract`](Self::unique_abstract)
+    /// name with `tag`, and that name.
+    ///
+    /// # Errors
+    ///
+    /// As [`unique_abstract`](Self::unique_abstract), and
+    /// [`ConnectionError::Bind`] when no name could be bound.
+    pub(crate) fn listen_unique_abstract(
+        tag: &str,
+    ) -> Result<(UnixListener, Self), ConnectionError> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let address = Self::unique_abstract(tag)?;
+            match address.listen() {
+                Ok(listener) => return Ok((listener, address)),
+                Err(cause)
+                    if cause.kind() == io::ErrorKind::AddrInUse
+                        && attempt < ABSTRACT_BIND_ATTEMPTS => {}
+                Err(cause) => return Err(ConnectionError::Bind { address, cause }),
+            }
+        }
     }
 
     /// The path, for a filesystem address.

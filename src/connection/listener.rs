@@ -72,30 +72,11 @@ impl Listener {
         authkey: &Authkey,
         options: ConnectionOptions,
     ) -> Result<Self, ConnectionError> {
-        let bind_error = |cause| ConnectionError::Bind {
+        let socket = address.listen().map_err(|cause| ConnectionError::Bind {
             address: address.clone(),
             cause,
-        };
-        let socket_address = address.to_socket_addr().map_err(bind_error)?;
-        let socket = UnixListener::bind_addr(&socket_address).map_err(bind_error)?;
-        // If the new file cannot even be inspected, it is not removed on drop:
-        // leaving a stale file is better than removing one we cannot identify.
-        let socket_file = address.as_path().and_then(|path| {
-            let metadata = std::fs::symlink_metadata(path).ok()?;
-            Some(SocketFile {
-                path: path.to_path_buf(),
-                device: metadata.dev(),
-                inode: metadata.ino(),
-            })
-        });
-        Ok(Self {
-            socket,
-            address: address.clone(),
-            authkey: authkey.clone(),
-            options,
-            socket_file,
-            private_dir: None,
-        })
+        })?;
+        Ok(Self::listening(socket, address, authkey, options))
     }
 
     /// Listens on a fresh abstract name ([`Address::unique_abstract`]
@@ -110,19 +91,34 @@ impl Listener {
         authkey: &Authkey,
         options: ConnectionOptions,
     ) -> Result<Self, ConnectionError> {
-        // A taken 16-character random name is one in 10^25: one retry is
-        // for the impossible, the rest for good measure.
-        let mut attempts = 8;
-        loop {
-            let address = Address::unique_abstract("listener")?;
-            match Self::bind(&address, authkey, options) {
-                Err(ConnectionError::Bind { cause, .. })
-                    if cause.kind() == std::io::ErrorKind::AddrInUse && attempts > 1 =>
-                {
-                    attempts -= 1;
-                }
-                bound => return bound,
-            }
+        let (socket, address) = Address::listen_unique_abstract("listener")?;
+        Ok(Self::listening(socket, &address, authkey, options))
+    }
+
+    /// The listener of `socket`, just bound at `address`.
+    fn listening(
+        socket: UnixListener,
+        address: &Address,
+        authkey: &Authkey,
+        options: ConnectionOptions,
+    ) -> Self {
+        // If the new file cannot even be inspected, it is not removed on drop:
+        // leaving a stale file is better than removing one we cannot identify.
+        let socket_file = address.as_path().and_then(|path| {
+            let metadata = std::fs::symlink_metadata(path).ok()?;
+            Some(SocketFile {
+                path: path.to_path_buf(),
+                device: metadata.dev(),
+                inode: metadata.ino(),
+            })
+        });
+        Self {
+            socket,
+            address: address.clone(),
+            authkey: authkey.clone(),
+            options,
+            socket_file,
+            private_dir: None,
         }
     }
 

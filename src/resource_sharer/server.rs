@@ -3,12 +3,11 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::io::{self, ErrorKind};
+use std::io;
 use std::net::Shutdown;
 use std::os::fd::OwnedFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -220,35 +219,20 @@ pub struct ResourceSharer {
     threads: Mutex<Option<Threads>>,
 }
 
-/// How many fresh abstract names are tried before giving up: another
-/// holder of a 16-character random name is already one in 10^25.
-const BIND_ATTEMPTS: usize = 8;
-
 /// Binds a fresh abstract name, [`Address::unique_abstract`]'s
 /// `tensorshare-sharer-<pid>-` and random characters, which gc's
 /// [`SHARER_PREFIX`] recognizes.
 fn bind_abstract() -> Result<(UnixListener, Address), SharerError> {
-    let mut attempt = 0;
-    loop {
-        attempt += 1;
-        let address = Address::unique_abstract("sharer").map_err(|cause| SharerError::Bind {
+    Address::listen_unique_abstract("sharer").map_err(|error| match error {
+        ConnectionError::Bind { address, cause } => SharerError::Bind {
+            address: address.to_string(),
+            cause,
+        },
+        other => SharerError::Bind {
             address: format!("@{SHARER_PREFIX}..."),
-            cause: io::Error::other(cause.to_string()),
-        })?;
-        let bound = address
-            .to_socket_addr()
-            .and_then(|socket_address| UnixListener::bind_addr(&socket_address));
-        match bound {
-            Ok(listener) => return Ok((listener, address)),
-            Err(cause) if cause.kind() == ErrorKind::AddrInUse && attempt < BIND_ATTEMPTS => {}
-            Err(cause) => {
-                return Err(SharerError::Bind {
-                    address: address.to_string(),
-                    cause,
-                });
-            }
-        }
-    }
+            cause: io::Error::other(other.to_string()),
+        },
+    })
 }
 
 /// Binds `listener-XXXXXXXX` in a fresh private directory
@@ -273,10 +257,7 @@ fn bind_in(parent: &Path) -> Result<(UnixListener, Address, PrivateTempDir), Sha
     // Dropping `dir` on an early return removes it and what is inside.
     let dir = PrivateTempDir::adopt(path);
     let address = dir.unique_address().map_err(temp_dir_error)?;
-    let bound = address
-        .to_socket_addr()
-        .and_then(|socket_address| UnixListener::bind_addr(&socket_address));
-    match bound {
+    match address.listen() {
         Ok(listener) => Ok((listener, address, dir)),
         Err(cause) => Err(SharerError::Bind {
             address: address.to_string(),

@@ -263,12 +263,8 @@ impl SharingContext {
     /// [unfetched lifetime](Self::with_unfetched_lifetime) after its last
     /// send. A receiver that maps a file let go of gets `FileNotFoundError`.
     pub fn with_max_held_memmap_files(self, max: usize) -> Self {
-        let limits = self.sent_files.limits();
         self.sent_files
-            .set_limits(super::sent_files::RetentionLimits {
-                max_files: max,
-                ..limits
-            });
+            .update_limits(|limits| limits.max_files = max);
         self
     }
 
@@ -276,12 +272,8 @@ impl SharingContext {
     /// 1 GiB), letting go of the oldest first; the file of the latest send
     /// is always kept, whatever its size.
     pub fn with_max_held_memmap_bytes(self, max: usize) -> Self {
-        let limits = self.sent_files.limits();
         self.sent_files
-            .set_limits(super::sent_files::RetentionLimits {
-                max_bytes: max,
-                ..limits
-            });
+            .update_limits(|limits| limits.max_bytes = max);
         self
     }
 

@@ -196,9 +196,8 @@ impl SharingContext {
     /// last send (see [`with_max_held_memmap_files`](Self::with_max_held_memmap_files)).
     pub fn with_unfetched_lifetime(self, lifetime: Duration) -> Self {
         self.registrations.set_lifetime(lifetime);
-        let limits = self.sent_files.limits();
         self.sent_files
-            .set_limits(sent_files::RetentionLimits { lifetime, ..limits });
+            .update_limits(|limits| limits.lifetime = lifetime);
         self
     }
 

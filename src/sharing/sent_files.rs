@@ -90,13 +90,10 @@ impl SentFiles {
         Self(Expiring::new(held, "tensorshare-sent-files"))
     }
 
-    pub(crate) fn limits(&self) -> RetentionLimits {
-        self.0.read(|held| held.limits)
-    }
-
-    /// Applies new bounds now, and to the deadlines of leases already held.
-    pub(crate) fn set_limits(&self, limits: RetentionLimits) {
-        self.0.update(|held| held.limits = limits);
+    /// Changes the bounds with `change`, now, and for the deadlines of
+    /// leases already held.
+    pub(crate) fn update_limits(&self, change: impl FnOnce(&mut RetentionLimits)) {
+        self.0.update(|held| change(&mut held.limits));
     }
 
     /// Keeps `lease` for the lifetime, as the newest; a file sent again is

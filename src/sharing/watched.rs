@@ -47,6 +47,7 @@ impl<W: Watcher> Segment for Watched<W> {
             None => self,
         }
     }
+
     fn can_export(&self) -> bool {
         self.segment.as_ref().is_some_and(Segment::can_export)
     }

@@ -377,6 +377,16 @@ pub fn bound_abstract_names() -> Vec<String> {
         .collect()
 }
 
+/// The entries of `dir`, sorted; `dir` must be readable.
+pub fn files_in(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .expect("read the directory")
+        .map(|entry| entry.expect("a directory entry").path())
+        .collect();
+    files.sort();
+    files
+}
+
 /// Every path under `dir`, depth first, `dir` itself left out.
 pub fn tree(dir: &Path) -> Vec<PathBuf> {
     let mut found = Vec::new();
