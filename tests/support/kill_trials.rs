@@ -15,13 +15,16 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
 use tensorshare::connection::ConnectionOptions;
 use tensorshare::{Address, Authkey, Client, DType, SharingContext, Storage, StrategyKind, Value};
 use tensorshare::{Tensor, TensorView};
 
 pub use super::leftovers::Leaks;
 use super::leftovers::TrialPlaces;
-use super::{Server, exit_within, open_fds, python_script, wait_until};
+use super::{Server, exit_within, has_exited, open_fds, python_script, wait_until};
 
 /// Set in a child process that plays the Rust producer: `ADDRESS HEX
 /// STRATEGY MEMMAP_DIR`.
@@ -300,16 +303,16 @@ fn try_trial(trial: Trial, python: Option<&str>) -> Result<Outcome, String> {
     std::thread::sleep(trial.delay);
     let mut managers = managers_of(&tmp, &pids);
     match trial.victim {
-        Victim::Producer => kill(&mut producer),
-        Victim::Server => kill(&mut server.child),
+        Victim::Producer => kill_child(&mut producer),
+        Victim::Server => kill_child(&mut server.child),
         Victim::Manager => kill_pids(&managers),
         Victim::Both => {
-            kill(&mut producer);
-            kill(&mut server.child);
+            kill_child(&mut producer);
+            kill_child(&mut server.child);
         }
         Victim::All => {
-            kill(&mut producer);
-            kill(&mut server.child);
+            kill_child(&mut producer);
+            kill_child(&mut server.child);
             kill_pids(&managers);
         }
     }
@@ -377,20 +380,13 @@ fn try_trial(trial: Trial, python: Option<&str>) -> Result<Outcome, String> {
 
 /// SIGTERM, as an operator stops a server.
 fn terminate(pid: u32) {
-    let _ = Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status();
+    send_signal(pid, Signal::SIGTERM);
 }
 
+/// Whether `pid` runs: a zombie is dead, its parent (init, for a daemon)
+/// has yet to reap it.
 fn is_alive(pid: u32) -> bool {
-    // A zombie is dead: its parent (init, for a daemon) has yet to reap it.
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|stat| {
-            stat.rsplit_once(')')
-                .map(|(_, rest)| rest.trim_start().to_owned())
-        })
-        .is_some_and(|rest| !rest.starts_with('Z'))
+    !has_exited(pid)
 }
 
 /// The processes other than `peers` that run with `TMPDIR` set to `tmp`:
@@ -422,15 +418,19 @@ fn kill_managers_of(tmp: &Path, peers: &[u32]) {
 }
 
 fn kill_pids(pids: &[u32]) {
-    for pid in pids {
-        let _ = Command::new("kill")
-            .args(["-KILL", &pid.to_string()])
-            .stderr(Stdio::null())
-            .status();
+    for &pid in pids {
+        send_signal(pid, Signal::SIGKILL);
     }
 }
 
-fn kill(child: &mut Child) {
+/// Sends `signal` to `pid`; one that has gone meanwhile needs none.
+fn send_signal(pid: u32, signal: Signal) {
+    if let Ok(pid) = i32::try_from(pid) {
+        let _ = kill(Pid::from_raw(pid), signal);
+    }
+}
+
+fn kill_child(child: &mut Child) {
     let _ = child.kill();
 }
 
