@@ -18,12 +18,12 @@ use super::DEFAULT_MIN_AGE;
 use super::error::ScanError;
 use super::listing::{FileKey, file_type_name, last_change};
 use super::report::SkipReason;
-use super::verdict::process_exists;
 use crate::UnixUser;
 use crate::error::errno_of;
 use crate::mapping::file_type;
 use crate::owner::is_own_uid;
 use crate::private_dir::{SocketDirKind, SocketDirName};
+use crate::process;
 
 /// What [`scan_socket_dirs`] looks at: the parent directories, the grace
 /// for fresh directories, and optionally a set of names to restrict it to.
@@ -535,7 +535,7 @@ fn judge(
         file: FileKey::new(stat.st_dev, stat.st_ino),
         owner_uid: stat.st_uid,
         age,
-        creator_alive: name.creator_pid().map(process_exists),
+        creator_alive: name.creator_pid().map(process::exists),
         sockets: Vec::new(),
         listening: Vec::new(),
         unexpected: None,
