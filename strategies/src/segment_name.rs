@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use crate::unique_name::unique_name_part;
+use crate::unique_name::{InvalidUniquePart, parse_unique_part, unique_name_part};
 
 /// The longest name a segment may have: libshm's `AllocInfo` holds 60 bytes
 /// including the terminating NUL.
@@ -83,18 +83,12 @@ impl SegmentName {
         let Some(numbers) = rest.strip_prefix(PREFIX.as_bytes()) else {
             return Err(invalid("it does not start with /torch_"));
         };
-        let fields = || numbers.split(|b| *b == b'_');
-        if !(2..=3).contains(&fields().count())
-            || fields().any(|f| f.is_empty() || !f.iter().all(u8::is_ascii_digit))
-        {
-            return Err(invalid("it does not have two or three decimal fields"));
-        }
-        let creator_pid = fields()
-            .next()
-            .and_then(|field| std::str::from_utf8(field).ok())
-            .and_then(|field| field.parse::<u32>().ok())
-            .filter(|pid| *pid > 0 && i32::try_from(*pid).is_ok())
-            .ok_or_else(|| invalid("the pid field is not a process id"))?;
+        let creator_pid = parse_unique_part(numbers, 2..=3).map_err(|err| {
+            invalid(match err {
+                InvalidUniquePart::Fields => "it does not have two or three decimal fields",
+                InvalidUniquePart::Pid => "the pid field is not a process id",
+            })
+        })?;
         // ASCII only, checked above.
         let name = String::from_utf8_lossy(bytes).into_owned();
         Ok(Self { name, creator_pid })
