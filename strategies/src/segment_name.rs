@@ -2,8 +2,13 @@
 //! that names one is checked.
 
 use std::fmt;
+use std::path::PathBuf;
 
 use crate::unique_name::{InvalidUniquePart, parse_unique_part, unique_name_part};
+
+/// Where Linux keeps POSIX shared-memory objects: `shm_open` names resolve
+/// here (glibc and musl open `/dev/shm/<name>`).
+pub(crate) const SHM_DIR: &str = "/dev/shm";
 
 /// The longest name a segment may have: libshm's `AllocInfo` holds 60 bytes
 /// including the terminating NUL.
@@ -120,6 +125,11 @@ impl SegmentName {
     /// The pid of the process that created the segment, from its name.
     pub fn creator_pid(&self) -> u32 {
         self.creator_pid
+    }
+
+    /// The path `shm_open` resolves the name to, in [`SHM_DIR`].
+    pub(crate) fn shm_path(&self) -> PathBuf {
+        [SHM_DIR, self.file_name()].iter().collect()
     }
 }
 
