@@ -60,7 +60,6 @@
 
 use std::any::Any;
 use std::os::fd::{AsFd, OwnedFd};
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI32, Ordering};
 
@@ -72,6 +71,8 @@ use nix::sys::statvfs::statvfs;
 use nix::unistd::ftruncate;
 
 pub use crate::segment_name::{InvalidSegmentName, MAX_SEGMENT_NAME_LEN, SegmentName};
+
+use crate::segment_name::SHM_DIR;
 
 use crate::error::MAX_SEGMENT_BYTES;
 use crate::file_descriptor::FileIdentity;
@@ -86,9 +87,6 @@ use crate::{
 /// Bytes before the data: torch's `map_alloc_alignment`, whose first four
 /// hold the reference count.
 pub const HEADER_BYTES: usize = 64;
-
-/// Where POSIX shared memory lives on Linux; named in capacity errors.
-const SHM_MOUNT: &str = "/dev/shm";
 
 /// The `file_system` strategy: segments registered with a shared-memory
 /// manager.
@@ -529,8 +527,7 @@ impl Drop for CreatedName<'_> {
 /// remove even as root. The sticky `/dev/shm` keeps other users from
 /// swapping the name between the check and the unlink.
 fn unlink_if_same(name: &SegmentName, identity: FileIdentity) {
-    let path = Path::new(SHM_MOUNT).join(name.file_name());
-    match lstat(&path) {
+    match lstat(&name.shm_path()) {
         Ok(stat) if FileIdentity::of(&stat) == identity => {
             // There is nothing to do about a failure in a release path.
             let _ = shm_unlink(name.as_str());
@@ -552,7 +549,7 @@ fn open_existing(name: &SegmentName, nbytes: usize) -> Result<OwnedFd, ImportErr
 
 /// The error for a `/dev/shm` that cannot hold `nbytes` more, with its size.
 fn shm_full(nbytes: usize) -> AllocateError {
-    let (size, available) = statvfs(SHM_MOUNT)
+    let (size, available) = statvfs(SHM_DIR)
         .map(|stats| {
             let block = stats.fragment_size();
             (
@@ -563,7 +560,7 @@ fn shm_full(nbytes: usize) -> AllocateError {
         .unwrap_or((0, 0));
     AllocateError::SharedMemoryFull {
         nbytes,
-        mount: SHM_MOUNT.to_string(),
+        mount: SHM_DIR.to_string(),
         size,
         available,
     }

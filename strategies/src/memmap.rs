@@ -337,13 +337,6 @@ struct FileBirth {
 }
 
 impl FileBirth {
-    /// The birth time of the file `path` names relative to `dir` (of `dir`
-    /// itself with `AtFlags::EMPTY_PATH`), or `None` where the filesystem
-    /// records none.
-    fn of(dir: impl AsFd, path: &Path, flags: AtFlags) -> Option<Self> {
-        Self::recorded(&stamp(dir, path, flags, StatxFlags::BTIME).ok()?)
-    }
-
     /// The birth time in `statx`'s answer, if the filesystem gave one.
     fn recorded(statx: &Statx) -> Option<Self> {
         (statx.stx_mask & StatxFlags::BTIME.bits() != 0).then_some(FileBirth {
@@ -361,6 +354,14 @@ fn stamp(
     mask: StatxFlags,
 ) -> rustix::io::Result<Statx> {
     statx(dir, path, flags | AtFlags::SYMLINK_NOFOLLOW, mask)
+}
+
+/// `(st_dev, st_ino)` as `statx` gives them.
+fn stamped_identity(statx: &Statx) -> FileIdentity {
+    FileIdentity {
+        dev: makedev(statx.stx_dev_major, statx.stx_dev_minor),
+        ino: statx.stx_ino,
+    }
 }
 
 impl FileLease {
@@ -408,11 +409,7 @@ impl Drop for FileLease {
         ) else {
             return;
         };
-        let identity = FileIdentity {
-            dev: makedev(now.stx_dev_major, now.stx_dev_minor),
-            ino: now.stx_ino,
-        };
-        if identity == self.identity
+        if stamped_identity(&now) == self.identity
             && (self.born.is_none() || FileBirth::recorded(&now) == self.born)
         {
             let _ = unlink(&self.path);
@@ -568,20 +565,33 @@ impl SharingStrategy for MemmapStrategy {
         // large folios fault a file in many pages at a time, which beats
         // populating it page by page.
         reserve(fd.as_fd(), file_len).map_err(|errno| AllocateError::resize(nbytes, errno))?;
-        let stat = fstat(&fd).map_err(|errno| AllocateError::CreateFile {
-            dir: self.dir.display().to_string(),
-            errno,
-        })?;
+        // One `statx` gives the identity and the birth time; where it is
+        // refused (an old kernel, a seccomp filter), `fstat` gives the
+        // identity alone.
+        let (identity, born) = match stamp(
+            &fd,
+            Path::new(""),
+            AtFlags::EMPTY_PATH,
+            StatxFlags::INO | StatxFlags::BTIME,
+        ) {
+            Ok(now) => (stamped_identity(&now), FileBirth::recorded(&now)),
+            Err(_) => {
+                let stat = fstat(&fd).map_err(|errno| AllocateError::CreateFile {
+                    dir: self.dir.display().to_string(),
+                    errno,
+                })?;
+                (FileIdentity::of(&stat), None)
+            }
+        };
         // SAFETY: `ftruncate` just sized the file to `nbytes`; another
         // process that truncates it later is what the guard handles.
         let mapping = unsafe { SharedMapping::map_guarded(fd.as_fd(), nbytes) }
             .map_err(|errno| AllocateError::map(nbytes, errno))?;
         std::mem::forget(created);
-        let identity = FileIdentity::of(&stat);
         let lease = FileLease {
             path: path.clone(),
             identity,
-            born: FileBirth::of(&fd, Path::new(""), AtFlags::EMPTY_PATH),
+            born,
             len: nbytes,
             remove: !self.keep_files,
         };

@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use crate::unique_name::unique_name_part;
+use crate::unique_name::{InvalidUniquePart, parse_unique_part, unique_name_part};
 
 /// What every file the strategy creates is named with.
 pub const FILE_PREFIX: &str = "tensorshare_";
@@ -82,17 +82,12 @@ impl MemmapFileName {
                 "it does not start with tensorshare_ and end with .mmap",
             ));
         };
-        let fields = || numbers.split('_');
-        if fields().count() != 3
-            || fields().any(|f| f.is_empty() || !f.bytes().all(|b| b.is_ascii_digit()))
-        {
-            return Err(invalid("it does not have three decimal fields"));
-        }
-        let creator_pid = fields()
-            .next()
-            .and_then(|field| field.parse::<u32>().ok())
-            .filter(|pid| *pid > 0 && i32::try_from(*pid).is_ok())
-            .ok_or_else(|| invalid("the pid field is not a process id"))?;
+        let creator_pid = parse_unique_part(numbers.as_bytes(), 3..=3).map_err(|err| {
+            invalid(match err {
+                InvalidUniquePart::Fields => "it does not have three decimal fields",
+                InvalidUniquePart::Pid => "the pid field is not a process id",
+            })
+        })?;
         Ok(Self {
             name: name.to_owned(),
             creator_pid,

@@ -203,9 +203,9 @@ use crate::private_dir::SocketDirName;
 #[cfg(doc)]
 use crate::segment_name::SegmentName;
 
-/// Where Linux keeps POSIX shared-memory objects: `shm_open` names resolve
-/// here.
-pub const DEFAULT_SHM_DIR: &str = "/dev/shm";
+/// Where Linux keeps POSIX shared-memory objects, `/dev/shm`: `shm_open`
+/// names resolve here.
+pub const DEFAULT_SHM_DIR: &str = crate::segment_name::SHM_DIR;
 
 /// How long after its last change a segment held by nobody is still left
 /// alone: longer than the 2 s the manager waits before cleaning up.

@@ -40,13 +40,12 @@ pub fn has_exited(pid: u32) -> bool {
     if raw <= 0 {
         return false;
     }
-    // EPERM: another user's process, which exists.
-    if kill(Pid::from_raw(raw), None) == Err(Errno::ESRCH) {
+    if !exists(pid) {
         return true;
     }
     let Ok(stat) = std::fs::read(format!("/proc/{pid}/stat")) else {
         // Gone since `kill`, or hidden from this process: ask again.
-        return kill(Pid::from_raw(raw), None) == Err(Errno::ESRCH);
+        return !exists(pid);
     };
     stat_says_exiting(&stat)
 }
@@ -54,27 +53,62 @@ pub fn has_exited(pid: u32) -> bool {
 /// Whether a `/proc/<pid>/stat` line shows a zombie, a dead task or one
 /// with `PF_EXITING` set.
 fn stat_says_exiting(stat: &[u8]) -> bool {
-    // `pid (comm) state ppid pgrp session tty_nr tpgid flags ...`; comm may
-    // hold spaces and parentheses, so count from the last `)`.
-    let Some(after_comm) = stat
-        .iter()
-        .rposition(|b| *b == b')')
-        .and_then(|end| stat.get(end + 1..))
-    else {
-        return false;
-    };
-    let mut fields = after_comm
-        .split(|b| b.is_ascii_whitespace())
-        .filter(|field| !field.is_empty());
-    let state = fields.next();
-    if matches!(state, Some(b"Z" | b"X" | b"x")) {
+    ProcStat::parse(stat).is_some_and(|stat| {
+        matches!(stat.state, Some(b'Z' | b'X' | b'x')) || stat.has_flag(PF_EXITING)
+    })
+}
+
+/// Whether a process with this pid exists, by `kill(pid, 0)`: only `ESRCH`
+/// says it does not; `EPERM` says it does, another user's. A pid recycled
+/// by another process exists, and so does one beyond `pid_t`.
+pub(crate) fn exists(pid: u32) -> bool {
+    let Ok(pid) = i32::try_from(pid) else {
         return true;
+    };
+    !matches!(kill(Pid::from_raw(pid), None), Err(Errno::ESRCH))
+}
+
+/// The fields of `/proc/<pid>/stat` this crate reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ProcStat {
+    /// The state letter (`R`, `S`, `Z`, ...), when the field is one byte.
+    state: Option<u8>,
+    /// The task's `PF_*` flags; `None` when the field does not parse.
+    flags: Option<u64>,
+}
+
+impl ProcStat {
+    /// Reads `/proc/<pid>/stat`; `None` when it cannot be read or parsed.
+    pub(crate) fn of(pid: u32) -> Option<Self> {
+        Self::parse(&std::fs::read(format!("/proc/{pid}/stat")).ok()?)
     }
-    fields
-        .nth(5)
-        .and_then(|flags| std::str::from_utf8(flags).ok())
-        .and_then(|flags| flags.parse::<u64>().ok())
-        .is_some_and(|flags| flags & PF_EXITING != 0)
+
+    /// Parses a `/proc/<pid>/stat` line: `pid (comm) state ppid pgrp
+    /// session tty_nr tpgid flags ...`; comm may hold spaces and
+    /// parentheses, so fields are counted from the last `)`.
+    fn parse(stat: &[u8]) -> Option<Self> {
+        let after_comm = stat
+            .iter()
+            .rposition(|b| *b == b')')
+            .and_then(|end| stat.get(end + 1..))?;
+        let mut fields = after_comm
+            .split(|b| b.is_ascii_whitespace())
+            .filter(|field| !field.is_empty());
+        let state = match fields.next() {
+            Some(&[state]) => Some(state),
+            _ => None,
+        };
+        let flags = fields
+            .nth(5)
+            .and_then(|flags| std::str::from_utf8(flags).ok())
+            .and_then(|flags| flags.parse::<u64>().ok());
+        Some(Self { state, flags })
+    }
+
+    /// Whether its flags include `flag`; unknown counts as no.
+    pub(crate) fn has_flag(&self, flag: u64) -> bool {
+        self.flags.is_some_and(|flags| flags & flag != 0)
+    }
 }
 
 #[cfg(test)]

@@ -2,8 +2,13 @@
 //! that names one is checked.
 
 use std::fmt;
+use std::path::PathBuf;
 
-use crate::unique_name::unique_name_part;
+use crate::unique_name::{InvalidUniquePart, parse_unique_part, unique_name_part};
+
+/// Where Linux keeps POSIX shared-memory objects: `shm_open` names resolve
+/// here (glibc and musl open `/dev/shm/<name>`).
+pub(crate) const SHM_DIR: &str = "/dev/shm";
 
 /// The longest name a segment may have: libshm's `AllocInfo` holds 60 bytes
 /// including the terminating NUL.
@@ -83,18 +88,12 @@ impl SegmentName {
         let Some(numbers) = rest.strip_prefix(PREFIX.as_bytes()) else {
             return Err(invalid("it does not start with /torch_"));
         };
-        let fields = || numbers.split(|b| *b == b'_');
-        if !(2..=3).contains(&fields().count())
-            || fields().any(|f| f.is_empty() || !f.iter().all(u8::is_ascii_digit))
-        {
-            return Err(invalid("it does not have two or three decimal fields"));
-        }
-        let creator_pid = fields()
-            .next()
-            .and_then(|field| std::str::from_utf8(field).ok())
-            .and_then(|field| field.parse::<u32>().ok())
-            .filter(|pid| *pid > 0 && i32::try_from(*pid).is_ok())
-            .ok_or_else(|| invalid("the pid field is not a process id"))?;
+        let creator_pid = parse_unique_part(numbers, 2..=3).map_err(|err| {
+            invalid(match err {
+                InvalidUniquePart::Fields => "it does not have two or three decimal fields",
+                InvalidUniquePart::Pid => "the pid field is not a process id",
+            })
+        })?;
         // ASCII only, checked above.
         let name = String::from_utf8_lossy(bytes).into_owned();
         Ok(Self { name, creator_pid })
@@ -126,6 +125,11 @@ impl SegmentName {
     /// The pid of the process that created the segment, from its name.
     pub fn creator_pid(&self) -> u32 {
         self.creator_pid
+    }
+
+    /// The path `shm_open` resolves the name to, in [`SHM_DIR`].
+    pub(crate) fn shm_path(&self) -> PathBuf {
+        [SHM_DIR, self.file_name()].iter().collect()
     }
 }
 

@@ -25,12 +25,13 @@ static SWEPT: Mutex<Option<HashSet<PathBuf>>> = Mutex::new(None);
 pub(super) fn sweep_once(dir: &Path) {
     {
         let mut swept = SWEPT.lock().unwrap_or_else(PoisonError::into_inner);
-        if !swept
-            .get_or_insert_with(HashSet::new)
-            .insert(dir.to_path_buf())
-        {
+        let swept = swept.get_or_insert_with(HashSet::new);
+        // Looked up first: every allocation passes here, and only the first
+        // in a directory needs the path copied.
+        if swept.contains(dir) {
             return;
         }
+        swept.insert(dir.to_path_buf());
     }
     let dir = dir.to_path_buf();
     // Without the thread (the spawn failed), `tensorshare gc` still

@@ -12,6 +12,7 @@ use nix::unistd::geteuid;
 use super::error::ScanError;
 use super::listing::FileKey;
 use crate::error::errno_of;
+use crate::process::ProcStat;
 
 /// `PF_KTHREAD` in the flags field of `/proc/<pid>/stat`.
 const PF_KTHREAD: u64 = 0x0020_0000;
@@ -186,25 +187,7 @@ pub(super) fn maps_line_file(line: &[u8]) -> Option<FileKey> {
 /// Whether `pid` is a kernel thread, which holds no files. Unknown counts
 /// as no.
 pub(super) fn is_kernel_thread(pid: u32) -> bool {
-    let Ok(stat) = std::fs::read(format!("/proc/{pid}/stat")) else {
-        return false;
-    };
-    // `pid (comm) state ppid pgrp session tty_nr tpgid flags ...`; comm may
-    // hold spaces and parentheses, so count from the last `)`.
-    let Some(after_comm) = stat
-        .iter()
-        .rposition(|b| *b == b')')
-        .and_then(|end| stat.get(end + 1..))
-    else {
-        return false;
-    };
-    after_comm
-        .split(|b| b.is_ascii_whitespace())
-        .filter(|field| !field.is_empty())
-        .nth(6)
-        .and_then(|flags| std::str::from_utf8(flags).ok())
-        .and_then(|flags| flags.parse::<u64>().ok())
-        .is_some_and(|flags| flags & PF_KTHREAD != 0)
+    ProcStat::of(pid).is_some_and(|stat| stat.has_flag(PF_KTHREAD))
 }
 
 /// Whether `/proc` hides other users' processes from this one.

@@ -1,6 +1,7 @@
 //! Listing the scanned directory: which entries have a recognized name,
 //! and what `lstat` says about each.
 
+use std::fs::ReadDir;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -138,10 +139,7 @@ pub(super) fn list_entries<N: OrphanName>(
     } else {
         let list_error =
             |e: io::Error| N::list_dir_error(options.dir_path().to_path_buf(), errno_of(&e));
-        // Through the fd, so that the listing and the `lstat`s see one
-        // directory.
-        let read_dir =
-            std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd())).map_err(list_error)?;
+        let read_dir = read_dir_of(dir).map_err(list_error)?;
         for dir_entry in read_dir {
             let dir_entry = dir_entry.map_err(list_error)?;
             // Anything else in the directory belongs to other programs; an
@@ -154,4 +152,11 @@ pub(super) fn list_entries<N: OrphanName>(
     listing.entries.sort_by(|a, b| a.name.cmp(&b.name));
     listing.skipped.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(listing)
+}
+
+/// Lists the directory open as `dir` through its fd, so that the listing
+/// and the `lstat`s relative to `dir` see one directory, whatever its path
+/// names by now.
+pub(super) fn read_dir_of(dir: &OwnedFd) -> io::Result<ReadDir> {
+    std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd()))
 }

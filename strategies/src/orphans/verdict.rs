@@ -3,25 +3,13 @@
 
 use std::time::{Duration, SystemTime};
 
-use nix::errno::Errno;
-use nix::sys::signal::kill;
-use nix::unistd::Pid;
-
 use super::holders::HolderScan;
 use super::lease::Probe;
 use super::listing::Entry;
 use super::orphan_name::OrphanName;
 use super::report::{KeepReason, SegmentReport};
 use crate::owner::is_own_uid;
-
-/// Whether a process with this pid exists: `EPERM` says it does, another
-/// user's.
-pub(super) fn process_exists(pid: u32) -> bool {
-    let Ok(pid) = i32::try_from(pid) else {
-        return true;
-    };
-    !matches!(kill(Pid::from_raw(pid), None), Err(Errno::ESRCH))
-}
+use crate::process;
 
 /// The verdict on one entry.
 pub(super) enum Verdict {
@@ -68,7 +56,7 @@ pub(super) fn judge<N: OrphanName>(
     now: SystemTime,
     probe: impl FnOnce() -> Probe,
 ) -> Judged {
-    let creator_alive = process_exists(entry.name.creator_pid());
+    let creator_alive = process::exists(entry.name.creator_pid());
     let holder_pids: Vec<u32> = holders
         .held
         .get(&entry.file)

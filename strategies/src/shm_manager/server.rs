@@ -16,8 +16,9 @@ use std::time::Duration;
 
 use super::{ManagerError, ManagerHandle, daemon};
 use crate::error::errno_of;
+use crate::private_dir::MANAGER_SOCKET_NAME;
 use crate::segment_name::SegmentName;
-use private_dir::{SOCKET_NAME, create_private_dir};
+use private_dir::create_private_dir;
 use serve_loop::ServeState;
 
 pub(super) use serve_loop::poll_timeout;
@@ -117,7 +118,7 @@ impl ManagerServer {
     /// [`ManagerError::Bind`] when binding fails.
     pub fn bind_in_private_dir() -> Result<Self, ManagerError> {
         let dir = create_private_dir()?;
-        match Self::bind_handle(ManagerHandle::from_path(dir.join(SOCKET_NAME))?) {
+        match Self::bind_handle(ManagerHandle::from_path(dir.join(MANAGER_SOCKET_NAME))?) {
             Ok(mut server) => {
                 server.private_dir = Some(dir);
                 Ok(server)

@@ -8,7 +8,6 @@
 //! those it freed whose objects still exist.
 
 use std::collections::{HashMap, HashSet};
-use std::path::Path;
 
 use nix::sys::stat::lstat;
 
@@ -18,9 +17,6 @@ use crate::segment_name::SegmentName;
 /// How many freed names are kept before those whose objects are gone are
 /// first dropped.
 const FIRST_PRUNE: usize = 64;
-
-/// Where POSIX shared-memory objects live on Linux.
-const SHM_DIR: &str = "/dev/shm";
 
 #[derive(Debug)]
 pub(super) struct RegisteredNames {
@@ -83,7 +79,7 @@ impl RegisteredNames {
 /// Whether the object `name` names exists and belongs to this process's
 /// effective user.
 fn exists_as_ours(name: &SegmentName) -> bool {
-    lstat(&Path::new(SHM_DIR).join(name.file_name())).is_ok_and(|stat| is_own_uid(stat.st_uid))
+    lstat(&name.shm_path()).is_ok_and(|stat| is_own_uid(stat.st_uid))
 }
 
 #[cfg(test)]
@@ -97,7 +93,7 @@ mod tests {
         let twice = SegmentName::fresh();
         let gone = SegmentName::fresh();
         let lingering = SegmentName::fresh();
-        let path = Path::new(SHM_DIR).join(lingering.file_name());
+        let path = lingering.shm_path();
         std::fs::write(&path, b"").expect("a stand-in segment");
         for name in [&held, &twice, &twice, &gone, &lingering] {
             names.registered(name);

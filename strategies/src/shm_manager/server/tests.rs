@@ -14,8 +14,8 @@ use nix::poll::PollTimeout;
 use nix::sys::mman::{shm_open, shm_unlink};
 use nix::sys::stat::Mode;
 
-use super::private_dir::DIR_PREFIX;
 use super::*;
+use crate::private_dir::MANAGER_DIR_PREFIX;
 use crate::shm_manager::{ALLOC_INFO_SIZE, AllocInfo, ManagerConnection};
 
 /// A real shared-memory object, unlinked on drop if still there.
@@ -308,7 +308,7 @@ fn an_idle_manager_unlinks_what_remains_and_removes_its_socket() {
             .unwrap()
             .to_str()
             .unwrap()
-            .starts_with(DIR_PREFIX)
+            .starts_with(MANAGER_DIR_PREFIX)
     );
     let mode = std::fs::metadata(&dir).unwrap().mode() & 0o777;
     assert_eq!(mode, 0o700);
