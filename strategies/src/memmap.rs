@@ -61,7 +61,7 @@ use std::sync::Arc;
 
 use nix::errno::Errno;
 use nix::fcntl::{OFlag, open};
-use nix::sys::stat::{FileStat, Mode, fstat};
+use nix::sys::stat::{FileStat, Mode, fstat, lstat};
 use nix::unistd::{ftruncate, unlink};
 use rustix::fs::{AtFlags, CWD, Statx, StatxFlags, makedev, statx};
 
@@ -356,6 +356,21 @@ fn stamp(
     statx(dir, path, flags | AtFlags::SYMLINK_NOFOLLOW, mask)
 }
 
+/// The identity of what `path` (from `dir`, with `flags`) names itself,
+/// and its birth time: both from one `statx`, or, where `statx` is refused
+/// (an old kernel, a seccomp filter), the identity alone from `fallback`.
+fn identify(
+    dir: impl AsFd,
+    path: &Path,
+    flags: AtFlags,
+    fallback: impl FnOnce() -> nix::Result<FileStat>,
+) -> nix::Result<(FileIdentity, Option<FileBirth>)> {
+    match stamp(dir, path, flags, StatxFlags::INO | StatxFlags::BTIME) {
+        Ok(now) => Ok((stamped_identity(&now), FileBirth::recorded(&now))),
+        Err(_) => fallback().map(|stat| (FileIdentity::of(&stat), None)),
+    }
+}
+
 /// `(st_dev, st_ino)` as `statx` gives them.
 fn stamped_identity(statx: &Statx) -> FileIdentity {
     FileIdentity {
@@ -400,18 +415,12 @@ impl Drop for FileLease {
         // Removed only while the path still names this file: another
         // process may have replaced it. There is nothing to do about a
         // failure on a release path (already removed, directory gone).
-        // One `statx` gives the inode, the device and the birth time.
-        let Ok(now) = stamp(
-            CWD,
-            &self.path,
-            AtFlags::empty(),
-            StatxFlags::INO | StatxFlags::BTIME,
-        ) else {
+        let Ok((identity, born)) =
+            identify(CWD, &self.path, AtFlags::empty(), || lstat(&self.path))
+        else {
             return;
         };
-        if stamped_identity(&now) == self.identity
-            && (self.born.is_none() || FileBirth::recorded(&now) == self.born)
-        {
+        if identity == self.identity && (self.born.is_none() || born == self.born) {
             let _ = unlink(&self.path);
         }
     }
@@ -565,24 +574,11 @@ impl SharingStrategy for MemmapStrategy {
         // large folios fault a file in many pages at a time, which beats
         // populating it page by page.
         reserve(fd.as_fd(), file_len).map_err(|errno| AllocateError::resize(nbytes, errno))?;
-        // One `statx` gives the identity and the birth time; where it is
-        // refused (an old kernel, a seccomp filter), `fstat` gives the
-        // identity alone.
-        let (identity, born) = match stamp(
-            &fd,
-            Path::new(""),
-            AtFlags::EMPTY_PATH,
-            StatxFlags::INO | StatxFlags::BTIME,
-        ) {
-            Ok(now) => (stamped_identity(&now), FileBirth::recorded(&now)),
-            Err(_) => {
-                let stat = fstat(&fd).map_err(|errno| AllocateError::CreateFile {
-                    dir: self.dir.display().to_string(),
-                    errno,
-                })?;
-                (FileIdentity::of(&stat), None)
-            }
-        };
+        let (identity, born) = identify(&fd, Path::new(""), AtFlags::EMPTY_PATH, || fstat(&fd))
+            .map_err(|errno| AllocateError::CreateFile {
+                dir: self.dir.display().to_string(),
+                errno,
+            })?;
         // SAFETY: `ftruncate` just sized the file to `nbytes`; another
         // process that truncates it later is what the guard handles.
         let mapping = unsafe { SharedMapping::map_guarded(fd.as_fd(), nbytes) }
