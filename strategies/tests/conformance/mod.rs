@@ -265,6 +265,7 @@ pub fn release_leaks_nothing<S: ConformanceStrategy>(test_name: &str) {
     let strategy = S::for_test();
     // Warm up lazily initialised state before counting.
     share_and_release(&strategy, 10);
+    support::wait_for_background_threads();
     let (fds, maps) = (support::open_fd_count(), support::mapping_count());
     share_and_release(&strategy, 1000);
     assert_eq!(support::open_fd_count(), fds, "fds leaked");

@@ -92,6 +92,32 @@ pub fn open_fd_count() -> usize {
         .count()
 }
 
+/// Waits up to ten seconds for the crate's background threads of this
+/// process (`tensorshare-*`, such as the memmap sweep that the first file
+/// in a directory starts) to end, so that counts of fds and mappings do
+/// not catch one midway. A thread's stack stays mapped after it ends
+/// (glibc keeps it for the next thread), so the count is stable after.
+pub fn wait_for_background_threads() {
+    let running = || {
+        std::fs::read_dir("/proc/self/task")
+            .expect("list /proc/self/task")
+            .flatten()
+            .filter(|task| {
+                std::fs::read_to_string(task.path().join("comm"))
+                    .is_ok_and(|comm| comm.starts_with("tensorshare-"))
+            })
+            .count()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while running() > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a tensorshare thread still runs after 10 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
 /// How many memory mappings this process has.
 pub fn mapping_count() -> usize {
     std::fs::read_to_string("/proc/self/maps")
