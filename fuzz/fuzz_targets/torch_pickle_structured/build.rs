@@ -4,8 +4,8 @@
 
 use std::io::{Cursor, Read, Write};
 
-use tensorshare::DType;
 use tensorshare::reduce::PickleBuilder;
+use tensorshare::{DType, TensorView};
 use tensorshare_compat::pickle::{
     ByteChunks, Construction, EncodeOptions, Global, Node, NodeId, Object, Pickle, encode,
 };
@@ -25,12 +25,9 @@ const UTILS: &str = "torch._utils";
 /// A tensor as a reader must rebuild it.
 #[derive(Debug)]
 pub struct ExpectedTensor {
-    pub dtype: DType,
-    pub offset: i64,
-    pub sizes: Vec<i64>,
-    pub strides: Vec<i64>,
-    pub requires_grad: bool,
-    pub parameter: bool,
+    /// Its dtype, offset, sizes, strides, `requires_grad` and whether it
+    /// is a `Parameter`.
+    pub view: TensorView,
     pub storage_nbytes: usize,
     /// The storage's bytes, when the message carries them.
     pub data: Option<Vec<u8>>,
@@ -43,28 +40,19 @@ pub struct Built {
     pub expected: Option<Vec<ExpectedTensor>>,
 }
 
-/// A storage as built into the outer pickle.
-struct BuiltStorage {
-    node: NodeId,
-    /// Set when the node rebuilds a typed storage, whose dtype the tensor
-    /// then takes.
-    typed: Option<DType>,
-    /// The dtype the storage's bytes were made for.
-    own: DType,
-    nbytes: usize,
-    /// The bytes, when the rebuilt storage holds them.
-    data: Option<Vec<u8>>,
-}
-
-/// A storage a torch.save file carries as a record.
-struct Record {
-    key: String,
-    dtype: DType,
-    data: Vec<u8>,
-}
-
 pub fn dtype_at(index: u8) -> DType {
     DType::ALL[usize::from(index) % DType::ALL.len()]
+}
+
+impl Container {
+    /// The torch.save format of the file, for the torch.save containers.
+    fn torch_save_format(self) -> Option<TorchSaveFormat> {
+        match self {
+            Container::Forking | Container::Plain => None,
+            Container::TorchSaveZip => Some(TorchSaveFormat::Zip),
+            Container::TorchSaveLegacy => Some(TorchSaveFormat::Legacy),
+        }
+    }
 }
 
 struct Builder<'i> {
@@ -96,7 +84,7 @@ pub fn build(input: &Input) -> Option<Built> {
         storage_specs
     };
     for (index, spec) in storage_specs.iter().enumerate() {
-        let storage = builder.storage(index, spec)?;
+        let storage = builder.storage(index, spec);
         builder.storages.push(storage);
     }
 
@@ -118,8 +106,8 @@ pub fn build(input: &Input) -> Option<Built> {
     let mut outer = std::mem::take(&mut builder.outer).finish(root);
     replace_globals(&mut outer, &input.bogus_globals, Layer::Outer);
 
-    let mut bytes = match input.container {
-        Container::Forking | Container::Plain => {
+    let mut bytes = match input.container.torch_save_format() {
+        None => {
             let protocol = 2 + input.protocol % 4;
             let encoded = encode(&outer, &EncodeOptions::new().with_protocol(protocol));
             assert!(
@@ -128,11 +116,7 @@ pub fn build(input: &Input) -> Option<Built> {
             );
             encoded.ok()?
         }
-        Container::TorchSaveZip | Container::TorchSaveLegacy => {
-            let format = match input.container {
-                Container::TorchSaveZip => TorchSaveFormat::Zip,
-                _ => TorchSaveFormat::Legacy,
-            };
+        Some(format) => {
             // Only the storages the object names: a legacy stream's key
             // list must match its persistent ids.
             let saved: Vec<SavedStorage<'_>> = builder
@@ -213,17 +197,16 @@ fn rezip_with(file: &[u8], edit: impl FnOnce(&mut Vec<u8>)) -> Option<Vec<u8>> {
     Some(out.finish().ok()?.into_inner())
 }
 
-/// `pattern(seed)`: the bytes of a storage, different for each seed and
-/// position so that a view reading the wrong element shows.
-fn pattern(seed: u8, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| (usize::from(seed) + i * 31 + i / 251) as u8)
-        .collect()
-}
-
 impl Builder<'_> {
     fn dtype_global(&mut self, dtype: DType) -> NodeId {
         self.outer.global("torch", dtype.name())
+    }
+
+    /// `torch.<Class>Storage` for a dtype with a legacy storage class, else
+    /// `torch.TypedStorage`.
+    fn legacy_class_global(&mut self, dtype: DType) -> NodeId {
+        let class = dtype.legacy_storage_class().unwrap_or("TypedStorage");
+        self.outer.global("torch", class)
     }
 
     fn int(&mut self, value: i64) -> NodeId {
@@ -272,17 +255,74 @@ impl Builder<'_> {
         value
     }
 
-    fn storage(&mut self, index: usize, spec: &StorageSpec) -> Option<BuiltStorage> {
+    fn root(&mut self, tensors: &[NodeId]) -> NodeId {
+        match self.input.root {
+            RootForm::Single => tensors[0],
+            RootForm::Tuple => self.outer.tuple(tensors.to_vec()),
+            RootForm::List => self.outer.push(Node::List(tensors.to_vec())),
+            RootForm::Dict => {
+                let items = tensors
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &t)| (self.str(&format!("t{i}")), t))
+                    .collect();
+                self.outer.push(Node::Dict(items))
+            }
+            RootForm::StateDict => {
+                let items = tensors
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &t)| (self.str(&format!("layer{i}.weight")), t))
+                    .collect();
+                self.ordered_dict(items)
+            }
+        }
+    }
+}
+
+/// A storage as built into the outer pickle.
+struct BuiltStorage {
+    node: NodeId,
+    /// Set when the node rebuilds a typed storage, whose dtype the tensor
+    /// then takes.
+    typed: Option<DType>,
+    /// The dtype the storage's bytes were made for.
+    own: DType,
+    nbytes: usize,
+    /// The bytes, when the rebuilt storage holds them.
+    data: Option<Vec<u8>>,
+}
+
+/// A storage a torch.save file carries as a record.
+struct Record {
+    key: String,
+    dtype: DType,
+    data: Vec<u8>,
+}
+
+/// `pattern(seed)`: the bytes of a storage, different for each seed and
+/// position so that a view reading the wrong element shows.
+fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (usize::from(seed) + i * 31 + i / 251) as u8)
+        .collect()
+}
+
+impl Builder<'_> {
+    fn storage(&mut self, index: usize, spec: &StorageSpec) -> BuiltStorage {
         if !spec.tweaks.is_empty() {
             self.canonical = false;
         }
         let own = dtype_at(spec.dtype);
         let data = pattern(spec.seed, usize::from(spec.elements) * own.element_size());
         match self.input.container {
-            Container::Forking => Some(self.forking_storage(index, spec, own, data)),
-            Container::Plain => Some(self.load_from_bytes(index, spec, own, data)),
-            Container::TorchSaveZip | Container::TorchSaveLegacy => {
-                Some(self.saved_storage(index, spec, own, data))
+            Container::Forking => self.forking_storage(index, spec, own, data),
+            Container::Plain => self.load_from_bytes(index, spec, own, data),
+            Container::TorchSaveZip => {
+                self.saved_storage(index, spec, TorchSaveFormat::Zip, own, data)
+            }
+            Container::TorchSaveLegacy => {
+                self.saved_storage(index, spec, TorchSaveFormat::Legacy, own, data)
             }
         }
     }
@@ -300,10 +340,8 @@ impl Builder<'_> {
             }
             Some(ClassChoice::Legacy(index)) => {
                 let dtype = dtype_at(*index);
-                match dtype.legacy_storage_class() {
-                    Some(class) => (self.outer.global("torch", class), Some(dtype)),
-                    None => (self.outer.global("torch", "TypedStorage"), None),
-                }
+                let counted = dtype.legacy_storage_class().map(|_| dtype);
+                (self.legacy_class_global(dtype), counted)
             }
             Some(ClassChoice::Global(choice)) => {
                 let global = choice.global();
@@ -337,7 +375,7 @@ impl Builder<'_> {
         let count = data.len() / unit;
         let size = Self::claimed_size(spec, count as i64);
         let counted_nbytes = count * unit;
-        match &spec.sharing {
+        let (node, typed, nbytes) = match &spec.sharing {
             Sharing::Fd { address, key } => {
                 let address = match address {
                     None => self.str(&format!("/tmp/pymp-fuzz/listener-{index}")),
@@ -363,13 +401,7 @@ impl Builder<'_> {
                 let size = self.int(size);
                 let node =
                     self.call_global(REDUCTIONS, "rebuild_storage_fd", vec![cls, dup_fd, size]);
-                BuiltStorage {
-                    node,
-                    typed: class_dtype,
-                    own,
-                    nbytes: counted_nbytes,
-                    data: None,
-                }
+                (node, class_dtype, counted_nbytes)
             }
             Sharing::Filename {
                 manager,
@@ -388,51 +420,32 @@ impl Builder<'_> {
                 };
                 let manager = self.bytes(manager);
                 let name = self.bytes(name);
-                if *with_dtype {
-                    // torch 2.x's typed form: the size counts elements of
-                    // the dtype, which the storage takes.
-                    let size = Self::claimed_size(spec, usize::from(spec.elements) as i64);
-                    let size = self.int(size);
-                    let dtype = self.dtype_global(own);
-                    let node = self.call_global(
-                        REDUCTIONS,
-                        "rebuild_storage_filename",
-                        vec![cls, manager, name, size, dtype],
-                    );
-                    BuiltStorage {
-                        node,
-                        typed: Some(own),
-                        own,
-                        nbytes: data.len(),
-                        data: None,
-                    }
-                } else {
-                    let size = self.int(size);
-                    let node = self.call_global(
-                        REDUCTIONS,
-                        "rebuild_storage_filename",
-                        vec![cls, manager, name, size],
-                    );
-                    BuiltStorage {
-                        node,
-                        typed: class_dtype,
-                        own,
-                        nbytes: counted_nbytes,
-                        data: None,
-                    }
+                // torch 2.x's typed form: the size counts elements of the
+                // dtype, which the storage takes.
+                let typed_form = with_dtype.then_some(own);
+                let size = match typed_form {
+                    Some(_) => Self::claimed_size(spec, usize::from(spec.elements) as i64),
+                    None => size,
+                };
+                let mut args = vec![cls, manager, name, self.int(size)];
+                args.extend(typed_form.map(|dtype| self.dtype_global(dtype)));
+                let node = self.call_global(REDUCTIONS, "rebuild_storage_filename", args);
+                match typed_form {
+                    Some(dtype) => (node, Some(dtype), data.len()),
+                    None => (node, class_dtype, counted_nbytes),
                 }
             }
             Sharing::Empty => {
                 let node = self.call_global(REDUCTIONS, "rebuild_storage_empty", vec![cls]);
-                BuiltStorage {
+                return BuiltStorage {
                     node,
                     typed: class_dtype,
                     own,
                     nbytes: 0,
                     data: Some(Vec::new()),
-                }
+                };
             }
-            Sharing::FromBytes => self.load_from_bytes(index, spec, own, data),
+            Sharing::FromBytes => return self.load_from_bytes(index, spec, own, data),
             Sharing::FromFile { path } => {
                 let path = match path {
                     None => format!("/tmp/tensorshare-fuzz/memmap-{index}"),
@@ -446,14 +459,16 @@ impl Builder<'_> {
                 let nbytes = Self::claimed_size(spec, data.len() as i64);
                 let nbytes = self.int(nbytes);
                 let node = self.outer.call(from_file, vec![path, shared, nbytes]);
-                BuiltStorage {
-                    node,
-                    typed: None,
-                    own,
-                    nbytes: data.len(),
-                    data: None,
-                }
+                (node, None, data.len())
             }
+        };
+        // The bytes are the sender's, not in the message.
+        BuiltStorage {
+            node,
+            typed,
+            own,
+            nbytes,
+            data: None,
         }
     }
 
@@ -472,59 +487,53 @@ impl Builder<'_> {
         let Node::PersistentId(tuple) = *pickle.node(pid) else {
             unreachable!("push_storage_pid returns a persistent id");
         };
+        let Node::Tuple(mut items) = pickle.node(tuple).clone() else {
+            unreachable!("a persistent id is a tuple");
+        };
         for tweak in &spec.tweaks {
-            let Node::Tuple(items) = pickle.node(tuple).clone() else {
-                unreachable!("a persistent id is a tuple");
-            };
-            let mut items = items;
-            let set = |pickle: &mut Pickle, items: &mut Vec<NodeId>, at: usize, node: Node| {
-                if let Some(slot) = items.get_mut(at) {
-                    *slot = pickle.push(node);
+            // The field a tweak replaces, and with what.
+            let replacement = match tweak {
+                StorageTweak::Class(choice) => {
+                    let class = match choice {
+                        ClassChoice::Untyped => {
+                            Node::Global(Global::new("torch.storage", "UntypedStorage"))
+                        }
+                        ClassChoice::Legacy(index) => {
+                            let class =
+                                dtype_at(*index).legacy_storage_class().unwrap_or("Storage");
+                            Node::Global(Global::new("torch", class))
+                        }
+                        ClassChoice::Global(choice) => Node::Global(choice.global()),
+                        ClassChoice::NotAGlobal(value) => Node::Int(value.0),
+                    };
+                    Some((1, class))
                 }
-            };
-            match tweak {
-                StorageTweak::Class(ClassChoice::Untyped) => set(
-                    pickle,
-                    &mut items,
-                    1,
-                    Node::Global(Global::new("torch.storage", "UntypedStorage")),
-                ),
-                StorageTweak::Class(ClassChoice::Legacy(index)) => {
-                    let class = dtype_at(*index).legacy_storage_class().unwrap_or("Storage");
-                    set(
-                        pickle,
-                        &mut items,
-                        1,
-                        Node::Global(Global::new("torch", class)),
-                    );
-                }
-                StorageTweak::Class(ClassChoice::Global(choice)) => {
-                    set(pickle, &mut items, 1, Node::Global(choice.global()))
-                }
-                StorageTweak::Class(ClassChoice::NotAGlobal(value)) => {
-                    set(pickle, &mut items, 1, Node::Int(value.0))
-                }
-                StorageTweak::Key(other) => set(pickle, &mut items, 2, Node::Str(other.clone())),
-                StorageTweak::Location(location) => {
-                    set(pickle, &mut items, 3, Node::Str(location.clone()))
-                }
-                StorageTweak::ClaimedSize(Num(numel)) => {
-                    set(pickle, &mut items, 4, Node::Int(*numel))
-                }
-                StorageTweak::Tag(tag) => set(pickle, &mut items, 0, Node::Str(tag.clone())),
+                StorageTweak::Key(other) => Some((2, Node::Str(other.clone()))),
+                StorageTweak::Location(location) => Some((3, Node::Str(location.clone()))),
+                StorageTweak::ClaimedSize(Num(numel)) => Some((4, Node::Int(*numel))),
+                StorageTweak::Tag(tag) => Some((0, Node::Str(tag.clone()))),
                 StorageTweak::PidField { at, value } => {
-                    set(pickle, &mut items, usize::from(*at) % 8, Node::Int(value.0))
+                    Some((usize::from(*at) % 8, Node::Int(value.0)))
                 }
                 StorageTweak::DropPidField { at } => {
                     if !items.is_empty() {
                         items.remove(usize::from(*at) % items.len());
                     }
+                    None
                 }
-                StorageTweak::ExtraPidField(value) => items.push(pickle.push(Node::Int(value.0))),
-                StorageTweak::Wrap(_) | StorageTweak::NoRecord => {}
+                StorageTweak::ExtraPidField(value) => {
+                    items.push(pickle.push(Node::Int(value.0)));
+                    None
+                }
+                StorageTweak::Wrap(_) | StorageTweak::NoRecord => None,
+            };
+            if let Some((at, node)) = replacement
+                && let Some(slot) = items.get_mut(at)
+            {
+                *slot = pickle.push(node);
             }
-            *pickle.node_mut(tuple) = Node::Tuple(items);
         }
+        *pickle.node_mut(tuple) = Node::Tuple(items);
         pid
     }
 
@@ -568,35 +577,30 @@ impl Builder<'_> {
         &mut self,
         index: usize,
         spec: &StorageSpec,
+        format: TorchSaveFormat,
         own: DType,
         data: Vec<u8>,
     ) -> BuiltStorage {
-        let format = match self.input.container {
-            Container::TorchSaveZip => TorchSaveFormat::Zip,
-            _ => TorchSaveFormat::Legacy,
-        };
         let key = index.to_string();
         let node = Self::storage_pid(self.outer.pickle_mut(), spec, format, &key, own, &data);
         let saved = SavedStorage::new(&key, Some(own), &data);
         let typed = saved.class_dtype(format);
-        if !spec
+        let no_record = spec
             .tweaks
             .iter()
-            .any(|t| matches!(t, StorageTweak::NoRecord))
-        {
-            self.records.push(Record {
-                key,
-                dtype: own,
-                data: data.clone(),
-            });
+            .any(|t| matches!(t, StorageTweak::NoRecord));
+        // Without its record, a stand-in keeps the indices of records and
+        // storages in step.
+        let (key, record) = if no_record {
+            (format!("missing-{index}"), Vec::new())
         } else {
-            // Keep the indices of records and storages in step.
-            self.records.push(Record {
-                key: format!("missing-{index}"),
-                dtype: own,
-                data: Vec::new(),
-            });
-        }
+            (key, data.clone())
+        };
+        self.records.push(Record {
+            key,
+            dtype: own,
+            data: record,
+        });
         BuiltStorage {
             node,
             typed,
@@ -605,11 +609,48 @@ impl Builder<'_> {
             data: Some(data),
         }
     }
+}
+
+impl Builder<'_> {
+    fn tensor(&mut self, storage: usize, spec: &TensorSpec) -> (NodeId, ExpectedTensor) {
+        if !spec.tweaks.is_empty() {
+            self.canonical = false;
+        }
+        let BuiltStorage {
+            node: storage_node,
+            typed,
+            own,
+            nbytes,
+            ..
+        } = self.storages[storage];
+        let forking = matches!(self.input.container, Container::Forking);
+        let (storage_arg, dtype) = if forking {
+            self.forking_storage_arg(storage, spec)
+        } else {
+            // The storage's own dtype: through its class when it has a
+            // legacy one (`_rebuild_tensor_v2`), else named
+            // (`_rebuild_tensor_v3`).
+            (storage_node, own)
+        };
+        let view = self.view(spec, dtype, nbytes);
+        let node = if forking {
+            self.rebuild_tensor(storage_arg, &view)
+        } else {
+            self.rebuild_tensor_v2(storage_arg, typed, &view)
+        };
+        let node = self.tweak_tensor(node, spec);
+        let expected = ExpectedTensor {
+            view,
+            storage_nbytes: nbytes,
+            data: self.storages[storage].data.clone(),
+        };
+        (node, expected)
+    }
 
     /// The view's numbers: a view that fits its storage, or whatever the
     /// input says.
-    fn view(&mut self, view: &ViewSpec, dtype: DType, nbytes: usize) -> (i64, Vec<i64>, Vec<i64>) {
-        match view {
+    fn view(&mut self, spec: &TensorSpec, dtype: DType, nbytes: usize) -> TensorView {
+        let mut view = match &spec.view {
             ViewSpec::Fitting {
                 offset,
                 sizes,
@@ -636,22 +677,16 @@ impl Builder<'_> {
                     }
                     (offset, fitted)
                 };
-                let mut strides = vec![0usize; sizes.len()];
-                let mut step = 1;
-                for (stride, &size) in strides.iter_mut().zip(&sizes).rev() {
-                    *stride = step;
-                    step *= size.max(1);
-                }
-                let mut sizes: Vec<i64> = sizes.iter().map(|&s| s as i64).collect();
-                let mut strides: Vec<i64> = strides.iter().map(|&s| s as i64).collect();
+                let mut view = TensorView::contiguous(dtype, &sizes);
+                view.storage_offset = offset as i64;
                 if *transpose && sizes.len() >= 2 {
-                    sizes.swap(0, 1);
-                    strides.swap(0, 1);
+                    view.sizes.swap(0, 1);
+                    view.strides.swap(0, 1);
                 }
-                if *expand && !strides.is_empty() {
-                    strides[0] = 0;
+                if *expand && !view.strides.is_empty() {
+                    view.strides[0] = 0;
                 }
-                (offset as i64, sizes, strides)
+                view
             }
             ViewSpec::Free {
                 offset,
@@ -660,130 +695,39 @@ impl Builder<'_> {
             } => {
                 self.canonical = false;
                 let dims = |values: &[Num]| values.iter().take(8).map(|n| n.0).collect();
-                (offset.0, dims(sizes), dims(strides))
+                TensorView {
+                    dtype,
+                    storage_offset: offset.0,
+                    sizes: dims(sizes),
+                    strides: dims(strides),
+                    requires_grad: false,
+                    parameter: false,
+                }
             }
+        };
+        view.requires_grad = spec.requires_grad;
+        view.parameter = spec.parameter;
+        view
+    }
+
+    /// `ForkingPickler`'s storage argument and the dtype the tensor takes:
+    /// an untyped storage wrapped with the tensor's dtype, as torch 2.x
+    /// does; a typed one as it is, with its own; or the wrapper a tweak
+    /// asks for.
+    fn forking_storage_arg(&mut self, storage: usize, spec: &TensorSpec) -> (NodeId, DType) {
+        let BuiltStorage { node, typed, .. } = self.storages[storage];
+        match (self.wrap_tweak(storage), typed) {
+            (None, Some(dtype)) => (node, dtype),
+            (None, None) => {
+                let dtype = dtype_at(spec.dtype);
+                (self.typed_storage(node, dtype), dtype)
+            }
+            (Some(wrap), _) => self.wrapped(node, wrap, spec),
         }
     }
 
-    fn tensor(&mut self, storage: usize, spec: &TensorSpec) -> (NodeId, ExpectedTensor) {
-        if !spec.tweaks.is_empty() {
-            self.canonical = false;
-        }
-        let (storage_node, typed, own, nbytes, data) = {
-            let s = &self.storages[storage];
-            (s.node, s.typed, s.own, s.nbytes, s.data.clone())
-        };
-        let wrap = self.storages_spec_wrap(storage);
-        let (node, expected) = match self.input.container {
-            Container::Forking => {
-                // An untyped storage is wrapped with the tensor's dtype, as
-                // torch 2.x does; a typed one gives its own.
-                let (storage_expr, dtype) = match (wrap, typed) {
-                    (None, Some(dtype)) => (storage_node, dtype),
-                    (None, None) => {
-                        let dtype = dtype_at(spec.dtype);
-                        let dtype_node = self.dtype_global(dtype);
-                        let node = self.call_global(
-                            REDUCTIONS,
-                            "rebuild_typed_storage",
-                            vec![storage_node, dtype_node],
-                        );
-                        (node, dtype)
-                    }
-                    (Some(wrap), _) => self.wrapped(storage_node, &wrap, spec),
-                };
-                let (offset, sizes, strides) = self.view(&spec.view, dtype, nbytes);
-                let cls = if spec.parameter {
-                    self.outer.global("torch.nn.parameter", "Parameter")
-                } else {
-                    self.outer.global("torch._tensor", "Tensor")
-                };
-                let offset_node = self.int(offset);
-                let dims = self.ints(&sizes);
-                let size = self.call_global("torch", "Size", vec![dims]);
-                let stride = self.ints(&strides);
-                let requires_grad = self.outer.push(Node::Bool(spec.requires_grad));
-                let metadata = self
-                    .outer
-                    .tuple(vec![offset_node, size, stride, requires_grad]);
-                let node = self.call_global(
-                    REDUCTIONS,
-                    "rebuild_tensor",
-                    vec![cls, storage_expr, metadata],
-                );
-                let expected = ExpectedTensor {
-                    dtype,
-                    offset,
-                    sizes,
-                    strides,
-                    requires_grad: spec.requires_grad,
-                    parameter: spec.parameter,
-                    storage_nbytes: nbytes,
-                    data,
-                };
-                (node, expected)
-            }
-            Container::Plain | Container::TorchSaveZip | Container::TorchSaveLegacy => {
-                // The storage's own dtype: through its class when it has a
-                // legacy one (`_rebuild_tensor_v2`), else named
-                // (`_rebuild_tensor_v3`).
-                let dtype = own;
-                let (offset, sizes, strides) = self.view(&spec.view, dtype, nbytes);
-                let offset_node = self.int(offset);
-                let size = self.ints(&sizes);
-                let stride = self.ints(&strides);
-                let requires_grad = self
-                    .outer
-                    .push(Node::Bool(spec.requires_grad && !spec.parameter));
-                let hooks = self.ordered_dict(Vec::new());
-                let mut args = vec![
-                    storage_node,
-                    offset_node,
-                    size,
-                    stride,
-                    requires_grad,
-                    hooks,
-                ];
-                let v3 = typed != Some(dtype);
-                if v3 {
-                    args.push(self.dtype_global(dtype));
-                }
-                let mut node = self.call_global(
-                    UTILS,
-                    if v3 {
-                        "_rebuild_tensor_v3"
-                    } else {
-                        "_rebuild_tensor_v2"
-                    },
-                    args,
-                );
-                if spec.parameter {
-                    let requires_grad = self.outer.push(Node::Bool(spec.requires_grad));
-                    let hooks = self.ordered_dict(Vec::new());
-                    node = self.call_global(
-                        UTILS,
-                        "_rebuild_parameter",
-                        vec![node, requires_grad, hooks],
-                    );
-                }
-                let expected = ExpectedTensor {
-                    dtype,
-                    offset,
-                    sizes,
-                    strides,
-                    requires_grad: spec.requires_grad,
-                    parameter: spec.parameter,
-                    storage_nbytes: nbytes,
-                    data,
-                };
-                (node, expected)
-            }
-        };
-        let node = self.tweak_tensor(node, spec);
-        (node, expected)
-    }
-
-    fn storages_spec_wrap(&self, storage: usize) -> Option<WrapChoice> {
+    /// The last typed-wrapper tweak of the storage's spec, if any.
+    fn wrap_tweak(&self, storage: usize) -> Option<WrapChoice> {
         let specs = &self.input.storages;
         specs.get(storage).and_then(|spec| {
             spec.tweaks.iter().rev().find_map(|t| match t {
@@ -794,31 +738,16 @@ impl Builder<'_> {
     }
 
     /// A typed wrapper other than the one torch writes.
-    fn wrapped(
-        &mut self,
-        storage: NodeId,
-        wrap: &WrapChoice,
-        spec: &TensorSpec,
-    ) -> (NodeId, DType) {
-        let dtype = dtype_at(spec.dtype);
+    fn wrapped(&mut self, storage: NodeId, wrap: WrapChoice, spec: &TensorSpec) -> (NodeId, DType) {
         match wrap {
-            WrapChoice::None => (storage, dtype),
+            WrapChoice::None => (storage, dtype_at(spec.dtype)),
             WrapChoice::Typed(index) => {
-                let dtype = dtype_at(*index);
-                let dtype_node = self.dtype_global(dtype);
-                let node = self.call_global(
-                    REDUCTIONS,
-                    "rebuild_typed_storage",
-                    vec![storage, dtype_node],
-                );
-                (node, dtype)
+                let dtype = dtype_at(index);
+                (self.typed_storage(storage, dtype), dtype)
             }
             WrapChoice::Child(index) => {
-                let dtype = dtype_at(*index);
-                let class = match dtype.legacy_storage_class() {
-                    Some(class) => self.outer.global("torch", class),
-                    None => self.outer.global("torch", "TypedStorage"),
-                };
+                let dtype = dtype_at(index);
+                let class = self.legacy_class_global(dtype);
                 let node = self.call_global(
                     REDUCTIONS,
                     "rebuild_typed_storage_child",
@@ -829,9 +758,77 @@ impl Builder<'_> {
         }
     }
 
+    /// `rebuild_typed_storage(storage, torch.<dtype>)`.
+    fn typed_storage(&mut self, storage: NodeId, dtype: DType) -> NodeId {
+        let dtype = self.dtype_global(dtype);
+        self.call_global(REDUCTIONS, "rebuild_typed_storage", vec![storage, dtype])
+    }
+
+    /// `rebuild_tensor(cls, storage, (storage_offset, torch.Size(sizes),
+    /// strides, requires_grad))`, as torch's `reduce_tensor` writes it.
+    fn rebuild_tensor(&mut self, storage: NodeId, view: &TensorView) -> NodeId {
+        let cls = if view.parameter {
+            self.outer.global("torch.nn.parameter", "Parameter")
+        } else {
+            self.outer.global("torch._tensor", "Tensor")
+        };
+        let offset = self.int(view.storage_offset);
+        let dims = self.ints(&view.sizes);
+        let size = self.call_global("torch", "Size", vec![dims]);
+        let stride = self.ints(&view.strides);
+        let requires_grad = self.outer.push(Node::Bool(view.requires_grad));
+        let metadata = self.outer.tuple(vec![offset, size, stride, requires_grad]);
+        self.call_global(REDUCTIONS, "rebuild_tensor", vec![cls, storage, metadata])
+    }
+
+    /// `_rebuild_tensor_v2(storage, storage_offset, sizes, strides,
+    /// requires_grad, OrderedDict())`, or `_v3` with the dtype appended
+    /// when the storage's class does not give it; a `Parameter` inside
+    /// `_rebuild_parameter`, as `pickle.dumps` and torch.save write them.
+    fn rebuild_tensor_v2(
+        &mut self,
+        storage: NodeId,
+        typed: Option<DType>,
+        view: &TensorView,
+    ) -> NodeId {
+        let offset = self.int(view.storage_offset);
+        let size = self.ints(&view.sizes);
+        let stride = self.ints(&view.strides);
+        let requires_grad = self
+            .outer
+            .push(Node::Bool(view.requires_grad && !view.parameter));
+        let hooks = self.ordered_dict(Vec::new());
+        let mut args = vec![storage, offset, size, stride, requires_grad, hooks];
+        let v3 = typed != Some(view.dtype);
+        if v3 {
+            args.push(self.dtype_global(view.dtype));
+        }
+        let name = if v3 {
+            "_rebuild_tensor_v3"
+        } else {
+            "_rebuild_tensor_v2"
+        };
+        let node = self.call_global(UTILS, name, args);
+        if view.parameter {
+            self.rebuild_parameter(node, view.requires_grad)
+        } else {
+            node
+        }
+    }
+
+    /// `_rebuild_parameter(tensor, requires_grad, OrderedDict())`.
+    fn rebuild_parameter(&mut self, tensor: NodeId, requires_grad: bool) -> NodeId {
+        let requires_grad = self.outer.push(Node::Bool(requires_grad));
+        let hooks = self.ordered_dict(Vec::new());
+        self.call_global(
+            UTILS,
+            "_rebuild_parameter",
+            vec![tensor, requires_grad, hooks],
+        )
+    }
+
     /// Applies a tensor's tweaks to its rebuild call.
-    fn tweak_tensor(&mut self, node: NodeId, spec: &TensorSpec) -> NodeId {
-        let mut node = node;
+    fn tweak_tensor(&mut self, mut node: NodeId, spec: &TensorSpec) -> NodeId {
         for tweak in &spec.tweaks {
             let Node::Object(object) = self.outer.pickle_mut().node(node).clone() else {
                 return node;
@@ -873,13 +870,7 @@ impl Builder<'_> {
                 TensorTweak::Wrap(times) => {
                     // The tensor as the argument of further rebuilds.
                     for _ in 0..usize::from(*times % 4) {
-                        let requires_grad = self.outer.push(Node::Bool(true));
-                        let hooks = self.ordered_dict(Vec::new());
-                        node = self.call_global(
-                            UTILS,
-                            "_rebuild_parameter",
-                            vec![node, requires_grad, hooks],
-                        );
+                        node = self.rebuild_parameter(node, true);
                     }
                     continue;
                 }
@@ -887,30 +878,6 @@ impl Builder<'_> {
             node = self.outer.call(object.callable, items);
         }
         node
-    }
-
-    fn root(&mut self, tensors: &[NodeId]) -> NodeId {
-        match self.input.root {
-            RootForm::Single => tensors[0],
-            RootForm::Tuple => self.outer.tuple(tensors.to_vec()),
-            RootForm::List => self.outer.push(Node::List(tensors.to_vec())),
-            RootForm::Dict => {
-                let items = tensors
-                    .iter()
-                    .enumerate()
-                    .map(|(i, &t)| (self.str(&format!("t{i}")), t))
-                    .collect();
-                self.outer.push(Node::Dict(items))
-            }
-            RootForm::StateDict => {
-                let items = tensors
-                    .iter()
-                    .enumerate()
-                    .map(|(i, &t)| (self.str(&format!("layer{i}.weight")), t))
-                    .collect();
-                self.ordered_dict(items)
-            }
-        }
     }
 }
 
