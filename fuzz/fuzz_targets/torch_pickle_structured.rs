@@ -30,8 +30,8 @@ use std::sync::LazyLock;
 use arbitrary::{Arbitrary, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use tensorshare::{Registry, Tensor, Value};
-use tensorshare_compat::pickle::{Global, SharedBytes};
-use tensorshare_compat::torch_save::{self, ReadOptions};
+use tensorshare_compat::pickle::Global;
+use tensorshare_fuzz::{check_torch_save_readers_agree, copy_small};
 
 use build::ExpectedTensor;
 use mutate::Mutation;
@@ -42,10 +42,6 @@ static REGISTRY: LazyLock<Registry> = LazyLock::new(Registry::default);
 /// Caps that keep one input small and fast.
 const MAX_STORAGES: usize = 4;
 const MAX_TENSORS: usize = 6;
-
-/// Tensors' contents are copied out only up to this many bytes: an
-/// expanded view of a few bytes may stand for gigabytes, legitimately.
-const MAX_COPIED_BYTES: usize = 1 << 16;
 
 /// An int that is mostly small, sometimes negative, sometimes at an edge.
 #[derive(Debug, Clone, Copy)]
@@ -336,18 +332,7 @@ fuzz_target!(|input: Input| {
         let _ = report.to_text();
     }
 
-    let allow_all = |_: &str, _: &str| true;
-    let copied = torch_save::read(bytes, &allow_all, &ReadOptions::default());
-    let shared = torch_save::read_shared(
-        &SharedBytes::from(bytes.as_slice()),
-        &allow_all,
-        &ReadOptions::default(),
-    );
-    match (copied, shared) {
-        (Ok(copied), Ok(shared)) => assert_eq!(copied, shared),
-        (Err(copied), Err(shared)) => assert_eq!(copied.to_string(), shared.to_string()),
-        (copied, shared) => panic!("read gave {copied:?}, read_shared gave {shared:?}"),
-    }
+    check_torch_save_readers_agree(bytes);
 
     if let Some(expected) = &built.expected {
         let report = inspected.unwrap_or_else(|e| panic!("a torch message was refused: {e}"));
@@ -392,15 +377,10 @@ fn check_tensors(value: &Value) {
         if let Some(bytes) = tensor.storage().bytes() {
             assert_eq!(bytes.len(), nbytes);
         }
-        match numel.checked_mul(element_size) {
-            Some(len) if len <= MAX_COPIED_BYTES => {
-                if let Some(contents) = tensor.to_contiguous_bytes() {
-                    assert_eq!(contents.len(), len);
-                }
-            }
-            // More bytes than memory can hold: refused, not attempted.
-            None => assert!(tensor.to_contiguous_bytes().is_none()),
-            Some(_) => {}
+        // Copied only when small; more bytes than memory can hold must be
+        // refused, not attempted.
+        if let Some(contents) = copy_small(tensor) {
+            assert_eq!(contents.len(), numel * element_size);
         }
     }
 }
@@ -410,13 +390,8 @@ fn check_expected(value: &Value, expected: &[ExpectedTensor]) {
     let tensors = value.tensors();
     assert_eq!(tensors.len(), expected.len(), "tensors rebuilt");
     for (tensor, expected) in tensors.into_iter().zip(expected) {
-        let as_i64 = |values: &[usize]| values.iter().map(|&v| v as i64).collect::<Vec<_>>();
-        assert_eq!(tensor.dtype(), expected.dtype);
-        assert_eq!(tensor.storage_offset() as i64, expected.offset);
-        assert_eq!(as_i64(tensor.sizes()), expected.sizes);
-        assert_eq!(as_i64(tensor.strides()), expected.strides);
-        assert_eq!(tensor.requires_grad(), expected.requires_grad);
-        assert_eq!(tensor.is_parameter(), expected.parameter);
+        // dtype, offset, sizes, strides, requires_grad and parameter.
+        assert_eq!(tensor.view(), expected.view);
         assert_eq!(tensor.storage().nbytes(), expected.storage_nbytes);
         if let Some(data) = &expected.data {
             assert_eq!(tensor.storage().bytes(), Some(data.as_slice()));

@@ -8,8 +8,7 @@ use std::sync::LazyLock;
 
 use libfuzzer_sys::fuzz_target;
 use tensorshare::Registry;
-use tensorshare_compat::pickle::SharedBytes;
-use tensorshare_compat::torch_save::{self, ReadOptions};
+use tensorshare_fuzz::check_torch_save_readers_agree;
 
 /// Built once: building it for every input would be most of each run.
 static REGISTRY: LazyLock<Registry> = LazyLock::new(Registry::default);
@@ -19,16 +18,5 @@ fuzz_target!(|data: &[u8]| {
         let _ = report.to_json();
         let _ = report.to_text();
     }
-    let allow_all = |_: &str, _: &str| true;
-    let copied = torch_save::read(data, &allow_all, &ReadOptions::default());
-    let shared = torch_save::read_shared(
-        &SharedBytes::from(data),
-        &allow_all,
-        &ReadOptions::default(),
-    );
-    match (copied, shared) {
-        (Ok(copied), Ok(shared)) => assert_eq!(copied, shared),
-        (Err(copied), Err(shared)) => assert_eq!(copied.to_string(), shared.to_string()),
-        (copied, shared) => panic!("read gave {copied:?}, read_shared gave {shared:?}"),
-    }
+    check_torch_save_readers_agree(data);
 });

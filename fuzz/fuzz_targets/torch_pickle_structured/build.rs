@@ -1,23 +1,30 @@
 //! Builds the message an [`Input`] describes with the project's own pickle
 //! builder, encoder and torch.save writer, and what a reader must rebuild
 //! from it when nothing in the input strays from what torch writes.
+//!
+//! The storages are built first ([`storages`]), then the tensors over them
+//! ([`tensors`]), then the container around them, here.
+
+#[path = "build/storages.rs"]
+mod storages;
+#[path = "build/tensors.rs"]
+mod tensors;
 
 use std::io::{Cursor, Read, Write};
 
-use tensorshare::DType;
 use tensorshare::reduce::PickleBuilder;
+use tensorshare::{DType, TensorView};
 use tensorshare_compat::pickle::{
-    ByteChunks, Construction, EncodeOptions, Global, Node, NodeId, Object, Pickle, encode,
+    ByteChunks, Construction, EncodeOptions, Node, NodeId, Object, Pickle, encode,
 };
 use tensorshare_compat::torch_save::{self, SavedStorage, TorchSaveFormat};
 use zip::write::SimpleFileOptions;
 use zip::{CompressionMethod, ZipArchive, ZipWriter};
 
 use crate::mutate::{self, Layer};
-use crate::{
-    Address, BogusGlobal, ClassChoice, Container, Input, MAX_STORAGES, MAX_TENSORS, Num, Rebuild,
-    RootForm, Sharing, StorageSpec, StorageTweak, TensorSpec, TensorTweak, ViewSpec, WrapChoice,
-};
+use crate::{BogusGlobal, Container, Input, MAX_STORAGES, MAX_TENSORS, RootForm, StorageSpec};
+
+use storages::{BuiltStorage, Record};
 
 const REDUCTIONS: &str = "torch.multiprocessing.reductions";
 const UTILS: &str = "torch._utils";
@@ -25,12 +32,9 @@ const UTILS: &str = "torch._utils";
 /// A tensor as a reader must rebuild it.
 #[derive(Debug)]
 pub struct ExpectedTensor {
-    pub dtype: DType,
-    pub offset: i64,
-    pub sizes: Vec<i64>,
-    pub strides: Vec<i64>,
-    pub requires_grad: bool,
-    pub parameter: bool,
+    /// Its dtype, offset, sizes, strides, `requires_grad` and whether it
+    /// is a `Parameter`.
+    pub view: TensorView,
     pub storage_nbytes: usize,
     /// The storage's bytes, when the message carries them.
     pub data: Option<Vec<u8>>,
@@ -43,28 +47,19 @@ pub struct Built {
     pub expected: Option<Vec<ExpectedTensor>>,
 }
 
-/// A storage as built into the outer pickle.
-struct BuiltStorage {
-    node: NodeId,
-    /// Set when the node rebuilds a typed storage, whose dtype the tensor
-    /// then takes.
-    typed: Option<DType>,
-    /// The dtype the storage's bytes were made for.
-    own: DType,
-    nbytes: usize,
-    /// The bytes, when the rebuilt storage holds them.
-    data: Option<Vec<u8>>,
-}
-
-/// A storage a torch.save file carries as a record.
-struct Record {
-    key: String,
-    dtype: DType,
-    data: Vec<u8>,
-}
-
 pub fn dtype_at(index: u8) -> DType {
     DType::ALL[usize::from(index) % DType::ALL.len()]
+}
+
+impl Container {
+    /// The torch.save format of the file, for the torch.save containers.
+    fn torch_save_format(self) -> Option<TorchSaveFormat> {
+        match self {
+            Container::Forking | Container::Plain => None,
+            Container::TorchSaveZip => Some(TorchSaveFormat::Zip),
+            Container::TorchSaveLegacy => Some(TorchSaveFormat::Legacy),
+        }
+    }
 }
 
 struct Builder<'i> {
@@ -96,7 +91,7 @@ pub fn build(input: &Input) -> Option<Built> {
         storage_specs
     };
     for (index, spec) in storage_specs.iter().enumerate() {
-        let storage = builder.storage(index, spec)?;
+        let storage = builder.storage(index, spec);
         builder.storages.push(storage);
     }
 
@@ -118,8 +113,8 @@ pub fn build(input: &Input) -> Option<Built> {
     let mut outer = std::mem::take(&mut builder.outer).finish(root);
     replace_globals(&mut outer, &input.bogus_globals, Layer::Outer);
 
-    let mut bytes = match input.container {
-        Container::Forking | Container::Plain => {
+    let mut bytes = match input.container.torch_save_format() {
+        None => {
             let protocol = 2 + input.protocol % 4;
             let encoded = encode(&outer, &EncodeOptions::new().with_protocol(protocol));
             assert!(
@@ -128,11 +123,7 @@ pub fn build(input: &Input) -> Option<Built> {
             );
             encoded.ok()?
         }
-        Container::TorchSaveZip | Container::TorchSaveLegacy => {
-            let format = match input.container {
-                Container::TorchSaveZip => TorchSaveFormat::Zip,
-                _ => TorchSaveFormat::Legacy,
-            };
+        Some(format) => {
             // Only the storages the object names: a legacy stream's key
             // list must match its persistent ids.
             let saved: Vec<SavedStorage<'_>> = builder
@@ -213,17 +204,16 @@ fn rezip_with(file: &[u8], edit: impl FnOnce(&mut Vec<u8>)) -> Option<Vec<u8>> {
     Some(out.finish().ok()?.into_inner())
 }
 
-/// `pattern(seed)`: the bytes of a storage, different for each seed and
-/// position so that a view reading the wrong element shows.
-fn pattern(seed: u8, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| (usize::from(seed) + i * 31 + i / 251) as u8)
-        .collect()
-}
-
 impl Builder<'_> {
     fn dtype_global(&mut self, dtype: DType) -> NodeId {
         self.outer.global("torch", dtype.name())
+    }
+
+    /// `torch.<Class>Storage` for a dtype with a legacy storage class, else
+    /// `torch.TypedStorage`.
+    fn legacy_class_global(&mut self, dtype: DType) -> NodeId {
+        let class = dtype.legacy_storage_class().unwrap_or("TypedStorage");
+        self.outer.global("torch", class)
     }
 
     fn int(&mut self, value: i64) -> NodeId {
@@ -272,623 +262,6 @@ impl Builder<'_> {
         value
     }
 
-    fn storage(&mut self, index: usize, spec: &StorageSpec) -> Option<BuiltStorage> {
-        if !spec.tweaks.is_empty() {
-            self.canonical = false;
-        }
-        let own = dtype_at(spec.dtype);
-        let data = pattern(spec.seed, usize::from(spec.elements) * own.element_size());
-        match self.input.container {
-            Container::Forking => Some(self.forking_storage(index, spec, own, data)),
-            Container::Plain => Some(self.load_from_bytes(index, spec, own, data)),
-            Container::TorchSaveZip | Container::TorchSaveLegacy => {
-                Some(self.saved_storage(index, spec, own, data))
-            }
-        }
-    }
-
-    /// The `cls` argument: `UntypedStorage` unless a tweak says otherwise;
-    /// the dtype a legacy class counts elements of.
-    fn class(&mut self, spec: &StorageSpec) -> (NodeId, Option<DType>) {
-        let choice = spec.tweaks.iter().rev().find_map(|t| match t {
-            StorageTweak::Class(choice) => Some(choice),
-            _ => None,
-        });
-        match choice {
-            None | Some(ClassChoice::Untyped) => {
-                (self.outer.global("torch.storage", "UntypedStorage"), None)
-            }
-            Some(ClassChoice::Legacy(index)) => {
-                let dtype = dtype_at(*index);
-                match dtype.legacy_storage_class() {
-                    Some(class) => (self.outer.global("torch", class), Some(dtype)),
-                    None => (self.outer.global("torch", "TypedStorage"), None),
-                }
-            }
-            Some(ClassChoice::Global(choice)) => {
-                let global = choice.global();
-                (self.outer.push(Node::Global(global)), None)
-            }
-            Some(ClassChoice::NotAGlobal(value)) => (self.int(value.0), None),
-        }
-    }
-
-    fn claimed_size(spec: &StorageSpec, exact: i64) -> i64 {
-        spec.tweaks
-            .iter()
-            .rev()
-            .find_map(|t| match t {
-                StorageTweak::ClaimedSize(Num(size)) => Some(*size),
-                _ => None,
-            })
-            .unwrap_or(exact)
-    }
-
-    fn forking_storage(
-        &mut self,
-        index: usize,
-        spec: &StorageSpec,
-        own: DType,
-        data: Vec<u8>,
-    ) -> BuiltStorage {
-        let (cls, class_dtype) = self.class(spec);
-        // Sizes count bytes for UntypedStorage, elements for a legacy class.
-        let unit = class_dtype.map_or(1, DType::element_size);
-        let count = data.len() / unit;
-        let size = Self::claimed_size(spec, count as i64);
-        let counted_nbytes = count * unit;
-        match &spec.sharing {
-            Sharing::Fd { address, key } => {
-                let address = match address {
-                    None => self.str(&format!("/tmp/pymp-fuzz/listener-{index}")),
-                    Some(Address::Path(path)) => self.str(path),
-                    Some(Address::Abstract(name)) => {
-                        let mut abstract_name = vec![0];
-                        abstract_name.extend_from_slice(name);
-                        self.bytes(abstract_name)
-                    }
-                    Some(Address::NotAnAddress(value)) => {
-                        let node = self.int(value.0);
-                        self.stray(node)
-                    }
-                };
-                let key = self.int(key.0);
-                let id = self.outer.tuple(vec![address, key]);
-                let id_key = self.str("_id");
-                let state = self.outer.push(Node::Dict(vec![(id_key, id)]));
-                let dup_fd_class = self
-                    .outer
-                    .global("multiprocessing.resource_sharer", "DupFd");
-                let dup_fd = self.outer.new_object_with_state(dup_fd_class, state);
-                let size = self.int(size);
-                let node =
-                    self.call_global(REDUCTIONS, "rebuild_storage_fd", vec![cls, dup_fd, size]);
-                BuiltStorage {
-                    node,
-                    typed: class_dtype,
-                    own,
-                    nbytes: counted_nbytes,
-                    data: None,
-                }
-            }
-            Sharing::Filename {
-                manager,
-                name,
-                with_dtype,
-            } => {
-                let manager = match manager {
-                    None => b"/tmp/torch-shm-dir-fuzz/manager.sock".to_vec(),
-                    Some(manager) => self.stray(manager.clone()),
-                };
-                let name = match name {
-                    // One name per storage: a reader makes one storage of
-                    // every reference to a name.
-                    None => format!("/torch_4242_{}_{index}", 1000 + index).into_bytes(),
-                    Some(name) => self.stray(name.clone()),
-                };
-                let manager = self.bytes(manager);
-                let name = self.bytes(name);
-                if *with_dtype {
-                    // torch 2.x's typed form: the size counts elements of
-                    // the dtype, which the storage takes.
-                    let size = Self::claimed_size(spec, usize::from(spec.elements) as i64);
-                    let size = self.int(size);
-                    let dtype = self.dtype_global(own);
-                    let node = self.call_global(
-                        REDUCTIONS,
-                        "rebuild_storage_filename",
-                        vec![cls, manager, name, size, dtype],
-                    );
-                    BuiltStorage {
-                        node,
-                        typed: Some(own),
-                        own,
-                        nbytes: data.len(),
-                        data: None,
-                    }
-                } else {
-                    let size = self.int(size);
-                    let node = self.call_global(
-                        REDUCTIONS,
-                        "rebuild_storage_filename",
-                        vec![cls, manager, name, size],
-                    );
-                    BuiltStorage {
-                        node,
-                        typed: class_dtype,
-                        own,
-                        nbytes: counted_nbytes,
-                        data: None,
-                    }
-                }
-            }
-            Sharing::Empty => {
-                let node = self.call_global(REDUCTIONS, "rebuild_storage_empty", vec![cls]);
-                BuiltStorage {
-                    node,
-                    typed: class_dtype,
-                    own,
-                    nbytes: 0,
-                    data: Some(Vec::new()),
-                }
-            }
-            Sharing::FromBytes => self.load_from_bytes(index, spec, own, data),
-            Sharing::FromFile { path } => {
-                let path = match path {
-                    None => format!("/tmp/tensorshare-fuzz/memmap-{index}"),
-                    Some(path) => self.stray(path.clone()),
-                };
-                let class = self.outer.global("torch._C", "StorageBase");
-                let attribute = self.str("from_file");
-                let from_file = self.call_global("builtins", "getattr", vec![class, attribute]);
-                let path = self.str(&path);
-                let shared = self.outer.push(Node::Bool(true));
-                let nbytes = Self::claimed_size(spec, data.len() as i64);
-                let nbytes = self.int(nbytes);
-                let node = self.outer.call(from_file, vec![path, shared, nbytes]);
-                BuiltStorage {
-                    node,
-                    typed: None,
-                    own,
-                    nbytes: data.len(),
-                    data: None,
-                }
-            }
-        }
-    }
-
-    /// The persistent id torch.save writes for a storage, or a tweaked one.
-    fn storage_pid(
-        pickle: &mut Pickle,
-        spec: &StorageSpec,
-        format: TorchSaveFormat,
-        key: &str,
-        own: DType,
-        data: &[u8],
-    ) -> NodeId {
-        let saved = SavedStorage::new(key, Some(own), data);
-        let pid = torch_save::push_storage_pid(pickle, format, &saved)
-            .expect("whole elements by construction");
-        let Node::PersistentId(tuple) = *pickle.node(pid) else {
-            unreachable!("push_storage_pid returns a persistent id");
-        };
-        for tweak in &spec.tweaks {
-            let Node::Tuple(items) = pickle.node(tuple).clone() else {
-                unreachable!("a persistent id is a tuple");
-            };
-            let mut items = items;
-            let set = |pickle: &mut Pickle, items: &mut Vec<NodeId>, at: usize, node: Node| {
-                if let Some(slot) = items.get_mut(at) {
-                    *slot = pickle.push(node);
-                }
-            };
-            match tweak {
-                StorageTweak::Class(ClassChoice::Untyped) => set(
-                    pickle,
-                    &mut items,
-                    1,
-                    Node::Global(Global::new("torch.storage", "UntypedStorage")),
-                ),
-                StorageTweak::Class(ClassChoice::Legacy(index)) => {
-                    let class = dtype_at(*index).legacy_storage_class().unwrap_or("Storage");
-                    set(
-                        pickle,
-                        &mut items,
-                        1,
-                        Node::Global(Global::new("torch", class)),
-                    );
-                }
-                StorageTweak::Class(ClassChoice::Global(choice)) => {
-                    set(pickle, &mut items, 1, Node::Global(choice.global()))
-                }
-                StorageTweak::Class(ClassChoice::NotAGlobal(value)) => {
-                    set(pickle, &mut items, 1, Node::Int(value.0))
-                }
-                StorageTweak::Key(other) => set(pickle, &mut items, 2, Node::Str(other.clone())),
-                StorageTweak::Location(location) => {
-                    set(pickle, &mut items, 3, Node::Str(location.clone()))
-                }
-                StorageTweak::ClaimedSize(Num(numel)) => {
-                    set(pickle, &mut items, 4, Node::Int(*numel))
-                }
-                StorageTweak::Tag(tag) => set(pickle, &mut items, 0, Node::Str(tag.clone())),
-                StorageTweak::PidField { at, value } => {
-                    set(pickle, &mut items, usize::from(*at) % 8, Node::Int(value.0))
-                }
-                StorageTweak::DropPidField { at } => {
-                    if !items.is_empty() {
-                        items.remove(usize::from(*at) % items.len());
-                    }
-                }
-                StorageTweak::ExtraPidField(value) => items.push(pickle.push(Node::Int(value.0))),
-                StorageTweak::Wrap(_) | StorageTweak::NoRecord => {}
-            }
-            *pickle.node_mut(tuple) = Node::Tuple(items);
-        }
-        pid
-    }
-
-    /// `torch.storage._load_from_bytes(b)`, `b` a legacy torch.save stream
-    /// holding the storage, as plain `pickle.dumps` writes a storage.
-    fn load_from_bytes(
-        &mut self,
-        index: usize,
-        spec: &StorageSpec,
-        own: DType,
-        data: Vec<u8>,
-    ) -> BuiltStorage {
-        let key = format!("9384395592411{index}");
-        let mut object = Pickle::new();
-        let pid = Self::storage_pid(&mut object, spec, TorchSaveFormat::Legacy, &key, own, &data);
-        object.set_root(pid);
-        replace_globals(&mut object, &self.input.bogus_globals, Layer::Inner);
-        let saved = SavedStorage::new(&key, Some(own), &data);
-        let typed = saved.class_dtype(TorchSaveFormat::Legacy);
-        let mut stream = Vec::new();
-        let written = torch_save::write_legacy(&mut stream, &object, &[saved]);
-        assert!(
-            written.is_ok() || !self.canonical,
-            "a legacy stream does not write: {written:?}"
-        );
-        mutate::apply(&mut stream, &self.input.mutations, Layer::Inner);
-        let stream = self.bytes(stream);
-        let node = self.call_global("torch.storage", "_load_from_bytes", vec![stream]);
-        BuiltStorage {
-            node,
-            typed,
-            own,
-            nbytes: data.len(),
-            data: Some(data),
-        }
-    }
-
-    /// A storage of a torch.save file: its persistent id in the object, its
-    /// bytes a record.
-    fn saved_storage(
-        &mut self,
-        index: usize,
-        spec: &StorageSpec,
-        own: DType,
-        data: Vec<u8>,
-    ) -> BuiltStorage {
-        let format = match self.input.container {
-            Container::TorchSaveZip => TorchSaveFormat::Zip,
-            _ => TorchSaveFormat::Legacy,
-        };
-        let key = index.to_string();
-        let node = Self::storage_pid(self.outer.pickle_mut(), spec, format, &key, own, &data);
-        let saved = SavedStorage::new(&key, Some(own), &data);
-        let typed = saved.class_dtype(format);
-        if !spec
-            .tweaks
-            .iter()
-            .any(|t| matches!(t, StorageTweak::NoRecord))
-        {
-            self.records.push(Record {
-                key,
-                dtype: own,
-                data: data.clone(),
-            });
-        } else {
-            // Keep the indices of records and storages in step.
-            self.records.push(Record {
-                key: format!("missing-{index}"),
-                dtype: own,
-                data: Vec::new(),
-            });
-        }
-        BuiltStorage {
-            node,
-            typed,
-            own,
-            nbytes: data.len(),
-            data: Some(data),
-        }
-    }
-
-    /// The view's numbers: a view that fits its storage, or whatever the
-    /// input says.
-    fn view(&mut self, view: &ViewSpec, dtype: DType, nbytes: usize) -> (i64, Vec<i64>, Vec<i64>) {
-        match view {
-            ViewSpec::Fitting {
-                offset,
-                sizes,
-                transpose,
-                expand,
-            } => {
-                let ndim = sizes.len().min(4);
-                let capacity = nbytes / dtype.element_size();
-                let (offset, sizes) = if capacity == 0 {
-                    (0, vec![0usize; ndim.max(1)])
-                } else {
-                    let offset = usize::from(*offset) % capacity;
-                    let room = capacity - offset;
-                    let mut product = 1usize;
-                    let mut fitted = Vec::with_capacity(ndim);
-                    for &size in &sizes[..ndim] {
-                        let wanted = usize::from(size % 6);
-                        // After a zero size, anything fits.
-                        let size = room
-                            .checked_div(product)
-                            .map_or(wanted, |fits| wanted.min(fits));
-                        product *= size;
-                        fitted.push(size);
-                    }
-                    (offset, fitted)
-                };
-                let mut strides = vec![0usize; sizes.len()];
-                let mut step = 1;
-                for (stride, &size) in strides.iter_mut().zip(&sizes).rev() {
-                    *stride = step;
-                    step *= size.max(1);
-                }
-                let mut sizes: Vec<i64> = sizes.iter().map(|&s| s as i64).collect();
-                let mut strides: Vec<i64> = strides.iter().map(|&s| s as i64).collect();
-                if *transpose && sizes.len() >= 2 {
-                    sizes.swap(0, 1);
-                    strides.swap(0, 1);
-                }
-                if *expand && !strides.is_empty() {
-                    strides[0] = 0;
-                }
-                (offset as i64, sizes, strides)
-            }
-            ViewSpec::Free {
-                offset,
-                sizes,
-                strides,
-            } => {
-                self.canonical = false;
-                let dims = |values: &[Num]| values.iter().take(8).map(|n| n.0).collect();
-                (offset.0, dims(sizes), dims(strides))
-            }
-        }
-    }
-
-    fn tensor(&mut self, storage: usize, spec: &TensorSpec) -> (NodeId, ExpectedTensor) {
-        if !spec.tweaks.is_empty() {
-            self.canonical = false;
-        }
-        let (storage_node, typed, own, nbytes, data) = {
-            let s = &self.storages[storage];
-            (s.node, s.typed, s.own, s.nbytes, s.data.clone())
-        };
-        let wrap = self.storages_spec_wrap(storage);
-        let (node, expected) = match self.input.container {
-            Container::Forking => {
-                // An untyped storage is wrapped with the tensor's dtype, as
-                // torch 2.x does; a typed one gives its own.
-                let (storage_expr, dtype) = match (wrap, typed) {
-                    (None, Some(dtype)) => (storage_node, dtype),
-                    (None, None) => {
-                        let dtype = dtype_at(spec.dtype);
-                        let dtype_node = self.dtype_global(dtype);
-                        let node = self.call_global(
-                            REDUCTIONS,
-                            "rebuild_typed_storage",
-                            vec![storage_node, dtype_node],
-                        );
-                        (node, dtype)
-                    }
-                    (Some(wrap), _) => self.wrapped(storage_node, &wrap, spec),
-                };
-                let (offset, sizes, strides) = self.view(&spec.view, dtype, nbytes);
-                let cls = if spec.parameter {
-                    self.outer.global("torch.nn.parameter", "Parameter")
-                } else {
-                    self.outer.global("torch._tensor", "Tensor")
-                };
-                let offset_node = self.int(offset);
-                let dims = self.ints(&sizes);
-                let size = self.call_global("torch", "Size", vec![dims]);
-                let stride = self.ints(&strides);
-                let requires_grad = self.outer.push(Node::Bool(spec.requires_grad));
-                let metadata = self
-                    .outer
-                    .tuple(vec![offset_node, size, stride, requires_grad]);
-                let node = self.call_global(
-                    REDUCTIONS,
-                    "rebuild_tensor",
-                    vec![cls, storage_expr, metadata],
-                );
-                let expected = ExpectedTensor {
-                    dtype,
-                    offset,
-                    sizes,
-                    strides,
-                    requires_grad: spec.requires_grad,
-                    parameter: spec.parameter,
-                    storage_nbytes: nbytes,
-                    data,
-                };
-                (node, expected)
-            }
-            Container::Plain | Container::TorchSaveZip | Container::TorchSaveLegacy => {
-                // The storage's own dtype: through its class when it has a
-                // legacy one (`_rebuild_tensor_v2`), else named
-                // (`_rebuild_tensor_v3`).
-                let dtype = own;
-                let (offset, sizes, strides) = self.view(&spec.view, dtype, nbytes);
-                let offset_node = self.int(offset);
-                let size = self.ints(&sizes);
-                let stride = self.ints(&strides);
-                let requires_grad = self
-                    .outer
-                    .push(Node::Bool(spec.requires_grad && !spec.parameter));
-                let hooks = self.ordered_dict(Vec::new());
-                let mut args = vec![
-                    storage_node,
-                    offset_node,
-                    size,
-                    stride,
-                    requires_grad,
-                    hooks,
-                ];
-                let v3 = typed != Some(dtype);
-                if v3 {
-                    args.push(self.dtype_global(dtype));
-                }
-                let mut node = self.call_global(
-                    UTILS,
-                    if v3 {
-                        "_rebuild_tensor_v3"
-                    } else {
-                        "_rebuild_tensor_v2"
-                    },
-                    args,
-                );
-                if spec.parameter {
-                    let requires_grad = self.outer.push(Node::Bool(spec.requires_grad));
-                    let hooks = self.ordered_dict(Vec::new());
-                    node = self.call_global(
-                        UTILS,
-                        "_rebuild_parameter",
-                        vec![node, requires_grad, hooks],
-                    );
-                }
-                let expected = ExpectedTensor {
-                    dtype,
-                    offset,
-                    sizes,
-                    strides,
-                    requires_grad: spec.requires_grad,
-                    parameter: spec.parameter,
-                    storage_nbytes: nbytes,
-                    data,
-                };
-                (node, expected)
-            }
-        };
-        let node = self.tweak_tensor(node, spec);
-        (node, expected)
-    }
-
-    fn storages_spec_wrap(&self, storage: usize) -> Option<WrapChoice> {
-        let specs = &self.input.storages;
-        specs.get(storage).and_then(|spec| {
-            spec.tweaks.iter().rev().find_map(|t| match t {
-                StorageTweak::Wrap(wrap) => Some(*wrap),
-                _ => None,
-            })
-        })
-    }
-
-    /// A typed wrapper other than the one torch writes.
-    fn wrapped(
-        &mut self,
-        storage: NodeId,
-        wrap: &WrapChoice,
-        spec: &TensorSpec,
-    ) -> (NodeId, DType) {
-        let dtype = dtype_at(spec.dtype);
-        match wrap {
-            WrapChoice::None => (storage, dtype),
-            WrapChoice::Typed(index) => {
-                let dtype = dtype_at(*index);
-                let dtype_node = self.dtype_global(dtype);
-                let node = self.call_global(
-                    REDUCTIONS,
-                    "rebuild_typed_storage",
-                    vec![storage, dtype_node],
-                );
-                (node, dtype)
-            }
-            WrapChoice::Child(index) => {
-                let dtype = dtype_at(*index);
-                let class = match dtype.legacy_storage_class() {
-                    Some(class) => self.outer.global("torch", class),
-                    None => self.outer.global("torch", "TypedStorage"),
-                };
-                let node = self.call_global(
-                    REDUCTIONS,
-                    "rebuild_typed_storage_child",
-                    vec![storage, class],
-                );
-                (node, dtype)
-            }
-        }
-    }
-
-    /// Applies a tensor's tweaks to its rebuild call.
-    fn tweak_tensor(&mut self, node: NodeId, spec: &TensorSpec) -> NodeId {
-        let mut node = node;
-        for tweak in &spec.tweaks {
-            let Node::Object(object) = self.outer.pickle_mut().node(node).clone() else {
-                return node;
-            };
-            let Construction::Reduce { args } = object.construction else {
-                return node;
-            };
-            let Node::Tuple(mut items) = self.outer.pickle_mut().node(args).clone() else {
-                return node;
-            };
-            match tweak {
-                TensorTweak::Rebuild(rebuild) => {
-                    let (module, name) = rebuild.global();
-                    let callable = self.outer.global(module, name);
-                    node = self.outer.call(callable, items);
-                    continue;
-                }
-                TensorTweak::DropArg(at) => {
-                    if !items.is_empty() {
-                        items.remove(usize::from(*at) % items.len());
-                    }
-                }
-                TensorTweak::ExtraArg(value) => items.push(self.int(value.0)),
-                TensorTweak::ReplaceArg { at, value } => {
-                    if !items.is_empty() {
-                        let at = usize::from(*at) % items.len();
-                        items[at] = self.int(value.0);
-                    }
-                }
-                TensorTweak::ArgAsList(at) => {
-                    if !items.is_empty() {
-                        let at = usize::from(*at) % items.len();
-                        if let Node::Tuple(inner) = self.outer.pickle_mut().node(items[at]).clone()
-                        {
-                            items[at] = self.outer.push(Node::List(inner));
-                        }
-                    }
-                }
-                TensorTweak::Wrap(times) => {
-                    // The tensor as the argument of further rebuilds.
-                    for _ in 0..usize::from(*times % 4) {
-                        let requires_grad = self.outer.push(Node::Bool(true));
-                        let hooks = self.ordered_dict(Vec::new());
-                        node = self.call_global(
-                            UTILS,
-                            "_rebuild_parameter",
-                            vec![node, requires_grad, hooks],
-                        );
-                    }
-                    continue;
-                }
-            }
-            node = self.outer.call(object.callable, items);
-        }
-        node
-    }
-
     fn root(&mut self, tensors: &[NodeId]) -> NodeId {
         match self.input.root {
             RootForm::Single => tensors[0],
@@ -910,20 +283,6 @@ impl Builder<'_> {
                     .collect();
                 self.ordered_dict(items)
             }
-        }
-    }
-}
-
-impl Rebuild {
-    fn global(self) -> (&'static str, &'static str) {
-        match self {
-            Rebuild::RebuildTensor => (REDUCTIONS, "rebuild_tensor"),
-            Rebuild::V1 => (UTILS, "_rebuild_tensor"),
-            Rebuild::V2 => (UTILS, "_rebuild_tensor_v2"),
-            Rebuild::V3 => (UTILS, "_rebuild_tensor_v3"),
-            Rebuild::Parameter => (UTILS, "_rebuild_parameter"),
-            Rebuild::ParameterWithState => (UTILS, "_rebuild_parameter_with_state"),
-            Rebuild::Cuda => (REDUCTIONS, "rebuild_cuda_tensor"),
         }
     }
 }
