@@ -30,11 +30,8 @@ fn memmap_echo(authkey: &Authkey, dir: &Path) -> Server {
 }
 
 fn memmap_echo_with(authkey: &Authkey, dir: &Path, flags: &[&str]) -> Server {
-    let address = unique_address("memmap-echo");
-    let mut command = Command::new(env!("CARGO_BIN_EXE_tensorshare"));
+    let (mut command, address) = Server::echo_command(authkey, "memmap");
     command
-        .args(["echo", "--listen", &address.to_string()])
-        .args(["--authkey", &authkey.to_hex(), "--strategy", "memmap"])
         .arg("--memmap-dir")
         .arg(dir)
         .args(flags)

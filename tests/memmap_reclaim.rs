@@ -13,19 +13,13 @@ use std::time::Duration;
 use tensorshare::{Authkey, DType, SharingContext, StrategyKind, Value};
 use tensorshare_strategies::memmap::MemmapFileName;
 
-use support::{Server, cases, files_in, unique_address, wait_until};
+use support::{Server, cases, files_in, wait_until};
 
 /// `tensorshare echo --strategy memmap` with its files in `dir`, and
 /// `flags`.
 fn memmap_echo(authkey: &Authkey, dir: &Path, flags: &[&str]) -> Server {
-    let address = unique_address("memmap-reclaim");
-    let mut command = Command::new(env!("CARGO_BIN_EXE_tensorshare"));
-    command
-        .args(["echo", "--listen", &address.to_string()])
-        .args(["--authkey", &authkey.to_hex(), "--strategy", "memmap"])
-        .arg("--memmap-dir")
-        .arg(dir)
-        .args(flags);
+    let (mut command, address) = Server::echo_command(authkey, "memmap");
+    command.arg("--memmap-dir").arg(dir).args(flags);
     Server::start(command, address)
 }
 
