@@ -1,172 +1,29 @@
-//! `torch.save` archives (zip and legacy) rebuilt through the registry:
-//! whole `.pt` files, and the payload of `torch.storage._load_from_bytes`
-//! inside plain pickles.
+//! Reading `torch.save` files (zip and legacy) through the registry.
 
-use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap};
+use tensorshare_compat::torch_save::{self, TorchSaveFormat};
 
-use tensorshare_compat::torch_save::{
-    self, ReadOptions, StorageRecord, TorchSaveArchive, TorchSaveFormat,
-};
-
+use crate::model::Value;
 use crate::registry::audit::GlobalAudit;
-use crate::registry::rebuild::{PersistentLoad, Walker};
-use crate::registry::{Call, RebuildError, Registry};
-use crate::{DType, Error, Storage, Value};
+use crate::registry::saved::{read_options, rebuild_archive};
+use crate::registry::{LoadError, Registry};
 
 /// Reads a `torch.save` file (zip or legacy) and rebuilds its object.
 ///
 /// Storages saved on any device (`cuda:0`, `mps`, ...) read as CPU
 /// storages, as `torch.load(map_location="cpu")` reads them;
-/// [`Storage::saved_location`] says where each was saved.
+/// [`Storage::saved_location`](crate::Storage::saved_location) says where each was saved.
 ///
 /// # Errors
 ///
-/// [`Error::TorchSave`] for a malformed archive, [`Error::Decode`] or
-/// [`Error::Rebuild`] for its pickle, the latter naming every global
+/// [`LoadError::TorchSave`] for a malformed archive, [`LoadError::Decode`] or
+/// [`LoadError::Rebuild`] for its pickle, the latter naming every global
 /// outside the allowlist.
 pub fn load_torch_save(
     bytes: &[u8],
     registry: &Registry,
-) -> Result<(TorchSaveFormat, Value), Error> {
+) -> Result<(TorchSaveFormat, Value), LoadError> {
     let audit = GlobalAudit::new(registry);
     let archive = torch_save::read(bytes, &audit, &read_options(registry))?;
     audit.finish()?;
     rebuild_archive(archive, registry, 0)
-}
-
-fn read_options(registry: &Registry) -> ReadOptions {
-    ReadOptions {
-        limits: registry.options().limits,
-        max_total_bytes: registry.options().max_archive_bytes,
-        ..ReadOptions::default()
-    }
-}
-
-fn rebuild_archive(
-    archive: TorchSaveArchive,
-    registry: &Registry,
-    archive_depth: usize,
-) -> Result<(TorchSaveFormat, Value), Error> {
-    let TorchSaveArchive {
-        format,
-        object,
-        records,
-        ..
-    } = archive;
-    let storages = ArchiveStorages {
-        records: RefCell::new(records),
-        loaded: RefCell::new(HashMap::new()),
-    };
-    let value = Walker::new(registry, &object, Some(&storages))
-        .in_archive(archive_depth + 1)
-        .run()?;
-    Ok((format, value))
-}
-
-/// `torch.storage._load_from_bytes(b)`: a storage pickled as an embedded
-/// `torch.save` stream (what plain `pickle.dumps(tensor)` produces).
-pub(crate) fn load_from_bytes(call: Call<'_>) -> Result<Value, RebuildError> {
-    let [Value::Bytes(payload)] = call.reduce_args()? else {
-        return Err(call.wrong_arguments("(bytes,)"));
-    };
-    if call.archive_depth > 0 {
-        return Err(call.invalid(
-            "an embedded torch.save archive inside another one; torch never writes that",
-        ));
-    }
-    // Read from the message's own buffer: each storage's bytes are copied
-    // once, from the message into the storage.
-    let (_, value) = torch_save::read_shared(payload, call.registry, &read_options(call.registry))
-        .map_err(Error::from)
-        .and_then(|archive| rebuild_archive(archive, call.registry, call.archive_depth))
-        .map_err(|source| RebuildError::Archive {
-            callee: call.callee.clone(),
-            cause: Box::new(source),
-        })?;
-    match value {
-        Value::Storage(_) | Value::TypedStorage(..) => Ok(value),
-        other => Err(call.invalid(format!(
-            "payload holds a {}, not a storage",
-            other.type_name()
-        ))),
-    }
-}
-
-/// Resolves `('storage', cls, key, location, numel, ...)` persistent ids to
-/// the archive's records, one [`Storage`] per key so views share it. A
-/// record's bytes move into its storage, uncopied, the first time its key
-/// is loaded.
-///
-/// Every location reads as CPU bytes, as `torch.load(map_location="cpu")`
-/// reads it: most checkpoints were saved from a GPU, and the file holds the
-/// bytes whatever device they came from. The storage keeps the location for
-/// display ([`Storage::saved_location`]).
-struct ArchiveStorages {
-    records: RefCell<BTreeMap<String, StorageRecord>>,
-    loaded: RefCell<HashMap<String, Storage>>,
-}
-
-impl PersistentLoad for ArchiveStorages {
-    fn load(&self, pid: &Value) -> Result<Value, RebuildError> {
-        let invalid = |message: String| RebuildError::Invalid {
-            callee: tensorshare_compat::pickle::Global::new(
-                "torch.serialization",
-                "persistent_load",
-            ),
-            message,
-        };
-        let Some(
-            [
-                Value::Str(tag),
-                cls,
-                Value::Str(key),
-                Value::Str(location),
-                _numel,
-                ..,
-            ],
-        ) = pid.as_sequence()
-        else {
-            return Err(invalid(
-                "persistent id is not ('storage', cls, key, location, numel)".into(),
-            ));
-        };
-        if &**tag != "storage" {
-            return Err(invalid(format!("unknown persistent id kind '{tag}'")));
-        }
-        let mut records = self.records.borrow_mut();
-        let record = records
-            .get_mut(&**key)
-            .ok_or_else(|| invalid(format!("storage '{key}' has no record in the archive")))?;
-        let mut loaded = self.loaded.borrow_mut();
-        let storage = match loaded.get(&**key) {
-            Some(storage) => storage.clone(),
-            None => {
-                let data = std::mem::take(&mut record.data);
-                let nbytes = data.len();
-                let storage =
-                    Storage::from_saved_bytes(data, location.clone()).map_err(|error| {
-                        invalid(format!("storage '{key}' of {nbytes} bytes: {error}"))
-                    })?;
-                loaded.insert(key.to_string(), storage.clone());
-                storage
-            }
-        };
-        drop(loaded);
-        let dtype = match cls {
-            Value::Global(class) if class.name == "UntypedStorage" => None,
-            Value::Global(class) => Some(
-                DType::from_legacy_storage_class(&class.name).ok_or_else(|| {
-                    invalid(format!(
-                        "storage '{key}' has class {class}, which is not a storage class"
-                    ))
-                })?,
-            ),
-            other => return Err(invalid(format!("storage class is a {}", other.type_name()))),
-        };
-        Ok(match dtype.or(record.dtype) {
-            Some(dtype) => Value::TypedStorage(storage, dtype),
-            None => Value::Storage(storage),
-        })
-    }
 }

@@ -10,8 +10,8 @@
 //! twice. Wrapped errors stay reachable as the variants' fields, and the OS
 //! error behind any failure through [`Error::io_error`] and its likes on
 //! [`ConnectionError`](crate::connection::ConnectionError),
-//! [`FetchError`](crate::resource_sharer::FetchError) and
-//! [`SharerError`](crate::resource_sharer::SharerError). So no error
+//! [`FetchError`](crate::sharing::resource_sharer::FetchError) and
+//! [`SharerError`](crate::sharing::resource_sharer::SharerError). So no error
 //! derives `#[from]` or `#[source]`, nor names a field `source` (thiserror
 //! takes each for the source): conversions are written out below, and
 //! `#[error(transparent)]` variants pass on their wrapped error's message
@@ -19,12 +19,17 @@
 
 use std::io;
 
-use tensorshare_compat::pickle::DecodeError;
+use tensorshare_compat::pickle::{DecodeError, EncodeError, Global};
 use tensorshare_compat::torch_save::{TorchSaveError, WriteError};
+use tensorshare_strategies::memmap::InvalidMemmapDir;
 use tensorshare_strategies::{AllocateError, ExportError, ImportError};
 
-use crate::ViewError;
-use crate::registry::RebuildError;
+use crate::connection::ConnectionError;
+use crate::model::ViewError;
+use crate::reduce::ReduceError;
+use crate::registry::{LoadError, RebuildError};
+use crate::sharing::SharingError;
+use crate::sharing::resource_sharer::{FetchError, RegisterError, SharerError};
 
 /// Everything that can go wrong loading or sharing tensors.
 #[derive(Debug, thiserror::Error)]
@@ -43,6 +48,25 @@ pub enum Error {
     /// A `torch.save` file could not be written.
     #[error("cannot write a torch.save file: {0}")]
     TorchSaveWrite(WriteError),
+    /// A value has no pickled form (a user rebuilder's value, an opaque
+    /// description), or a storage cannot be written in the form asked for.
+    #[error(transparent)]
+    Reduce(ReduceError),
+    /// A pickle could not be encoded.
+    #[error(transparent)]
+    Encode(EncodeError),
+    /// A storage a received message names could not be attached: its fd
+    /// fetched, or its segment or file mapped.
+    #[error("cannot rebuild: {callee}: {cause}")]
+    Attach {
+        /// The rebuilder that named the storage.
+        callee: Global,
+        /// What failed.
+        cause: Box<Error>,
+    },
+    /// The memmap directory given is unusable.
+    #[error(transparent)]
+    MemmapDir(InvalidMemmapDir),
     /// A tensor view does not fit its storage.
     #[error(transparent)]
     View(ViewError),
@@ -57,16 +81,16 @@ pub enum Error {
     Import(ImportError),
     /// This process's resource sharer could not start.
     #[error("cannot start the resource sharer: {0}")]
-    Sharer(crate::resource_sharer::SharerError),
+    Sharer(SharerError),
     /// An fd could not be handed to the resource sharer.
     #[error("cannot offer an fd through the resource sharer: {0}")]
-    Register(crate::resource_sharer::RegisterError),
+    Register(RegisterError),
     /// A peer's fd could not be fetched from its resource sharer.
     #[error("cannot fetch a shared fd: {0}")]
-    Fetch(crate::resource_sharer::FetchError),
+    Fetch(FetchError),
     /// A `multiprocessing.connection` connection failed.
     #[error(transparent)]
-    Connection(crate::connection::ConnectionError),
+    Connection(ConnectionError),
     /// Something this build or this machine cannot do; the message says
     /// what to do instead.
     #[error("{0}")]
@@ -101,10 +125,9 @@ impl Error {
             Error::Connection(error) => error.io_error(),
             Error::Fetch(error) => error.io_error(),
             Error::Sharer(error) => error.io_error(),
-            Error::TorchSaveWrite(WriteError::Io(cause)) => Some(cause),
-            Error::Rebuild(
-                RebuildError::Attach { cause, .. } | RebuildError::Archive { cause, .. },
-            ) => cause.io_error(),
+            Error::TorchSaveWrite(WriteError::Io(cause))
+            | Error::Reduce(ReduceError::TorchSaveWrite(WriteError::Io(cause))) => Some(cause),
+            Error::Attach { cause, .. } => cause.io_error(),
             _ => None,
         }
     }
@@ -129,15 +152,60 @@ from_wrapped!(
     Rebuild(RebuildError),
     TorchSave(TorchSaveError),
     TorchSaveWrite(WriteError),
+    Encode(EncodeError),
     Allocate(AllocateError),
     Export(ExportError),
     Import(ImportError),
-    Sharer(crate::resource_sharer::SharerError),
-    Register(crate::resource_sharer::RegisterError),
-    Fetch(crate::resource_sharer::FetchError),
+    Sharer(SharerError),
+    Register(RegisterError),
+    Fetch(FetchError),
     View(ViewError),
-    Connection(crate::connection::ConnectionError),
+    Connection(ConnectionError),
+    MemmapDir(InvalidMemmapDir),
 );
+
+/// A layer's error as the facade's variant for it: each layer error's
+/// variants map one to one onto the facade's, so a caller matches one
+/// enum whichever layer failed.
+impl From<LoadError> for Error {
+    fn from(error: LoadError) -> Self {
+        match error {
+            LoadError::Decode(error) => Error::Decode(error),
+            LoadError::Rebuild(error) => Error::Rebuild(error),
+            LoadError::TorchSave(error) => Error::TorchSave(error),
+        }
+    }
+}
+
+impl From<ReduceError> for Error {
+    fn from(error: ReduceError) -> Self {
+        match error {
+            ReduceError::TorchSaveWrite(error) => Error::TorchSaveWrite(error),
+            error => Error::Reduce(error),
+        }
+    }
+}
+
+impl From<SharingError> for Error {
+    fn from(error: SharingError) -> Self {
+        match error {
+            SharingError::Load(error) => error.into(),
+            SharingError::Attach { callee, cause } => Error::Attach {
+                callee,
+                cause: Box::new((*cause).into()),
+            },
+            SharingError::Reduce(error) => error.into(),
+            SharingError::Encode(error) => Error::Encode(error),
+            SharingError::Allocate(error) => Error::Allocate(error),
+            SharingError::Export(error) => Error::Export(error),
+            SharingError::Import(error) => Error::Import(error),
+            SharingError::Sharer(error) => Error::Sharer(error),
+            SharingError::Register(error) => Error::Register(error),
+            SharingError::Fetch(error) => Error::Fetch(error),
+            SharingError::MemmapDir(error) => Error::MemmapDir(error),
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -250,7 +318,7 @@ mod tests {
         let bytes = encode(&outer, &EncodeOptions::new()).unwrap();
 
         let sharing = SharingContext::new(Authkey::new(*b"key"));
-        let error = sharing.loads(&bytes).unwrap_err();
+        let error = Error::from(sharing.loads(&bytes).unwrap_err());
         assert!(
             matches!(error, Error::Rebuild(RebuildError::Archive { .. })),
             "{error}"

@@ -1,29 +1,40 @@
 #![doc = include_str!("../README.md")]
 #![deny(unsafe_code)]
 
-pub mod archive;
-pub mod connection;
-mod error;
-pub mod inspect;
-pub mod reduce;
+// The layers, bottom to top: each imports only those declared before it,
+// which `scripts/check-layers` checks. One comment per layer keeps rustfmt
+// from sorting them.
+
+// Tensors, storages and the values a pickle rebuilds into.
+mod model;
+// The allowlist, the walker and every rebuilder.
 pub mod registry;
-pub mod resource_sharer;
+// Writing values as pickles, and as torch.save files.
+pub mod reduce;
 pub mod save;
+// Reading torch.save files.
+pub mod archive;
+// multiprocessing.connection: bytes and fds.
+pub mod connection;
+// SharingContext: strategies, caches, pool, resource sharer.
 pub mod sharing;
-mod storage;
-mod tensor;
-mod value;
+// The facade error, wrapping every layer's.
+mod error;
+// Values over a connection: Connection::send and recv.
+mod messages;
+// Describing any pickle or torch.save file without executing it.
+pub mod inspect;
 
 pub use connection::{Address, Authkey, Client, Connection, Listener};
 pub use error::Error;
-pub use registry::Registry;
-pub use sharing::SharingContext;
-pub use storage::{
-    CudaRef, DupFdRef, MemmapRef, Residence, SegmentRef, Storage, StorageKind, StorageWriter,
+pub use model::{
+    Children, CudaRef, Custom, Distinct, DupFdRef, ElementOffsets, MemmapRef, Opaque, OpaqueCall,
+    Residence, SegmentRef, Storage, StorageKind, StorageWriter, Tensor, TensorView, Value,
+    ViewError,
 };
-pub use tensor::{ElementOffsets, Tensor, TensorView, ViewError};
+pub use registry::Registry;
+pub use sharing::{SharingContext, resource_sharer};
 pub use tensorshare_compat::DType;
 pub use tensorshare_compat::dtype::Scalar;
 pub use tensorshare_compat::pickle::SharedBytes;
 pub use tensorshare_strategies::StrategyKind;
-pub use value::{Children, Custom, Distinct, Opaque, OpaqueCall, Value};

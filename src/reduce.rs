@@ -10,20 +10,100 @@ use std::borrow::Cow;
 use rustc_hash::FxHashMap;
 
 use tensorshare_compat::pickle::{Construction, Global, Node, NodeId, Object, Pickle};
+use tensorshare_compat::torch_save::WriteError;
 
+use crate::DType;
+use crate::model::{Storage, Tensor, Value};
 use crate::registry::REDUCTIONS;
-use crate::{DType, Error, Storage, Tensor, Value};
+
+/// Why a value could not be written as a pickle.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReduceError {
+    /// Containers nested deeper than the writer follows.
+    #[error("values nested deeper than {0} levels")]
+    TooDeep(usize),
+    /// A value made by a user rebuilder, which has no reducer.
+    #[error("no reducer for a {0} value; send its parts as plain values")]
+    NoReducer(Global),
+    /// A description of what a refused pickle asked for.
+    #[error(
+        "an {0} is a description of what a refused pickle asked for, not data; it cannot be \
+         written"
+    )]
+    Opaque(&'static str),
+    /// A storage whose bytes are in another process (received and not
+    /// attached) or not all in its segment.
+    #[error(
+        "the bytes of a {kind} storage of {nbytes} bytes are not at hand: attach it through a \
+         SharingContext before saving it"
+    )]
+    BytesElsewhere {
+        /// Where the storage lives.
+        kind: &'static str,
+        /// Its size.
+        nbytes: usize,
+    },
+    /// One storage viewed as two dtypes, which torch.save cannot write.
+    #[error(
+        "one storage is viewed both as {first} and as {second}; torch.save cannot write that: \
+         save a copy of one of the views"
+    )]
+    MixedDtypes {
+        /// The dtype it was first viewed as (`untyped` for a storage).
+        first: &'static str,
+        /// The other.
+        second: &'static str,
+    },
+    /// A storage whose bytes are in another process, sent before it was
+    /// attached.
+    #[error(
+        "a {kind} storage whose bytes are not in this process cannot be sent; receive it with \
+         a SharingContext to attach it first"
+    )]
+    NotInProcess {
+        /// Where the storage lives.
+        kind: &'static str,
+    },
+    /// A storage that claims more bytes than its segment holds.
+    #[error("the storage claims more bytes than its segment holds")]
+    ShortSegment,
+    /// A memmap file whose path torch's `from_file` cannot take.
+    #[error("memmap path {0:?} is not UTF-8; torch's from_file takes a str")]
+    PathNotUtf8(std::path::PathBuf),
+    /// A storage's copy for sharing did not land in the strategy's memory:
+    /// a broken invariant, reported rather than trusted.
+    #[error("the storage did not move into a {0}")]
+    NotMoved(&'static str),
+    /// The `torch.save` form of a storage could not be written.
+    #[error("cannot write a torch.save file: {0}")]
+    TorchSaveWrite(WriteError),
+}
+
+impl From<WriteError> for ReduceError {
+    fn from(error: WriteError) -> Self {
+        ReduceError::TorchSaveWrite(error)
+    }
+}
 
 /// How one storage is written into a pickle: the part that differs per
 /// sharing strategy.
 pub trait StorageReducer {
+    /// What goes wrong sharing a storage; the writer's own failures convert
+    /// into it.
+    type Error: From<ReduceError>;
+
     /// Appends the nodes that rebuild `storage` as a `torch.UntypedStorage`
     /// and returns the node that stands for it.
     ///
     /// # Errors
     ///
     /// When the storage cannot be shared this way (no fds left, not local, ...).
-    fn reduce_storage(&self, storage: &Storage, out: &mut PickleBuilder) -> Result<NodeId, Error>;
+    fn reduce_storage(
+        &self,
+        storage: &Storage,
+        out: &mut PickleBuilder,
+    ) -> Result<NodeId, Self::Error>;
 }
 
 /// A pickle arena under construction, with helpers for the shapes torch's
@@ -99,7 +179,10 @@ impl PickleBuilder {
 const MAX_DEPTH: usize = 1000;
 
 /// Writes `value` into a pickle, storages through `storages`.
-pub(crate) fn reduce_value(value: &Value, storages: &dyn StorageReducer) -> Result<Pickle, Error> {
+pub(crate) fn reduce_value<R: StorageReducer>(
+    value: &Value,
+    storages: &R,
+) -> Result<Pickle, R::Error> {
     let mut leaves = SharingLeaves {
         storages,
         seen_storages: FxHashMap::default(),
@@ -117,26 +200,29 @@ pub(crate) fn reduce_value(value: &Value, storages: &dyn StorageReducer) -> Resu
 /// `torch.multiprocessing` pickles and `torch.save` files. Containers and
 /// plain values are written the same way for both.
 pub(crate) trait LeafReducer {
+    /// What goes wrong writing a leaf; the writer's own failures convert
+    /// into it.
+    type Error: From<ReduceError>;
     /// Writes a tensor (memoized by the caller).
-    fn tensor(&mut self, t: &Tensor, out: &mut PickleBuilder) -> Result<NodeId, Error>;
+    fn tensor(&mut self, t: &Tensor, out: &mut PickleBuilder) -> Result<NodeId, Self::Error>;
     /// Writes an untyped storage.
-    fn storage(&mut self, s: &Storage, out: &mut PickleBuilder) -> Result<NodeId, Error>;
+    fn storage(&mut self, s: &Storage, out: &mut PickleBuilder) -> Result<NodeId, Self::Error>;
     /// Writes a typed storage.
     fn typed_storage(
         &mut self,
         s: &Storage,
         dtype: DType,
         out: &mut PickleBuilder,
-    ) -> Result<NodeId, Error>;
+    ) -> Result<NodeId, Self::Error>;
 }
 
 /// Writes `value` into `out` with tensors and storages through `leaves`,
 /// and returns its node.
-pub(crate) fn reduce_with(
+pub(crate) fn reduce_with<L: LeafReducer>(
     value: &Value,
-    leaves: &mut dyn LeafReducer,
+    leaves: &mut L,
     out: &mut PickleBuilder,
-) -> Result<NodeId, Error> {
+) -> Result<NodeId, L::Error> {
     let mut reducer = Reducer {
         out,
         leaves,
@@ -145,9 +231,9 @@ pub(crate) fn reduce_with(
     reducer.value(value, 0)
 }
 
-struct Reducer<'a> {
+struct Reducer<'a, L> {
     out: &'a mut PickleBuilder,
-    leaves: &'a mut dyn LeafReducer,
+    leaves: &'a mut L,
     /// The node of each shared object already written, by
     /// [`Value::shared_identity`]: an object referenced twice is written
     /// once and memoized, as Python's pickler does, so a pickle's size
@@ -157,17 +243,15 @@ struct Reducer<'a> {
 
 /// The `torch.multiprocessing` form: storages through a strategy's
 /// [`StorageReducer`], tensors through `rebuild_tensor`.
-struct SharingLeaves<'a> {
-    storages: &'a dyn StorageReducer,
+struct SharingLeaves<'a, R> {
+    storages: &'a R,
     seen_storages: FxHashMap<usize, NodeId>,
 }
 
-impl Reducer<'_> {
-    fn value(&mut self, value: &Value, depth: usize) -> Result<NodeId, Error> {
+impl<L: LeafReducer> Reducer<'_, L> {
+    fn value(&mut self, value: &Value, depth: usize) -> Result<NodeId, L::Error> {
         if depth > MAX_DEPTH {
-            return Err(Error::Unsupported(format!(
-                "values nested deeper than {MAX_DEPTH} levels"
-            )));
+            return Err(ReduceError::TooDeep(MAX_DEPTH).into());
         }
         let identity = value.shared_identity();
         if let Some(&node) = identity.and_then(|identity| self.written.get(&identity)) {
@@ -180,8 +264,8 @@ impl Reducer<'_> {
         Ok(node)
     }
 
-    fn value_unwritten(&mut self, value: &Value, depth: usize) -> Result<NodeId, Error> {
-        let all = |items: &[Value], this: &mut Self| -> Result<Vec<NodeId>, Error> {
+    fn value_unwritten(&mut self, value: &Value, depth: usize) -> Result<NodeId, L::Error> {
+        let all = |items: &[Value], this: &mut Self| -> Result<Vec<NodeId>, L::Error> {
             items.iter().map(|v| this.value(v, depth + 1)).collect()
         };
         Ok(match value {
@@ -234,19 +318,8 @@ impl Reducer<'_> {
             }
             Value::Global(g) => self.out.push(Node::Global(g.clone())),
             Value::Callable(c) => self.out.push(Node::Global(c.name().clone())),
-            Value::Custom(c) => {
-                return Err(Error::Unsupported(format!(
-                    "no reducer for a {} value; send its parts as plain values",
-                    c.global
-                )));
-            }
-            Value::Opaque(_) => {
-                return Err(Error::Unsupported(format!(
-                    "an {} is a description of what a refused pickle asked for, not data; \
-                     it cannot be written",
-                    value.type_name()
-                )));
-            }
+            Value::Custom(c) => return Err(ReduceError::NoReducer(c.global.clone()).into()),
+            Value::Opaque(_) => return Err(ReduceError::Opaque(value.type_name()).into()),
         })
     }
 
@@ -254,7 +327,7 @@ impl Reducer<'_> {
         &mut self,
         pairs: &[(Value, Value)],
         depth: usize,
-    ) -> Result<Vec<(NodeId, NodeId)>, Error> {
+    ) -> Result<Vec<(NodeId, NodeId)>, L::Error> {
         pairs
             .iter()
             .map(|(k, v)| Ok((self.value(k, depth + 1)?, self.value(v, depth + 1)?)))
@@ -262,11 +335,13 @@ impl Reducer<'_> {
     }
 }
 
-impl LeafReducer for SharingLeaves<'_> {
+impl<R: StorageReducer> LeafReducer for SharingLeaves<'_, R> {
+    type Error = R::Error;
+
     /// `rebuild_tensor(cls, rebuild_typed_storage(storage, dtype),
     /// (storage_offset, torch.Size(sizes), strides, requires_grad))`, as
     /// torch's `reduce_tensor` writes it.
-    fn tensor(&mut self, t: &Tensor, out: &mut PickleBuilder) -> Result<NodeId, Error> {
+    fn tensor(&mut self, t: &Tensor, out: &mut PickleBuilder) -> Result<NodeId, R::Error> {
         let rebuild = out.global(REDUCTIONS, "rebuild_tensor");
         let class = if t.is_parameter() {
             out.global("torch.nn.parameter", "Parameter")
@@ -286,7 +361,7 @@ impl LeafReducer for SharingLeaves<'_> {
         Ok(out.call(rebuild, vec![class, typed, metadata]))
     }
 
-    fn storage(&mut self, storage: &Storage, out: &mut PickleBuilder) -> Result<NodeId, Error> {
+    fn storage(&mut self, storage: &Storage, out: &mut PickleBuilder) -> Result<NodeId, R::Error> {
         if let Some(&node) = self.seen_storages.get(&storage.identity()) {
             return Ok(node);
         }
@@ -301,7 +376,7 @@ impl LeafReducer for SharingLeaves<'_> {
         storage: &Storage,
         dtype: DType,
         out: &mut PickleBuilder,
-    ) -> Result<NodeId, Error> {
+    ) -> Result<NodeId, R::Error> {
         let untyped = self.storage(storage, out)?;
         let rebuild = out.global(REDUCTIONS, "rebuild_typed_storage");
         let dtype = out.global("torch", dtype.name());

@@ -14,8 +14,9 @@ use rustc_hash::FxHashMap;
 use tensorshare_compat::pickle::{Node, NodeId, Pickle, SharedBytes};
 use tensorshare_compat::torch_save::{self, SavedStorage, TorchSaveFormat};
 
-use crate::reduce::{LeafReducer, PickleBuilder, reduce_with};
-use crate::{DType, Error, Storage, Tensor, Value};
+use crate::DType;
+use crate::model::{Storage, Tensor, Value};
+use crate::reduce::{LeafReducer, PickleBuilder, ReduceError, reduce_with};
 
 /// Writes `value` as a `torch.save` file of `format`.
 ///
@@ -25,10 +26,11 @@ use crate::{DType, Error, Storage, Tensor, Value};
 ///
 /// # Errors
 ///
-/// [`Error::Unsupported`] for a storage whose bytes are not at hand, for a
-/// storage viewed as two different dtypes (torch refuses to save that too)
-/// and for values with no torch.save form; [`Error::TorchSaveWrite`] when
-/// the file cannot be written.
+/// [`ReduceError::BytesElsewhere`] for a storage whose bytes are not at
+/// hand, [`ReduceError::MixedDtypes`] for a storage viewed as two different
+/// dtypes (torch refuses to save that too), another [`ReduceError`] for
+/// values with no torch.save form; [`ReduceError::TorchSaveWrite`] when the
+/// file cannot be written.
 ///
 /// # Examples
 ///
@@ -42,7 +44,7 @@ use crate::{DType, Error, Storage, Tensor, Value};
 /// let file = save_torch(&Value::Tensor(tensor), TorchSaveFormat::Zip).unwrap();
 /// assert!(file.starts_with(b"PK\x03\x04"));
 /// ```
-pub fn save_torch(value: &Value, format: TorchSaveFormat) -> Result<Vec<u8>, Error> {
+pub fn save_torch(value: &Value, format: TorchSaveFormat) -> Result<Vec<u8>, ReduceError> {
     let mut leaves = SaveLeaves::new(StorageForm::PersistentId(format));
     let mut out = PickleBuilder::default();
     let root = reduce_with(value, &mut leaves, &mut out)?;
@@ -57,7 +59,10 @@ pub fn save_torch(value: &Value, format: TorchSaveFormat) -> Result<Vec<u8>, Err
 
 /// `torch.storage._load_from_bytes(b)`, `b` a legacy torch.save stream
 /// holding just the storage.
-fn load_from_bytes(storage: &SavedStorage<'_>, out: &mut PickleBuilder) -> Result<NodeId, Error> {
+fn load_from_bytes(
+    storage: &SavedStorage<'_>,
+    out: &mut PickleBuilder,
+) -> Result<NodeId, ReduceError> {
     let mut object = Pickle::new();
     let pid = torch_save::push_storage_pid(&mut object, TorchSaveFormat::Legacy, storage)?;
     object.set_root(pid);
@@ -67,13 +72,11 @@ fn load_from_bytes(storage: &SavedStorage<'_>, out: &mut PickleBuilder) -> Resul
     Ok(out.call(load, vec![payload]))
 }
 
-fn unreachable_data(storage: &Storage) -> Error {
-    Error::Unsupported(format!(
-        "the bytes of a {} storage of {} bytes are not at hand: attach it through a \
-         SharingContext before saving it",
-        storage.kind().name(),
-        storage.nbytes()
-    ))
+fn unreachable_data(storage: &Storage) -> ReduceError {
+    ReduceError::BytesElsewhere {
+        kind: storage.kind().name(),
+        nbytes: storage.nbytes(),
+    }
 }
 
 /// One storage written into the file.
@@ -124,18 +127,16 @@ impl SaveLeaves {
         storage: &Storage,
         dtype: Option<DType>,
         out: &mut PickleBuilder,
-    ) -> Result<NodeId, Error> {
+    ) -> Result<NodeId, ReduceError> {
         let class_dtype = dtype.filter(|d| d.legacy_storage_class().is_some());
         if let Some(&index) = self.by_identity.get(&storage.identity()) {
             let entry = &self.storages[index];
             if entry.class_dtype != class_dtype {
                 let name = |d: Option<DType>| d.map_or("untyped", DType::name);
-                return Err(Error::Unsupported(format!(
-                    "one storage is viewed both as {} and as {}; torch.save cannot write that: \
-                     save a copy of one of the views",
-                    name(entry.class_dtype),
-                    name(class_dtype)
-                )));
+                return Err(ReduceError::MixedDtypes {
+                    first: name(entry.class_dtype),
+                    second: name(class_dtype),
+                });
             }
             return Ok(entry.pid);
         }
@@ -176,7 +177,7 @@ impl SaveLeaves {
         t: &Tensor,
         requires_grad: bool,
         out: &mut PickleBuilder,
-    ) -> Result<NodeId, Error> {
+    ) -> Result<NodeId, ReduceError> {
         let dtype = t.dtype();
         let pid = self.pid(t.storage(), Some(dtype), out)?;
         let legacy = dtype.legacy_storage_class().is_some();
@@ -204,7 +205,9 @@ impl SaveLeaves {
 }
 
 impl LeafReducer for SaveLeaves {
-    fn tensor(&mut self, t: &Tensor, out: &mut PickleBuilder) -> Result<NodeId, Error> {
+    type Error = ReduceError;
+
+    fn tensor(&mut self, t: &Tensor, out: &mut PickleBuilder) -> Result<NodeId, ReduceError> {
         if !t.is_parameter() {
             return self.plain_tensor(t, t.requires_grad(), out);
         }
@@ -217,7 +220,7 @@ impl LeafReducer for SaveLeaves {
         Ok(out.call(rebuild, vec![data, requires_grad, hooks]))
     }
 
-    fn storage(&mut self, s: &Storage, out: &mut PickleBuilder) -> Result<NodeId, Error> {
+    fn storage(&mut self, s: &Storage, out: &mut PickleBuilder) -> Result<NodeId, ReduceError> {
         self.pid(s, None, out)
     }
 
@@ -226,7 +229,7 @@ impl LeafReducer for SaveLeaves {
         s: &Storage,
         dtype: DType,
         out: &mut PickleBuilder,
-    ) -> Result<NodeId, Error> {
+    ) -> Result<NodeId, ReduceError> {
         self.pid(s, Some(dtype), out)
     }
 }

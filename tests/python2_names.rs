@@ -86,7 +86,7 @@ fn python2_names_are_read_only_below_protocol_3_as_in_cpython() {
             .step_by(2)
             .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
             .collect();
-        let result = registry.loads(&bytes);
+        let result = registry.loads(&bytes).map_err(Error::from);
         match (&case["value"], result) {
             (Json::Null, Err(Error::Rebuild(RebuildError::NotAllowed(globals)))) => {
                 // CPython: "No module named '__builtin__'".

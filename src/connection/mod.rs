@@ -93,5 +93,6 @@ pub use error::ConnectionError;
 pub(crate) use error::{is_fd_exhaustion, is_timeout};
 pub use listener::{IncomingConnection, Listener};
 pub use options::{ConnectionOptions, DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_MAX_MESSAGE_BYTES};
+pub(crate) use sent_registrations::RegisteredFds;
 pub use stream::{Connection, KEPT_RECEIVE_BUFFER_MAX};
 pub use tensorshare_compat::connection::Dialect;

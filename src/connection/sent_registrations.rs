@@ -18,7 +18,15 @@ use std::sync::{Arc, Weak};
 use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
 use tensorshare_strategies::process::has_exited;
 
-use crate::resource_sharer::ResourceSharer;
+/// What holds the fds registered for the messages sent on a connection:
+/// the resource sharer, in the sharing layer above.
+pub(crate) trait RegisteredFds: Send + Sync {
+    /// Keeps in `keys` only those still registered.
+    fn retain_registered(&self, keys: &mut Vec<i64>);
+    /// Withdraws the fds of `keys` still registered, closing them; returns
+    /// how many it closed.
+    fn withdraw_all(&self, keys: &[i64]) -> usize;
+}
 
 /// How many keys a connection notes before it first drops those already
 /// fetched or released.
@@ -36,7 +44,7 @@ pub(super) struct SentRegistrations {
 
 #[derive(Debug)]
 struct SharerKeys {
-    sharer: Weak<ResourceSharer>,
+    sharer: Weak<dyn RegisteredFds>,
     keys: Vec<i64>,
     /// The length at which fetched and released keys are next dropped.
     prune_at: usize,
@@ -45,7 +53,12 @@ struct SharerKeys {
 impl SentRegistrations {
     /// Notes `keys`, registered with `sharer` for a message just sent on
     /// `stream`.
-    pub(super) fn note(&mut self, stream: &UnixStream, sharer: &Arc<ResourceSharer>, keys: &[i64]) {
+    pub(super) fn note(
+        &mut self,
+        stream: &UnixStream,
+        sharer: &Arc<dyn RegisteredFds>,
+        keys: &[i64],
+    ) {
         if keys.is_empty() {
             return;
         }

@@ -15,9 +15,8 @@ use tensorshare_compat::pickle::SharedBytes;
 
 use super::attached::{AttachingWriter, CollectingReader};
 use super::deadline::DeadlineStream;
-use super::sent_registrations::SentRegistrations;
+use super::sent_registrations::{RegisteredFds, SentRegistrations};
 use super::{Address, Authkey, ConnectionError, ConnectionOptions};
-use crate::{Error, SharingContext, Value};
 
 /// One end of a `multiprocessing.connection` connection: length-framed
 /// byte messages over a Unix stream socket.
@@ -40,6 +39,17 @@ pub struct Connection {
     /// The fds registered for messages sent here, closed if the peer dies
     /// without fetching them.
     sent: SentRegistrations,
+}
+
+/// A message read into a connection's kept buffer, and the fds that came
+/// with it.
+pub(crate) struct ReceivedMessage {
+    /// The message, a slice of `buffer`.
+    pub(crate) bytes: SharedBytes,
+    /// The buffer, to hand back with [`Connection::reuse_buffer`].
+    pub(crate) buffer: Arc<Vec<u8>>,
+    /// The fds attached to the message.
+    pub(crate) fds: Vec<OwnedFd>,
 }
 
 /// The largest receive buffer a [`Connection`] keeps between messages.
@@ -115,7 +125,7 @@ impl Connection {
 
     /// Sends one message whose payload is `payload`'s slices back to back,
     /// written from where they are.
-    fn send_slices_with_fds(
+    pub(crate) fn send_slices_with_fds(
         &mut self,
         payload: &[IoSlice<'_>],
         fds: &[BorrowedFd<'_>],
@@ -128,7 +138,11 @@ impl Connection {
             stream: &self.stream,
             fds,
         };
-        write_message_vectored(&mut writer, payload).map_err(send_error)
+        let sent = write_message_vectored(&mut writer, payload).map_err(send_error);
+        if sent.is_err() {
+            self.sent.withdraw_if_peer_exited();
+        }
+        sent
     }
 
     /// Receives one message into `buf` (as
@@ -151,71 +165,41 @@ impl Connection {
         Ok(reader.into_fds())
     }
 
-    /// Sends `value` as Python's `conn.send(value)` would from a torch
-    /// process: pickled by `sharing`, storages shared with its strategy.
-    ///
-    /// The fds of shared storages also ride on the message itself (see
-    /// [`SharingContext::with_inline_fds`]); Python peers ignore them.
-    ///
-    /// The fds registered for the message wait for the peer to fetch them
-    /// for their [unfetched lifetime](SharingContext::with_unfetched_lifetime),
-    /// or until the connection ends with its peer process exited: a process
-    /// that died reading the connection fetches nothing more, and they are
-    /// closed then.
-    ///
-    /// # Errors
-    ///
-    /// When a storage cannot be shared, or [`Error::Connection`] when the
-    /// send fails.
-    pub fn send(&mut self, value: &Value, sharing: &SharingContext) -> Result<(), Error> {
-        let outgoing = sharing.dumps_outgoing(value)?;
-        let keys = outgoing.registered_keys();
-        if !keys.is_empty() {
-            // Registered keys mean the sharer has started.
-            if let Ok(sharer) = sharing.resource_sharer() {
-                self.sent.note(&self.stream, sharer, keys);
-            }
-        }
-        let payload = outgoing.pickle().io_slices();
-        let sent = self.send_slices_with_fds(&payload, &outgoing.attached_fds());
-        if sent.is_err() {
-            self.sent.withdraw_if_peer_exited();
-        }
-        Ok(sent?)
+    /// Notes `keys`, registered with `holder` for the message about to be
+    /// sent here: they are withdrawn if the peer dies without fetching them.
+    pub(crate) fn note_sent(&mut self, holder: &Arc<dyn RegisteredFds>, keys: &[i64]) {
+        self.sent.note(&self.stream, holder, keys);
     }
 
-    /// Receives one message as Python's `conn.recv()` would in a torch
-    /// process: rebuilt by `sharing`, shared storages attached.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Connection`] when receiving fails (see
-    /// [`recv_bytes`](Self::recv_bytes)); any error of
-    /// [`SharingContext::loads`].
-    pub fn recv(&mut self, sharing: &SharingContext) -> Result<Value, Error> {
+    /// Receives one message into the buffer this connection keeps, with
+    /// the fds attached to it, for a reader that decodes it in place; hand
+    /// the buffer back with [`reuse_buffer`](Self::reuse_buffer) once
+    /// nothing refers to it.
+    pub(crate) fn recv_message(&mut self) -> Result<ReceivedMessage, ConnectionError> {
         let mut buffer = std::mem::take(&mut self.receive_buffer);
         let mut reader = CollectingReader::new(&self.stream);
         let received =
             read_message_reusing(&mut reader, &mut buffer, self.options.max_message_bytes);
-        let len = match received {
-            Ok(len) => len,
+        match received {
+            Ok(len) => {
+                let fds = reader.into_fds();
+                let buffer = Arc::new(buffer);
+                let bytes = SharedBytes::from_shared_vec(Arc::clone(&buffer), len);
+                Ok(ReceivedMessage { bytes, buffer, fds })
+            }
             Err(error) => {
                 self.keep_receive_buffer(buffer);
                 self.sent.withdraw_if_peer_exited();
-                return Err(ConnectionError::from_receive(error).into());
+                Err(ConnectionError::from_receive(error))
             }
-        };
-        let fds = reader.into_fds();
-        // Large `bytes` in the message are decoded as slices of this buffer;
-        // it comes back for the next message once they are all gone.
-        let buffer = Arc::new(buffer);
-        let message = SharedBytes::from_shared_vec(Arc::clone(&buffer), len);
-        let value = sharing.loads_with_fds(&message, fds);
-        drop(message);
+        }
+    }
+
+    /// Keeps `buffer` for the next message if nothing else holds it.
+    pub(crate) fn reuse_buffer(&mut self, buffer: Arc<Vec<u8>>) {
         if let Ok(buffer) = Arc::try_unwrap(buffer) {
             self.keep_receive_buffer(buffer);
         }
-        value
     }
 
     fn keep_receive_buffer(&mut self, buffer: Vec<u8>) {

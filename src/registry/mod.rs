@@ -30,54 +30,46 @@
 //! # Ok::<(), tensorshare::Error>(())
 //! ```
 
+pub(crate) mod attach;
 pub(crate) mod audit;
 mod builtins;
+mod error;
+pub(crate) mod memmap;
 pub(crate) mod rebuild;
+pub(crate) mod saved;
 mod torch;
 
 pub(crate) use torch::REDUCTIONS;
 
 use rustc_hash::FxHashMap;
 use std::borrow::Cow;
-use std::fmt;
 use std::sync::Arc;
 
 use tensorshare_compat::pickle::{self, Global, GlobalFilter, Limits};
 
-use crate::{Error, Value};
+use crate::model::Value;
 
-pub use rebuild::{Call, CallKind, RebuildError, Rebuilder};
+pub use crate::model::{CallKind, Callable};
+pub use attach::AttachError;
+pub use error::{LoadError, RebuildError};
+pub use rebuild::{Call, Rebuilder};
 
-/// Something a pickle can call: a registered rebuilder, or a value that a
-/// rebuilder returned as callable (such as a bound method).
-#[derive(Clone)]
-pub struct Callable {
-    name: Global,
-    function: Arc<dyn Rebuilder>,
-}
+/// A rebuilder as the model holds it inside a [`Callable`].
+struct RegisteredFunction(Box<dyn Rebuilder>);
 
 impl Callable {
     /// A callable named `name` that runs `function`.
     pub fn new(name: Global, function: impl Rebuilder + 'static) -> Self {
-        Self {
-            name,
-            function: Arc::new(function),
-        }
+        Callable::erased(name, Arc::new(RegisteredFunction(Box::new(function))))
     }
 
-    /// The global this callable answers to.
-    pub fn name(&self) -> &Global {
-        &self.name
-    }
-
+    /// Runs the function with `call`; every callable is made by
+    /// [`Callable::new`], so the function is always a rebuilder.
     pub(crate) fn call(&self, call: Call<'_>) -> Result<Value, RebuildError> {
-        self.function.rebuild(call)
-    }
-}
-
-impl fmt::Debug for Callable {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Callable({})", self.name)
+        match self.function().downcast_ref::<RegisteredFunction>() {
+            Some(RegisteredFunction(function)) => function.rebuild(call),
+            None => Err(RebuildError::NotCallable("callable of another kind")),
+        }
     }
 }
 
@@ -165,7 +157,7 @@ impl Default for Registry {
         let mut registry = Self::empty();
         builtins::register(&mut registry);
         torch::register(&mut registry);
-        crate::sharing::register_memmap(&mut registry);
+        memmap::register(&mut registry);
         registry
     }
 }
@@ -275,11 +267,11 @@ impl Registry {
     ///
     /// # Errors
     ///
-    /// [`Error::Decode`] for a malformed pickle; [`Error::Rebuild`] naming
+    /// [`LoadError::Decode`] for a malformed pickle; [`LoadError::Rebuild`] naming
     /// every global outside the allowlist (unless the options make them
     /// [`UnknownGlobals::Opaque`]), or when a rebuilder refuses its
     /// arguments.
-    pub fn loads(&self, bytes: &[u8]) -> Result<Value, Error> {
+    pub fn loads(&self, bytes: &[u8]) -> Result<Value, LoadError> {
         let audit = audit::GlobalAudit::new(self);
         let decoded = pickle::decode_all(bytes, &audit, &self.options.limits)?;
         audit.finish()?;

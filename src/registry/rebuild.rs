@@ -8,9 +8,9 @@ use rustc_hash::FxHashMap;
 
 use tensorshare_compat::pickle::{Construction, Global, Node, NodeId, Object, Pickle};
 
-use super::{Callable, Registry};
-use crate::sharing::Receipt;
-use crate::{Opaque, OpaqueCall, Storage, Value};
+use super::attach::{AttachError, StorageAttacher};
+use super::{RebuildError, Registry};
+use crate::model::{CallKind, Callable, Opaque, OpaqueCall, Storage, Value};
 
 /// What identifies a shared storage across references in one message, as
 /// torch's receiving side dedupes them.
@@ -20,17 +20,6 @@ pub(crate) enum StorageKey {
     Segment(Vec<u8>),
     /// A `memmap` file, by path.
     File(String),
-}
-
-/// How a pickle asked for a call.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CallKind {
-    /// `REDUCE`: `f(*args)`.
-    Reduce,
-    /// `NEWOBJ`: `cls.__new__(cls, *args)`.
-    NewObj,
-    /// `NEWOBJ_EX`: `cls.__new__(cls, *args, **kwargs)`.
-    NewObjEx,
 }
 
 /// One call a pickle asks for, with its arguments already rebuilt.
@@ -60,7 +49,7 @@ pub struct Call<'a> {
     pub(crate) storages: &'a RefCell<HashMap<StorageKey, Storage>>,
     /// Set when received storages are to be attached (fds fetched and
     /// mapped); `None` when only describing a pickle (`inspect`).
-    pub(crate) sharing: Option<&'a Receipt<'a>>,
+    pub(crate) attacher: Option<&'a dyn StorageAttacher>,
 }
 
 impl Call<'_> {
@@ -96,10 +85,10 @@ impl Call<'_> {
     }
 
     /// An error saying a storage this call names could not be attached.
-    pub(crate) fn attach_failed(&self, source: crate::Error) -> RebuildError {
+    pub(crate) fn attach_failed(&self, cause: AttachError) -> RebuildError {
         RebuildError::Attach {
             callee: self.callee.clone(),
-            cause: Box::new(source),
+            cause,
         }
     }
 
@@ -141,93 +130,6 @@ where
     }
 }
 
-/// Why a decoded pickle could not be rebuilt.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum RebuildError {
-    /// The pickle names globals the registry does not know: all of them,
-    /// in order of first appearance.
-    #[error("{}", not_allowed_message(.0))]
-    NotAllowed(Vec<Global>),
-    /// The pickle calls something that is not callable.
-    #[error("a pickle calls a {0}, which is not callable")]
-    NotCallable(&'static str),
-    /// A rebuilder got arguments of the wrong shape.
-    #[error("{callee}: expected {expected}, got {got}")]
-    WrongArguments {
-        /// The global called.
-        callee: Global,
-        /// What it takes.
-        expected: String,
-        /// What it got.
-        got: String,
-    },
-    /// A rebuilder refused its arguments.
-    #[error("{callee}: {message}")]
-    Invalid {
-        /// The global called.
-        callee: Global,
-        /// Why.
-        message: String,
-    },
-    /// A tensor view that does not fit its storage.
-    #[error("{callee}: {cause}")]
-    View {
-        /// The global called.
-        callee: Global,
-        /// The view problem.
-        cause: crate::ViewError,
-    },
-    /// An embedded `torch.save` archive could not be read.
-    #[error("{callee}: embedded torch.save archive: {cause}")]
-    Archive {
-        /// The global called.
-        callee: Global,
-        /// The archive problem.
-        cause: Box<crate::Error>,
-    },
-    /// A shared storage could not be attached (fd fetch or mapping failed).
-    #[error("{callee}: {cause}")]
-    Attach {
-        /// The global called.
-        callee: Global,
-        /// What failed.
-        cause: Box<crate::Error>,
-    },
-    /// A persistent id appeared outside a `torch.save` archive.
-    #[error("persistent id outside a torch.save archive; plain pickles carry no persistent ids")]
-    UnexpectedPersistentId,
-    /// An object contains itself; Python allows it, tensor payloads never need it.
-    #[error("the pickle contains a reference cycle, which tensorshare does not rebuild")]
-    Cycle,
-    /// Containers nested deeper than the limit.
-    #[error("nesting deeper than {0} levels")]
-    TooDeep(usize),
-    /// A feature this machine cannot provide (CUDA without a GPU, ...).
-    #[error("{callee}: {message}")]
-    Unsupported {
-        /// The global called.
-        callee: Global,
-        /// What is missing and what to do.
-        message: String,
-    },
-}
-
-fn not_allowed_message(globals: &[Global]) -> String {
-    let names: Vec<String> = globals.iter().map(|g| format!("'{g}'")).collect();
-    let (noun, them) = match globals.len() {
-        1 => ("global", "it"),
-        _ => ("globals", "them"),
-    };
-    format!(
-        "the pickle names {} {noun} outside the allowlist: {}; nothing was executed. \
-         Register a rebuilder for {them} if you trust the source, or look at what the \
-         pickle would call with `tensorshare inspect --opaque`",
-        globals.len(),
-        names.join(", ")
-    )
-}
-
 /// Resolves persistent ids (`torch.save` storages) while rebuilding an archive.
 pub(crate) trait PersistentLoad {
     fn load(&self, pid: &Value) -> Result<Value, RebuildError>;
@@ -247,7 +149,7 @@ pub(crate) struct Walker<'a> {
     cache: FxHashMap<NodeId, Value>,
     max_depth: usize,
     storages: RefCell<HashMap<StorageKey, Storage>>,
-    sharing: Option<&'a Receipt<'a>>,
+    attacher: Option<&'a dyn StorageAttacher>,
     /// The arguments of the calls being rebuilt, innermost last.
     arguments: Vec<Value>,
 }
@@ -267,14 +169,14 @@ impl<'a> Walker<'a> {
             cache: FxHashMap::default(),
             max_depth: registry.options().limits.max_depth,
             storages: RefCell::new(HashMap::new()),
-            sharing: None,
+            attacher: None,
             arguments: Vec::new(),
         }
     }
 
-    /// Attaches received storages through `receipt` while rebuilding.
-    pub(crate) fn attaching(mut self, receipt: &'a Receipt<'a>) -> Self {
-        self.sharing = Some(receipt);
+    /// Attaches received storages through `attacher` while rebuilding.
+    pub(crate) fn attaching(mut self, attacher: &'a dyn StorageAttacher) -> Self {
+        self.attacher = Some(attacher);
         self
     }
 
@@ -549,7 +451,7 @@ impl<'a> Walker<'a> {
             registry: self.registry,
             archive_depth: self.archive_depth,
             storages: &self.storages,
-            sharing: self.sharing,
+            attacher: self.attacher,
         })
     }
 }

@@ -8,8 +8,8 @@ use tensorshare_compat::pickle::Global;
 
 use super::rebuild::StorageKey;
 use super::{Call, CallKind, RebuildError, Registry};
-use crate::storage::{CudaRef, DupFdRef, Residence, SegmentRef};
-use crate::value::Custom;
+use crate::model::Custom;
+use crate::model::{CudaRef, DupFdRef, Residence, SegmentRef};
 use crate::{DType, Storage, Tensor, TensorView, Value};
 
 /// The module of torch's sharing reducers and rebuilders.
@@ -61,7 +61,7 @@ pub(super) fn register(registry: &mut Registry) {
     registry.register_rebuilder(
         "torch.storage",
         "_load_from_bytes",
-        crate::archive::load_from_bytes,
+        super::saved::load_from_bytes,
     );
 }
 
@@ -160,8 +160,8 @@ fn rebuild_storage_fd(call: Call<'_>) -> Result<Value, RebuildError> {
     let size = int(&call, size, "size")?;
     // The class and size are checked before anything is fetched, and a
     // legacy class counts elements whether or not the fd is attached.
-    storage_of_class(&call, cls, size, |nbytes| match call.sharing {
-        Some(sharing) => sharing
+    storage_of_class(&call, cls, size, |nbytes| match call.attacher {
+        Some(attacher) => attacher
             .attach_fd(dup_fd, nbytes)
             .map_err(|source| call.attach_failed(source)),
         None => Ok(Storage::remote(
@@ -189,11 +189,11 @@ fn rebuild_storage_filename(call: Call<'_>) -> Result<Value, RebuildError> {
         name: name.to_vec(),
     };
     let size = int(&call, size, "size")?;
-    let make = |nbytes| match call.sharing {
+    let make = |nbytes| match call.attacher {
         // Every call takes back the count its sender added for it, so each
         // goes to the receipt; the context's cache by name makes repeats
         // one storage.
-        Some(sharing) => sharing
+        Some(attacher) => attacher
             .attach_segment(&segment, nbytes)
             .map_err(|source| call.attach_failed(source)),
         // Every reference to one segment name in a message is one storage, as

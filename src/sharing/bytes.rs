@@ -18,17 +18,17 @@
 
 use tensorshare_compat::pickle::Pickle;
 
-use crate::reduce::{PickleBuilder, reduce_with};
+use crate::model::Value;
+use crate::reduce::{PickleBuilder, ReduceError, reduce_with};
 use crate::save::{SaveLeaves, StorageForm};
-use crate::{Error, Value};
 
 /// Writes `value` with every storage's bytes inline.
 ///
 /// # Errors
 ///
-/// [`Error::Unsupported`] for a storage whose bytes are not in this process
-/// and for values with no pickled form.
-pub(crate) fn reduce_inline(value: &Value) -> Result<Pickle, Error> {
+/// [`ReduceError::BytesElsewhere`] for a storage whose bytes are not in
+/// this process, another [`ReduceError`] for values with no pickled form.
+pub(crate) fn reduce_inline(value: &Value) -> Result<Pickle, ReduceError> {
     let mut leaves = SaveLeaves::new(StorageForm::LoadFromBytes);
     let mut out = PickleBuilder::default();
     let root = reduce_with(value, &mut leaves, &mut out)?;

@@ -6,7 +6,7 @@ use std::hash::Hash;
 use std::sync::Mutex;
 
 use crate::Storage;
-use crate::storage::WeakStorage;
+use crate::model::WeakStorage;
 
 /// The smallest limit, as in torch (`SharedCache.__init__`: 128).
 const MIN_LIMIT: usize = 128;

@@ -7,13 +7,15 @@ use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
 use tensorshare_compat::pickle::{Node, NodeId};
-use tensorshare_strategies::SharingStrategy;
 use tensorshare_strategies::file_descriptor::{FdSegment, FileDescriptorStrategy, ReceivedFd};
+use tensorshare_strategies::{SharingStrategy, StrategyKind};
 
 use super::SharingContext;
+use super::SharingError;
+use crate::model::{DupFdRef, Storage};
+use crate::reduce::ReduceError;
 use crate::reduce::{PickleBuilder, StorageReducer};
 use crate::registry::REDUCTIONS;
-use crate::{DupFdRef, Error, Storage, StrategyKind};
 
 /// Writes storages as `rebuild_storage_fd(UntypedStorage, DupFd, nbytes)`,
 /// and keeps each shared storage with its registration key.
@@ -37,7 +39,13 @@ impl<'a> FdReducer<'a> {
 }
 
 impl StorageReducer for FdReducer<'_> {
-    fn reduce_storage(&self, storage: &Storage, out: &mut PickleBuilder) -> Result<NodeId, Error> {
+    type Error = SharingError;
+
+    fn reduce_storage(
+        &self,
+        storage: &Storage,
+        out: &mut PickleBuilder,
+    ) -> Result<NodeId, SharingError> {
         if storage.nbytes() == 0 {
             return Ok(super::reduce_empty(out));
         }
@@ -46,7 +54,7 @@ impl StorageReducer for FdReducer<'_> {
             .shared_copy(storage, StrategyKind::FileDescriptor)?;
         let segment = shared
             .local_segment::<FdSegment>()
-            .ok_or_else(|| Error::Unsupported("storage did not move into a memfd".into()))?;
+            .ok_or(ReduceError::NotMoved("memfd"))?;
         let identity = segment.identity();
         self.context.by_inode.insert(identity, &shared);
         let fd = FileDescriptorStrategy.export(segment)?;
@@ -91,7 +99,7 @@ impl SharingContext {
         fd: OwnedFd,
         nbytes: usize,
         attached: Option<&DupFdRef>,
-    ) -> Result<Storage, Error> {
+    ) -> Result<Storage, SharingError> {
         let received = ReceivedFd::new(fd)?;
         let identity = received.identity();
         let mut mapped_here = false;
@@ -109,7 +117,7 @@ impl SharingContext {
                     None => FileDescriptorStrategy.import_received(received, nbytes)?,
                 };
                 segment.keep_fd_within(&self.received_fds);
-                Ok::<_, Error>(match attached {
+                Ok::<_, SharingError>(match attached {
                     Some(dup_fd) => Storage::from_segment(Arc::new(self.notices.noticed(
                         segment,
                         &dup_fd.address,

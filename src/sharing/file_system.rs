@@ -9,12 +9,14 @@ use tensorshare_strategies::file_system::{
     FileSystemSegment, FileSystemStrategy, SegmentHandle, SegmentName,
 };
 use tensorshare_strategies::shm_manager::ManagerHandle;
-use tensorshare_strategies::{ImportError, SharingStrategy};
+use tensorshare_strategies::{ImportError, SharingStrategy, StrategyKind};
 
 use super::SharingContext;
+use super::SharingError;
+use crate::model::{SegmentRef, Storage};
+use crate::reduce::ReduceError;
 use crate::reduce::{PickleBuilder, StorageReducer};
 use crate::registry::REDUCTIONS;
-use crate::{Error, SegmentRef, Storage, StrategyKind};
 
 /// Writes storages as `rebuild_storage_filename(UntypedStorage,
 /// manager_handle, name, nbytes)`, adding one count per message as torch's
@@ -30,7 +32,13 @@ impl<'a> FsReducer<'a> {
 }
 
 impl StorageReducer for FsReducer<'_> {
-    fn reduce_storage(&self, storage: &Storage, out: &mut PickleBuilder) -> Result<NodeId, Error> {
+    type Error = SharingError;
+
+    fn reduce_storage(
+        &self,
+        storage: &Storage,
+        out: &mut PickleBuilder,
+    ) -> Result<NodeId, SharingError> {
         if storage.nbytes() == 0 {
             // torch maps a 64-byte segment for an empty storage; it needs
             // none, and every torch rebuilds this form.
@@ -41,7 +49,7 @@ impl StorageReducer for FsReducer<'_> {
             .shared_copy(storage, StrategyKind::FileSystem)?;
         let segment = shared
             .local_segment::<FileSystemSegment>()
-            .ok_or_else(|| Error::Unsupported("storage did not move into a segment".into()))?;
+            .ok_or(ReduceError::NotMoved("segment"))?;
         self.context.by_name.insert(segment.name().clone(), &shared);
         let (manager, name) = FileSystemStrategy::default().export(segment)?.into_parts();
 
@@ -62,7 +70,7 @@ impl SharingContext {
         &self,
         segment: &SegmentRef,
         nbytes: usize,
-    ) -> Result<Storage, Error> {
+    ) -> Result<Storage, SharingError> {
         let invalid = |reason: String| ImportError::InvalidHandle { reason };
         let name = SegmentName::parse(&segment.name).map_err(|e| invalid(e.to_string()))?;
         let manager = ManagerHandle::from_bytes(&segment.manager_handle)

@@ -11,8 +11,8 @@
 //! returns an `UntypedStorage` over it. The storage is then wrapped by
 //! `rebuild_typed_storage` and `rebuild_tensor` as under every strategy.
 //!
-//! Receiving accepts `builtins.getattr` only as that exact call (see
-//! [`register`]) and a file only inside this process's memmap directory
+//! Receiving accepts `builtins.getattr` only as that exact call (the
+//! registry's rebuilders) and a file only inside this process's memmap directory
 //! ([`MemmapStrategy`] checks the path, refuses symbolic links, files of
 //! other users and files smaller than the message says).
 //!
@@ -32,100 +32,20 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use tensorshare_compat::pickle::{Global, Node, NodeId};
+use tensorshare_compat::pickle::{Node, NodeId};
 use tensorshare_strategies::file_descriptor::FileIdentity;
 use tensorshare_strategies::memmap::{MemmapSegment, MemmapStrategy};
-use tensorshare_strategies::{SharingStrategy, WritableSegment};
+use tensorshare_strategies::{SharingStrategy, StrategyKind, WritableSegment};
 
 use super::SharingContext;
+use super::SharingError;
+use crate::model::Storage;
+use crate::reduce::ReduceError;
 use crate::reduce::{PickleBuilder, StorageReducer};
-use crate::registry::{Call, CallKind, Callable, RebuildError, Registry};
-use crate::storage::MemmapRef;
-use crate::{Error, Residence, Storage, StrategyKind, Value};
-
-/// The module and name of the function a memmap message calls, as `pickle`
-/// writes `torch.UntypedStorage.from_file` (protocol 3 and up).
-const GETATTR: (&str, &str) = ("builtins", "getattr");
-/// The class whose `from_file` the message looks up, as `pickle` names it.
-const STORAGE_BASE: (&str, &str) = ("torch._C", "StorageBase");
-/// The attribute looked up.
-const FROM_FILE: &str = "from_file";
+use crate::registry::memmap::{FROM_FILE, GETATTR, STORAGE_BASE};
 
 /// What a received file is cached under: its path and which file it was.
 pub(super) type FileKey = (PathBuf, FileIdentity);
-
-/// Allows `builtins.getattr` (which the decoder also reads from protocol 2's
-/// `__builtin__.getattr`) for
-/// exactly one call: `getattr(cls, 'from_file')` with `cls` one of
-/// `torch._C.StorageBase`, `torch.storage.UntypedStorage` or
-/// `torch.UntypedStorage`; the result may only be called as
-/// `(path: str, True, nbytes: int)`. Anything else is a rebuild error naming
-/// `builtins.getattr` or `torch._C.StorageBase.from_file`.
-pub(crate) fn register(registry: &mut Registry) {
-    registry.register_constant(
-        STORAGE_BASE.0,
-        STORAGE_BASE.1,
-        Value::Global(Global::new(STORAGE_BASE.0, STORAGE_BASE.1)),
-    );
-    registry.register_rebuilder(GETATTR.0, GETATTR.1, getattr_from_file);
-}
-
-/// `getattr(torch._C.StorageBase, 'from_file')`, and nothing else.
-fn getattr_from_file(call: Call<'_>) -> Result<Value, RebuildError> {
-    let only = "only getattr(torch._C.StorageBase, 'from_file') is allowed";
-    if call.kind != CallKind::Reduce || call.state.is_some() || has_items(&call) {
-        return Err(call.invalid(only));
-    }
-    let [Value::Global(class), Value::Str(attribute)] = call.args else {
-        return Err(call.invalid(only));
-    };
-    let storage_class = matches!(
-        (&*class.module, &*class.name),
-        ("torch._C", "StorageBase") | ("torch.storage" | "torch", "UntypedStorage")
-    );
-    if !storage_class || &**attribute != FROM_FILE {
-        return Err(call.invalid(format!("{only}, not getattr({class}, {attribute:?})")));
-    }
-    Ok(Value::Callable(Callable::new(
-        Global::new(STORAGE_BASE.0, "StorageBase.from_file"),
-        from_file,
-    )))
-}
-
-fn has_items(call: &Call<'_>) -> bool {
-    !call.kwargs.is_empty() || !call.list_items.is_empty() || !call.dict_items.is_empty()
-}
-
-/// `StorageBase.from_file(path, True, nbytes)`: a shared file mapping.
-fn from_file(call: Call<'_>) -> Result<Value, RebuildError> {
-    let expected = "(path: str, True, nbytes: int): a shared mapping of a file";
-    if call.kind != CallKind::Reduce || call.state.is_some() || has_items(&call) {
-        return Err(call.wrong_arguments(expected));
-    }
-    let [Value::Str(path), Value::Bool(true), Value::Int(nbytes)] = call.args else {
-        return Err(call.wrong_arguments(expected));
-    };
-    let nbytes =
-        usize::try_from(*nbytes).map_err(|_| call.invalid(format!("negative nbytes {nbytes}")))?;
-    let storage = match call.sharing {
-        Some(sharing) => sharing
-            .attach_file(path, nbytes)
-            .map_err(|source| call.attach_failed(source))?,
-        // Every reference to one path in a message is one storage.
-        None => call.shared_storage(
-            crate::registry::rebuild::StorageKey::File(path.to_string()),
-            || {
-                Storage::remote(
-                    Residence::Memmap(MemmapRef {
-                        path: PathBuf::from(&**path),
-                    }),
-                    nbytes,
-                )
-            },
-        ),
-    };
-    Ok(Value::Storage(storage))
-}
 
 /// Writes storages as `getattr(torch._C.StorageBase, 'from_file')(path,
 /// True, nbytes)`, moving them into files of the context's directory.
@@ -140,7 +60,13 @@ impl<'a> MemmapReducer<'a> {
 }
 
 impl StorageReducer for MemmapReducer<'_> {
-    fn reduce_storage(&self, storage: &Storage, out: &mut PickleBuilder) -> Result<NodeId, Error> {
+    type Error = SharingError;
+
+    fn reduce_storage(
+        &self,
+        storage: &Storage,
+        out: &mut PickleBuilder,
+    ) -> Result<NodeId, SharingError> {
         if storage.nbytes() == 0 {
             // torch's from_file maps nothing for 0 bytes; the empty form
             // needs no file.
@@ -149,14 +75,11 @@ impl StorageReducer for MemmapReducer<'_> {
         let shared = self.context.file_copy(storage)?;
         let segment = shared
             .local_segment::<MemmapSegment>()
-            .ok_or_else(|| Error::Unsupported("storage did not move into a memmap file".into()))?;
+            .ok_or(ReduceError::NotMoved("memmap file"))?;
         let handle = self.context.memmap.export(segment)?;
-        let path = handle.path_str().ok_or_else(|| {
-            Error::Unsupported(format!(
-                "memmap path {:?} is not UTF-8; torch's from_file takes a str",
-                handle.path()
-            ))
-        })?;
+        let path = handle
+            .path_str()
+            .ok_or_else(|| ReduceError::PathNotUtf8(handle.path().to_path_buf()))?;
         self.context
             .by_file
             .insert((handle.path().to_path_buf(), segment.identity()), &shared);
@@ -182,7 +105,7 @@ impl SharingContext {
     /// as it holds the storage's bytes. A storage in memory that other
     /// processes write (a received `file_descriptor` storage) may have
     /// changed since: it then goes in a fresh file.
-    fn file_copy(&self, storage: &Storage) -> Result<Storage, Error> {
+    fn file_copy(&self, storage: &Storage) -> Result<Storage, SharingError> {
         if storage.local_segment::<MemmapSegment>().is_some() {
             return Ok(storage.clone());
         }
@@ -190,7 +113,7 @@ impl SharingContext {
             return Err(super::not_in_process(storage));
         };
         let bytes = super::local_bytes(storage)?;
-        let copy = || -> Result<Storage, Error> {
+        let copy = || -> Result<Storage, SharingError> {
             let mut file = self.memmap.allocate(bytes.len())?;
             file.as_bytes_mut().copy_from_slice(bytes);
             Ok(Storage::from_segment(Arc::new(file)))
@@ -213,7 +136,7 @@ impl SharingContext {
     }
 
     /// Maps `nbytes` of the file at `path`, once per file while it lives.
-    pub(super) fn map_file(&self, path: &str, nbytes: usize) -> Result<Storage, Error> {
+    pub(super) fn map_file(&self, path: &str, nbytes: usize) -> Result<Storage, SharingError> {
         let path = Path::new(path);
         let received = self.memmap.open_received(path)?;
         let key: FileKey = (path.to_path_buf(), received.identity());
@@ -240,12 +163,12 @@ impl SharingContext {
     ///
     /// # Errors
     ///
-    /// [`Error::Unsupported`] when `dir` is not an existing directory with a
+    /// [`SharingError::MemmapDir`] when `dir` is not an existing directory with a
     /// UTF-8 path.
-    pub fn with_memmap_dir(mut self, dir: impl AsRef<Path>) -> Result<Self, Error> {
+    pub fn with_memmap_dir(mut self, dir: impl AsRef<Path>) -> Result<Self, SharingError> {
         let keep = self.memmap.keeps_files();
         self.memmap = MemmapStrategy::in_dir(dir)
-            .map_err(|e| Error::Unsupported(e.to_string()))?
+            .map_err(SharingError::MemmapDir)?
             .keep_files(keep);
         Ok(self)
     }

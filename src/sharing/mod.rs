@@ -11,6 +11,7 @@
 mod aging;
 mod bytes;
 mod cache;
+mod error;
 mod expiry;
 mod file_descriptor;
 mod file_system;
@@ -19,6 +20,7 @@ mod notices;
 mod receipt;
 mod recycle;
 mod release;
+pub mod resource_sharer;
 mod sent_files;
 mod unfetched;
 mod watched;
@@ -37,18 +39,18 @@ use tensorshare_strategies::file_descriptor::{
 };
 use tensorshare_strategies::file_system::SegmentName;
 use tensorshare_strategies::memmap::MemmapStrategy;
-use tensorshare_strategies::{AllocateError, SharingStrategy, WritableSegment};
+use tensorshare_strategies::{AllocateError, SharingStrategy, StrategyKind, WritableSegment};
 
 pub use cache::WeakStorageCache;
-pub(crate) use memmap::register as register_memmap;
-pub(crate) use receipt::Receipt;
+pub use error::SharingError;
 
+use crate::connection::Authkey;
+use crate::model::{Storage, StorageWriter, Value};
+use crate::reduce::{PickleBuilder, ReduceError};
 use crate::registry::rebuild::Walker;
-use crate::resource_sharer::{
-    Registration, ResourceSharer, SharerError, SharerOptions, SharerSocket,
-};
-use crate::storage::StorageWriter;
-use crate::{Authkey, Error, Registry, Storage, StrategyKind, Value};
+use crate::registry::{REDUCTIONS, Registry};
+use receipt::Receipt;
+use resource_sharer::{Registration, ResourceSharer, SharerError, SharerOptions, SharerSocket};
 
 /// How long to wait for a peer's resource sharer to hand over an fd.
 const DEFAULT_FETCH_TIMEOUT: Duration = Duration::from_secs(30);
@@ -348,13 +350,13 @@ impl SharingContext {
     ///
     /// When a storage cannot be shared (out of fds or memory, a storage whose
     /// bytes are not in this process) or the value has no pickled form.
-    pub fn dumps(&self, value: &Value) -> Result<Vec<u8>, Error> {
+    pub fn dumps(&self, value: &Value) -> Result<Vec<u8>, SharingError> {
         Ok(self.dumps_outgoing(value)?.pickle.into_vec())
     }
 
     /// Pickles `value` as [`dumps`](Self::dumps) does, keeping the storages
     /// whose fds may ride on the message.
-    pub(crate) fn dumps_outgoing(&self, value: &Value) -> Result<Outgoing, Error> {
+    pub(crate) fn dumps_outgoing(&self, value: &Value) -> Result<Outgoing, SharingError> {
         use crate::reduce::reduce_value;
         // Collects the storages whose fds may ride on the message; empty
         // under the other strategies.
@@ -365,8 +367,7 @@ impl SharingContext {
             StrategyKind::FileSystem => reduce_value(value, &file_system::FsReducer::new(self))?,
             StrategyKind::FileDescriptor => reduce_value(value, &fd_reducer)?,
         };
-        let pickle = encode_vectored(&pickle, &EncodeOptions::new())
-            .map_err(|e| Error::Unsupported(e.to_string()))?;
+        let pickle = encode_vectored(&pickle, &EncodeOptions::new())?;
         let mut shared = fd_reducer.into_shared();
         let registered = shared.iter().map(|(key, _)| *key).collect();
         if !self.inline_fds || shared.len() > MAX_FDS_PER_MESSAGE {
@@ -387,7 +388,7 @@ impl SharingContext {
     ///
     /// Any decoding or rebuilding error; a storage whose fd cannot be fetched
     /// (sender gone, wrong authkey).
-    pub fn loads(&self, bytes: &[u8]) -> Result<Value, Error> {
+    pub fn loads(&self, bytes: &[u8]) -> Result<Value, SharingError> {
         let limits = self.registry.options().limits;
         self.rebuild_message(decode_all(bytes, &self.registry, &limits)?, Vec::new())
     }
@@ -404,20 +405,23 @@ impl SharingContext {
         &self,
         message: &SharedBytes,
         fds: Vec<OwnedFd>,
-    ) -> Result<Value, Error> {
+    ) -> Result<Value, SharingError> {
         let limits = self.registry.options().limits;
         let decoded = decode_all_shared(message, &self.registry, &limits)?;
         self.rebuild_message(decoded, fds)
     }
 
-    fn rebuild_message(&self, decoded: Decoded, fds: Vec<OwnedFd>) -> Result<Value, Error> {
+    fn rebuild_message(&self, decoded: Decoded, fds: Vec<OwnedFd>) -> Result<Value, SharingError> {
         let mut walker = Walker::new(&self.registry, &decoded.pickle, None);
         let receipt = Receipt::new(self, &mut walker, fds);
-        Ok(walker.attaching(&receipt).run()?)
+        walker
+            .attaching(&receipt)
+            .run()
+            .map_err(SharingError::from_rebuild)
     }
 
     /// This process's resource sharer, started on first use.
-    pub(crate) fn resource_sharer(&self) -> Result<&Arc<ResourceSharer>, Error> {
+    pub(crate) fn resource_sharer(&self) -> Result<&Arc<ResourceSharer>, SharingError> {
         if let Some(sharer) = self.sharer.get() {
             return Ok(sharer);
         }
@@ -453,7 +457,7 @@ impl SharingContext {
     /// receivers (`served`) and given back by tensorshare receivers that got
     /// them attached to the message (`released`). `None` before the first
     /// storage is sent.
-    pub fn sharer_stats(&self) -> Option<crate::resource_sharer::SharerStats> {
+    pub fn sharer_stats(&self) -> Option<resource_sharer::SharerStats> {
         self.sharer.get().map(|sharer| sharer.stats())
     }
 
@@ -475,9 +479,9 @@ fn soft_fd_limit() -> usize {
 
 /// `rebuild_storage_empty(UntypedStorage)`, torch's form for a storage of no
 /// bytes under every strategy: there is nothing to map.
-fn reduce_empty(out: &mut crate::reduce::PickleBuilder) -> tensorshare_compat::pickle::NodeId {
+fn reduce_empty(out: &mut PickleBuilder) -> tensorshare_compat::pickle::NodeId {
     let class = out.global("torch.storage", "UntypedStorage");
-    let rebuild = out.global(crate::registry::REDUCTIONS, "rebuild_storage_empty");
+    let rebuild = out.global(REDUCTIONS, "rebuild_storage_empty");
     out.call(rebuild, vec![class])
 }
 
@@ -485,7 +489,7 @@ impl SharingContext {
     /// `storage` itself when it already lives in a segment of `kind` that
     /// can be sent as it is, else its copy in one, made once per storage
     /// (see [`Storage::shared_twin`]).
-    fn shared_copy(&self, storage: &Storage, kind: StrategyKind) -> Result<Storage, Error> {
+    fn shared_copy(&self, storage: &Storage, kind: StrategyKind) -> Result<Storage, SharingError> {
         if storage.local_kind().is_none() {
             return Err(not_in_process(storage));
         }
@@ -502,19 +506,16 @@ impl SharingContext {
 }
 
 /// Why a storage whose bytes are elsewhere cannot be sent.
-fn not_in_process(storage: &Storage) -> Error {
-    Error::Unsupported(format!(
-        "a {} storage whose bytes are not in this process cannot be sent; receive it \
-         with a SharingContext to attach it first",
-        storage.kind()
-    ))
+fn not_in_process(storage: &Storage) -> SharingError {
+    ReduceError::NotInProcess {
+        kind: storage.kind().name(),
+    }
+    .into()
 }
 
 /// The bytes of a storage held in this process, to be copied for sending.
-fn local_bytes(storage: &Storage) -> Result<&[u8], Error> {
-    storage.bytes().ok_or_else(|| {
-        Error::Unsupported("the storage claims more bytes than its segment holds".into())
-    })
+fn local_bytes(storage: &Storage) -> Result<&[u8], SharingError> {
+    storage.bytes().ok_or(ReduceError::ShortSegment.into())
 }
 
 /// A pickled message and the storages whose fds go with it, in the order

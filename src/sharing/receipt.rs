@@ -20,8 +20,10 @@ use std::os::fd::OwnedFd;
 use tensorshare_compat::pickle::Global;
 
 use super::SharingContext;
+use super::SharingError;
+use crate::model::{DupFdRef, SegmentRef, Storage, Value};
+use crate::registry::attach::{AttachError, StorageAttacher};
 use crate::registry::rebuild::Walker;
-use crate::{DupFdRef, Error, SegmentRef, Storage, Value};
 
 /// A message's storages being attached through `context`.
 pub(crate) struct Receipt<'a> {
@@ -70,7 +72,7 @@ impl<'a> Receipt<'a> {
 
     /// The storage a `DupFd` names, `nbytes` long: mapped from the attached
     /// fd when one came for it, else fetched from the sender's sharer.
-    pub(crate) fn attach_fd(&self, dup_fd: &DupFdRef, nbytes: usize) -> Result<Storage, Error> {
+    fn fd(&self, dup_fd: &DupFdRef, nbytes: usize) -> Result<Storage, SharingError> {
         let attached = self
             .attached
             .as_ref()
@@ -82,7 +84,7 @@ impl<'a> Receipt<'a> {
         {
             return Ok(storage);
         }
-        let fd = crate::resource_sharer::fetch_fd(
+        let fd = super::resource_sharer::fetch_fd(
             &dup_fd.address,
             dup_fd.key,
             self.context.authkey().as_bytes(),
@@ -90,19 +92,21 @@ impl<'a> Receipt<'a> {
         )?;
         self.context.map_fd(fd, nbytes, None)
     }
+}
 
-    /// The storage a `file_system` segment reference names, `nbytes` long.
-    pub(crate) fn attach_segment(
-        &self,
-        segment: &SegmentRef,
-        nbytes: usize,
-    ) -> Result<Storage, Error> {
-        self.context.map_segment(segment, nbytes)
+/// Each failure goes through the registry as this layer's own error, which
+/// [`SharingError::from_rebuild`] takes back.
+impl StorageAttacher for Receipt<'_> {
+    fn attach_fd(&self, dup_fd: &DupFdRef, nbytes: usize) -> Result<Storage, AttachError> {
+        self.fd(dup_fd, nbytes).map_err(AttachError::new)
     }
 
-    /// The storage in the `memmap` file at `path`, `nbytes` long.
-    pub(crate) fn attach_file(&self, path: &str, nbytes: usize) -> Result<Storage, Error> {
-        self.context.map_file(path, nbytes)
+    fn attach_segment(&self, segment: &SegmentRef, nbytes: usize) -> Result<Storage, AttachError> {
+        (self.context.map_segment(segment, nbytes)).map_err(AttachError::new)
+    }
+
+    fn attach_file(&self, path: &str, nbytes: usize) -> Result<Storage, AttachError> {
+        (self.context.map_file(path, nbytes)).map_err(AttachError::new)
     }
 }
 

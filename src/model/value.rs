@@ -8,8 +8,8 @@ use std::sync::Arc;
 use rustc_hash::FxHashSet;
 use tensorshare_compat::pickle::{Global, SharedBytes};
 
-use crate::registry::{CallKind, Callable};
-use crate::{DType, Storage, Tensor};
+use super::{CallKind, Callable, Storage, Tensor};
+use crate::DType;
 
 /// A rebuilt Python object.
 ///

@@ -20,7 +20,7 @@ use super::options::{SharerOptions, SharerSocket};
 use super::registration::{DupFdId, Registration};
 use super::serve::{PeerUids, accept_loop, worker_loop};
 use super::stats::{Counters, SharerStats};
-use crate::connection::{Address, ConnectionError, PrivateTempDir};
+use crate::connection::{Address, ConnectionError, PrivateTempDir, RegisteredFds};
 
 /// How long shutdown waits for a thread before leaving it behind.
 const JOIN_GRACE: Duration = Duration::from_secs(2);
@@ -488,15 +488,22 @@ impl ResourceSharer {
         lock(&self.shared.table).fds.contains_key(&key)
     }
 
-    /// Keeps those of `keys` whose fds are still registered.
-    pub(crate) fn retain_registered(&self, keys: &mut Vec<i64>) {
+    /// What became of keys since the last call.
+    pub(crate) fn take_reports(&self) -> KeyReports {
+        std::mem::take(&mut *lock(&self.shared.reports))
+    }
+}
+
+/// What a connection withdraws, once its peer has died, of the fds
+/// registered for the messages it carried.
+impl RegisteredFds for ResourceSharer {
+    fn retain_registered(&self, keys: &mut Vec<i64>) {
         let table = lock(&self.shared.table);
         keys.retain(|key| table.fds.contains_key(key));
     }
 
-    /// Withdraws every one of `keys` still registered, closing their fds
-    /// after the table's lock is released; returns how many it closed.
-    pub(crate) fn withdraw_all(&self, keys: &[i64]) -> usize {
+    /// Closes the fds after the table's lock is released.
+    fn withdraw_all(&self, keys: &[i64]) -> usize {
         let withdrawn: Vec<OwnedFd> = {
             let mut table = lock(&self.shared.table);
             keys.iter()
@@ -504,11 +511,6 @@ impl ResourceSharer {
                 .collect()
         };
         withdrawn.len()
-    }
-
-    /// What became of keys since the last call.
-    pub(crate) fn take_reports(&self) -> KeyReports {
-        std::mem::take(&mut *lock(&self.shared.reports))
     }
 }
 

@@ -3,7 +3,8 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::{DType, Storage};
+use super::Storage;
+use crate::DType;
 
 /// Why a tensor view cannot be built over its storage.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

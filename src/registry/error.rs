@@ -1,0 +1,134 @@
+//! The registry's errors: why a pickle could not be decoded or rebuilt.
+//!
+//! Messages include their cause and `source()` is `None`, as everywhere in
+//! tensorshare (see the facade [`Error`](crate::Error)).
+
+use tensorshare_compat::pickle::{DecodeError, Global};
+use tensorshare_compat::torch_save::TorchSaveError;
+
+use super::attach::AttachError;
+use crate::model::ViewError;
+
+/// Why bytes could not be loaded: decoded and rebuilt, as a pickle or a
+/// `torch.save` archive.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LoadError {
+    /// The pickle is malformed, too large or too deep, or names a global
+    /// that is not allowed. Nothing was executed.
+    #[error("pickle refused: {0}")]
+    Decode(DecodeError),
+    /// The pickle decoded but a rebuilder refused it.
+    #[error("cannot rebuild: {0}")]
+    Rebuild(RebuildError),
+    /// A `torch.save` archive is malformed.
+    #[error("torch.save archive: {0}")]
+    TorchSave(TorchSaveError),
+}
+
+impl From<DecodeError> for LoadError {
+    fn from(error: DecodeError) -> Self {
+        LoadError::Decode(error)
+    }
+}
+
+impl From<RebuildError> for LoadError {
+    fn from(error: RebuildError) -> Self {
+        LoadError::Rebuild(error)
+    }
+}
+
+impl From<TorchSaveError> for LoadError {
+    fn from(error: TorchSaveError) -> Self {
+        LoadError::TorchSave(error)
+    }
+}
+
+/// Why a decoded pickle could not be rebuilt.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RebuildError {
+    /// The pickle names globals the registry does not know: all of them,
+    /// in order of first appearance.
+    #[error("{}", not_allowed_message(.0))]
+    NotAllowed(Vec<Global>),
+    /// The pickle calls something that is not callable.
+    #[error("a pickle calls a {0}, which is not callable")]
+    NotCallable(&'static str),
+    /// A rebuilder got arguments of the wrong shape.
+    #[error("{callee}: expected {expected}, got {got}")]
+    WrongArguments {
+        /// The global called.
+        callee: Global,
+        /// What it takes.
+        expected: String,
+        /// What it got.
+        got: String,
+    },
+    /// A rebuilder refused its arguments.
+    #[error("{callee}: {message}")]
+    Invalid {
+        /// The global called.
+        callee: Global,
+        /// Why.
+        message: String,
+    },
+    /// A tensor view that does not fit its storage.
+    #[error("{callee}: {cause}")]
+    View {
+        /// The global called.
+        callee: Global,
+        /// The view problem.
+        cause: ViewError,
+    },
+    /// An embedded `torch.save` archive could not be read.
+    #[error("{callee}: embedded torch.save archive: {cause}")]
+    Archive {
+        /// The global called.
+        callee: Global,
+        /// The archive problem.
+        cause: Box<LoadError>,
+    },
+    /// A shared storage could not be attached (fd fetch or mapping failed).
+    /// Only a rebuild that attaches storages meets it, and the sharing
+    /// layer that attaches them hands its own error on instead.
+    #[error("{callee}: {cause}")]
+    Attach {
+        /// The global called.
+        callee: Global,
+        /// What failed.
+        cause: AttachError,
+    },
+    /// A persistent id appeared outside a `torch.save` archive.
+    #[error("persistent id outside a torch.save archive; plain pickles carry no persistent ids")]
+    UnexpectedPersistentId,
+    /// An object contains itself; Python allows it, tensor payloads never need it.
+    #[error("the pickle contains a reference cycle, which tensorshare does not rebuild")]
+    Cycle,
+    /// Containers nested deeper than the limit.
+    #[error("nesting deeper than {0} levels")]
+    TooDeep(usize),
+    /// A feature this machine cannot provide (CUDA without a GPU, ...).
+    #[error("{callee}: {message}")]
+    Unsupported {
+        /// The global called.
+        callee: Global,
+        /// What is missing and what to do.
+        message: String,
+    },
+}
+
+fn not_allowed_message(globals: &[Global]) -> String {
+    let names: Vec<String> = globals.iter().map(|g| format!("'{g}'")).collect();
+    let (noun, them) = match globals.len() {
+        1 => ("global", "it"),
+        _ => ("globals", "them"),
+    };
+    format!(
+        "the pickle names {} {noun} outside the allowlist: {}; nothing was executed. \
+         Register a rebuilder for {them} if you trust the source, or look at what the \
+         pickle would call with `tensorshare inspect --opaque`",
+        globals.len(),
+        names.join(", ")
+    )
+}
