@@ -121,6 +121,32 @@ fn an_echoed_file_is_the_one_sent_and_removed_with_its_last_holder() {
 }
 
 #[test]
+fn a_context_allocates_in_its_memmap_dir_and_sends_that_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let sharing = memmap_context(&Authkey::new(*b"key"), dir.path());
+    let mut writer = sharing.allocate(4096).expect("allocate");
+    writer.as_bytes_mut().fill(3);
+    let storage = writer.freeze();
+    let allocated = files_in(dir.path());
+    assert_eq!(
+        allocated.len(),
+        1,
+        "the allocation is a file of the context's directory"
+    );
+    assert_eq!(memmap_segment(&storage).path(), allocated[0]);
+
+    let view = tensorshare::TensorView::contiguous(DType::UInt8, &[4096]);
+    let tensor = tensorshare::Tensor::new(storage.clone(), view).unwrap();
+    let pickle = sharing.dumps(&Value::Tensor(tensor)).expect("dumps");
+    assert_eq!(files_in(dir.path()), allocated, "sent as it is, not copied");
+    let back = sharing.loads(&pickle).expect("loads");
+    let [back] = &back.tensors()[..] else {
+        panic!("one tensor")
+    };
+    assert!(back.storage().same_as(&storage));
+}
+
+#[test]
 fn kept_files_outlive_their_holders() {
     let dir = tempfile::tempdir().unwrap();
     let authkey = Authkey::random().unwrap();

@@ -282,6 +282,9 @@ impl SharingContext {
     /// shared with this context's strategy, as
     /// [`Storage::allocate`] does, reusing memory where it can.
     ///
+    /// Under `memmap` the file is made in this context's
+    /// [`memmap_dir`](Self::memmap_dir).
+    ///
     /// Under `file_descriptor` the memfd of a storage allocated here goes
     /// back to the context when the storage dies, and a later allocation of
     /// the same size takes it again once every process it was sent to has
@@ -314,6 +317,11 @@ impl SharingContext {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn allocate(&self, nbytes: usize) -> Result<StorageWriter, AllocateError> {
+        if self.strategy == StrategyKind::Memmap {
+            // In this context's directory, not the default one.
+            let file = self.memmap.allocate(nbytes)?;
+            return Ok(StorageWriter::new(Box::new(file)));
+        }
         if self.strategy != StrategyKind::FileDescriptor || nbytes == 0 {
             return Storage::allocate(self.strategy, nbytes);
         }
