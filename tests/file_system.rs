@@ -5,16 +5,29 @@
 
 mod support;
 
+use std::collections::HashSet;
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::{PoisonError, RwLock, RwLockReadGuard};
 
 use tensorshare::{Authkey, DType, SharingContext, Storage, StrategyKind, Value};
 use tensorshare_strategies::file_system::{FileSystemSegment, HEADER_BYTES, SegmentName};
 use tensorshare_strategies::{AllocateError, Segment, UnixUser, shm_manager};
 
 use support::{Server, cases, eventually, open_fds, segments_of, shared_mappings, test_python};
+
+/// A test that counts every segment of this process holds this lock
+/// exclusively; every other test that makes segments holds it shared, so
+/// that a slow one cannot leave segments in the count.
+static PROCESS_SEGMENTS: RwLock<()> = RwLock::new(());
+
+fn making_segments() -> RwLockReadGuard<'static, ()> {
+    PROCESS_SEGMENTS
+        .read()
+        .unwrap_or_else(PoisonError::into_inner)
+}
 
 fn fs_context(authkey: &Authkey) -> SharingContext {
     SharingContext::new(authkey.clone()).with_strategy(StrategyKind::FileSystem)
@@ -28,6 +41,7 @@ fn fs_segment(storage: &Storage) -> &FileSystemSegment {
 
 #[test]
 fn every_case_comes_back_intact() {
+    let _segments = making_segments();
     let authkey = Authkey::random().unwrap();
     let mut server = Server::echo(&authkey, "file_system");
     let sharing = fs_context(&authkey);
@@ -37,6 +51,7 @@ fn every_case_comes_back_intact() {
 
 #[test]
 fn an_echoed_segment_is_the_one_sent_and_counts_return_to_one() {
+    let _segments = making_segments();
     let authkey = Authkey::random().unwrap();
     let server = Server::echo(&authkey, "file_system");
     let sharing = fs_context(&authkey);
@@ -63,6 +78,18 @@ fn an_echoed_segment_is_the_one_sent_and_counts_return_to_one() {
 
 #[test]
 fn thousands_of_messages_leave_nothing_behind() {
+    let _alone = PROCESS_SEGMENTS
+        .write()
+        .unwrap_or_else(PoisonError::into_inner);
+    // What earlier tests left to be unlinked later (a killed torch peer's
+    // counts go with this process's manager) is not this test's.
+    let me = std::process::id();
+    let earlier: HashSet<String> = segments_of(me).into_iter().collect();
+    let made_here = || {
+        let mut made = segments_of(me);
+        made.retain(|name| !earlier.contains(name));
+        made
+    };
     let authkey = Authkey::random().unwrap();
     let server = Server::echo(&authkey, "file_system");
     let sharing = fs_context(&authkey);
@@ -70,13 +97,12 @@ fn thousands_of_messages_leave_nothing_behind() {
     let same = Value::Tensor(cases::contiguous(DType::Float32, &[256], 3, false));
     let mut round = |n: usize| cases::echo_alternating(&mut connection, &sharing, &same, n, false);
     round(100);
-    let me = std::process::id();
     let server_segments = || segments_of(server.pid()).len();
     let (fds, maps) = (open_fds(server.pid()), shared_mappings(server.pid()));
     let own_maps = shared_mappings(me);
     round(2000);
     // Only the storage sent again and again lives on, on this side.
-    eventually("fresh segments unlinked", || segments_of(me).len() <= 2);
+    eventually("fresh segments unlinked", || made_here().len() <= 2);
     eventually("the server's copies unlinked", || server_segments() == 0);
     assert!(open_fds(server.pid()) <= fds + 4, "echo fds grew");
     assert!(
@@ -86,7 +112,7 @@ fn thousands_of_messages_leave_nothing_behind() {
     assert!(shared_mappings(me) <= own_maps + 4, "client mappings grew");
     drop(same);
     eventually("every segment of this process unlinked", || {
-        segments_of(me).is_empty()
+        made_here().is_empty()
     });
 }
 
@@ -117,6 +143,7 @@ fn a_full_dev_shm_is_an_error_naming_it_and_leaves_nothing() {
 
 #[test]
 fn hostile_segment_references_are_refused_and_the_server_keeps_serving() {
+    let _segments = making_segments();
     let authkey = Authkey::random().unwrap();
     let mut server = Server::echo(&authkey, "file_system");
     let sharing = fs_context(&authkey);
@@ -190,6 +217,7 @@ impl Drop for OtherUsersSegment {
 
 #[test]
 fn another_users_segment_is_refused_by_echo_under_file_system_and_file_descriptor() {
+    let _segments = making_segments();
     if !nix::unistd::geteuid().is_root() {
         // Through the handle, not eprintln!, so that test capture does not hide it.
         let _ = writeln!(
@@ -247,6 +275,7 @@ fn another_users_segment_is_refused_by_echo_under_file_system_and_file_descripto
 
 #[test]
 fn stock_torch_drives_tensorshare_echo() {
+    let _segments = making_segments();
     let Some(python) = test_python("file_system::stock_torch_drives_tensorshare_echo") else {
         return;
     };
@@ -265,6 +294,7 @@ fn stock_torch_drives_tensorshare_echo() {
 
 #[test]
 fn tensorshare_drives_a_stock_torch_echo() {
+    let _segments = making_segments();
     let Some(python) = test_python("file_system::tensorshare_drives_a_stock_torch_echo") else {
         return;
     };
