@@ -11,7 +11,7 @@ use std::process::Command;
 /// Runs a quick one-round bench of 64 KiB tensors with `args` added; its
 /// stdout and the table rows.
 fn quick_bench(args: &[&str]) -> (String, Vec<String>) {
-    let output = Command::new(env!("CARGO_BIN_EXE_tensorshare"))
+    let output = Command::new(support::tensorshare_exe())
         .args(["bench", "--sizes", "64KiB", "--rounds", "1", "--quick"])
         .args(args)
         .output()
@@ -117,7 +117,7 @@ fn bench_runs_bytes_and_memmap_between_rust_and_torch() {
 
 #[test]
 fn bench_without_torch_says_what_to_do() {
-    let output = Command::new(env!("CARGO_BIN_EXE_tensorshare"))
+    let output = Command::new(support::tensorshare_exe())
         .args(["bench", "--python", "/nonexistent/python"])
         .output()
         .expect("run tensorshare bench");
@@ -187,7 +187,7 @@ fn zero_rounds_or_sizes_are_usage_errors() {
         ["--sizes", ""],
         ["--sizes", "4KiB,"],
     ] {
-        let output = Command::new(env!("CARGO_BIN_EXE_tensorshare"))
+        let output = Command::new(support::tensorshare_exe())
             .arg("bench")
             .args(args)
             .args(["--python", "/nonexistent/python"])

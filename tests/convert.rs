@@ -21,7 +21,7 @@ use tensorshare::{
 use support::{expect_success, test_python, torch_describes};
 
 fn convert(input: &Path, output: &Path, extra: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_tensorshare"))
+    Command::new(support::tensorshare_exe())
         .arg("convert")
         .arg(input)
         .arg(output)
@@ -157,6 +157,7 @@ fn sample() -> Value {
 
 #[test]
 fn shared_pickles_convert_while_their_sender_lives() {
+    support::build_manager_executable();
     let authkey = Authkey::random().unwrap();
     let dir = tempfile::tempdir().unwrap();
     for strategy in [StrategyKind::FileDescriptor, StrategyKind::FileSystem] {
@@ -240,7 +241,7 @@ fn convert_writes_to_stdout_and_reports_on_stderr() {
         &convert(&input, &legacy_file, &["--legacy"]),
         "convert --legacy",
     );
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tensorshare"))
+    let mut child = Command::new(support::tensorshare_exe())
         .args(["convert", "-", "-", "--legacy"])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
@@ -299,7 +300,7 @@ fn convert_takes_the_authkey_as_echo_does() {
     let run = |args: &[&str], env: Option<&str>| {
         // A file_descriptor share is fetched once: one pickle per convert.
         std::fs::write(&pickle, sharing.dumps(&sample()).unwrap()).unwrap();
-        let mut command = Command::new(env!("CARGO_BIN_EXE_tensorshare"));
+        let mut command = Command::new(support::tensorshare_exe());
         command
             .arg("convert")
             .arg(&pickle)

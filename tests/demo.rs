@@ -7,7 +7,7 @@ use std::process::Command;
 
 #[test]
 fn demo_streams_both_ways_and_verifies() {
-    let output = Command::new(env!("CARGO_BIN_EXE_tensorshare"))
+    let output = Command::new(support::tensorshare_exe())
         .args(["demo", "--tensors", "16"])
         .env_remove("TENSORSHARE_TEST_PYTHON")
         .env("PATH", "/nonexistent")
@@ -45,7 +45,7 @@ fn check_rows(rows: &[&str], zero_copy: &str) {
 /// A usage error from clap (status 2, `error: ...` naming the flag), and
 /// nothing run: no table, no "verified".
 fn assert_refused(args: &[&str], flag: &str) {
-    let output = Command::new(env!("CARGO_BIN_EXE_tensorshare"))
+    let output = Command::new(support::tensorshare_exe())
         .args(args)
         .output()
         .expect("run tensorshare");
@@ -76,7 +76,7 @@ fn empty_or_nonsensical_counts_are_usage_errors() {
 fn a_sigkilled_demo_leaves_nothing_in_its_tmpdir() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let (child, line) = support::spawn_for_first_line(
-        Command::new(env!("CARGO_BIN_EXE_tensorshare"))
+        Command::new(support::tensorshare_exe())
             .args(["demo", "--tensors", "100000"])
             .env("TMPDIR", tmp.path())
             .env_remove(tensorshare::resource_sharer::SHARER_DIR_ENV),

@@ -193,7 +193,7 @@ fn sigterm_and_sigint_remove_the_socket() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("echo.sock");
         let authkey = Authkey::random().unwrap();
-        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_tensorshare"));
+        let mut command = std::process::Command::new(support::tensorshare_exe());
         command
             .args(["echo", "--listen"])
             .arg(&path)
@@ -244,7 +244,7 @@ fn sigterm_and_sigint_remove_the_socket() {
 
 #[test]
 fn an_unknown_strategy_is_refused_with_advice() {
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_tensorshare"))
+    let output = std::process::Command::new(support::tensorshare_exe())
         .args([
             "echo",
             "--listen",
@@ -262,7 +262,7 @@ fn an_unknown_strategy_is_refused_with_advice() {
 }
 
 fn tensorshare(args: &[&str]) -> std::process::Command {
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_tensorshare"));
+    let mut command = std::process::Command::new(support::tensorshare_exe());
     command.args(args).env_remove(AUTHKEY_ENV);
     command
 }

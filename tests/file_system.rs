@@ -30,6 +30,7 @@ fn making_segments() -> RwLockReadGuard<'static, ()> {
 }
 
 fn fs_context(authkey: &Authkey) -> SharingContext {
+    support::build_manager_executable();
     SharingContext::new(authkey.clone()).with_strategy(StrategyKind::FileSystem)
 }
 
@@ -121,6 +122,7 @@ fn a_full_dev_shm_is_an_error_naming_it_and_leaves_nothing() {
     let stats = nix::sys::statvfs::statvfs("/dev/shm").expect("statvfs /dev/shm");
     let size = stats.blocks() * stats.fragment_size();
     let too_big = usize::try_from(size).unwrap() + (1 << 20);
+    support::build_manager_executable();
     let err = Storage::allocate(StrategyKind::FileSystem, too_big).unwrap_err();
     assert!(
         matches!(err, AllocateError::SharedMemoryFull { ref mount, .. } if mount == "/dev/shm"),
@@ -233,6 +235,7 @@ fn another_users_segment_is_refused_by_echo_under_file_system_and_file_descripto
     let before = theirs.contents();
     let inode = std::fs::metadata(&theirs.path).unwrap().ino();
     // What a forger would name: a live manager of the server's user.
+    support::build_manager_executable();
     let manager = shm_manager::own_manager().expect("this process's manager");
     let pickle = cases::filename_tensor_pickle(
         manager.handle().as_bytes(),

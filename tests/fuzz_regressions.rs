@@ -2,6 +2,11 @@
 //! against what it must give. The raw fuzz inputs are in
 //! fuzz/regressions/<target>/, replayed by every `scripts/fuzz` run.
 
+mod support;
+
+use std::path::Path;
+use std::process::Command;
+
 use tensorshare::{DType, Registry};
 
 /// A legacy torch.save file, built by the `torch_pickle_structured` target,
@@ -10,6 +15,8 @@ use tensorshare::{DType, Registry};
 /// is not. Counting the copy's bytes overflowed.
 #[test]
 fn an_expanded_view_larger_than_memory_loads_but_is_not_copied() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fuzz_regressions/expanded_view_overflow.pt");
     let file = include_bytes!("fuzz_regressions/expanded_view_overflow.pt");
     let report = tensorshare::inspect::inspect(file, &Registry::default()).unwrap();
     let tensors = report.object.tensors();
@@ -21,9 +28,19 @@ fn an_expanded_view_larger_than_memory_loads_but_is_not_copied() {
     assert_eq!(tensor.strides(), [0]);
     assert_eq!(tensor.storage_offset(), 6);
     assert_eq!(tensor.to_contiguous_bytes(), None);
-    // The report shows the first elements only.
-    assert!(report.to_text().contains("4611686018427387904"));
-    let _ = report.to_json();
+    // The report (`tensorshare inspect`, which renders it) shows the
+    // first elements only.
+    let inspect = |flags: &[&str]| {
+        let output = Command::new(support::tensorshare_exe())
+            .arg("inspect")
+            .args(flags)
+            .arg(&path)
+            .output()
+            .expect("run tensorshare inspect");
+        support::expect_success(&output, &format!("inspect {flags:?}"))
+    };
+    assert!(inspect(&[]).contains("4611686018427387904"));
+    let _ = inspect(&["--json"]);
 }
 
 /// A `ForkingPickler` pickle, built by the `torch_pickle_structured`

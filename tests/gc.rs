@@ -102,7 +102,7 @@ fn sleeper_holding(stdin: impl Into<Stdio>) -> ChildGuard {
 }
 
 fn gc(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tensorshare"))
+    Command::new(support::tensorshare_exe())
         .arg("gc")
         .args(args)
         .output()
@@ -618,7 +618,7 @@ fn another_user_keeps_roots_segments_and_removes_its_own() {
             "--reuid=65534",
             "--regid=65534",
             "--clear-groups",
-            env!("CARGO_BIN_EXE_tensorshare"),
+            support::tensorshare_exe().to_str().expect("a UTF-8 path"),
             "gc",
             "--json",
             "--only",
@@ -986,7 +986,7 @@ fn a_killed_sharers_directory_is_found_through_tensorshare_sharer_dir() {
     let elsewhere = tempfile::tempdir().expect("another TMPDIR");
     // No --socket-dir: the directory the sharer was told to use is one of
     // gc's own, read as the sharer read it.
-    let output = Command::new(env!("CARGO_BIN_EXE_tensorshare"))
+    let output = Command::new(support::tensorshare_exe())
         .args(["gc", "--min-age", "0", "--only", &file_name(&dir)])
         .env(tensorshare::resource_sharer::SHARER_DIR_ENV, parent.path())
         .env("TMPDIR", elsewhere.path())

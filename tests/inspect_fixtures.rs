@@ -3,6 +3,8 @@
 //! be what torch reported when it wrote the file, and every hostile fixture
 //! must be refused with the expected reason.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -41,7 +43,7 @@ fn expectations(dir: &Path) -> Vec<(PathBuf, PathBuf)> {
 }
 
 fn inspect(path: &Path) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_tensorshare"))
+    Command::new(support::tensorshare_exe())
         .args(["inspect", "--json"])
         .arg(path)
         .output()
@@ -211,7 +213,7 @@ fn inspect_refuses_hostile_inputs_with_a_reason() {
 fn every_error_starts_with_error_and_names_its_cause_once() {
     let missing = fixtures_root().join("no-such-file.pt");
     let ours = inspect(&missing);
-    let usage = Command::new(env!("CARGO_BIN_EXE_tensorshare"))
+    let usage = Command::new(support::tensorshare_exe())
         .args(["inspect", "--no-such-flag"])
         .output()
         .unwrap();

@@ -15,7 +15,7 @@ use tensorshare::{Authkey, Registry, SharingContext, Value};
 use support::{expect_success, test_python};
 
 fn tensorshare(args: &[&str], input: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tensorshare"))
+    Command::new(support::tensorshare_exe())
         .args(args)
         .arg(input)
         .output()
@@ -96,7 +96,7 @@ fn shared_references_do_not_expand() {
     let out = dir.path().join("bomb.pt");
     let converted = tensorshare(&["convert"], &path);
     assert!(!converted.status.success(), "convert needs an output");
-    let converted = Command::new(env!("CARGO_BIN_EXE_tensorshare"))
+    let converted = Command::new(support::tensorshare_exe())
         .arg("convert")
         .arg(&path)
         .arg(&out)

@@ -68,6 +68,7 @@ fn a_process_whose_manager_was_killed_still_leaves_nothing_when_killed() {
     if std::env::var_os(HOLDER_ENV).is_some() {
         return;
     }
+    support::build_manager_executable();
     let tmp = tempfile::tempdir().expect("a TMPDIR");
     let mut holder = ChildGuard(
         Command::new(std::env::current_exe().expect("the test binary"))

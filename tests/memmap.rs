@@ -507,7 +507,7 @@ fn a_long_torch_stream_leaves_the_memmap_echo_flat_and_idle_frees_the_rest() {
     let mut command = Command::new("sh");
     command
         .args(["-c", r#"ulimit -n 1024 && exec "$0" "$@""#])
-        .arg(env!("CARGO_BIN_EXE_tensorshare"))
+        .arg(support::tensorshare_exe())
         .args(["echo", "--listen", &address.to_string()])
         .args(["--authkey", &authkey.to_hex(), "--strategy", "memmap"])
         .arg("--memmap-dir")

@@ -50,7 +50,7 @@ fn echoes_of_a_killed_sender(dir: &Path, count: usize, flags: &[&str]) -> Vec<Va
 }
 
 fn gc(dir: &Path) -> String {
-    let output = Command::new(env!("CARGO_BIN_EXE_tensorshare"))
+    let output = Command::new(support::tensorshare_exe())
         .args(["gc", "--min-age", "0", "--memmap-dir"])
         .arg(dir)
         .output()

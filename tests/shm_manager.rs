@@ -27,7 +27,10 @@ use tensorshare_strategies::shm_manager::{
 
 use support::{ChildGuard, exit_within, has_exited, spawn_for_first_line, test_python, wait_until};
 
-const BIN: &str = env!("CARGO_BIN_EXE_tensorshare");
+/// The `tensorshare` command.
+fn bin() -> &'static str {
+    support::tensorshare_exe().to_str().expect("a UTF-8 path")
+}
 
 /// Set for the re-executed test binary that plays a client to be killed.
 const HELPER_MANAGER_ENV: &str = "TENSORSHARE_TEST_HELPER_MANAGER";
@@ -103,7 +106,7 @@ struct ForegroundManager {
 
 impl ForegroundManager {
     fn start(args: &[&str]) -> Self {
-        let mut command = Command::new(BIN);
+        let mut command = Command::new(bin());
         command.arg("manager").args(args);
         Self::start_command(command)
     }
@@ -206,7 +209,7 @@ fn start_helper_client(handle: &ManagerHandle) -> (ChildGuard, SegmentName) {
 #[test]
 fn a_daemon_outlives_its_launcher_and_reclaims_a_killed_clients_segment() {
     let started = Instant::now();
-    let launcher = Command::new(BIN)
+    let launcher = Command::new(bin())
         .args(["manager", "--daemon", "--idle-timeout", "3"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -266,6 +269,7 @@ fn a_daemon_outlives_its_launcher_and_reclaims_a_killed_clients_segment() {
 
 #[test]
 fn own_manager_starts_one_daemon_per_process() {
+    support::build_manager_executable();
     let threads: Vec<_> = (0..4)
         .map(|_| std::thread::spawn(shm_manager::own_manager))
         .collect();
@@ -344,7 +348,7 @@ fn a_manager_of_another_user_is_refused_even_by_root() {
             "--reuid=65534",
             "--regid=65534",
             "--clear-groups",
-            BIN,
+            bin(),
             "manager",
         ])
         .arg("--socket")
@@ -406,7 +410,7 @@ fn a_manager_out_of_fds_backs_off_and_serves_everyone_later() {
     command.args([
         "-c",
         "ulimit -n 12 && exec \"$0\" manager --idle-timeout 1",
-        BIN,
+        bin(),
     ]);
     let mut manager = ForegroundManager::start_command(command);
     let names: Vec<SegmentName> = (0..10).map(|_| SegmentName::fresh()).collect();

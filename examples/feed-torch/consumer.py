@@ -22,3 +22,6 @@ with multiprocessing.connection.Client(address, authkey=authkey) as conn:
     assert image.dtype == torch.uint8 and image.shape == (8, 3, 64, 64), image.shape
     assert label.dtype == torch.int64 and label.tolist() == list(range(8)), label
     conn.send((image.to(torch.int64).sum(dim=(1, 2, 3)), label * 2))
+    # The answer's storages are fetched from this process's resource
+    # sharer: stay until the producer says it has them.
+    assert conn.recv() == "done"

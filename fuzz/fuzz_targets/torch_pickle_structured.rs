@@ -30,6 +30,7 @@ use std::sync::LazyLock;
 use arbitrary::{Arbitrary, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use tensorshare::{Registry, Tensor, Value};
+use tensorshare_cli::inspect_report;
 use tensorshare_compat::pickle::Global;
 use tensorshare_fuzz::{check_torch_save_readers_agree, copy_small};
 
@@ -328,8 +329,8 @@ fuzz_target!(|input: Input| {
     let inspected = tensorshare::inspect::inspect(bytes, &REGISTRY);
     if let Ok(report) = &inspected {
         check_tensors(&report.object);
-        let _ = report.to_json();
-        let _ = report.to_text();
+        let _ = inspect_report::to_json(report);
+        let _ = inspect_report::to_text(report);
     }
 
     check_torch_save_readers_agree(bytes);

@@ -8,6 +8,7 @@ use std::sync::LazyLock;
 
 use libfuzzer_sys::fuzz_target;
 use tensorshare::Registry;
+use tensorshare_cli::inspect_report;
 use tensorshare_fuzz::check_torch_save_readers_agree;
 
 /// Built once: building it for every input would be most of each run.
@@ -15,8 +16,8 @@ static REGISTRY: LazyLock<Registry> = LazyLock::new(Registry::default);
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(report) = tensorshare::inspect::inspect(data, &REGISTRY) {
-        let _ = report.to_json();
-        let _ = report.to_text();
+        let _ = inspect_report::to_json(&report);
+        let _ = inspect_report::to_text(&report);
     }
     check_torch_save_readers_agree(data);
 });

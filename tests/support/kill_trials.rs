@@ -253,6 +253,8 @@ pub fn run_trial(trial: Trial, python: Option<&str>) -> Outcome {
 }
 
 fn try_trial(trial: Trial, python: Option<&str>) -> Result<Outcome, String> {
+    // For the Rust producer, a child started from this test binary.
+    super::build_manager_executable();
     let authkey = Authkey::random().map_err(|e| e.to_string())?;
     let root = tempfile::tempdir().map_err(|e| e.to_string())?;
     let tmp = root.path().join("tmp");

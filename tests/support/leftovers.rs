@@ -149,7 +149,7 @@ impl TrialPlaces<'_> {
     }
 
     fn run_gc(&self, only: &[String]) {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_tensorshare"));
+        let mut command = Command::new(super::tensorshare_exe());
         command
             .args(["gc", "--min-age", "0", "--socket-dir"])
             .arg(self.tmp)

@@ -9,6 +9,7 @@ pub mod leftovers;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStderr, Command, ExitStatus, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use tensorshare::{Address, Authkey};
@@ -39,6 +40,79 @@ pub fn test_python(test: &str) -> Option<String> {
 /// Whether the interop tests must run (`scripts/test`) rather than skip.
 pub fn interop_required() -> bool {
     std::env::var("TENSORSHARE_REQUIRE_INTEROP").as_deref() == Ok("1")
+}
+
+/// The `tensorshare` command, built on first use.
+///
+/// The command belongs to the `tensorshare-cli` package, so cargo neither
+/// builds it for this package's tests nor names it to them
+/// (`CARGO_BIN_EXE_tensorshare`): the first call builds it, with the
+/// profile and into the target directory of this test binary
+/// (`<target>/<profile>/deps/<test>`), so that it is never older than the
+/// library under test. Under `cargo test --workspace` it is built already
+/// and the build does nothing. It lands where the library looks for the
+/// shared-memory manager's executable, next to `deps/`.
+pub fn tensorshare_exe() -> &'static Path {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    EXE.get_or_init(build_tensorshare)
+}
+
+/// Builds the `tensorshare` command ([`tensorshare_exe`]) where the
+/// `file_system` strategy looks for its shared-memory manager's
+/// executable: next to this test binary's `deps/` directory. Call it before
+/// this process, or a child started from this test binary, makes a
+/// `file_system` storage.
+pub fn build_manager_executable() {
+    tensorshare_exe();
+}
+
+/// Builds `tensorshare` as [`tensorshare_exe`] says and returns its path.
+fn build_tensorshare() -> PathBuf {
+    let test_exe = std::env::current_exe().expect("the path of this test binary");
+    let profile_dir = test_exe
+        .parent()
+        .and_then(Path::parent)
+        .unwrap_or_else(|| panic!("{} is not in <target>/<profile>/deps", test_exe.display()));
+    let profile = profile_dir
+        .file_name()
+        .and_then(|name| name.to_str())
+        .unwrap_or_else(|| panic!("no profile directory above {}", test_exe.display()));
+    let target_dir = profile_dir
+        .parent()
+        .unwrap_or_else(|| panic!("no target directory above {}", profile_dir.display()));
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into());
+    let mut command = Command::new(&cargo);
+    command
+        .args(["build", "--quiet", "--locked", "-p", "tensorshare-cli"])
+        .args(["--bin", "tensorshare", "--manifest-path"])
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
+        .arg("--target-dir")
+        .arg(target_dir);
+    match profile {
+        "debug" => {}
+        "release" => {
+            command.arg("--release");
+        }
+        other => {
+            command.args(["--profile", other]);
+        }
+    }
+    let status = command
+        .stdin(Stdio::null())
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", Path::new(&cargo).display()));
+    assert!(
+        status.success(),
+        "building the tensorshare command failed ({status}): {command:?}; \
+         its errors are above, or run `cargo build -p tensorshare-cli` to see them"
+    );
+    let exe = profile_dir.join("tensorshare");
+    assert!(
+        exe.is_file(),
+        "{command:?} succeeded but left no {}",
+        exe.display()
+    );
+    exe
 }
 
 /// A script in `compat/python/`.
@@ -94,7 +168,7 @@ impl Server {
     /// and the address it listens on.
     pub fn echo_command(authkey: &Authkey, strategy: &str) -> (Command, Address) {
         let address = unique_address("echo");
-        let mut command = Command::new(env!("CARGO_BIN_EXE_tensorshare"));
+        let mut command = Command::new(tensorshare_exe());
         command.args([
             "echo",
             "--listen",

@@ -1,6 +1,6 @@
 //! The `tensorshare` command.
 
-mod cli;
+mod commands;
 
 use std::process::ExitCode;
 
@@ -13,8 +13,8 @@ use clap::Parser;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    let args = cli::Cli::parse();
-    match cli::run(args) {
+    let args = commands::Cli::parse();
+    match commands::run(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => match error.downcast::<clap::Error>() {
             // Found after parsing (conflicting authkey sources, ...).
@@ -22,7 +22,7 @@ fn main() -> ExitCode {
             Err(error) => {
                 // As clap starts its usage errors, so that every error the
                 // command prints reads alike.
-                eprintln!("{}{}", cli::ERROR_PREFIX, cli::one_line(&*error));
+                eprintln!("{}{}", commands::ERROR_PREFIX, commands::one_line(&*error));
                 ExitCode::FAILURE
             }
         },

@@ -7,6 +7,7 @@ use clap::Args;
 use tensorshare::inspect::OpaqueSummary;
 use tensorshare::registry::{LoadOptions, UnknownGlobals};
 use tensorshare::{Error, Registry};
+use tensorshare_cli::inspect_report;
 
 #[derive(Debug, Args)]
 pub struct InspectArgs {
@@ -35,9 +36,9 @@ pub fn run(args: InspectArgs) -> Result<(), Box<dyn std::error::Error>> {
     let report = tensorshare::inspect::inspect(&bytes, &registry)
         .map_err(|e| format!("{}: {e}", args.file.display()))?;
     let text = if args.json {
-        report.to_json_pretty()
+        inspect_report::to_json_pretty(&report)
     } else {
-        report.to_text()
+        inspect_report::to_text(&report)
     };
     super::format::print_report(&text)?;
     let opaque = report.opaque_summary();

@@ -15,7 +15,7 @@ use tensorshare::{Address, Authkey, Listener, SharingContext, StrategyKind};
 use super::bench_stream::{Framing, Workload, consume, produce};
 use super::peer::{Peer, connect_back};
 
-const BENCH_PEER: &str = include_str!("../../compat/python/bench_peer.py");
+const BENCH_PEER: &str = include_str!("../../../compat/python/bench_peer.py");
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
