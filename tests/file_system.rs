@@ -14,7 +14,8 @@ use std::sync::{PoisonError, RwLock, RwLockReadGuard};
 
 use tensorshare::{Authkey, DType, SharingContext, Storage, StrategyKind, Value};
 use tensorshare_strategies::file_system::{FileSystemSegment, HEADER_BYTES, SegmentName};
-use tensorshare_strategies::{AllocateError, Segment, UnixUser, shm_manager};
+use tensorshare_strategies::services::shm_manager;
+use tensorshare_strategies::{AllocateError, Segment, UnixUser};
 
 use support::{Server, cases, eventually, open_fds, segments_of, shared_mappings, test_python};
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tensorshare_strategies::SharingStrategy;
 use tensorshare_strategies::file_system::{FileSystemStrategy, SegmentName};
-use tensorshare_strategies::shm_manager::{MANAGER_ENV, ManagerHandle, own_manager};
+use tensorshare_strategies::services::shm_manager::{MANAGER_ENV, ManagerHandle, own_manager};
 
 use support::{ChildGuard, listener_pid, tree, wait_until};
 

@@ -27,10 +27,11 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use tensorshare::resource_sharer::{
-    DupFdId, FetchError, MAX_REQUEST_LEN, RegisterError, ResourceSharer, SharerOptions,
-    SharerSocket, SharerStats, fetch_fd,
+    DupFdId, FetchError, RegisterError, ResourceSharer, SharerOptions, SharerSocket, SharerStats,
+    fetch_fd,
 };
 use tensorshare_compat::connection::{Dialect, client_handshake, write_message};
+use tensorshare_compat::resource_sharer::MAX_REQUEST_LEN;
 use tensorshare_strategies::file_descriptor::{FdSegment, FileDescriptorStrategy};
 use tensorshare_strategies::{SharingStrategy, WritableSegment};
 

@@ -21,7 +21,7 @@ use nix::sys::mman::{shm_open, shm_unlink};
 use nix::sys::stat::Mode;
 use nix::unistd::ftruncate;
 use tensorshare_strategies::file_system::SegmentName;
-use tensorshare_strategies::shm_manager::{
+use tensorshare_strategies::services::shm_manager::{
     self, ALLOC_INFO_SIZE, AllocInfo, MANAGER_ENV, ManagerConnection, ManagerHandle,
 };
 

@@ -8,6 +8,9 @@
 //!   legacy.
 //! - [`connection`]: CPython's `multiprocessing.connection` framing and
 //!   authkey handshake, over any byte stream.
+//! - [`resource_sharer`]: the requests a `multiprocessing.resource_sharer`
+//!   serves: CPython's `(key, pid)` and tensorshare's release and unmapped
+//!   notices.
 //!
 //! Every input byte is treated as hostile: sizes and depth are capped, and a
 //! malformed input is an error carrying the byte offset, never a panic.
@@ -23,6 +26,7 @@
 pub mod connection;
 pub mod dtype;
 pub mod pickle;
+pub mod resource_sharer;
 pub mod torch_save;
 
 pub use dtype::DType;

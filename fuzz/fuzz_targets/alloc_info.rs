@@ -7,7 +7,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use tensorshare_strategies::file_system::SegmentName;
-use tensorshare_strategies::shm_manager::{ALLOC_INFO_SIZE, AllocInfo};
+use tensorshare_strategies::services::shm_manager::{ALLOC_INFO_SIZE, AllocInfo};
 
 /// Where libshm's struct keeps the flag and the name.
 const FREE_OFFSET: usize = 4;

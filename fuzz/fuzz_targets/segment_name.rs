@@ -7,7 +7,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use tensorshare_strategies::file_system::{MAX_SEGMENT_NAME_LEN, SegmentName};
-use tensorshare_strategies::shm_manager::{AllocInfo, MAX_HANDLE_LEN, ManagerHandle};
+use tensorshare_strategies::services::shm_manager::{AllocInfo, MAX_HANDLE_LEN, ManagerHandle};
 
 fuzz_target!(|data: &[u8]| {
     match SegmentName::parse(data) {

@@ -6,7 +6,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tensorshare::resource_sharer::{
+use tensorshare_compat::resource_sharer::{
     DupFdRequest, MAX_RELEASE_KEYS, MAX_REQUEST_LEN, SharerRequest,
 };
 

@@ -15,7 +15,8 @@ use super::{ConnectionError, random};
 /// The longest socket path or abstract name, in bytes: `sun_path` holds 108
 /// bytes, one of which is the path's terminating NUL or the abstract name's
 /// leading NUL.
-pub const MAX_ADDRESS_LEN: usize = tensorshare_strategies::private_dir::MAX_SOCKET_PATH_LEN;
+pub const MAX_ADDRESS_LEN: usize =
+    tensorshare_strategies::platform::private_dir::MAX_SOCKET_PATH_LEN;
 
 /// Random characters in generated directory and socket names, as CPython's
 /// `tempfile` uses.
@@ -364,7 +365,7 @@ pub struct PrivateTempDir {
 impl PrivateTempDir {
     /// Creates `pymp-XXXXXXXX` in the system temporary directory, or in
     /// `/tmp` when that one cannot hold socket paths
-    /// ([`socket_parent_dir`](tensorshare_strategies::private_dir::socket_parent_dir)).
+    /// ([`socket_parent_dir`](tensorshare_strategies::platform::private_dir::socket_parent_dir)).
     ///
     /// # Errors
     ///
@@ -372,9 +373,7 @@ impl PrivateTempDir {
     pub fn create() -> Result<Self, ConnectionError> {
         // The socket path inside must fit in sun_path: "/pymp-X{8}/listener-X{8}".
         const INNER_LEN: usize = 1 + 5 + RANDOM_NAME_LEN + 1 + 9 + RANDOM_NAME_LEN;
-        Self::create_in(tensorshare_strategies::private_dir::socket_parent_dir(
-            INNER_LEN,
-        ))
+        Self::create_in(tensorshare_strategies::platform::private_dir::socket_parent_dir(INNER_LEN))
     }
 
     /// Creates `pymp-XXXXXXXX` in `parent`.
@@ -384,18 +383,19 @@ impl PrivateTempDir {
     /// [`ConnectionError::Io`] when the directory cannot be created.
     pub fn create_in(parent: impl AsRef<Path>) -> Result<Self, ConnectionError> {
         let parent = parent.as_ref();
-        let path = tensorshare_strategies::private_dir::create_private_dir_in(parent, || {
-            Ok(format!("pymp-{}", random::name_suffix(RANDOM_NAME_LEN)?))
-        })
-        .map_err(|e| {
-            ConnectionError::io(
-                format!(
-                    "creating a private socket directory in {}",
-                    parent.display()
-                ),
-                e,
-            )
-        })?;
+        let path =
+            tensorshare_strategies::platform::private_dir::create_private_dir_in(parent, || {
+                Ok(format!("pymp-{}", random::name_suffix(RANDOM_NAME_LEN)?))
+            })
+            .map_err(|e| {
+                ConnectionError::io(
+                    format!(
+                        "creating a private socket directory in {}",
+                        parent.display()
+                    ),
+                    e,
+                )
+            })?;
         Ok(Self { path })
     }
 

@@ -17,7 +17,7 @@ use std::io::{self, IoSlice, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 
-use tensorshare_strategies::fd_passing::{
+use tensorshare_strategies::platform::fd_passing::{
     MAX_FDS_PER_MESSAGE, RecvFdsError, SendFdsError, recv_some, send_with_fds,
 };
 

@@ -52,7 +52,7 @@
 //!
 //! Reads are not buffered: a read never takes bytes past the end of the
 //! current message, so the socket can be handed to
-//! `tensorshare_strategies::fd_passing` (through [`AsFd`](std::os::fd::AsFd))
+//! `tensorshare_strategies::platform::fd_passing` (through [`AsFd`](std::os::fd::AsFd))
 //! between messages, as `multiprocessing.resource_sharer` does, without a
 //! buffer swallowing the byte that carries the file descriptors.
 //!

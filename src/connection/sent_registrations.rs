@@ -16,7 +16,7 @@ use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Weak};
 
 use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
-use tensorshare_strategies::process::has_exited;
+use tensorshare_strategies::platform::process::has_exited;
 
 /// What holds the fds registered for the messages sent on a connection:
 /// the resource sharer, in the sharing layer above.

@@ -107,7 +107,7 @@ impl Connection {
     }
 
     /// Sends one message with `fds` attached by `SCM_RIGHTS` (at most
-    /// [`MAX_FDS_PER_MESSAGE`](tensorshare_strategies::fd_passing::MAX_FDS_PER_MESSAGE)). The bytes on the wire are those of
+    /// [`MAX_FDS_PER_MESSAGE`](tensorshare_strategies::platform::fd_passing::MAX_FDS_PER_MESSAGE)). The bytes on the wire are those of
     /// [`send_bytes`](Self::send_bytes); a reader that does not collect fds
     /// (any Python peer) gets the message, and its kernel closes the fds.
     ///
@@ -148,7 +148,7 @@ impl Connection {
     /// Receives one message into `buf` (as
     /// [`recv_bytes_into`](Self::recv_bytes_into)) and the fds attached to
     /// it, close-on-exec. A message that carried more than
-    /// [`MAX_FDS_PER_MESSAGE`](tensorshare_strategies::fd_passing::MAX_FDS_PER_MESSAGE) fds, or lost some to a full fd table, comes
+    /// [`MAX_FDS_PER_MESSAGE`](tensorshare_strategies::platform::fd_passing::MAX_FDS_PER_MESSAGE) fds, or lost some to a full fd table, comes
     /// with none: every one that arrived is closed.
     ///
     /// # Errors
@@ -274,7 +274,7 @@ impl Connection {
 }
 
 impl AsFd for Connection {
-    /// The socket, e.g. for `tensorshare_strategies::fd_passing` between
+    /// The socket, e.g. for `tensorshare_strategies::platform::fd_passing` between
     /// messages.
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.stream.as_fd()

@@ -478,33 +478,7 @@ fn marks(pickle: &Pickle) -> Vec<NodeMarks> {
         }
     };
     for (_, node) in pickle.iter() {
-        match node {
-            Node::Tuple(items) | Node::List(items) | Node::Set(items) | Node::FrozenSet(items) => {
-                items.iter().copied().for_each(&mut visit)
-            }
-            Node::Dict(pairs) => pairs.iter().for_each(|&(k, v)| {
-                visit(k);
-                visit(v);
-            }),
-            Node::PersistentId(pid) => visit(*pid),
-            Node::Object(object) => {
-                visit(object.callable);
-                match object.construction {
-                    Construction::Reduce { args } | Construction::NewObj { args } => visit(args),
-                    Construction::NewObjEx { args, kwargs } => {
-                        visit(args);
-                        visit(kwargs);
-                    }
-                }
-                object.state.into_iter().for_each(&mut visit);
-                object.list_items.iter().copied().for_each(&mut visit);
-                object.dict_items.iter().for_each(|&(k, v)| {
-                    visit(k);
-                    visit(v);
-                });
-            }
-            _ => {}
-        }
+        node.children().for_each(&mut visit);
     }
     marks
 }

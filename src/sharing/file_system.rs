@@ -8,7 +8,7 @@ use tensorshare_compat::pickle::{Node, NodeId};
 use tensorshare_strategies::file_system::{
     FileSystemSegment, FileSystemStrategy, SegmentHandle, SegmentName,
 };
-use tensorshare_strategies::shm_manager::ManagerHandle;
+use tensorshare_strategies::services::shm_manager::ManagerHandle;
 use tensorshare_strategies::{ImportError, SharingStrategy, StrategyKind};
 
 use super::SharingContext;

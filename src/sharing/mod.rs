@@ -33,12 +33,12 @@ use tensorshare_compat::pickle::{
     Decoded, EncodeOptions, EncodedPickle, SharedBytes, decode_all, decode_all_shared,
     encode_vectored,
 };
-use tensorshare_strategies::fd_passing::MAX_FDS_PER_MESSAGE;
 use tensorshare_strategies::file_descriptor::{
     FdBudget, FdSegment, FileDescriptorStrategy, FileIdentity,
 };
 use tensorshare_strategies::file_system::SegmentName;
 use tensorshare_strategies::memmap::MemmapStrategy;
+use tensorshare_strategies::platform::fd_passing::MAX_FDS_PER_MESSAGE;
 use tensorshare_strategies::{AllocateError, SharingStrategy, StrategyKind, WritableSegment};
 
 pub use cache::WeakStorageCache;

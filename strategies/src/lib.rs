@@ -11,17 +11,19 @@
 //!   reference count; the name travels), [`bytes`] (the bytes themselves
 //!   travel) and [`memmap`] (a file on disk that both sides map; its path
 //!   travels).
-//! - [`shm_manager`]: the daemon that unlinks `file_system` segments whose
-//!   holders crashed, speaking torch's libshm protocol; [`orphans`] finds
-//!   segments left in `/dev/shm` by processes that are gone;
-//!   [`process::has_exited`] tells whether a peer process is gone.
+//! - [`services::shm_manager`]: the daemon that unlinks `file_system`
+//!   segments whose holders crashed, speaking torch's libshm protocol;
+//!   [`services::orphans`] finds segments left in `/dev/shm` by processes
+//!   that are gone; [`platform::process::has_exited`] tells whether a peer
+//!   process is gone.
 //! - [`Segment`] and [`WritableSegment`]: memory mapped or held in this
 //!   process, type-erased so the runtime can keep `Arc<dyn Segment>`.
-//! - [`fd_passing`]: `sendmsg`/`recvmsg` with `SCM_RIGHTS`, compatible with
-//!   CPython's `multiprocessing.reduction.sendfds` and `recvfds`.
-//! - [`heap`]: the `bytes` strategy's buffers; large ones are mappings kept
-//!   in a bounded process-wide pool, so they are not faulted in anew for
-//!   every message.
+//! - [`platform::fd_passing`]: `sendmsg`/`recvmsg` with `SCM_RIGHTS`,
+//!   compatible with CPython's `multiprocessing.reduction.sendfds` and
+//!   `recvfds`.
+//! - [`bytes::heap`]: the `bytes` strategy's buffers; large ones are
+//!   mappings kept in a bounded process-wide pool, so they are not faulted
+//!   in anew for every message.
 //!
 //! # Example
 //!
@@ -42,23 +44,38 @@
 //! # }
 //! ```
 //!
+//! # Layers
+//!
+//! The crate is cut in three layers, each a folder, each importing only the
+//! layers below it:
+//!
+//! - [`platform`]: OS mechanism that knows nothing of strategies or
+//!   services: mappings (on memmap2), the fault guard, populating pages,
+//!   fd passing, leases, `/proc` and process helpers, owner checks, private
+//!   socket directories and the names of the objects the crate creates.
+//! - [`services`]: what reclaims what processes leave behind: the
+//!   shared-memory manager (libshm's protocol, daemon and client) and the
+//!   scans behind `gc`. They use the platform, and no strategy.
+//! - The strategies, re-exported here: [`SharingStrategy`], the segment
+//!   traits and errors, and one module per implementation. They use both
+//!   layers below: a `file_system` segment is registered with a manager, and
+//!   the `memmap` strategy reclaims its directory by `gc`'s rules.
+//!
 //! # Safety
 //!
 //! `unsafe` is denied at the crate root. Modules that need it opt in with
 //! `#![allow(unsafe_code)]` and say in their own `# Safety` section what they
 //! rely on:
 //!
-//! - the private `mapping` module maps and unmaps memory; [`file_descriptor`],
-//!   [`file_system`] and [`memmap`] call it after checking the file's size.
-//!   Memory shared with other processes is outside what Rust's memory model
-//!   describes; the [`Segment`] docs state the contract, as memmap2 does for
-//!   file mappings.
-//! - The private `populate` module has the kernel allocate and map every
-//!   page of a fresh memfd mapping (`madvise(MADV_POPULATE_WRITE)`, on
-//!   several threads for large ones), which faults pages in as writes would
-//!   and changes no byte; `mapping` calls it on the whole of a mapping it
-//!   owns.
-//! - The private `fault_guard` module installs a process-wide `SIGBUS`
+//! - The platform's `mapping` module maps files with memmap2 and builds
+//!   slices over them; [`file_descriptor`], [`file_system`] and [`memmap`]
+//!   call it after checking the file's size. Memory shared with other
+//!   processes is outside what Rust's memory model describes; the
+//!   [`Segment`] docs state the contract, as memmap2 does for file mappings.
+//!   Before a fresh memfd mapping is handed out, the platform's `populate`
+//!   has memmap2 advise `MADV_POPULATE_WRITE` over it, on several threads for
+//!   large ones, which faults pages in as writes would and changes no byte.
+//! - The platform's `fault_guard` module installs a process-wide `SIGBUS`
 //!   handler, once, the first time a file that cannot be sealed against
 //!   shrinking is mapped (a `file_system` segment, a tmpfs fd such as
 //!   PyTorch sends). Another process holding such a file may truncate it
@@ -73,53 +90,37 @@
 //!   functions (`mmap`, `sigaction`, `raise`), and because a mapping is
 //!   registered before it is handed out and unregistered before it is
 //!   unmapped, so the page it replaces belongs to a live mapping of ours
-//!   whose bytes other processes could have changed anyway.
-//! - [`heap`] maps anonymous memory for large buffers and keeps dropped
-//!   ones in a pool for reuse. The pool owns each mapping by value, so a
+//!   whose bytes other processes could have changed anyway. This stays
+//!   hand-written: memmap2 cannot map over a range with `MAP_FIXED`.
+//! - [`bytes::heap`] keeps the anonymous mappings (memmap2's) of large
+//!   buffers in a pool for reuse. The pool owns each mapping by value, so a
 //!   range is never handed to two buffers; the `MADV_FREE` advice it gives
 //!   pooled mappings may turn their bytes into zeros, so a buffer built from
 //!   one writes every byte it exposes before handing it out.
-//! - The private `lease` module calls `fcntl(2)` with the lease commands,
-//!   which nix does not wrap, passing an fd borrowed for the call and an
-//!   integer; [`orphans`] and the manager ask it whether a segment is open
-//!   anywhere before they unlink it.
-//! - [`shm_manager`]'s private `daemon` module calls `fork` to start the
-//!   manager, only after `/proc/self/task` showed the process runs a single
-//!   thread, so the child is a complete copy that may run ordinary Rust code.
+//! - The platform's `lease` module calls `fcntl(2)` with the lease
+//!   commands, which nix does not wrap, passing an fd borrowed for the call
+//!   and an integer; [`services::orphans`] and the manager ask it whether a
+//!   segment is open anywhere before they unlink it.
+//! - [`services::shm_manager`]'s private `daemon` module calls `fork` to
+//!   start the manager, only after `/proc/self/task` showed the process runs
+//!   a single thread, so the child is a complete copy that may run ordinary
+//!   Rust code.
 #![deny(unsafe_code)]
 
-pub mod bytes;
-mod error;
-mod fault_guard;
-pub mod fd_passing;
-pub mod file_descriptor;
-pub mod file_system;
-pub mod heap;
-mod kind;
-mod lease;
-mod map_count;
-mod mapping;
-pub mod memmap;
-mod memmap_file_name;
-pub mod orphans;
-mod owner;
-mod populate;
-pub mod private_dir;
-pub mod process;
-mod segment;
-mod segment_name;
-pub mod shm_manager;
+pub mod platform;
+pub mod services;
 mod strategy;
-mod unique_name;
 
-pub use error::{AllocateError, ExportError, ImportError, MAX_SEGMENT_BYTES, human_bytes};
-pub use kind::{StrategyKind, UnknownStrategyError};
-pub use map_count::MapCount;
+pub use strategy::{
+    AllocateError, ExportError, ImportError, MAX_SEGMENT_BYTES, Segment, SharingStrategy,
+    StrategyKind, UnknownStrategyError, WritableSegment, human_bytes,
+};
+pub use strategy::{bytes, file_descriptor, file_system, memmap};
+
 /// The errno an OS failure carried; errors of this crate keep it.
 pub use nix::errno::Errno;
-pub use owner::UnixUser;
-pub use segment::{Segment, WritableSegment};
-pub use strategy::SharingStrategy;
+pub use platform::map_count::MapCount;
+pub use platform::owner::UnixUser;
 
 use bytes::BytesStrategy;
 use file_descriptor::FileDescriptorStrategy;

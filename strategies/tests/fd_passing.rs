@@ -9,11 +9,11 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::process::{Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
 
-use tensorshare_strategies::fd_passing::{
+use tensorshare_strategies::file_descriptor::{FdSegment, FileDescriptorStrategy};
+use tensorshare_strategies::platform::fd_passing::{
     MAX_FDS_PER_MESSAGE, RecvFdsError, SendFdsError, recv_fd_batch, recv_with_fds, send_fd_batch,
     send_with_fds,
 };
-use tensorshare_strategies::file_descriptor::{FdSegment, FileDescriptorStrategy};
 use tensorshare_strategies::{Segment, SharingStrategy, WritableSegment};
 
 /// Tests here count this process's fds, so they run one at a time.

@@ -7,8 +7,8 @@ use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 
 use nix::sys::resource::{Resource, getrlimit, setrlimit};
-use tensorshare_strategies::fd_passing::{RecvFdsError, recv_fd_batch, send_fd_batch};
 use tensorshare_strategies::file_descriptor::FileDescriptorStrategy;
+use tensorshare_strategies::platform::fd_passing::{RecvFdsError, recv_fd_batch, send_fd_batch};
 use tensorshare_strategies::{AllocateError, Errno, ExportError, SharingStrategy};
 
 const ACTIONABLE: &str = "too many open files: raise `ulimit -n` or use the file_system strategy";

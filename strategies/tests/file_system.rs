@@ -14,7 +14,7 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::PathBuf;
 
 use tensorshare_strategies::file_system::{HEADER_BYTES, SegmentHandle, SegmentName};
-use tensorshare_strategies::shm_manager;
+use tensorshare_strategies::services::shm_manager;
 use tensorshare_strategies::{ImportError, SharingStrategy, UnixUser};
 
 /// The uid that owns the other user's segments: `nobody` on Linux.

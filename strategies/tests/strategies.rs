@@ -13,11 +13,11 @@ use std::os::unix::net::UnixStream;
 
 use conformance::ConformanceStrategy;
 use tensorshare_strategies::bytes::BytesStrategy;
-use tensorshare_strategies::fd_passing::{recv_fd_batch, send_fd_batch};
 use tensorshare_strategies::file_descriptor::{FileDescriptorStrategy, FileIdentity};
 use tensorshare_strategies::file_system::{FileSystemStrategy, SegmentHandle, SegmentName};
 use tensorshare_strategies::memmap::{MemmapHandle, MemmapStrategy};
-use tensorshare_strategies::shm_manager::ManagerHandle;
+use tensorshare_strategies::platform::fd_passing::{recv_fd_batch, send_fd_batch};
+use tensorshare_strategies::services::shm_manager::ManagerHandle;
 
 conformance_tests!(file_descriptor, FileDescriptorStrategy);
 conformance_tests!(bytes, BytesStrategy);

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use tensorshare_strategies::file_system::SegmentName;
 use tensorshare_strategies::memmap::MemmapFileName;
-use tensorshare_strategies::private_dir::SocketDirName;
+use tensorshare_strategies::platform::private_dir::SocketDirName;
 
 use super::{segments_of, tree};
 

@@ -2,7 +2,7 @@
 //! [--socket-dir DIR]... [--memmap-dir DIR]...`: find the shared-memory
 //! segments, the socket directories and the memmap files left by processes
 //! that are gone, show them and remove them. The rules are
-//! `tensorshare_strategies::orphans`'.
+//! `tensorshare_strategies::services::orphans`'.
 
 mod file_rows;
 mod socket_dir_rows;
@@ -17,11 +17,11 @@ use serde_json::{Value as Json, json};
 use tensorshare::resource_sharer::SharerSocket;
 use tensorshare_strategies::file_system::SegmentName;
 use tensorshare_strategies::memmap::MemmapFileName;
-use tensorshare_strategies::orphans::{
+use tensorshare_strategies::platform::private_dir::SocketDirName;
+use tensorshare_strategies::services::orphans::{
     self, DEFAULT_MIN_AGE, DEFAULT_SHM_DIR, OrphanScan, ScanOptions, SocketDirScan,
     SocketDirScanOptions,
 };
-use tensorshare_strategies::private_dir::SocketDirName;
 
 use super::format;
 use file_rows::{Row, Words};
@@ -115,7 +115,7 @@ fn parse_only_name(text: &str) -> Result<OnlyName, String> {
 
 /// Where socket directories are looked for unless `--socket-dir` says:
 /// where this process would make them (`$TMPDIR`, `/tmp`, which
-/// [`socket_parent_dir`](tensorshare_strategies::private_dir::socket_parent_dir)
+/// [`socket_parent_dir`](tensorshare_strategies::platform::private_dir::socket_parent_dir)
 /// falls back to) and the directory `TENSORSHARE_SHARER_DIR` moves resource
 /// sharers to ([`SharerSocket::from_env`]; a value no sharer would accept
 /// names no directory of theirs); those that exist, each directory once.

@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::shutdown::ShutdownSignal;
 use clap::Args;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-use tensorshare_strategies::shm_manager::{
+use tensorshare_strategies::services::shm_manager::{
     DEFAULT_IDLE_TIMEOUT, ManagerReport, ManagerServer, ServeOptions, StopReason,
 };
 

@@ -22,4 +22,4 @@ pub use bytes::{ByteChunks, SharedBytes};
 pub(crate) const FRAME_SIZE_TARGET: usize = 64 * 1024;
 pub use decode::*;
 pub use encode::*;
-pub use value::{Construction, Global, Node, NodeId, Object, Pickle};
+pub use value::{Children, Construction, Global, Node, NodeId, Object, Pickle};

@@ -134,7 +134,82 @@ pub enum Node {
     Object(Object),
 }
 
+impl Object {
+    /// The nodes the call itself is made of: the callable, the argument
+    /// tuple and, for `NEWOBJ_EX`, the keyword-argument dict. A pickle saves
+    /// them before the object exists, so before it can enter the memo; what
+    /// `APPENDS`, `SETITEMS` and `BUILD` add later is not among them.
+    pub fn call_parts(&self) -> Children<'_> {
+        let (args, kwargs) = match self.construction {
+            Construction::Reduce { args } | Construction::NewObj { args } => (args, None),
+            Construction::NewObjEx { args, kwargs } => (args, Some(kwargs)),
+        };
+        Children {
+            lead: [Some(self.callable), Some(args), kwargs],
+            ..Children::default()
+        }
+    }
+}
+
 impl Node {
+    /// The nodes this one references, in the order a pickle saves them:
+    /// a container's items (a dict's key before its value), a persistent
+    /// id's node, an object's [call parts](Object::call_parts) followed by
+    /// its list items, its dict items (key before value) and, last, its
+    /// `BUILD` state. Atoms and globals have none.
+    ///
+    /// It allocates nothing, and does not look into the children: a walk
+    /// over a whole graph keeps its own stack, as the arena may hold cycles
+    /// and any depth.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tensorshare_compat::pickle::{Node, Pickle};
+    ///
+    /// let mut pickle = Pickle::new();
+    /// let key = pickle.push(Node::Str("k".into()));
+    /// let value = pickle.push(Node::Int(1));
+    /// let dict = pickle.push(Node::Dict(vec![(key, value)]));
+    /// let list = pickle.push(Node::List(vec![dict, key]));
+    /// assert_eq!(pickle.node(dict).children().collect::<Vec<_>>(), [key, value]);
+    /// assert_eq!(pickle.node(list).children().collect::<Vec<_>>(), [dict, key]);
+    /// assert_eq!(pickle.node(value).children().count(), 0);
+    /// ```
+    pub fn children(&self) -> Children<'_> {
+        match self {
+            Node::None
+            | Node::Bool(_)
+            | Node::Int(_)
+            | Node::BigInt(_)
+            | Node::Float(_)
+            | Node::Str(_)
+            | Node::Bytes(_)
+            | Node::ByteArray(_)
+            | Node::Global(_) => Children::default(),
+            Node::Tuple(items) | Node::List(items) | Node::Set(items) | Node::FrozenSet(items) => {
+                Children {
+                    items: items.iter(),
+                    ..Children::default()
+                }
+            }
+            Node::Dict(pairs) => Children {
+                pairs: pairs.iter(),
+                ..Children::default()
+            },
+            Node::PersistentId(pid) => Children {
+                lead: [Some(*pid), None, None],
+                ..Children::default()
+            },
+            Node::Object(object) => Children {
+                items: object.list_items.iter(),
+                pairs: object.dict_items.iter(),
+                state: object.state,
+                ..object.call_parts()
+            },
+        }
+    }
+
     /// What the node is, as error messages name it ("a tuple", "bytes").
     pub fn kind_name(&self) -> &'static str {
         match self {
@@ -244,5 +319,103 @@ impl Pickle {
             .iter()
             .enumerate()
             .map(|(i, n)| (NodeId(i as u32), n))
+    }
+}
+
+/// The nodes one node references; see [`Node::children`] and
+/// [`Object::call_parts`].
+#[derive(Clone, Debug, Default)]
+pub struct Children<'a> {
+    /// What comes first: a call's callable, args and kwargs, or a
+    /// persistent id's node; `None` where there is nothing.
+    lead: [Option<NodeId>; 3],
+    /// How many of `lead` were handed out.
+    led: usize,
+    /// A container's items, or an object's list items.
+    items: std::slice::Iter<'a, NodeId>,
+    /// A dict's pairs, or an object's dict items.
+    pairs: std::slice::Iter<'a, (NodeId, NodeId)>,
+    /// The value of the pair whose key came last.
+    value: Option<NodeId>,
+    /// An object's state, which comes last.
+    state: Option<NodeId>,
+}
+
+impl Iterator for Children<'_> {
+    type Item = NodeId;
+
+    fn next(&mut self) -> Option<NodeId> {
+        while let Some(lead) = self.lead.get(self.led) {
+            self.led += 1;
+            if lead.is_some() {
+                return *lead;
+            }
+        }
+        if let Some(&item) = self.items.next() {
+            return Some(item);
+        }
+        if let Some(value) = self.value.take() {
+            return Some(value);
+        }
+        if let Some(&(key, value)) = self.pairs.next() {
+            self.value = Some(value);
+            return Some(key);
+        }
+        self.state.take()
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let lead = self.lead.iter().skip(self.led).flatten().count();
+        let len = lead
+            + self.items.len()
+            + usize::from(self.value.is_some())
+            + 2 * self.pairs.len()
+            + usize::from(self.state.is_some());
+        (len, Some(len))
+    }
+}
+
+impl ExactSizeIterator for Children<'_> {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_objects_children_come_in_the_order_a_pickle_saves_them() {
+        let mut pickle = Pickle::new();
+        let mut next = || pickle.push(Node::None);
+        let [callable, args, kwargs, item, key, value, state] = std::array::from_fn(|_| next());
+        let object = Object {
+            callable,
+            construction: Construction::NewObjEx { args, kwargs },
+            state: Some(state),
+            list_items: vec![item],
+            dict_items: vec![(key, value)],
+        };
+        assert_eq!(
+            object.call_parts().collect::<Vec<_>>(),
+            [callable, args, kwargs]
+        );
+        let node = Node::Object(object);
+        let children = node.children();
+        assert_eq!(children.len(), 7);
+        assert_eq!(
+            children.collect::<Vec<_>>(),
+            [callable, args, kwargs, item, key, value, state]
+        );
+        let reduce = Node::Object(Object {
+            callable,
+            construction: Construction::Reduce { args },
+            state: None,
+            list_items: Vec::new(),
+            dict_items: Vec::new(),
+        });
+        assert_eq!(reduce.children().collect::<Vec<_>>(), [callable, args]);
+        assert_eq!(
+            Node::PersistentId(key).children().collect::<Vec<_>>(),
+            [key]
+        );
+        assert_eq!(Node::Global(Global::new("m", "n")).children().len(), 0);
     }
 }

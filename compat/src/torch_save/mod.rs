@@ -53,8 +53,7 @@ pub use zip_reader::read_zip;
 
 use crate::dtype::DType;
 use crate::pickle::{
-    Construction, DecodeError, DecodeErrorCode, Global, GlobalFilter, Limits, Node, NodeId, Pickle,
-    SharedBytes,
+    DecodeError, DecodeErrorCode, Global, GlobalFilter, Limits, Node, NodeId, Pickle, SharedBytes,
 };
 
 /// Which of torch.save's two formats a file is in.
@@ -326,49 +325,13 @@ fn confine_storage_classes(
     // Decoded pickles always have a root.
     refuse(pickle.root())?;
     for (id, node) in pickle.iter() {
-        match node {
-            Node::Tuple(items) => {
-                let in_pid = pid_tuples.contains(&id);
-                for (position, &item) in items.iter().enumerate() {
-                    if !(in_pid && position == 1) {
-                        refuse(item)?;
-                    }
-                }
+        // The class field of a persistent id's tuple, where the reader
+        // admitted the storage classes.
+        let in_pid = matches!(node, Node::Tuple(_)) && pid_tuples.contains(&id);
+        for (position, child) in node.children().enumerate() {
+            if !(in_pid && position == 1) {
+                refuse(child)?;
             }
-            Node::List(items) | Node::Set(items) | Node::FrozenSet(items) => {
-                items.iter().try_for_each(|&item| refuse(item))?;
-            }
-            Node::Dict(pairs) => {
-                pairs
-                    .iter()
-                    .try_for_each(|&(k, v)| refuse(k).and(refuse(v)))?;
-            }
-            Node::PersistentId(tuple) => refuse(*tuple)?,
-            Node::Object(object) => {
-                refuse(object.callable)?;
-                match object.construction {
-                    Construction::Reduce { args } | Construction::NewObj { args } => refuse(args)?,
-                    Construction::NewObjEx { args, kwargs } => refuse(args).and(refuse(kwargs))?,
-                }
-                object.state.map_or(Ok(()), refuse)?;
-                object
-                    .list_items
-                    .iter()
-                    .try_for_each(|&item| refuse(item))?;
-                object
-                    .dict_items
-                    .iter()
-                    .try_for_each(|&(k, v)| refuse(k).and(refuse(v)))?;
-            }
-            Node::None
-            | Node::Bool(_)
-            | Node::Int(_)
-            | Node::BigInt(_)
-            | Node::Float(_)
-            | Node::Str(_)
-            | Node::Bytes(_)
-            | Node::ByteArray(_)
-            | Node::Global(_) => {}
         }
     }
     Ok(())

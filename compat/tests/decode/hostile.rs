@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 use tensorshare_compat::pickle::{
-    Construction, DecodeError, DecodeErrorCode, Limits, Node, Pickle, decode, decode_all,
+    DecodeError, DecodeErrorCode, Limits, Node, Pickle, decode, decode_all,
 };
 
 use super::golden::GOLDENS;
@@ -220,26 +220,7 @@ fn walk(pickle: &Pickle) {
         if std::mem::replace(&mut seen[id.index()], true) {
             continue;
         }
-        match node {
-            Node::Tuple(items) | Node::List(items) | Node::Set(items) | Node::FrozenSet(items) => {
-                todo.extend(items)
-            }
-            Node::Dict(pairs) => todo.extend(pairs.iter().flat_map(|&(k, v)| [k, v])),
-            Node::PersistentId(pid) => todo.push(*pid),
-            Node::Object(object) => {
-                todo.push(object.callable);
-                todo.extend(object.state);
-                todo.extend(&object.list_items);
-                todo.extend(object.dict_items.iter().flat_map(|&(k, v)| [k, v]));
-                match object.construction {
-                    Construction::Reduce { args } | Construction::NewObj { args } => {
-                        todo.push(args)
-                    }
-                    Construction::NewObjEx { args, kwargs } => todo.extend([args, kwargs]),
-                }
-            }
-            _ => {}
-        }
+        todo.extend(node.children());
     }
 }
 

@@ -151,9 +151,6 @@ pub fn same_graph(original: &Pickle, decoded: &Pickle) -> Result<(), String> {
             pending.extend(xs.iter().copied().zip(ys.iter().copied()));
             Ok(())
         };
-        let flat = |pairs: &[(NodeId, NodeId)]| -> Vec<NodeId> {
-            pairs.iter().flat_map(|&(k, v)| [k, v]).collect()
-        };
         let int = |node: &Node| match node {
             Node::Int(v) => Some(minimal(&v.to_le_bytes()).to_vec()),
             Node::BigInt(b) => Some(minimal(b).to_vec()),
@@ -168,27 +165,19 @@ pub fn same_graph(original: &Pickle, decoded: &Pickle) -> Result<(), String> {
             (Node::Bytes(x), Node::Bytes(y)) if x == y => {}
             (Node::ByteArray(x), Node::ByteArray(y)) if x == y => {}
             (Node::Global(x), Node::Global(y)) if x == y => {}
-            (Node::Tuple(x), Node::Tuple(y))
-            | (Node::List(x), Node::List(y))
-            | (Node::Set(x), Node::Set(y))
-            | (Node::FrozenSet(x), Node::FrozenSet(y)) => pair(x, y)?,
-            (Node::Dict(x), Node::Dict(y)) => pair(&flat(x), &flat(y))?,
-            (Node::PersistentId(x), Node::PersistentId(y)) => pair(&[*x], &[*y])?,
+            (Node::Tuple(_), Node::Tuple(_))
+            | (Node::List(_), Node::List(_))
+            | (Node::Set(_), Node::Set(_))
+            | (Node::FrozenSet(_), Node::FrozenSet(_))
+            | (Node::Dict(_), Node::Dict(_))
+            | (Node::PersistentId(_), Node::PersistentId(_)) => {
+                pair(
+                    &na.children().collect::<Vec<_>>(),
+                    &nb.children().collect::<Vec<_>>(),
+                )?;
+            }
             (Node::Object(x), Node::Object(y)) => {
-                // Equal shapes make the parts line up one to one.
-                let parts = |o: &Object| {
-                    let mut ids = vec![o.callable];
-                    match o.construction {
-                        Construction::Reduce { args } | Construction::NewObj { args } => {
-                            ids.push(args);
-                        }
-                        Construction::NewObjEx { args, kwargs } => ids.extend([args, kwargs]),
-                    }
-                    ids.extend(o.state);
-                    ids.extend(&o.list_items);
-                    ids.extend(flat(&o.dict_items));
-                    ids
-                };
+                // Equal shapes make the children line up one to one.
                 let shape = |o: &Object| {
                     (
                         std::mem::discriminant(&o.construction),
@@ -200,7 +189,10 @@ pub fn same_graph(original: &Pickle, decoded: &Pickle) -> Result<(), String> {
                 if shape(x) != shape(y) {
                     return Err(differ());
                 }
-                pair(&parts(x), &parts(y))?;
+                pair(
+                    &na.children().collect::<Vec<_>>(),
+                    &nb.children().collect::<Vec<_>>(),
+                )?;
             }
             _ => return Err(differ()),
         }

@@ -8,10 +8,12 @@ use std::time::Duration;
 
 use tensorshare_compat::connection::{AuthError, Dialect, client_handshake, write_message};
 use tensorshare_compat::pickle::EncodeError;
+use tensorshare_compat::resource_sharer::{
+    DupFdRequest, MAX_RELEASE_KEYS, ReleaseRequest, UnmappedRequest,
+};
 use tensorshare_strategies::Errno;
-use tensorshare_strategies::fd_passing::{RecvFdsError, recv_fd_batch};
+use tensorshare_strategies::platform::fd_passing::{RecvFdsError, recv_fd_batch};
 
-use super::request::{DupFdRequest, MAX_RELEASE_KEYS, ReleaseRequest, UnmappedRequest};
 use crate::connection::deadline::DeadlineStream;
 use crate::connection::is_timeout;
 use crate::connection::{Address, ConnectionError};

@@ -17,8 +17,11 @@
 //!   or where [`SharerSocket`] says.
 //! - [`fetch_fd`] is the receiving side; it fetches from a CPython sharer or
 //!   from a [`ResourceSharer`].
-//! - [`DupFdRequest`] is the `(key, pid)` message both sides exchange.
-//! - [`release_fds`] and [`ReleaseRequest`] are tensorshare's addition: a
+//! - [`DupFdRequest`](tensorshare_compat::resource_sharer::DupFdRequest) is
+//!   the `(key, pid)` message both sides exchange.
+//! - [`release_fds`] and
+//!   [`ReleaseRequest`](tensorshare_compat::resource_sharer::ReleaseRequest)
+//!   are tensorshare's addition: a
 //!   tensorshare sender also attaches each fd to the message that names it
 //!   (see [`Connection::send`](crate::Connection::send)), and a tensorshare
 //!   receiver that got it that way tells the sharer to close its copy.
@@ -63,7 +66,6 @@
 mod client;
 mod options;
 mod registration;
-mod request;
 mod serve;
 mod server;
 mod stats;
@@ -71,10 +73,6 @@ mod stats;
 pub use client::{FetchError, FetchStage, fetch_fd, release_fds, report_unmapped};
 pub use options::{SHARER_DIR_ENV, SharerOptions, SharerSocket};
 pub use registration::{DupFdId, Registration};
-pub use request::{
-    DupFdRequest, MAX_RELEASE_KEYS, MAX_REQUEST_LEN, ReleaseRequest, RequestError, SharerRequest,
-    UnmappedRequest,
-};
 pub(crate) use server::{KeyReports, join_within};
 pub use server::{RegisterError, ResourceSharer, SharerError};
 pub use stats::SharerStats;

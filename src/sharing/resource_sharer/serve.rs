@@ -14,9 +14,9 @@ use nix::sys::socket::getsockopt;
 use nix::sys::socket::sockopt::PeerCredentials;
 use nix::unistd::geteuid;
 use tensorshare_compat::connection::{AuthError, FramingError, read_message, server_handshake};
-use tensorshare_strategies::fd_passing::send_fd_batch;
+use tensorshare_compat::resource_sharer::{MAX_REQUEST_LEN, SharerRequest};
+use tensorshare_strategies::platform::fd_passing::send_fd_batch;
 
-use super::request::{MAX_REQUEST_LEN, SharerRequest};
 use super::server::{Shared, lock};
 use crate::connection::deadline::DeadlineStream;
 use crate::connection::is_timeout;
@@ -131,7 +131,7 @@ pub(crate) fn worker_loop(shared: &Shared, receiver: &Mutex<Receiver<UnixStream>
 
 /// One connection, as CPython's `_serve` loop body: handshake, read
 /// `(key, pid)`, pop the key, send its fd, close our copy. A tensorshare
-/// receiver's [`ReleaseRequest`](super::ReleaseRequest) instead closes the
+/// receiver's [`ReleaseRequest`](tensorshare_compat::resource_sharer::ReleaseRequest) instead closes the
 /// fds it names, which reached it attached to their message.
 fn serve_connection(shared: &Shared, stream: &UnixStream) -> Outcome {
     let mut io = DeadlineStream::new(stream, shared.options.connection_timeout());

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use tensorshare_strategies::private_dir::{SHARER_PREFIX, create_sharer_dir_in};
+use tensorshare_strategies::platform::private_dir::{SHARER_PREFIX, create_sharer_dir_in};
 
 use super::options::{SharerOptions, SharerSocket};
 use super::registration::{DupFdId, Registration};

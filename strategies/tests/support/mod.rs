@@ -11,7 +11,7 @@ use std::sync::Once;
 use std::time::{Duration, Instant};
 
 use tensorshare_strategies::file_system::FileSystemStrategy;
-use tensorshare_strategies::shm_manager::{self, ManagerServer, ServeOptions};
+use tensorshare_strategies::services::shm_manager::{self, ManagerServer, ServeOptions};
 
 /// Set in a child process started by [`spawn_self`]: the test that runs there
 /// plays its child role.

@@ -1,13 +1,13 @@
 //! The segments' and memmap files' parts of `tensorshare gc`: what became
 //! of each file a scan found, as text and JSON. Both follow the rules of
-//! `tensorshare_strategies::orphans`; `N` is the kind of name.
+//! `tensorshare_strategies::services::orphans`; `N` is the kind of name.
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
 
 use serde_json::{Value as Json, json};
 use tensorshare_strategies::UnixUser;
-use tensorshare_strategies::orphans::{
+use tensorshare_strategies::services::orphans::{
     KeepReason, OrphanName, OrphanScan, RemovalOutcome, RemoveError, ScanError, SegmentReport,
 };
 

@@ -7,10 +7,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::{Value as Json, json};
-use tensorshare_strategies::orphans::{
+use tensorshare_strategies::platform::private_dir::{SocketDirKind, SocketDirName};
+use tensorshare_strategies::services::orphans::{
     SocketDirKeepReason, SocketDirOutcome, SocketDirRemoveError, SocketDirReport, SocketDirScan,
 };
-use tensorshare_strategies::private_dir::{SocketDirKind, SocketDirName};
 
 use super::{parents_text, pid_list, plural, write_table};
 

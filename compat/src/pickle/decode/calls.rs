@@ -91,20 +91,16 @@ impl Machine<'_> {
         callable: NodeId,
         construction: Construction,
     ) -> Result<NodeId, DecodeError> {
-        let depth = match construction {
-            Construction::Reduce { args } | Construction::NewObj { args } => {
-                self.depth_holding([callable, args])
-            }
-            Construction::NewObjEx { args, kwargs } => self.depth_holding([callable, args, kwargs]),
-        };
-        let object = Object {
+        let object = Node::Object(Object {
             callable,
             construction,
             state: None,
             list_items: Vec::new(),
             dict_items: Vec::new(),
-        };
-        self.add(Node::Object(object), depth)
+        });
+        // Nothing is added to the object yet: its children are its call's.
+        let depth = self.depth_holding(object.children());
+        self.add(object, depth)
     }
 
     fn expect_tuple(&self, opcode: &'static str, id: NodeId) -> Result<(), DecodeError> {

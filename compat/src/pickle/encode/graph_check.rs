@@ -2,7 +2,7 @@
 //! arena fails fast with the node at fault rather than half-way through.
 
 use super::EncodeError;
-use crate::pickle::{Construction, Node, NodeId, Pickle};
+use crate::pickle::{Children, Node, NodeId, Pickle};
 
 /// Which outgoing edges of a node a walk follows.
 #[derive(Clone, Copy, PartialEq)]
@@ -39,21 +39,14 @@ pub(super) fn check_graph(pickle: &Pickle, root: NodeId, protocol: u8) -> Result
     let mut reached = vec![root];
     let mut pending = vec![root];
     while let Some(id) = pending.pop() {
-        let mut result = Ok(());
-        for_each_child(node(id, None)?, protocol, Edges::All, |child| {
-            if result.is_ok() {
-                match node(child, Some(id)) {
-                    Ok(_) if !reachable[child.index()] => {
-                        reachable[child.index()] = true;
-                        reached.push(child);
-                        pending.push(child);
-                    }
-                    Ok(_) => {}
-                    Err(e) => result = Err(e),
-                }
+        for child in edges(node(id, None)?, protocol, Edges::All) {
+            node(child, Some(id))?;
+            if !reachable[child.index()] {
+                reachable[child.index()] = true;
+                reached.push(child);
+                pending.push(child);
             }
-        });
-        result?;
+        }
     }
 
     // Pass 2: depth-first search for a cycle through before-memo edges only.
@@ -71,9 +64,7 @@ pub(super) fn check_graph(pickle: &Pickle, root: NodeId, protocol: u8) -> Result
     let enter = |id: NodeId, path: &mut Vec<(NodeId, usize)>, children: &mut Vec<NodeId>| {
         path.push((id, children.len()));
         if let Some(node) = pickle.get(id) {
-            for_each_child(node, protocol, Edges::BeforeMemo, |child| {
-                children.push(child)
-            });
+            children.extend(edges(node, protocol, Edges::BeforeMemo));
         }
     };
     for start in reached {
@@ -113,65 +104,20 @@ pub(super) fn check_graph(pickle: &Pickle, root: NodeId, protocol: u8) -> Result
 /// built bottom-up (by reducers) are: then every reference is in the arena
 /// and no cycle exists, and one pass without allocating proves it.
 fn children_come_first(pickle: &Pickle) -> bool {
-    pickle.iter().all(|(id, node)| {
-        let mut earlier = true;
-        for_each_child(node, 0, Edges::All, |child| earlier &= child < id);
-        earlier
-    })
+    pickle
+        .iter()
+        .all(|(id, node)| node.children().all(|child| child < id))
 }
 
-/// Calls `visit` on each child of `node` along the chosen edges.
-fn for_each_child(node: &Node, protocol: u8, edges: Edges, mut visit: impl FnMut(NodeId)) {
-    let all = edges == Edges::All;
-    match node {
-        Node::None
-        | Node::Bool(_)
-        | Node::Int(_)
-        | Node::BigInt(_)
-        | Node::Float(_)
-        | Node::Str(_)
-        | Node::Bytes(_)
-        | Node::ByteArray(_)
-        | Node::Global(_) => {}
-        Node::Tuple(items) | Node::FrozenSet(items) => items.iter().copied().for_each(visit),
-        Node::Set(items) => {
-            if all || protocol < 4 {
-                items.iter().copied().for_each(visit);
-            }
-        }
-        Node::List(items) => {
-            if all {
-                items.iter().copied().for_each(visit);
-            }
-        }
-        Node::Dict(pairs) => {
-            if all {
-                pairs.iter().for_each(|&(k, v)| {
-                    visit(k);
-                    visit(v);
-                });
-            }
-        }
-        Node::PersistentId(pid) => visit(*pid),
-        Node::Object(object) => {
-            visit(object.callable);
-            match &object.construction {
-                Construction::Reduce { args } | Construction::NewObj { args } => visit(*args),
-                Construction::NewObjEx { args, kwargs } => {
-                    visit(*args);
-                    visit(*kwargs);
-                }
-            }
-            if all {
-                object.list_items.iter().copied().for_each(&mut visit);
-                object.dict_items.iter().for_each(|&(k, v)| {
-                    visit(k);
-                    visit(v);
-                });
-                if let Some(state) = object.state {
-                    visit(state);
-                }
-            }
-        }
+/// The children of `node` along the chosen edges.
+fn edges(node: &Node, protocol: u8, edges: Edges) -> Children<'_> {
+    match (edges, node) {
+        (Edges::All, _) => node.children(),
+        // Filled after the container is memoized.
+        (Edges::BeforeMemo, Node::List(_) | Node::Dict(_)) => Children::default(),
+        (Edges::BeforeMemo, Node::Set(_)) if protocol >= 4 => Children::default(),
+        // Its items, state and list and dict items come after the call.
+        (Edges::BeforeMemo, Node::Object(object)) => object.call_parts(),
+        (Edges::BeforeMemo, _) => node.children(),
     }
 }

@@ -1,0 +1,153 @@
+//! Whether a process known by its pid has exited.
+//!
+//! A process that was SIGKILLed closes its fds while it exits, before it
+//! becomes a zombie: a peer that sees its socket close may look while it is
+//! still on its way out. The kernel marks every thread that has begun to
+//! exit (`PF_EXITING`, in the flags of `/proc/<pid>/stat`) before it closes
+//! any file, so a process whose last fd for a socket has closed shows as
+//! exiting, a zombie, or gone.
+
+use nix::errno::Errno;
+use nix::sys::signal::kill;
+use nix::unistd::Pid;
+
+/// `PF_EXITING` in `include/linux/sched.h`: the thread is in `do_exit`.
+const PF_EXITING: u64 = 0x4;
+
+/// Whether the process `pid` has exited or is exiting: no such process, a
+/// zombie, or one whose threads have begun to exit.
+///
+/// A process this one cannot see into (another user's under `hidepid`, a
+/// `/proc` that cannot be read) counts as running: callers act on an exit,
+/// and must not on a guess. A pid recycled by another process also counts
+/// as running.
+///
+/// # Examples
+///
+/// ```
+/// use tensorshare_strategies::platform::process::has_exited;
+///
+/// assert!(!has_exited(std::process::id()));
+/// let mut child = std::process::Command::new("true").spawn()?;
+/// child.wait()?;
+/// assert!(has_exited(child.id()));
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub fn has_exited(pid: u32) -> bool {
+    let Ok(raw) = i32::try_from(pid) else {
+        return false;
+    };
+    if raw <= 0 {
+        return false;
+    }
+    if !exists(pid) {
+        return true;
+    }
+    let Ok(stat) = std::fs::read(format!("/proc/{pid}/stat")) else {
+        // Gone since `kill`, or hidden from this process: ask again.
+        return !exists(pid);
+    };
+    stat_says_exiting(&stat)
+}
+
+/// Whether a `/proc/<pid>/stat` line shows a zombie, a dead task or one
+/// with `PF_EXITING` set.
+fn stat_says_exiting(stat: &[u8]) -> bool {
+    ProcStat::parse(stat).is_some_and(|stat| {
+        matches!(stat.state, Some(b'Z' | b'X' | b'x')) || stat.has_flag(PF_EXITING)
+    })
+}
+
+/// Whether a process with this pid exists, by `kill(pid, 0)`: only `ESRCH`
+/// says it does not; `EPERM` says it does, another user's. A pid recycled
+/// by another process exists, and so does one beyond `pid_t`.
+pub(crate) fn exists(pid: u32) -> bool {
+    let Ok(pid) = i32::try_from(pid) else {
+        return true;
+    };
+    !matches!(kill(Pid::from_raw(pid), None), Err(Errno::ESRCH))
+}
+
+/// The fields of `/proc/<pid>/stat` this crate reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ProcStat {
+    /// The state letter (`R`, `S`, `Z`, ...), when the field is one byte.
+    state: Option<u8>,
+    /// The task's `PF_*` flags; `None` when the field does not parse.
+    flags: Option<u64>,
+}
+
+impl ProcStat {
+    /// Reads `/proc/<pid>/stat`; `None` when it cannot be read or parsed.
+    pub(crate) fn of(pid: u32) -> Option<Self> {
+        Self::parse(&std::fs::read(format!("/proc/{pid}/stat")).ok()?)
+    }
+
+    /// Parses a `/proc/<pid>/stat` line: `pid (comm) state ppid pgrp
+    /// session tty_nr tpgid flags ...`; comm may hold spaces and
+    /// parentheses, so fields are counted from the last `)`.
+    fn parse(stat: &[u8]) -> Option<Self> {
+        let after_comm = stat
+            .iter()
+            .rposition(|b| *b == b')')
+            .and_then(|end| stat.get(end + 1..))?;
+        let mut fields = after_comm
+            .split(|b| b.is_ascii_whitespace())
+            .filter(|field| !field.is_empty());
+        let state = match fields.next() {
+            Some(&[state]) => Some(state),
+            _ => None,
+        };
+        let flags = fields
+            .nth(5)
+            .and_then(|flags| std::str::from_utf8(flags).ok())
+            .and_then(|flags| flags.parse::<u64>().ok());
+        Some(Self { state, flags })
+    }
+
+    /// Whether its flags include `flag`; unknown counts as no.
+    pub(crate) fn has_flag(&self, flag: u64) -> bool {
+        self.flags.is_some_and(|flags| flags & flag != 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn running_zombie_and_exiting_tasks_are_told_apart() {
+        let running = b"42 (a (b) c) S 1 42 42 0 -1 4194560 0 0";
+        assert!(!stat_says_exiting(running));
+        assert!(stat_says_exiting(b"42 (x) Z 1 42 42 0 -1 4194560 0 0"));
+        // 4194564 = 4194560 | PF_EXITING
+        assert!(stat_says_exiting(b"42 (x) R 1 42 42 0 -1 4194564 0 0"));
+        assert!(!stat_says_exiting(b"garbage"));
+    }
+
+    #[test]
+    fn this_process_runs_and_a_reaped_child_has_exited() {
+        assert!(!has_exited(std::process::id()));
+        let mut child = std::process::Command::new("true")
+            .spawn()
+            .expect("run true");
+        let pid = child.id();
+        child.wait().expect("reap");
+        assert!(has_exited(pid));
+        assert!(!has_exited(0));
+    }
+
+    #[test]
+    fn an_unreaped_child_has_exited() {
+        let mut child = std::process::Command::new("true")
+            .spawn()
+            .expect("run true");
+        let pid = child.id();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !has_exited(pid) && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(has_exited(pid), "a zombie counts as exited");
+        child.wait().expect("reap");
+    }
+}

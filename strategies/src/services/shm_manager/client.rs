@@ -1,0 +1,353 @@
+//! The client side of libshm's protocol: one connection per manager, open
+//! while anything registered through it is in use.
+
+mod link;
+mod registered_names;
+mod replacement;
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::net::Shutdown;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::net::UnixStream;
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::Duration;
+
+use super::{ManagerError, ManagerHandle};
+use crate::platform::segment_name::SegmentName;
+use link::Link;
+use registered_names::RegisteredNames;
+
+/// The environment variable naming the socket of a running manager that
+/// [`own_manager`] uses instead of starting one.
+pub const MANAGER_ENV: &str = "TENSORSHARE_SHM_MANAGER";
+
+/// How long [`ManagerConnection::register`] waits for `OK`, and a send or a
+/// connect waits for room in the manager's queues. libshm waits 1 s per
+/// read; a manager serving many clients on a loaded machine deserves more.
+pub const REPLY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A connection to a shared-memory manager.
+///
+/// The manager takes the connection's life as the life of the process that
+/// opened it: while it is open, the segments registered through it are left
+/// alone; once it closes, the manager unlinks those it was the last
+/// registrant of. Keep it open as long as the process uses any of them:
+/// every segment holds the connection it was registered through, and
+/// [`connect`] hands out the one live connection per manager.
+///
+/// The connection to this process's own manager ([`own_manager`]) outlives
+/// that manager: when it dies (killed, out of memory), a thread watching
+/// the socket sees it close, connects to a new own manager (started as the
+/// first was) and registers there every segment the dead one would have
+/// unlinked at its exit: those this process holds, and those it freed that
+/// still exist. From then on it talks to the new manager, and messages
+/// that carry its segments name the new one ([`handle`](Self::handle)).
+/// The dead manager's socket directory is removed. A connection to another
+/// process's manager is not replaced: its segments are that process's to
+/// re-register, and this one could not tell its holders apart.
+///
+/// Methods take `&self`: a mutex orders the messages of concurrent callers.
+#[derive(Debug)]
+pub struct ManagerConnection {
+    state: Mutex<State>,
+    /// Whether a dead manager is replaced by a new own manager.
+    own: bool,
+}
+
+/// The link to the manager, and the names registered through it.
+#[derive(Debug)]
+struct State {
+    link: Link,
+    names: RegisteredNames,
+}
+
+impl ManagerConnection {
+    /// Opens a connection of its own to the manager at `handle`, shared with
+    /// nobody.
+    ///
+    /// Dropping it closes it, which the manager reads as this process having
+    /// exited: segments registered only through it are unlinked after the
+    /// manager's grace period. Most callers want [`connect`] instead.
+    ///
+    /// # Errors
+    ///
+    /// [`ManagerError::Connect`] when nothing listens at `handle` (or its
+    /// backlog stays full for [`REPLY_TIMEOUT`]),
+    /// [`ManagerError::ForeignManager`] when the listening process runs as
+    /// another user than this process's effective one, root included.
+    pub fn open(handle: &ManagerHandle) -> Result<Self, ManagerError> {
+        Ok(Self::with_link(Link::open(handle)?, false))
+    }
+
+    fn with_link(link: Link, own: bool) -> Self {
+        ManagerConnection {
+            state: Mutex::new(State {
+                link,
+                names: RegisteredNames::default(),
+            }),
+            own,
+        }
+    }
+
+    /// The manager this connection talks to now: for this process's own
+    /// manager, the one that took over when an earlier one died.
+    pub fn handle(&self) -> ManagerHandle {
+        self.lock().link.handle.clone()
+    }
+
+    /// Whether an earlier failure (the manager exited, answered garbage, or
+    /// a message went out in part) left the connection unusable. The
+    /// connection to this process's own manager is so only until a new
+    /// manager takes over.
+    pub fn is_broken(&self) -> bool {
+        self.lock().link.broken.is_some()
+    }
+
+    /// Tells the manager this process uses `name`, and waits up to
+    /// [`REPLY_TIMEOUT`] for its `OK`.
+    ///
+    /// After `OK`, the manager unlinks `name` when this process's connection
+    /// closes (it exited or was killed) and nobody else registered it, or
+    /// when the manager itself exits.
+    ///
+    /// # Errors
+    ///
+    /// [`ManagerError::ReplyTimeout`] when no `OK` came in time (the
+    /// connection stays usable: a late `OK` is consumed by the next call);
+    /// [`ManagerError::Send`], [`ManagerError::Closed`],
+    /// [`ManagerError::Receive`] or [`ManagerError::UnexpectedReply`] when the
+    /// manager is gone or is not a manager, after which the connection is
+    /// broken and every call returns [`ManagerError::Broken`];
+    /// [`ManagerError::NoReplacement`] when this process's own manager went
+    /// and no new one could be started.
+    pub fn register(&self, name: &SegmentName) -> Result<(), ManagerError> {
+        let mut state = self.lock();
+        self.revive(&mut state)?;
+        state.names.registered(name);
+        match state.link.register(name) {
+            Err(error) if self.own && link::manager_gone(&error) => {
+                // A new manager now knows every name registered, this one
+                // among them.
+                self.replace(&mut state)
+            }
+            registered => registered,
+        }
+    }
+
+    /// Tells the manager this process no longer uses `name`; the manager
+    /// does not answer.
+    ///
+    /// Meant for `Drop`: failures are ignored, since a manager that is gone
+    /// has nothing left to be told. A manager drops the name once the
+    /// object is unlinked, so unlink the segment (when this process is the
+    /// one to) before calling this, as libshm does.
+    pub fn unregister(&self, name: &SegmentName) {
+        let mut state = self.lock();
+        state.names.freed(name);
+        if self.revive(&mut state).is_err() {
+            return;
+        }
+        // Ignored, as documented; a failure that desynchronised the stream
+        // has marked the connection broken, and a new own manager has been
+        // told of `name` if its object still exists.
+        if let Err(error) = state.link.free(name) {
+            if self.own && link::manager_gone(&error) && self.replace(&mut state).is_ok() {
+                let _ = state.link.free(name);
+            }
+        }
+    }
+
+    /// Replaces a broken link to this process's own manager; another
+    /// process's manager's broken link stays broken.
+    fn revive(&self, state: &mut State) -> Result<(), ManagerError> {
+        if state.link.broken.is_none() {
+            return Ok(());
+        }
+        if !self.own {
+            return state.link.check_usable();
+        }
+        self.replace(state)
+    }
+
+    /// Connects to a new own manager, registers there every name the dead
+    /// one would have unlinked, and removes the dead one's socket
+    /// directory.
+    fn replace(&self, state: &mut State) -> Result<(), ManagerError> {
+        let dead = state.link.handle.clone();
+        let no_replacement = |cause| ManagerError::NoReplacement {
+            dead: dead.to_string(),
+            cause: Box::new(cause),
+        };
+        let mut link = replacement::open_own_link().map_err(no_replacement)?;
+        for name in state.names.replay() {
+            link.register(&name).map_err(no_replacement)?;
+        }
+        state.link = link;
+        replacement::remove_socket_dir(&dead);
+        Ok(())
+    }
+
+    /// Replaces the link if it is still `watched`, whose manager hung up.
+    fn replace_if_current(&self, watched: &Arc<UnixStream>) -> Result<(), ManagerError> {
+        let mut state = self.lock();
+        if !Arc::ptr_eq(&state.link.stream, watched) {
+            return Ok(());
+        }
+        let dead = state.link.handle.to_string();
+        state.link.fail(ManagerError::Closed { handle: dead });
+        self.replace(&mut state)
+    }
+
+    /// The socket of the current link, for the watching thread.
+    fn current_stream(&self) -> Arc<UnixStream> {
+        Arc::clone(&self.lock().link.stream)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // The state is consistent between statements, so a panic of
+        // another caller leaves nothing half-done.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Drop for ManagerConnection {
+    fn drop(&mut self) {
+        // The watching thread holds the socket too: shutting it down tells
+        // the manager at once, and wakes the thread to end.
+        let _ = self.lock().link.stream.shutdown(Shutdown::Both);
+    }
+}
+
+/// Every connection [`connect`] made, by manager.
+static CONNECTIONS: LazyLock<Mutex<HashMap<ManagerHandle, Weak<ManagerConnection>>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+
+/// This process's own manager, once started.
+static OWN_MANAGER: Mutex<Option<Arc<ManagerConnection>>> = Mutex::new(None);
+
+/// The process-wide connection to the manager at `handle`: one while anyone
+/// holds it, made anew when nobody does.
+///
+/// The manager takes the connection's liveness as this process's liveness,
+/// so it must not close while any segment registered through it is in use:
+/// hold the returned `Arc` as long as that (segments do). Unlike libshm,
+/// which keeps a connection to every manager it ever met until the process
+/// exits, a connection closes once nothing registered through it is left,
+/// so a long-running server does not keep every peer's manager (and an fd
+/// for each) alive. A connection found broken is replaced by a new one;
+/// this process's own manager is found under every handle it had.
+///
+/// # Errors
+///
+/// As [`ManagerConnection::open`].
+///
+/// # Examples
+///
+/// ```no_run
+/// use tensorshare_strategies::file_system::SegmentName;
+/// use tensorshare_strategies::services::shm_manager::{self, ManagerHandle};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// // The handle a torch pickle carried in `rebuild_storage_filename`:
+/// let handle = ManagerHandle::from_bytes(b"/tmp/torch-shm-dir-gHmPMp/manager.sock")?;
+/// let manager = shm_manager::connect(&handle)?;
+/// let name = SegmentName::parse(b"/torch_21409_1626284410_1")?;
+/// manager.register(&name)?;
+/// // ... use the segment, then once done with it:
+/// manager.unregister(&name);
+/// # Ok(())
+/// # }
+/// ```
+pub fn connect(handle: &ManagerHandle) -> Result<Arc<ManagerConnection>, ManagerError> {
+    // Messages name this process's own manager as it was when they were
+    // sent: one that took over since is the same connection.
+    if let Some(own) = current_own_manager().filter(|own| own.handle() == *handle) {
+        return Ok(own);
+    }
+    let mut connections = CONNECTIONS.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(existing) = connections
+        .get(handle)
+        .and_then(Weak::upgrade)
+        .filter(|c| c.own || !c.is_broken())
+    {
+        return Ok(existing);
+    }
+    let fresh = Arc::new(ManagerConnection::open(handle)?);
+    // A broken predecessor stays alive, and open, while anyone holds it.
+    connections.insert(handle.clone(), Arc::downgrade(&fresh));
+    connections.retain(|_, connection| connection.strong_count() > 0);
+    Ok(fresh)
+}
+
+/// This process's own manager, for the segments it creates: started once on
+/// first use and then kept, like libshm's first manager.
+///
+/// When [`MANAGER_ENV`] (`TENSORSHARE_SHM_MANAGER`) names a socket path, that
+/// manager is used. Otherwise `tensorshare manager --daemon` is started (see
+/// [`manager_executable`](super::manager_executable) for where the
+/// executable is looked for): a separate process that outlives this one,
+/// so that segments are unlinked even if this process is killed. Concurrent
+/// first calls start one manager. When that manager dies, the connection
+/// takes over a new one, as the [`ManagerConnection`] docs say.
+///
+/// # Errors
+///
+/// [`ManagerError::InvalidEnvironment`] for an unusable
+/// `TENSORSHARE_SHM_MANAGER`; [`ManagerError::NoExecutable`],
+/// [`ManagerError::Spawn`], [`ManagerError::LaunchFailed`] or
+/// [`ManagerError::LaunchBroken`] when the daemon cannot be started; those of
+/// [`connect`]; [`ManagerError::NoReplacement`] when the manager died and no
+/// other could be started.
+pub fn own_manager() -> Result<Arc<ManagerConnection>, ManagerError> {
+    let mut own = OWN_MANAGER.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(existing) = own.as_ref() {
+        if existing.own {
+            existing.revive(&mut existing.lock())?;
+            return Ok(Arc::clone(existing));
+        }
+        if !existing.is_broken() {
+            return Ok(Arc::clone(existing));
+        }
+    }
+    let link = match std::env::var_os(MANAGER_ENV).filter(|v| !v.is_empty()) {
+        Some(value) => Link::open(&handle_from_env(&value)?)?,
+        None => replacement::launch_link()?,
+    };
+    let handle = link.handle.clone();
+    let connection = Arc::new(ManagerConnection::with_link(link, true));
+    replacement::watch(&connection);
+    CONNECTIONS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert(handle, Arc::downgrade(&connection));
+    *own = Some(Arc::clone(&connection));
+    Ok(connection)
+}
+
+/// This process's own manager, if it has one yet.
+fn current_own_manager() -> Option<Arc<ManagerConnection>> {
+    OWN_MANAGER
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone()
+}
+
+/// Makes `connection` this process's own manager from now on, instead of
+/// the one [`own_manager`] would find or start: for a program that runs a
+/// manager for a group of processes (`tensorshare manager`) and hands each
+/// its connection. Segments created before keep the manager they were
+/// registered with.
+pub fn set_own_manager(connection: Arc<ManagerConnection>) {
+    *OWN_MANAGER.lock().unwrap_or_else(PoisonError::into_inner) = Some(connection);
+}
+
+fn handle_from_env(value: &OsStr) -> Result<ManagerHandle, ManagerError> {
+    ManagerHandle::from_bytes(value.as_bytes()).map_err(|err| ManagerError::InvalidEnvironment {
+        variable: MANAGER_ENV,
+        reason: err.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,257 @@
+//! One socket to a manager and libshm's exchange over it: registrations
+//! answered `OK`, frees answered by nothing.
+
+use std::io::{ErrorKind, Read};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::sys::socket::{
+    AddressFamily, MsgFlags, SockFlag, SockType, UnixAddr, connect as connect_socket, getsockopt,
+    send, socket, sockopt::PeerCredentials,
+};
+
+use super::REPLY_TIMEOUT;
+use crate::platform::errno_of;
+use crate::platform::owner::UnixUser;
+use crate::platform::owner::is_own_uid;
+use crate::platform::segment_name::SegmentName;
+use crate::services::shm_manager::alloc_info::{ALLOC_INFO_SIZE, AllocInfo};
+use crate::services::shm_manager::{ManagerError, ManagerHandle};
+
+/// How long to pause between attempts while a manager's backlog is full.
+const CONNECT_RETRY: Duration = Duration::from_millis(10);
+
+/// The socket to one manager and what is still expected on it.
+#[derive(Debug)]
+pub(super) struct Link {
+    pub(super) handle: ManagerHandle,
+    /// Shared with the thread that watches for the manager's exit.
+    pub(super) stream: Arc<UnixStream>,
+    /// Bytes of `OK` replies the manager still owes: two per registration,
+    /// including those whose caller stopped waiting.
+    owed: usize,
+    /// Whether the next reply byte is the `K` of an `OK`.
+    mid_reply: bool,
+    /// Why the link can no longer be used, once it cannot.
+    pub(super) broken: Option<String>,
+    /// How long a registration waits for its `OK`.
+    pub(super) reply_timeout: Duration,
+    /// The receive timeout set on the socket: `reply_timeout` from
+    /// [`Link::open`] on, so that a registration's first read needs no
+    /// `setsockopt`; only a read waiting out a remainder changes it.
+    read_timeout: Duration,
+}
+
+impl Link {
+    /// Connects to the manager at `handle`, which must run as this
+    /// process's effective user.
+    pub(super) fn open(handle: &ManagerHandle) -> Result<Self, ManagerError> {
+        let stream = connect_stream(handle)?;
+        let peer = getsockopt(&stream, PeerCredentials).map_err(|errno| ManagerError::Connect {
+            handle: handle.to_string(),
+            errno,
+        })?;
+        // Root included: a handle comes from a peer, and another user's
+        // manager would be told, and could act on, this user's segments.
+        if !is_own_uid(peer.uid()) {
+            return Err(ManagerError::ForeignManager {
+                handle: handle.to_string(),
+                owner: UnixUser::of(peer.uid()),
+                this: UnixUser::effective(),
+            });
+        }
+        let timeouts = stream
+            .set_write_timeout(Some(REPLY_TIMEOUT))
+            .and_then(|()| stream.set_read_timeout(Some(REPLY_TIMEOUT)));
+        if let Err(err) = timeouts {
+            return Err(ManagerError::Connect {
+                handle: handle.to_string(),
+                errno: errno_of(&err),
+            });
+        }
+        Ok(Link {
+            handle: handle.clone(),
+            stream: Arc::new(stream),
+            owed: 0,
+            mid_reply: false,
+            broken: None,
+            reply_timeout: REPLY_TIMEOUT,
+            read_timeout: REPLY_TIMEOUT,
+        })
+    }
+
+    /// Marks the link broken by `error`, and returns it.
+    pub(super) fn fail(&mut self, error: ManagerError) -> ManagerError {
+        self.broken = Some(error.to_string());
+        error
+    }
+
+    /// [`ManagerError::Broken`] once the link is.
+    pub(super) fn check_usable(&self) -> Result<(), ManagerError> {
+        match &self.broken {
+            Some(cause) => Err(ManagerError::Broken {
+                handle: self.handle.to_string(),
+                cause: cause.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Registers `name` and waits for its `OK`; see
+    /// [`ManagerConnection::register`](super::ManagerConnection::register).
+    pub(super) fn register(&mut self, name: &SegmentName) -> Result<(), ManagerError> {
+        self.check_usable()?;
+        let message = AllocInfo::register(name.clone()).encode();
+        self.send_message(&message)?;
+        self.owed += 2;
+        let started = Instant::now();
+        let deadline = started + self.reply_timeout;
+        let mut reply = [0u8; 64];
+        let mut first_read = true;
+        while self.owed > 0 {
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(ManagerError::ReplyTimeout {
+                    handle: self.handle.to_string(),
+                    waited: now - started,
+                });
+            }
+            // The first read waits the whole timeout, the later ones what is
+            // left of it. Never ZERO: std refuses it; the deadline check
+            // above keeps the remainder positive.
+            let wait = if first_read {
+                self.reply_timeout
+            } else {
+                deadline - now
+            };
+            first_read = false;
+            if wait != self.read_timeout && self.stream.set_read_timeout(Some(wait)).is_ok() {
+                self.read_timeout = wait;
+            }
+            let want = self.owed.min(reply.len());
+            match (&*self.stream).read(&mut reply[..want]) {
+                Ok(0) => {
+                    return Err(self.fail(ManagerError::Closed {
+                        handle: self.handle.to_string(),
+                    }));
+                }
+                Ok(n) => self.take_reply(&reply[..n])?,
+                Err(err)
+                    if matches!(
+                        err.kind(),
+                        ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+                    ) => {}
+                Err(err) => {
+                    let error = ManagerError::Receive {
+                        handle: self.handle.to_string(),
+                        errno: errno_of(&err),
+                    };
+                    return Err(self.fail(error));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Counts the `OK` bytes of `reply` off what is owed.
+    fn take_reply(&mut self, reply: &[u8]) -> Result<(), ManagerError> {
+        for &byte in reply {
+            let expected = if self.mid_reply { b'K' } else { b'O' };
+            if byte != expected {
+                let error = ManagerError::UnexpectedReply {
+                    reply: String::from_utf8_lossy(reply).into_owned(),
+                    handle: self.handle.to_string(),
+                };
+                return Err(self.fail(error));
+            }
+            self.mid_reply = !self.mid_reply;
+            self.owed -= 1;
+        }
+        Ok(())
+    }
+
+    /// Tells the manager this process no longer uses `name`; no answer
+    /// comes.
+    pub(super) fn free(&mut self, name: &SegmentName) -> Result<(), ManagerError> {
+        self.check_usable()?;
+        self.send_message(&AllocInfo::free(name.clone()).encode())
+    }
+
+    /// Sends a whole message. `MSG_NOSIGNAL`: a manager that is gone is an
+    /// error here, never a `SIGPIPE` that kills the process.
+    fn send_message(&mut self, message: &[u8; ALLOC_INFO_SIZE]) -> Result<(), ManagerError> {
+        let mut sent = 0;
+        while sent < message.len() {
+            match send(
+                self.stream.as_raw_fd(),
+                &message[sent..],
+                MsgFlags::MSG_NOSIGNAL,
+            ) {
+                Ok(n) => sent += n,
+                Err(Errno::EINTR) => {}
+                Err(errno) => {
+                    let error = ManagerError::Send {
+                        handle: self.handle.to_string(),
+                        errno,
+                    };
+                    // Nothing went out on a timeout: the stream is still in
+                    // step and the next message may pass.
+                    if sent == 0 && errno == Errno::EAGAIN {
+                        return Err(error);
+                    }
+                    return Err(self.fail(error));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether `error` says the manager at the other end has gone (as opposed
+/// to answering garbage or being slow).
+pub(super) fn manager_gone(error: &ManagerError) -> bool {
+    match error {
+        ManagerError::Closed { .. } => true,
+        ManagerError::Send { errno, .. } | ManagerError::Receive { errno, .. } => {
+            matches!(errno, Errno::EPIPE | Errno::ECONNRESET | Errno::ENOTCONN)
+        }
+        _ => false,
+    }
+}
+
+/// Connects to `handle`, retrying while the manager's backlog is full
+/// (`EAGAIN`) for up to [`REPLY_TIMEOUT`]: a blocking connect would wait
+/// without bound on a manager that stopped accepting.
+fn connect_stream(handle: &ManagerHandle) -> Result<UnixStream, ManagerError> {
+    let error = |errno| ManagerError::Connect {
+        handle: handle.to_string(),
+        errno,
+    };
+    let address = UnixAddr::new(handle.path()).map_err(error)?;
+    let deadline = Instant::now() + REPLY_TIMEOUT;
+    loop {
+        let fd = socket(
+            AddressFamily::Unix,
+            SockType::Stream,
+            SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
+            None,
+        )
+        .map_err(error)?;
+        match connect_socket(fd.as_raw_fd(), &address) {
+            Ok(()) => {
+                let stream = UnixStream::from(fd);
+                stream
+                    .set_nonblocking(false)
+                    .map_err(|err| error(errno_of(&err)))?;
+                return Ok(stream);
+            }
+            Err(Errno::EAGAIN | Errno::EINTR) if Instant::now() < deadline => {
+                std::thread::sleep(CONNECT_RETRY);
+            }
+            Err(errno) => return Err(error(errno)),
+        }
+    }
+}

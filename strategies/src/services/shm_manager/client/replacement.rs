@@ -1,0 +1,128 @@
+//! Standing in for this process's own manager when it dies: noticing it,
+//! starting or finding the next one, and removing what the dead one left.
+
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use nix::errno::Errno;
+use nix::libc;
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+
+use super::link::Link;
+use super::{MANAGER_ENV, ManagerConnection, handle_from_env};
+use crate::platform::private_dir::{SocketDirKind, SocketDirName};
+use crate::services::orphans::{SocketDirScanOptions, scan_socket_dirs};
+use crate::services::shm_manager::{ManagerError, ManagerHandle, launch};
+
+/// How long the watching thread waits between looks when nothing happens:
+/// it ends within this long of its connection going, should the wake-up
+/// its `Drop` sends not arrive.
+const WATCH_NAP: Duration = Duration::from_secs(5);
+
+/// How long the watching thread waits before trying again when no manager
+/// could take over.
+const RETRY_PAUSE: Duration = Duration::from_secs(1);
+
+/// `POLLRDHUP`, which nix does not name: the peer shut down or closed its
+/// end.
+const POLLRDHUP: PollFlags = PollFlags::from_bits_retain(libc::POLLRDHUP);
+
+/// A link to a new own manager: the one [`MANAGER_ENV`] names if it
+/// answers (a supervisor may have started it again there), else a daemon
+/// started for the purpose.
+pub(super) fn open_own_link() -> Result<Link, ManagerError> {
+    if let Some(value) = std::env::var_os(MANAGER_ENV).filter(|v| !v.is_empty())
+        && let Ok(link) = Link::open(&handle_from_env(&value)?)
+    {
+        return Ok(link);
+    }
+    launch_link()
+}
+
+/// Starts `tensorshare manager --daemon` and connects to it.
+pub(super) fn launch_link() -> Result<Link, ManagerError> {
+    let exe = launch::manager_executable()?;
+    let launched = launch::DaemonLaunch::spawn(&exe)?;
+    // Connect before reaping: the daemon's idle clock runs from its start.
+    let link = Link::open(launched.handle());
+    launched.reap()?;
+    link
+}
+
+/// Removes the private directory of the manager at `handle`, which has
+/// gone: a killed manager leaves `tensorshare-shm-XXXXXX/manager.sock`
+/// behind. Only a manager directory of tensorshare's, this user's, holding
+/// nothing but its socket, on which nothing listens, is removed (the rules
+/// of [`scan_socket_dirs`]); torch's and anything else are left alone.
+pub(super) fn remove_socket_dir(handle: &ManagerHandle) {
+    let Some(dir) = handle.path().parent() else {
+        return;
+    };
+    let (Some(parent), Some(name)) = (dir.parent(), dir.file_name().and_then(|n| n.to_str()))
+    else {
+        return;
+    };
+    let Ok(name) = SocketDirName::parse(name) else {
+        return;
+    };
+    if name.kind() != SocketDirKind::ShmManager {
+        return;
+    }
+    let options = SocketDirScanOptions::new()
+        .parent(parent)
+        .min_age(Duration::ZERO)
+        .only([name]);
+    // Best effort: what is left, `tensorshare gc` removes.
+    if let Ok(scan) = scan_socket_dirs(&options) {
+        scan.remove_orphans();
+    }
+}
+
+/// Starts the thread that watches `connection`'s socket and replaces its
+/// manager when it hangs up. Without it (the spawn failed), the next
+/// registration or free replaces it.
+pub(super) fn watch(connection: &Arc<ManagerConnection>) {
+    let connection = Arc::downgrade(connection);
+    let _ = std::thread::Builder::new()
+        .name("tensorshare-shm-watch".into())
+        .spawn(move || watch_loop(&connection));
+}
+
+fn watch_loop(connection: &Weak<ManagerConnection>) {
+    loop {
+        let Some(stream) = connection.upgrade().map(|c| c.current_stream()) else {
+            return;
+        };
+        if !hung_up(&stream) {
+            continue;
+        }
+        let Some(connection) = connection.upgrade() else {
+            return;
+        };
+        if connection.replace_if_current(&stream).is_err() {
+            drop(connection);
+            std::thread::sleep(RETRY_PAUSE);
+        }
+    }
+}
+
+/// Whether the peer of `stream` closed it, waiting at most [`WATCH_NAP`].
+/// Replies waiting to be read do not wake it: only `POLLRDHUP` is asked
+/// for (errors and hang-ups are always reported).
+fn hung_up(stream: &UnixStream) -> bool {
+    let mut fds = [PollFd::new(stream.as_fd(), POLLRDHUP)];
+    let nap = PollTimeout::try_from(WATCH_NAP).unwrap_or(PollTimeout::MAX);
+    match poll(&mut fds, nap) {
+        Ok(0) | Err(Errno::EINTR) => false,
+        // Only a hang-up or an error can have woken it (nix cannot show
+        // `POLLRDHUP` among the events it returns).
+        Ok(_) => true,
+        Err(_) => {
+            // Out of memory for poll's table: look again later.
+            std::thread::sleep(RETRY_PAUSE);
+            false
+        }
+    }
+}
