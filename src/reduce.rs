@@ -301,7 +301,7 @@ impl<L: LeafReducer> Reducer<'_, L> {
                 let pairs = self.pairs(pairs, depth)?;
                 let class = self.out.global("collections", "OrderedDict");
                 let node = self.out.call(class, Vec::new());
-                if let Node::Object(object) = self.out.pickle.node_mut(node) {
+                if let Some(Node::Object(object)) = self.out.pickle.get_mut(node) {
                     object.dict_items = pairs;
                 }
                 node

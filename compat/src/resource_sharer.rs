@@ -225,7 +225,7 @@ impl SharerRequest {
         let no_globals = |_: &str, _: &str| false;
         let decoded = decode_all(bytes, &no_globals, &REQUEST_LIMITS)?;
         let pickle = &decoded.pickle;
-        let root = pickle.get(pickle.root());
+        let root = pickle.root_node();
         let Some(Node::Tuple(items)) = root else {
             return Err(RequestError::NotKeyAndPid {
                 found: root.map_or("nothing", Node::kind_name),

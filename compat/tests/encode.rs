@@ -952,7 +952,7 @@ fn deep_graphs_decode_back() {
             .unwrap()
             .pickle;
         let mut levels = 0;
-        let mut node = decoded.root();
+        let mut node = decoded.root().expect("a decoded pickle has a root");
         while let Node::List(items) = decoded.node(node) {
             match items.as_slice() {
                 [next] => node = *next,

@@ -112,9 +112,9 @@ fn check_tensors(file: &str, archive: &TorchSaveArchive, tensors: &serde_json::M
     let mut keys = std::collections::BTreeSet::new();
     for (name, want) in tensors {
         let node = if name.is_empty() {
-            pickle.root()
+            pickle.root().unwrap()
         } else {
-            lookup(pickle, pickle.root(), name)
+            lookup(pickle, pickle.root().unwrap(), name)
         };
         let (pid, v3_dtype) = tensor_pid(pickle, node);
         let storage = archive
@@ -216,7 +216,7 @@ fn legacy_view_metadata_resolves_to_the_viewed_slice() {
     let entry = &expected()["files"]["legacy_view_metadata.pt"];
     let archive = read(&fixture("legacy_view_metadata.pt")).unwrap();
     assert_eq!(archive.records.len(), 1);
-    let root = archive.object.root();
+    let root = archive.object.root().unwrap();
     let storage_hex = entry["storages"]["whole"]["storage_hex"].as_str().unwrap();
     let whole = archive
         .storage(lookup(&archive.object, root, "whole"))
@@ -266,7 +266,7 @@ fn a_plain_pickle_carries_a_legacy_stream() {
     assert_eq!(hex(&record.data), entry["storage_hex"].as_str().unwrap());
     // The object is the bare storage persistent id.
     assert!(matches!(
-        archive.object.node(archive.object.root()),
+        archive.object.node(archive.object.root().unwrap()),
         Node::PersistentId(_)
     ));
 }
@@ -749,7 +749,7 @@ fn big_endian_legacy_streams_are_refused() {
 #[test]
 fn persistent_ids_parse_on_their_own() {
     let archive = read(&fixture("zip_parameter.pt")).unwrap();
-    let (pid, _) = tensor_pid(&archive.object, archive.object.root());
+    let (pid, _) = tensor_pid(&archive.object, archive.object.root().unwrap());
     let parsed = torch_save::parse_storage_pid(&archive.object, pid).unwrap();
     assert_eq!(parsed.key, "0");
     assert_eq!(parsed.location, "cpu");
@@ -765,7 +765,8 @@ fn persistent_ids_parse_on_their_own() {
         torch_save::parse_storage_pid(&archive.object, *tuple).unwrap(),
         parsed
     );
-    let err = torch_save::parse_storage_pid(&archive.object, archive.object.root()).unwrap_err();
+    let err =
+        torch_save::parse_storage_pid(&archive.object, archive.object.root().unwrap()).unwrap_err();
     assert!(matches!(err, torch_save::PersistentIdError::NotATuple));
 }
 

@@ -105,6 +105,12 @@ pub enum RebuildError {
     /// An object contains itself; Python allows it, tensor payloads never need it.
     #[error("the pickle contains a reference cycle, which tensorshare does not rebuild")]
     Cycle,
+    /// A node refers to an id outside its pickle's arena: a [`Pickle`]
+    /// built by hand from ids of another one. Decoded pickles never do.
+    ///
+    /// [`Pickle`]: tensorshare_compat::pickle::Pickle
+    #[error("the pickle refers to a node it does not contain; build every node in the one arena")]
+    MissingNode,
     /// Containers nested deeper than the limit.
     #[error("nesting deeper than {0} levels")]
     TooDeep(usize),

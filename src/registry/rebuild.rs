@@ -224,10 +224,10 @@ impl<'a> Walker<'a> {
     }
 
     pub(crate) fn run(mut self) -> Result<Value, RebuildError> {
-        if self.pickle.is_empty() {
-            return Ok(Value::None);
+        match self.pickle.root() {
+            Some(root) => self.eval(root, 0),
+            None => Ok(Value::None),
         }
-        self.eval(self.pickle.root(), 0)
     }
 
     fn eval(&mut self, id: NodeId, depth: usize) -> Result<Value, RebuildError> {
@@ -278,7 +278,10 @@ impl<'a> Walker<'a> {
 
     fn eval_uncached(&mut self, id: NodeId, depth: usize) -> Result<Value, RebuildError> {
         let pickle = self.pickle;
-        Ok(match pickle.node(id) {
+        let Some(node) = pickle.get(id) else {
+            return Err(RebuildError::MissingNode);
+        };
+        Ok(match node {
             Node::None => Value::None,
             Node::Bool(b) => Value::Bool(*b),
             Node::Int(i) => Value::Int(*i),

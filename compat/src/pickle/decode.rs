@@ -205,9 +205,9 @@ pub struct Decoded {
 /// let allow_none = |_: &str, _: &str| false;
 /// let decoded = decode(bytes, &allow_none, &Limits::default())?;
 /// let pickle = &decoded.pickle;
-/// let Node::List(items) = pickle.node(pickle.root()) else { panic!("not a list") };
-/// assert_eq!(pickle.node(items[0]), &Node::Int(1));
-/// assert_eq!(pickle.node(items[1]), &Node::Str("a".into()));
+/// let Some(Node::List(items)) = pickle.root_node() else { panic!("not a list") };
+/// assert_eq!(pickle.get(items[0]), Some(&Node::Int(1)));
+/// assert_eq!(pickle.get(items[1]), Some(&Node::Str("a".into())));
 /// assert_eq!(&bytes[decoded.consumed..], b"\x80\x02N.");
 /// # Ok::<(), tensorshare_compat::pickle::DecodeError>(())
 /// ```
@@ -276,7 +276,7 @@ pub fn decode_all(
 /// message.push(b'.');
 /// let message = SharedBytes::from(message);
 /// let decoded = decode_all_shared(&message, &|_: &str, _: &str| false, &Limits::default())?;
-/// let Node::Bytes(payload) = decoded.pickle.node(decoded.pickle.root()) else { panic!() };
+/// let Some(Node::Bytes(payload)) = decoded.pickle.root_node() else { panic!() };
 /// // The payload is the message's own bytes, not a copy.
 /// assert_eq!(payload.chunks()[0].as_ptr(), message[11..].as_ptr());
 /// # Ok::<(), tensorshare_compat::pickle::DecodeError>(())

@@ -313,10 +313,10 @@ fn checked_root(pickle: &Pickle, protocol: u8) -> Result<NodeId, EncodeError> {
     if !(LOWEST_PROTOCOL..=HIGHEST_PROTOCOL).contains(&protocol) {
         return Err(EncodeError::UnsupportedProtocol { protocol });
     }
-    if pickle.is_empty() {
-        return Err(EncodeError::NoRoot);
-    }
-    let root = pickle.root();
+    let root = pickle
+        .root()
+        .filter(|&root| pickle.get(root).is_some())
+        .ok_or(EncodeError::NoRoot)?;
     graph_check::check_graph(pickle, root, protocol)?;
     Ok(root)
 }

@@ -172,9 +172,10 @@ impl Node {
     /// let value = pickle.push(Node::Int(1));
     /// let dict = pickle.push(Node::Dict(vec![(key, value)]));
     /// let list = pickle.push(Node::List(vec![dict, key]));
-    /// assert_eq!(pickle.node(dict).children().collect::<Vec<_>>(), [key, value]);
-    /// assert_eq!(pickle.node(list).children().collect::<Vec<_>>(), [dict, key]);
-    /// assert_eq!(pickle.node(value).children().count(), 0);
+    /// let children = |id| pickle.get(id).map(|node| node.children().collect::<Vec<_>>());
+    /// assert_eq!(children(dict), Some(vec![key, value]));
+    /// assert_eq!(children(list), Some(vec![dict, key]));
+    /// assert_eq!(children(value), Some(vec![]));
     /// ```
     pub fn children(&self) -> Children<'_> {
         match self {
@@ -270,7 +271,8 @@ impl Pickle {
     ///
     /// # Panics
     ///
-    /// Panics if `id` came from another arena and is out of range here.
+    /// Panics if `id` came from another arena and is out of range here;
+    /// [`Pickle::get`] is the checked form.
     pub fn node(&self, id: NodeId) -> &Node {
         &self.nodes[id.index()]
     }
@@ -279,7 +281,8 @@ impl Pickle {
     ///
     /// # Panics
     ///
-    /// Panics if `id` came from another arena and is out of range here.
+    /// Panics if `id` came from another arena and is out of range here;
+    /// [`Pickle::get_mut`] is the checked form.
     pub fn node_mut(&mut self, id: NodeId) -> &mut Node {
         &mut self.nodes[id.index()]
     }
@@ -289,13 +292,21 @@ impl Pickle {
         self.nodes.get(id.index())
     }
 
-    /// The root: what `pickle.loads` would return.
-    ///
-    /// # Panics
-    ///
-    /// Panics if no root was set; decoded pickles always have one.
-    pub fn root(&self) -> NodeId {
-        self.root.expect("pickle has no root")
+    /// The node with this id, mutably (to fill containers after creation),
+    /// or `None` when it is not in this arena.
+    pub fn get_mut(&mut self, id: NodeId) -> Option<&mut Node> {
+        self.nodes.get_mut(id.index())
+    }
+
+    /// The root: what `pickle.loads` would return; `None` until one is set
+    /// (a decoded pickle always has one).
+    pub fn root(&self) -> Option<NodeId> {
+        self.root
+    }
+
+    /// The root's node, if there is a root in this arena.
+    pub fn root_node(&self) -> Option<&Node> {
+        self.get(self.root?)
     }
 
     /// Sets the root.

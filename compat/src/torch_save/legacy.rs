@@ -240,11 +240,11 @@ impl<'a> Stream<'a> {
 }
 
 fn root_int(pickle: &Pickle) -> Option<i128> {
-    pickle.get(pickle.root()).and_then(int_of)
+    pickle.root_node().and_then(int_of)
 }
 
 fn describe_root(pickle: &Pickle) -> String {
-    match pickle.get(pickle.root()) {
+    match pickle.root_node() {
         Some(node) => match int_of(node) {
             Some(value) => value.to_string(),
             None => format!("(not an int: {})", node.kind_name()),
@@ -256,7 +256,7 @@ fn describe_root(pickle: &Pickle) -> String {
 /// Whether `sys_info['little_endian']` is false. torch does not look, but
 /// reading big-endian bytes as little-endian would give wrong values.
 fn says_big_endian(sys_info: &Pickle) -> bool {
-    let Some(Node::Dict(pairs)) = sys_info.get(sys_info.root()) else {
+    let Some(Node::Dict(pairs)) = sys_info.root_node() else {
         return false;
     };
     pairs.iter().any(|&(key, value)| {
@@ -267,7 +267,7 @@ fn says_big_endian(sys_info: &Pickle) -> bool {
 
 fn storage_keys(keys: &Pickle) -> Result<Vec<String>, TorchSaveError> {
     let invalid = |detail: String| TorchSaveError::InvalidStorageKeys { detail };
-    let root = keys.get(keys.root());
+    let root = keys.root_node();
     let items = match root {
         Some(Node::List(items) | Node::Tuple(items)) => items,
         Some(other) => return Err(invalid(format!("found {}", other.kind_name()))),

@@ -322,8 +322,9 @@ fn confine_storage_classes(
             _ => Ok(()),
         }
     };
-    // Decoded pickles always have a root.
-    refuse(pickle.root())?;
+    if let Some(root) = pickle.root() {
+        refuse(root)?;
+    }
     for (id, node) in pickle.iter() {
         // The class field of a persistent id's tuple, where the reader
         // admitted the storage classes.

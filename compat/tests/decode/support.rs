@@ -113,7 +113,7 @@ pub fn render_pairs(pickle: &Pickle, pairs: &[(NodeId, NodeId)], path: &mut Vec<
 }
 
 pub fn render_root(pickle: &Pickle) -> Value {
-    render(pickle, pickle.root(), &mut Vec::new())
+    render(pickle, pickle.root().unwrap(), &mut Vec::new())
 }
 
 pub fn code(bytes: &[u8]) -> DecodeErrorCode {

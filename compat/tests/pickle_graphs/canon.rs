@@ -146,7 +146,7 @@ pub fn canonical(pickle: &Pickle) -> String {
         pickle,
         ids: HashMap::new(),
     }
-    .ident(pickle.root())
+    .ident(pickle.root().expect("a decoded pickle has a root"))
 }
 
 struct Canon<'p> {

@@ -102,7 +102,14 @@ pub fn cpython_would_write_the_same(pickle: &Pickle, protocol: u8) -> bool {
 pub fn same_graph(original: &Pickle, decoded: &Pickle) -> Result<(), String> {
     let mut forward: HashMap<NodeId, NodeId> = HashMap::new();
     let mut backward: HashMap<NodeId, NodeId> = HashMap::new();
-    let mut pending = vec![(original.root(), decoded.root())];
+    let (Some(a), Some(b)) = (original.root(), decoded.root()) else {
+        return Err(format!(
+            "roots differ: {:?} and {:?}",
+            original.root(),
+            decoded.root()
+        ));
+    };
+    let mut pending = vec![(a, b)];
     while let Some((a, b)) = pending.pop() {
         let (na, nb) = (original.node(a), decoded.node(b));
         let differ = || {
