@@ -49,7 +49,7 @@ fn one_object_referenced_twice_is_one_node() {
         // (s, s, [s]) with s = [1]
         let decoded = decode_trusted(golden(&format!("memo_p{protocol}")));
         let pickle = &decoded.pickle;
-        let Node::Tuple(items) = pickle.node(pickle.root().unwrap()) else {
+        let Node::Tuple(items) = pickle.get(pickle.root().unwrap()).unwrap() else {
             panic!("not a tuple")
         };
         let [first, second, wrapper] = items[..] else {
@@ -57,7 +57,7 @@ fn one_object_referenced_twice_is_one_node() {
         };
         assert_eq!(first, second, "protocol {protocol}");
         assert_eq!(
-            pickle.node(wrapper),
+            pickle.get(wrapper).unwrap(),
             &Node::List(vec![first]),
             "protocol {protocol}"
         );
@@ -72,7 +72,7 @@ fn cycles_through_the_memo_are_represented() {
         let pickle = &decoded.pickle;
         let root = pickle.root().unwrap();
         assert_eq!(
-            pickle.node(root),
+            pickle.get(root).unwrap(),
             &Node::List(vec![root]),
             "protocol {protocol}"
         );
@@ -81,14 +81,14 @@ fn cycles_through_the_memo_are_represented() {
         let decoded = decode_trusted(golden(&format!("recursive_tuple_p{protocol}")));
         let pickle = &decoded.pickle;
         let tuple = pickle.root().unwrap();
-        let Node::Tuple(items) = pickle.node(tuple) else {
+        let Node::Tuple(items) = pickle.get(tuple).unwrap() else {
             panic!("not a tuple")
         };
         let [list] = items[..] else {
             panic!("{items:?}")
         };
         assert_eq!(
-            pickle.node(list),
+            pickle.get(list).unwrap(),
             &Node::List(vec![tuple]),
             "protocol {protocol}"
         );

@@ -435,7 +435,7 @@ fn a_list_containing_itself() {
     let mut a = Arena::default();
     let root = a.list(vec![]);
     let mut pickle = a.with_root(root);
-    *pickle.node_mut(root) = Node::List(vec![root]);
+    *pickle.get_mut(root).unwrap() = Node::List(vec![root]);
     assert_encodes(
         &pickle,
         &[
@@ -455,7 +455,7 @@ fn a_dict_containing_itself() {
     let root = a.add(Node::Dict(vec![]));
     let key = a.str("self");
     let mut pickle = a.with_root(root);
-    *pickle.node_mut(root) = Node::Dict(vec![(key, root)]);
+    *pickle.get_mut(root).unwrap() = Node::Dict(vec![(key, root)]);
     assert_encodes(
         &pickle,
         &[
@@ -475,7 +475,7 @@ fn a_tuple_in_a_cycle_through_a_list_is_rebuilt_once() {
     let list = a.list(vec![]);
     let root = a.tuple(vec![list]);
     let mut pickle = a.with_root(root);
-    *pickle.node_mut(list) = Node::List(vec![root]);
+    *pickle.get_mut(list).unwrap() = Node::List(vec![root]);
     assert_encodes(
         &pickle,
         &[
@@ -494,7 +494,7 @@ fn a_tuple_in_a_cycle_through_a_list_is_rebuilt_once() {
     items.extend(a.ints(&[1, 2, 3]));
     let root = a.tuple(items);
     let mut pickle = a.with_root(root);
-    *pickle.node_mut(list) = Node::List(vec![root]);
+    *pickle.get_mut(list).unwrap() = Node::List(vec![root]);
     assert_encodes(
         &pickle,
         &[
@@ -815,7 +815,7 @@ fn errors_name_the_problem() {
     let mut a = Arena::default();
     let root = a.tuple(vec![]);
     let mut pickle = a.with_root(root);
-    *pickle.node_mut(root) = Node::Tuple(vec![root]);
+    *pickle.get_mut(root).unwrap() = Node::Tuple(vec![root]);
     let err = encode(&pickle, &EncodeOptions::new()).unwrap_err();
     assert_eq!(err, EncodeError::UnencodableCycle { node: root });
 
@@ -825,7 +825,7 @@ fn errors_name_the_problem() {
     let set = a.add(Node::Set(vec![]));
     let tuple = a.tuple(vec![set]);
     let mut pickle = a.with_root(set);
-    *pickle.node_mut(set) = Node::Set(vec![tuple]);
+    *pickle.get_mut(set).unwrap() = Node::Set(vec![tuple]);
     assert!(encode(&pickle, &EncodeOptions::new()).is_ok());
     let err = encode(&pickle, &EncodeOptions::new().with_protocol(2)).unwrap_err();
     assert!(matches!(err, EncodeError::UnencodableCycle { .. }), "{err}");
@@ -953,7 +953,7 @@ fn deep_graphs_decode_back() {
             .pickle;
         let mut levels = 0;
         let mut node = decoded.root().expect("a decoded pickle has a root");
-        while let Node::List(items) = decoded.node(node) {
+        while let Node::List(items) = decoded.get(node).unwrap() {
             match items.as_slice() {
                 [next] => node = *next,
                 [] => break,

@@ -56,27 +56,27 @@ fn global_name(pickle: &Pickle, id: NodeId) -> Option<(&str, &str)> {
 /// The value under a str key of a dict or a dict-filled object
 /// (`OrderedDict`).
 fn lookup(pickle: &Pickle, container: NodeId, key: &str) -> NodeId {
-    let pairs = match pickle.node(container) {
+    let pairs = match pickle.get(container).unwrap() {
         Node::Dict(pairs) => pairs,
         Node::Object(object) => &object.dict_items,
         other => panic!("not a dict: {other:?}"),
     };
     pairs
         .iter()
-        .find(|&&(k, _)| pickle.node(k) == &Node::Str(key.to_owned()))
+        .find(|&&(k, _)| pickle.get(k).unwrap() == &Node::Str(key.to_owned()))
         .map(|&(_, v)| v)
         .unwrap_or_else(|| panic!("no key {key:?}"))
 }
 
 fn reduce_args(pickle: &Pickle, object: NodeId) -> (&str, &[NodeId]) {
-    let Node::Object(object) = pickle.node(object) else {
+    let Node::Object(object) = pickle.get(object).unwrap() else {
         panic!("not an object")
     };
     let (_, name) = global_name(pickle, object.callable).expect("callable is a global");
     let tensorshare_compat::pickle::Construction::Reduce { args } = object.construction else {
         panic!("not a REDUCE")
     };
-    let Node::Tuple(args) = pickle.node(args) else {
+    let Node::Tuple(args) = pickle.get(args).unwrap() else {
         panic!("args not a tuple")
     };
     (name, args)
@@ -266,7 +266,7 @@ fn a_plain_pickle_carries_a_legacy_stream() {
     assert_eq!(hex(&record.data), entry["storage_hex"].as_str().unwrap());
     // The object is the bare storage persistent id.
     assert!(matches!(
-        archive.object.node(archive.object.root().unwrap()),
+        archive.object.get(archive.object.root().unwrap()).unwrap(),
         Node::PersistentId(_)
     ));
 }
@@ -758,7 +758,7 @@ fn persistent_ids_parse_on_their_own() {
     assert_eq!(parsed.nbytes(), Some(16));
     assert_eq!(parsed.view, None);
     // The tuple inside works too.
-    let Node::PersistentId(tuple) = archive.object.node(pid) else {
+    let Node::PersistentId(tuple) = archive.object.get(pid).unwrap() else {
         panic!()
     };
     assert_eq!(

@@ -114,10 +114,10 @@ fn shared_decoding_slices_large_payloads_and_copies_small_ones() {
     let copied = decode_all(&message, &NO_GLOBALS, &Limits::default()).unwrap();
     assert_eq!(shared, copied);
 
-    let Node::List(items) = shared.pickle.node(shared.pickle.root().unwrap()) else {
+    let Node::List(items) = shared.pickle.get(shared.pickle.root().unwrap()).unwrap() else {
         panic!("not a list");
     };
-    let chunk = |id| match shared.pickle.node(id) {
+    let chunk = |id| match shared.pickle.get(id).unwrap() {
         Node::Bytes(bytes) => bytes.chunks()[0].clone(),
         other => panic!("not bytes: {other:?}"),
     };

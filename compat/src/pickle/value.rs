@@ -267,23 +267,15 @@ impl Pickle {
         NodeId(id)
     }
 
-    /// The node with this id.
-    ///
-    /// # Panics
-    ///
-    /// Panics if `id` came from another arena and is out of range here;
-    /// [`Pickle::get`] is the checked form.
-    pub fn node(&self, id: NodeId) -> &Node {
+    /// A node the decoder made, by an id it made: always in the arena.
+    /// Everyone else holds ids that may come from another arena and reads
+    /// through [`Pickle::get`].
+    pub(crate) fn node(&self, id: NodeId) -> &Node {
         &self.nodes[id.index()]
     }
 
-    /// The node with this id, mutably (to fill containers after creation).
-    ///
-    /// # Panics
-    ///
-    /// Panics if `id` came from another arena and is out of range here;
-    /// [`Pickle::get_mut`] is the checked form.
-    pub fn node_mut(&mut self, id: NodeId) -> &mut Node {
+    /// A node the decoder made, mutably (to fill containers after creation).
+    pub(crate) fn node_mut(&mut self, id: NodeId) -> &mut Node {
         &mut self.nodes[id.index()]
     }
 

@@ -48,7 +48,7 @@ fn huge_length_fields_fail_before_allocating() {
     // A memo key of 2^32 - 1 costs one map entry, not a 4-billion-slot table.
     let decoded = decode_trusted(b"\x80\x02Nr\xff\xff\xff\xff0j\xff\xff\xff\xff.");
     assert_eq!(
-        decoded.pickle.node(decoded.pickle.root().unwrap()),
+        decoded.pickle.get(decoded.pickle.root().unwrap()).unwrap(),
         &Node::None
     );
     assert!(start.elapsed() < Duration::from_secs(1));
@@ -110,7 +110,10 @@ fn depth_of_a_cycle_is_computed_without_looping() {
     let self_appends = |n: usize| [&b"\x80\x04]\x94"[..], &b"h\x00a".repeat(n), b"."].concat();
     let decoded = decode_trusted(&self_appends(500));
     let root = decoded.pickle.root().unwrap();
-    assert_eq!(decoded.pickle.node(root), &Node::List(vec![root; 500]));
+    assert_eq!(
+        decoded.pickle.get(root).unwrap(),
+        &Node::List(vec![root; 500])
+    );
     assert_eq!(
         code(&self_appends(1000)),
         DecodeErrorCode::NestingTooDeep { limit: 1000 }

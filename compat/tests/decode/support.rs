@@ -43,7 +43,7 @@ pub fn hex(bytes: &[u8]) -> String {
 /// The decoded graph as JSON, in the shape the golden generator writes.
 /// Recursive: fine for trusted test data.
 pub fn render(pickle: &Pickle, id: NodeId, path: &mut Vec<NodeId>) -> Value {
-    let node = pickle.node(id);
+    let node = pickle.get(id).unwrap();
     match node {
         Node::None => return Value::Null,
         Node::Bool(value) => return json!(value),

@@ -163,7 +163,7 @@ impl<'p> Canon<'p> {
     }
 
     fn view(&self, id: NodeId) -> View<'p> {
-        match self.pickle.node(id) {
+        match self.pickle.get(id).unwrap() {
             Node::None => View::None,
             Node::Bool(b) => View::Bool(*b),
             Node::Int(v) => View::Int(Cow::Owned(v.to_le_bytes().to_vec())),
@@ -193,10 +193,10 @@ impl<'p> Canon<'p> {
             Construction::NewObj { args } => (args, true),
             Construction::NewObjEx { .. } => return unknown(),
         };
-        let Node::Tuple(args) = self.pickle.node(args) else {
+        let Node::Tuple(args) = self.pickle.get(args).unwrap() else {
             return unknown();
         };
-        let state_pairs = || match object.state.map(|s| self.pickle.node(s)) {
+        let state_pairs = || match object.state.map(|s| self.pickle.get(s).unwrap()) {
             Some(Node::Dict(pairs)) => Some(pairs.as_slice()),
             None => Some(&[][..]),
             Some(_) => None,

@@ -78,9 +78,9 @@ pub fn cpython_would_write_the_same(pickle: &Pickle, protocol: u8) -> bool {
             Node::Object(Object {
                 state: Some(state), ..
             }) => {
-                if let Node::Dict(pairs) = pickle.node(*state) {
+                if let Node::Dict(pairs) = pickle.get(*state).unwrap() {
                     for &(key, _) in pairs {
-                        if let Node::Str(key) = pickle.node(key) {
+                        if let Node::Str(key) = pickle.get(key).unwrap() {
                             attribute_keys.push(key.as_str());
                         }
                     }
@@ -111,7 +111,7 @@ pub fn same_graph(original: &Pickle, decoded: &Pickle) -> Result<(), String> {
     };
     let mut pending = vec![(a, b)];
     while let Some((a, b)) = pending.pop() {
-        let (na, nb) = (original.node(a), decoded.node(b));
+        let (na, nb) = (original.get(a).unwrap(), decoded.get(b).unwrap());
         let differ = || {
             format!(
                 "node {} {na:?} was decoded as node {} {nb:?}",

@@ -368,7 +368,7 @@ impl Builder {
                 else {
                     return;
                 };
-                if let Node::List(items) = self.pickle.node_mut(list) {
+                if let Node::List(items) = self.pickle.get_mut(list).unwrap() {
                     items.push(value);
                 }
             }

@@ -170,7 +170,7 @@ fn replace_globals(pickle: &mut Pickle, bogus: &[BogusGlobal], layer: Layer) {
             return;
         }
         let id = globals[usize::from(replacement.nth) % globals.len()];
-        *pickle.node_mut(id) = Node::Global(replacement.global.global());
+        *pickle.get_mut(id).unwrap() = Node::Global(replacement.global.global());
     }
 }
 

@@ -215,10 +215,10 @@ impl Builder<'_> {
         let saved = SavedStorage::new(key, Some(own), data);
         let pid = torch_save::push_storage_pid(pickle, format, &saved)
             .expect("whole elements by construction");
-        let Node::PersistentId(tuple) = *pickle.node(pid) else {
+        let Node::PersistentId(tuple) = *pickle.get(pid).unwrap() else {
             unreachable!("push_storage_pid returns a persistent id");
         };
-        let Node::Tuple(mut items) = pickle.node(tuple).clone() else {
+        let Node::Tuple(mut items) = pickle.get(tuple).unwrap().clone() else {
             unreachable!("a persistent id is a tuple");
         };
         for tweak in &spec.tweaks {
@@ -264,7 +264,7 @@ impl Builder<'_> {
                 *slot = pickle.push(node);
             }
         }
-        *pickle.node_mut(tuple) = Node::Tuple(items);
+        *pickle.get_mut(tuple).unwrap() = Node::Tuple(items);
         pid
     }
 

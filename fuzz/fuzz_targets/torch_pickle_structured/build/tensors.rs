@@ -229,13 +229,13 @@ impl Builder<'_> {
     /// Applies a tensor's tweaks to its rebuild call.
     fn tweak_tensor(&mut self, mut node: NodeId, spec: &TensorSpec) -> NodeId {
         for tweak in &spec.tweaks {
-            let Node::Object(object) = self.outer.pickle_mut().node(node).clone() else {
+            let Node::Object(object) = self.outer.pickle_mut().get(node).unwrap().clone() else {
                 return node;
             };
             let Construction::Reduce { args } = object.construction else {
                 return node;
             };
-            let Node::Tuple(mut items) = self.outer.pickle_mut().node(args).clone() else {
+            let Node::Tuple(mut items) = self.outer.pickle_mut().get(args).unwrap().clone() else {
                 return node;
             };
             match tweak {
@@ -260,7 +260,7 @@ impl Builder<'_> {
                 TensorTweak::ArgAsList(at) => {
                     if !items.is_empty() {
                         let at = usize::from(*at) % items.len();
-                        if let Node::Tuple(inner) = self.outer.pickle_mut().node(items[at]).clone()
+                        if let Node::Tuple(inner) = self.outer.pickle_mut().get(items[at]).unwrap().clone()
                         {
                             items[at] = self.outer.push(Node::List(inner));
                         }
