@@ -2,6 +2,9 @@
 
 use tensorshare_compat::torch_save::{self, TorchSaveFormat};
 
+// Why a torch.save file could not be read, from the format crate.
+pub use tensorshare_compat::torch_save::TorchSaveError;
+
 use crate::model::Value;
 use crate::registry::audit::GlobalAudit;
 use crate::registry::saved::{read_options, rebuild_archive};

@@ -25,16 +25,22 @@ mod messages;
 // Describing any pickle or torch.save file without executing it.
 pub mod inspect;
 
-pub use connection::{Address, Authkey, Client, Connection, Listener};
-pub use error::Error;
+// The model: tensors, storages and the values a pickle rebuilds into.
 pub use model::{
     Children, CudaRef, Custom, Distinct, DupFdRef, ElementOffsets, MemmapRef, Opaque, OpaqueCall,
     Residence, SegmentRef, Storage, StorageKind, StorageWriter, Tensor, TensorView, Value,
     ViewError,
 };
+// What the model is made of, from the format crate: dtypes, elements,
+// globals, byte buffers and the torch.save layouts.
+pub use tensorshare_compat::dtype::{DType, Scalar};
+pub use tensorshare_compat::pickle::{Global, SharedBytes};
+pub use tensorshare_compat::torch_save::TorchSaveFormat;
+// The memory a local storage lives in, from the strategy crate.
+pub use tensorshare_strategies::{AllocateError, Segment, StrategyKind};
+// The entry points: the allowlist, a process's sharing state, connections.
+pub use connection::{Address, Authkey, Client, Connection, Listener};
 pub use registry::Registry;
 pub use sharing::{SharingContext, resource_sharer};
-pub use tensorshare_compat::DType;
-pub use tensorshare_compat::dtype::Scalar;
-pub use tensorshare_compat::pickle::SharedBytes;
-pub use tensorshare_strategies::StrategyKind;
+// The facade error, wrapping every layer's.
+pub use error::Error;

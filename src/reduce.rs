@@ -10,7 +10,11 @@ use std::borrow::Cow;
 use rustc_hash::FxHashMap;
 
 use tensorshare_compat::pickle::{Construction, Global, Node, NodeId, Object, Pickle};
-use tensorshare_compat::torch_save::WriteError;
+
+// Why a pickle or a torch.save file could not be written, from the format
+// crate.
+pub use tensorshare_compat::pickle::EncodeError;
+pub use tensorshare_compat::torch_save::WriteError;
 
 use crate::DType;
 use crate::model::{Storage, Tensor, Value};

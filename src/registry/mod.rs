@@ -45,7 +45,7 @@ use rustc_hash::FxHashMap;
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use tensorshare_compat::pickle::{self, Global, GlobalFilter, Limits};
+use tensorshare_compat::pickle::{self, Global};
 
 use crate::model::Value;
 
@@ -53,6 +53,9 @@ pub use crate::model::{CallKind, Callable};
 pub use attach::AttachError;
 pub use error::{LoadError, RebuildError};
 pub use rebuild::{Call, Rebuilder};
+// The decoder's side of loading, from the format crate: its error, its caps,
+// the decoded pickle a registry rebuilds and the allowlist check it serves.
+pub use tensorshare_compat::pickle::{DecodeError, GlobalFilter, Limits, Pickle};
 
 /// A rebuilder as the model holds it inside a [`Callable`].
 struct RegisteredFunction(Box<dyn Rebuilder>);
@@ -284,7 +287,7 @@ impl Registry {
     ///
     /// A [`RebuildError`] naming the global whose rebuilder refused, or the
     /// structure that cannot be rebuilt (cycles, excessive depth).
-    pub fn rebuild(&self, pickle: &pickle::Pickle) -> Result<Value, RebuildError> {
+    pub fn rebuild(&self, pickle: &Pickle) -> Result<Value, RebuildError> {
         rebuild::Walker::new(self, pickle, None).run()
     }
 }

@@ -43,6 +43,7 @@ use tensorshare_strategies::{AllocateError, SharingStrategy, StrategyKind, Writa
 
 pub use cache::WeakStorageCache;
 pub use error::SharingError;
+pub use tensorshare_strategies::{ExportError, ImportError, memmap::InvalidMemmapDir};
 
 use crate::connection::Authkey;
 use crate::model::{Storage, StorageWriter, Value};

@@ -76,3 +76,4 @@ pub use registration::{DupFdId, Registration};
 pub(crate) use server::{KeyReports, join_within};
 pub use server::{RegisterError, ResourceSharer, SharerError};
 pub use stats::SharerStats;
+pub use tensorshare_strategies::platform::fd_passing::RecvFdsError;
