@@ -5,20 +5,22 @@
 //! one object on the other side and two views of one storage share it, as
 //! with torch's own `ForkingPickler`.
 
-use std::borrow::Cow;
-
 use rustc_hash::FxHashMap;
 
-use tensorshare_compat::pickle::{Construction, Global, Node, NodeId, Object, Pickle};
+use tensorshare_compat::pickle::{Global, Node, NodeId, Pickle};
+
+use crate::DType;
+use crate::model::{Storage, Tensor, Value};
+use crate::registry::REDUCTIONS;
+
+mod pickle_builder;
 
 // Why a pickle or a torch.save file could not be written, from the format
 // crate.
 pub use tensorshare_compat::pickle::EncodeError;
 pub use tensorshare_compat::torch_save::WriteError;
-
-use crate::DType;
-use crate::model::{Storage, Tensor, Value};
-use crate::registry::REDUCTIONS;
+// The reducers' pickle builder, public only to the tests (feature `testing`).
+testing_pub_use!(pickle_builder::PickleBuilder);
 
 /// Why a value could not be written as a pickle.
 #[derive(Debug, thiserror::Error)]
@@ -92,7 +94,7 @@ impl From<WriteError> for ReduceError {
 
 /// How one storage is written into a pickle: the part that differs per
 /// sharing strategy.
-pub trait StorageReducer {
+pub(crate) trait StorageReducer {
     /// What goes wrong sharing a storage; the writer's own failures convert
     /// into it.
     type Error: From<ReduceError>;
@@ -110,75 +112,6 @@ pub trait StorageReducer {
     ) -> Result<NodeId, Self::Error>;
 }
 
-/// A pickle arena under construction, with helpers for the shapes torch's
-/// reducers produce.
-#[derive(Debug, Default)]
-pub struct PickleBuilder {
-    pickle: Pickle,
-}
-
-impl PickleBuilder {
-    /// Adds a node.
-    pub fn push(&mut self, node: Node) -> NodeId {
-        self.pickle.push(node)
-    }
-
-    /// Adds a reference to `module.name`.
-    pub fn global(
-        &mut self,
-        module: impl Into<Cow<'static, str>>,
-        name: impl Into<Cow<'static, str>>,
-    ) -> NodeId {
-        self.push(Node::Global(Global::new(module, name)))
-    }
-
-    /// Adds a tuple of `items`.
-    pub fn tuple(&mut self, items: Vec<NodeId>) -> NodeId {
-        self.push(Node::Tuple(items))
-    }
-
-    /// Adds an int.
-    pub fn int(&mut self, value: usize) -> NodeId {
-        self.push(Node::Int(i64::try_from(value).unwrap_or(i64::MAX)))
-    }
-
-    /// Adds `callable(*args)` (`REDUCE`).
-    pub fn call(&mut self, callable: NodeId, args: Vec<NodeId>) -> NodeId {
-        let args = self.tuple(args);
-        self.push(Node::Object(Object {
-            callable,
-            construction: Construction::Reduce { args },
-            state: None,
-            list_items: Vec::new(),
-            dict_items: Vec::new(),
-        }))
-    }
-
-    /// Adds `cls.__new__(cls)` followed by `BUILD` with `state` (`NEWOBJ`).
-    pub fn new_object_with_state(&mut self, class: NodeId, state: NodeId) -> NodeId {
-        let args = self.tuple(Vec::new());
-        self.push(Node::Object(Object {
-            callable: class,
-            construction: Construction::NewObj { args },
-            state: Some(state),
-            list_items: Vec::new(),
-            dict_items: Vec::new(),
-        }))
-    }
-
-    /// The pickle built so far, e.g. to add nodes a helper of the format
-    /// crate builds.
-    pub fn pickle_mut(&mut self) -> &mut Pickle {
-        &mut self.pickle
-    }
-
-    /// Finishes with `root` as the result.
-    pub fn finish(mut self, root: NodeId) -> Pickle {
-        self.pickle.set_root(root);
-        self.pickle
-    }
-}
-
 /// Depth past which a value graph is refused rather than risk the stack.
 const MAX_DEPTH: usize = 1000;
 
@@ -193,9 +126,7 @@ pub(crate) fn reduce_value<R: StorageReducer>(
     };
     // A tensor message is about 40 nodes: room for them up front saves
     // growing the arena several times per message.
-    let mut out = PickleBuilder {
-        pickle: Pickle::with_capacity(48),
-    };
+    let mut out = PickleBuilder::with_capacity(48);
     let root = reduce_with(value, &mut leaves, &mut out)?;
     Ok(out.finish(root))
 }
@@ -305,7 +236,7 @@ impl<L: LeafReducer> Reducer<'_, L> {
                 let pairs = self.pairs(pairs, depth)?;
                 let class = self.out.global("collections", "OrderedDict");
                 let node = self.out.call(class, Vec::new());
-                if let Some(Node::Object(object)) = self.out.pickle.get_mut(node) {
+                if let Some(Node::Object(object)) = self.out.pickle_mut().get_mut(node) {
                     object.dict_items = pairs;
                 }
                 node

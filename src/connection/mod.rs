@@ -94,7 +94,7 @@ pub(crate) use error::{is_fd_exhaustion, is_timeout};
 pub use listener::{IncomingConnection, Listener};
 pub use options::{ConnectionOptions, DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_MAX_MESSAGE_BYTES};
 pub(crate) use sent_registrations::RegisteredFds;
-pub use stream::{Connection, KEPT_RECEIVE_BUFFER_MAX};
+pub use stream::Connection;
 // The wire protocol's own types, from the format crate: the handshake's
 // dialect and the errors of the handshake and of the framing.
 pub use tensorshare_compat::connection::{AuthError, Dialect, FramingError};

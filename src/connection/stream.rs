@@ -28,7 +28,7 @@ use super::{Address, Authkey, ConnectionError, ConnectionOptions};
 /// written out before it returns.
 ///
 /// [`recv`](Self::recv) reads each message into a buffer it keeps for the
-/// next one (up to [`KEPT_RECEIVE_BUFFER_MAX`] bytes), so that a stream of
+/// next one (up to 256 MiB), so that a stream of
 /// large messages does not pay for fresh memory every time.
 pub struct Connection {
     stream: UnixStream,
@@ -53,7 +53,7 @@ pub(crate) struct ReceivedMessage {
 }
 
 /// The largest receive buffer a [`Connection`] keeps between messages.
-pub const KEPT_RECEIVE_BUFFER_MAX: usize = 256 << 20;
+const KEPT_RECEIVE_BUFFER_MAX: usize = 256 << 20;
 
 impl fmt::Debug for Connection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

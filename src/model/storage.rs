@@ -305,7 +305,7 @@ impl Storage {
     }
 
     /// A reference that does not keep the storage alive.
-    pub fn downgrade(&self) -> WeakStorage {
+    pub(crate) fn downgrade(&self) -> WeakStorage {
         WeakStorage(Arc::downgrade(&self.0))
     }
 

@@ -61,6 +61,7 @@ impl<K: Eq + Hash + Clone> WeakStorageCache<K> {
     /// # Errors
     ///
     /// Whatever `make` returns; nothing is cached then.
+    #[cfg(test)]
     pub fn get_or_try_insert<E>(
         &self,
         key: &K,
@@ -71,7 +72,7 @@ impl<K: Eq + Hash + Clone> WeakStorageCache<K> {
 
     /// The live storage under `key` if `usable` accepts it, else the one
     /// `make` builds, which then replaces it. `make` runs under the cache's
-    /// lock, as in [`get_or_try_insert`](Self::get_or_try_insert).
+    /// lock, so two threads asking for one key get one storage.
     ///
     /// # Errors
     ///
@@ -104,13 +105,9 @@ impl<K: Eq + Hash + Clone> WeakStorageCache<K> {
     }
 
     /// How many entries (live or not yet pruned) the cache holds.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.lock().entries.len()
-    }
-
-    /// Whether the cache holds no entries.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, CacheInner<K>> {

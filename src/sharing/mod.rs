@@ -41,7 +41,7 @@ use tensorshare_strategies::memmap::MemmapStrategy;
 use tensorshare_strategies::platform::fd_passing::MAX_FDS_PER_MESSAGE;
 use tensorshare_strategies::{AllocateError, SharingStrategy, StrategyKind, WritableSegment};
 
-pub use cache::WeakStorageCache;
+pub(crate) use cache::WeakStorageCache;
 pub use error::SharingError;
 pub use tensorshare_strategies::{ExportError, ImportError, memmap::InvalidMemmapDir};
 

@@ -10,58 +10,36 @@
 //! `SCM_RIGHTS` (`multiprocessing.reduction.recv_handle`). Each key is served
 //! once; the sharer closes its copy after sending it.
 //!
-//! - [`ResourceSharer`] is the serving side: [`ResourceSharer::register`]
-//!   takes an fd and returns a [`Registration`] naming it with a [`DupFdId`].
-//!   Stock CPython and [`fetch_fd`] both fetch from it. It listens in the
-//!   abstract namespace, so a killed process leaves no socket file behind,
-//!   or where [`SharerSocket`] says.
-//! - [`fetch_fd`] is the receiving side; it fetches from a CPython sharer or
-//!   from a [`ResourceSharer`].
-//! - [`DupFdRequest`](tensorshare_compat::resource_sharer::DupFdRequest) is
-//!   the `(key, pid)` message both sides exchange.
-//! - [`release_fds`] and
-//!   [`ReleaseRequest`](tensorshare_compat::resource_sharer::ReleaseRequest)
-//!   are tensorshare's addition: a
-//!   tensorshare sender also attaches each fd to the message that names it
-//!   (see [`Connection::send`](crate::Connection::send)), and a tensorshare
-//!   receiver that got it that way tells the sharer to close its copy.
-//!   CPython's side of the protocol is untouched.
+//! A [`SharingContext`](crate::SharingContext) runs both sides: it starts
+//! this process's sharer when it first sends an fd (in the abstract
+//! namespace, or where [`SHARER_DIR_ENV`] or
+//! [`SharingContext::with_sharer_socket`](crate::SharingContext::with_sharer_socket)
+//! say: [`SharerSocket`]), registers each storage's fd there,
+//! and fetches the fds a received message names from the sender's sharer.
+//! What it did shows in [`SharerStats`]
+//! ([`SharingContext::sharer_stats`](crate::SharingContext::sharer_stats));
+//! what went wrong in [`SharerError`] (starting), [`RegisterError`] (offering
+//! an fd) and [`FetchError`] (fetching one). Stock CPython fetches from our
+//! sharer, and we from CPython's: the `(key, pid)` request both sides
+//! exchange is
+//! [`DupFdRequest`](tensorshare_compat::resource_sharer::DupFdRequest).
+//!
+//! tensorshare adds two requests, which CPython's side of the protocol never
+//! sees: a tensorshare sender also attaches each fd to the message that
+//! names it (see [`Connection::send`](crate::Connection::send)), and a
+//! tensorshare receiver that got it that way tells the sender's sharer to
+//! close its copy
+//! ([`ReleaseRequest`](tensorshare_compat::resource_sharer::ReleaseRequest)),
+//! and, once it unmapped the storage, that the memory may be reused
+//! ([`UnmappedRequest`](tensorshare_compat::resource_sharer::UnmappedRequest)).
 //!
 //! The wire behaviour is that of CPython 3.8 to 3.13, whose
 //! `resource_sharer.py` and `reduction.send_handle` / `recv_handle` have not
 //! changed (3.13 only raises the listen backlog).
 //!
-//! # Examples
-//!
-//! ```
-//! use std::io::{Read, Seek, Write};
-//! use std::time::Duration;
-//! use tensorshare::resource_sharer::{ResourceSharer, fetch_fd};
-//!
-//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let authkey = b"process authkey";
-//! let sharer = ResourceSharer::start(authkey)?;
-//!
-//! let mut file = tempfile::tempfile()?;
-//! file.write_all(b"shared bytes")?;
-//! let registration = sharer.register(file.into())?;
-//! let id = registration.id().clone();
-//!
-//! // What a receiving process does with the DupFd's `(address, key)`:
-//! let timeout = Duration::from_secs(10);
-//! let fd = fetch_fd(id.address.as_bytes(), id.key, authkey, timeout)?;
-//! let mut received = std::fs::File::from(fd);
-//! received.rewind()?;
-//! let mut contents = String::new();
-//! received.read_to_string(&mut contents)?;
-//! assert_eq!(contents, "shared bytes");
-//!
-//! // Each key is served once.
-//! assert!(!registration.is_pending());
-//! assert!(id.fetch(authkey, timeout).is_err());
-//! # Ok(())
-//! # }
-//! ```
+//! The sharer's own server and client (`ResourceSharer`, `fetch_fd`) are
+//! the crate's; the integration tests reach them through the `testing`
+//! feature.
 
 mod client;
 mod options;
@@ -70,10 +48,18 @@ mod serve;
 mod server;
 mod stats;
 
-pub use client::{FetchError, FetchStage, fetch_fd, release_fds, report_unmapped};
-pub use options::{SHARER_DIR_ENV, SharerOptions, SharerSocket};
-pub use registration::{DupFdId, Registration};
+pub use client::{FetchError, FetchStage};
+pub(crate) use client::{release_fds, report_unmapped};
+pub use options::{SHARER_DIR_ENV, SharerSocket};
 pub(crate) use server::{KeyReports, join_within};
-pub use server::{RegisterError, ResourceSharer, SharerError};
+pub use server::{RegisterError, SharerError};
 pub use stats::SharerStats;
 pub use tensorshare_strategies::platform::fd_passing::RecvFdsError;
+// The sharer's own server and client, which a `SharingContext` runs: public
+// only to the tests (feature `testing`).
+testing_pub_use!(client::fetch_fd);
+testing_pub_use!(options::SharerOptions);
+testing_pub_use!(registration::Registration);
+testing_pub_use!(server::ResourceSharer);
+#[cfg(feature = "testing")]
+pub use registration::DupFdId;

@@ -44,6 +44,7 @@ impl SharerOptions {
     /// sent; a client slower than that is disconnected and counted in
     /// [`SharerStats::timed_out`](super::SharerStats::timed_out). Zero is raised to one millisecond.
     #[must_use]
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
     pub fn with_connection_timeout(mut self, timeout: Duration) -> Self {
         self.connection_timeout = timeout.max(Duration::from_millis(1));
         self
@@ -52,6 +53,7 @@ impl SharerOptions {
     /// Sets how many connections are served at once (at least 1): so many
     /// stalled clients can delay the others by up to the connection timeout.
     #[must_use]
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
     pub fn with_workers(mut self, workers: usize) -> Self {
         self.workers = workers.max(1);
         self
@@ -59,6 +61,7 @@ impl SharerOptions {
 
     /// Sets which authkey challenge the sharer sends ([`Dialect`]).
     #[must_use]
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
     pub fn with_dialect(mut self, dialect: Dialect) -> Self {
         self.dialect = dialect;
         self
@@ -103,7 +106,7 @@ impl Default for SharerOptions {
 /// directory it names ([`SharerSocket::from_env`]).
 pub const SHARER_DIR_ENV: &str = "TENSORSHARE_SHARER_DIR";
 
-/// Where a [`ResourceSharer`](super::ResourceSharer) listens.
+/// Where a process's resource sharer listens.
 ///
 /// The default is a fresh name in Linux's abstract socket namespace,
 /// `tensorshare-sharer-<pid>-XXXXXXXXXXXXXXXX` (16 random characters): the

@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::serve::Outcome;
 
-/// What a [`ResourceSharer`](super::ResourceSharer) has done since it started.
+/// What a process's resource sharer has done since it started.
 ///
 /// Refused connections are closed and counted, never logged: the sharer
 /// keeps serving.
