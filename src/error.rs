@@ -91,29 +91,9 @@ pub enum Error {
     /// A `multiprocessing.connection` connection failed.
     #[error(transparent)]
     Connection(ConnectionError),
-    /// Something this build or this machine cannot do; the message says
-    /// what to do instead.
-    #[error("{0}")]
-    Unsupported(String),
-    /// An I/O operation failed.
-    #[error("{context}: {cause}")]
-    Io {
-        /// What was being done.
-        context: String,
-        /// The OS error.
-        cause: io::Error,
-    },
 }
 
 impl Error {
-    /// An I/O error with what was being done.
-    pub fn io(context: impl Into<String>, cause: io::Error) -> Self {
-        Error::Io {
-            context: context.into(),
-            cause,
-        }
-    }
-
     /// The OS error behind this one, if an I/O operation failed: a socket,
     /// a file, the resource sharer's connection, or one of these while
     /// attaching a storage or reading an embedded archive. The segment
@@ -121,7 +101,6 @@ impl Error {
     /// ([`ImportError`], ...).
     pub fn io_error(&self) -> Option<&io::Error> {
         match self {
-            Error::Io { cause, .. } => Some(cause),
             Error::Connection(error) => error.io_error(),
             Error::Fetch(error) => error.io_error(),
             Error::Sharer(error) => error.io_error(),
@@ -261,18 +240,6 @@ mod tests {
         let receiver = SharingContext::new(Authkey::new(*b"another key"));
         let error = receiver.loads(&pickle).unwrap_err();
         assert_each_cause_once(&error, "rejected our authkey");
-    }
-
-    #[test]
-    fn a_missing_file_shows_its_os_error_once_and_keeps_it() {
-        let path = std::env::temp_dir().join("tensorshare-no-such-dir/none.pt");
-        let io = std::fs::read(&path).unwrap_err();
-        let error = Error::io(format!("reading {}", path.display()), io);
-        assert_each_cause_once(&error, "No such file or directory");
-        assert_eq!(
-            error.io_error().map(io::Error::kind),
-            Some(io::ErrorKind::NotFound)
-        );
     }
 
     #[test]

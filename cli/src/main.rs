@@ -1,10 +1,13 @@
 //! The `tensorshare` command.
 
 mod commands;
+mod error;
 
 use std::process::ExitCode;
 
 use clap::Parser;
+
+use crate::error::CliError;
 
 /// Messages are made of many small allocations, which mimalloc serves
 /// faster than glibc's allocator.
@@ -16,15 +19,13 @@ fn main() -> ExitCode {
     let args = commands::Cli::parse();
     match commands::run(args) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(error) => match error.downcast::<clap::Error>() {
-            // Found after parsing (conflicting authkey sources, ...).
-            Ok(usage) => usage.exit(),
-            Err(error) => {
-                // As clap starts its usage errors, so that every error the
-                // command prints reads alike.
-                eprintln!("{}{}", commands::ERROR_PREFIX, commands::one_line(&*error));
-                ExitCode::FAILURE
-            }
-        },
+        // Found after parsing (conflicting authkey sources, ...).
+        Err(CliError::Usage(usage)) => usage.exit(),
+        Err(error) => {
+            // As clap starts its usage errors, so that every error the
+            // command prints reads alike.
+            eprintln!("{}{}", commands::ERROR_PREFIX, commands::one_line(&error));
+            ExitCode::FAILURE
+        }
     }
 }

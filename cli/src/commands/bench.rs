@@ -14,6 +14,7 @@ use tensorshare::{Address, Authkey, Listener, SharingContext, StrategyKind};
 
 use super::bench_stream::{Framing, Workload, consume, produce};
 use super::peer::{Peer, connect_back};
+use crate::error::CliError;
 
 const BENCH_PEER: &str = include_str!("../../../compat/python/bench_peer.py");
 
@@ -193,7 +194,7 @@ struct Row {
     per_tensor: f64,
 }
 
-pub fn run(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
+pub fn run(args: BenchArgs) -> Result<(), CliError> {
     let python = args
         .python
         .or_else(|| std::env::var_os("TENSORSHARE_PYTHON").map(PathBuf::from))
@@ -252,7 +253,7 @@ pub fn run(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
 }
 
 /// The consumer of a Rust-to-Rust run.
-pub fn run_peer(args: BenchPeerArgs) -> Result<(), Box<dyn std::error::Error>> {
+pub fn run_peer(args: BenchPeerArgs) -> Result<(), CliError> {
     let (authkey, mut connection) = connect_back(&args.connect)?;
     let sharing = SharingContext::new(authkey);
     let framing = if args.raw_fds {
@@ -290,11 +291,7 @@ fn workload_for(path: Route, size: usize, rounds: usize, quick: bool, fd_limit: 
 }
 
 /// Seconds per round for one path.
-fn run_path(
-    path: Route,
-    workload: Workload,
-    torch: &TorchPeer,
-) -> Result<Vec<f64>, Box<dyn std::error::Error>> {
+fn run_path(path: Route, workload: Workload, torch: &TorchPeer) -> Result<Vec<f64>, CliError> {
     let authkey = Authkey::random()?;
     let strategy = path.strategy().name();
     let mut sharing = SharingContext::new(authkey.clone()).with_strategy(path.strategy());
@@ -614,7 +611,7 @@ impl TorchPeer {
     }
 
     /// The `seconds` list of the script's JSON result.
-    fn seconds(&self, output: String) -> Result<Vec<f64>, Box<dyn std::error::Error>> {
+    fn seconds(&self, output: String) -> Result<Vec<f64>, CliError> {
         let line = output.lines().last().unwrap_or_default();
         let result: serde_json::Value = serde_json::from_str(line)
             .map_err(|e| format!("bench_peer.py printed {line:?}: {e}"))?;

@@ -17,6 +17,7 @@
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use crate::error::CliError;
 use tensorshare::{Connection, DType, SharingContext, Tensor, TensorView, Value};
 use tensorshare_strategies::file_descriptor::{FdSegment, FileDescriptorStrategy};
 use tensorshare_strategies::{Segment, SharingStrategy};
@@ -88,7 +89,7 @@ pub fn produce(
     sharing: &SharingContext,
     workload: Workload,
     framing: Framing,
-) -> Result<Vec<Duration>, Box<dyn std::error::Error>> {
+) -> Result<Vec<Duration>, CliError> {
     connection.send(&workload.to_value(), sharing)?;
     let mut run = |count| send_run(connection, sharing, framing, workload.size, count);
     run(workload.warmup)?;
@@ -105,7 +106,7 @@ fn send_run(
     framing: Framing,
     size: usize,
     count: usize,
-) -> Result<Duration, Box<dyn std::error::Error>> {
+) -> Result<Duration, CliError> {
     let mut kept = Vec::with_capacity(count);
     let start = Instant::now();
     for index in 0..count {
@@ -174,7 +175,7 @@ pub fn consume(
     connection: &mut Connection,
     sharing: &SharingContext,
     framing: Framing,
-) -> Result<(), Box<dyn std::error::Error>> {
+) -> Result<(), CliError> {
     let workload = Workload::from_value(&connection.recv(sharing)?)?;
     let mut run = |count| receive_run(connection, sharing, framing, workload.size, count);
     run(workload.warmup)?;
@@ -190,7 +191,7 @@ fn receive_run(
     framing: Framing,
     size: usize,
     count: usize,
-) -> Result<(), Box<dyn std::error::Error>> {
+) -> Result<(), CliError> {
     let mut empty = Vec::new();
     for index in 0..count {
         match framing {

@@ -9,11 +9,11 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 use tensorshare::save::save_torch;
-use tensorshare::{Authkey, Error, Registry, SharingContext, Storage, Value};
-use tensorshare_compat::torch_save::TorchSaveFormat;
+use tensorshare::{Authkey, Registry, SharingContext, Storage, TorchSaveFormat, Value};
 
 use super::authkey::AuthkeyArgs;
 use super::inspect::read_input;
+use crate::error::CliError;
 
 #[derive(Debug, Args)]
 pub struct ConvertArgs {
@@ -33,7 +33,7 @@ pub struct ConvertArgs {
     authkey: AuthkeyArgs,
 }
 
-pub fn run(args: ConvertArgs) -> Result<(), Box<dyn std::error::Error>> {
+pub fn run(args: ConvertArgs) -> Result<(), CliError> {
     let authkey = args.authkey.optional("convert")?;
     let input = args.input.display().to_string();
     let bytes = read_input(&args.input)?;
@@ -82,15 +82,15 @@ fn moved_to_cpu(value: &Value) -> Option<String> {
 
 /// Writes `file` to `output`, or to stdout for `-`; returns how to name
 /// where it went.
-fn write_output(output: &Path, file: &[u8]) -> Result<String, Error> {
+fn write_output(output: &Path, file: &[u8]) -> Result<String, CliError> {
     if output.as_os_str() != "-" {
         std::fs::write(output, file)
-            .map_err(|e| Error::io(format!("writing {}", output.display()), e))?;
+            .map_err(|e| CliError::io(format!("writing {}", output.display()), e))?;
         return Ok(output.display().to_string());
     }
     let mut stdout = std::io::stdout().lock();
     if stdout.is_terminal() {
-        return Err(Error::Unsupported(
+        return Err(CliError::Unsupported(
             "stdout is a terminal, and a torch.save file is binary: redirect stdout to a \
              file or a pipe, or name an output file instead of -"
                 .to_owned(),
@@ -99,14 +99,14 @@ fn write_output(output: &Path, file: &[u8]) -> Result<String, Error> {
     stdout
         .write_all(file)
         .and_then(|()| stdout.flush())
-        .map_err(|e| Error::io("writing stdout", e))?;
+        .map_err(|e| CliError::io("writing stdout", e))?;
     Ok("stdout".to_owned())
 }
 
 /// Rebuilds `bytes` with every storage's data at hand: torch.save files and
 /// plain pickles carry it; shared storages are attached from the process
 /// or file that holds them.
-fn load_any(bytes: &[u8], authkey: Option<Authkey>) -> Result<Value, Error> {
+fn load_any(bytes: &[u8], authkey: Option<Authkey>) -> Result<Value, CliError> {
     let registry = Registry::default();
     let detected = tensorshare::inspect::inspect(bytes, &registry)?;
     if first_unreachable(&detected.object).is_none() {
@@ -118,14 +118,14 @@ fn load_any(bytes: &[u8], authkey: Option<Authkey>) -> Result<Value, Error> {
     };
     let sharing = SharingContext::new(authkey);
     let attached = sharing.loads(bytes).map_err(|e| {
-        Error::Unsupported(format!(
+        CliError::Unsupported(format!(
             "its storages live in another process or in shared memory and cannot be \
              reached ({e}); convert it while the sending process is alive, and give its \
              authkey (TENSORSHARE_AUTHKEY or --authkey-file) for a file_descriptor pickle"
         ))
     })?;
     if let Some(storage) = first_unreachable(&attached) {
-        return Err(Error::Unsupported(format!(
+        return Err(CliError::Unsupported(format!(
             "a {} storage of {} bytes cannot be read in this process",
             storage.kind().name(),
             storage.nbytes()

@@ -13,6 +13,7 @@ use tensorshare::{
 
 use super::peer::{Peer, connect_back};
 use super::workload::{TensorSpec, shared_identity};
+use crate::error::CliError;
 
 /// Every strategy, in the order the table shows them.
 const STRATEGIES: [StrategyKind; 4] = [
@@ -57,7 +58,7 @@ struct Leg {
     zero_copy: bool,
 }
 
-pub fn run(args: DemoArgs) -> Result<(), Box<dyn std::error::Error>> {
+pub fn run(args: DemoArgs) -> Result<(), CliError> {
     let workload = workload(args.tensors);
     let authkey = Authkey::random()?;
     let listener = Listener::bind_unique_abstract(&authkey, ConnectionOptions::default())?;
@@ -116,7 +117,7 @@ pub fn run(args: DemoArgs) -> Result<(), Box<dyn std::error::Error>> {
 }
 
 /// The second process: mirrors [`run`].
-pub fn run_peer(args: DemoPeerArgs) -> Result<(), Box<dyn std::error::Error>> {
+pub fn run_peer(args: DemoPeerArgs) -> Result<(), CliError> {
     let (authkey, mut connection) = connect_back(&args.connect)?;
     let workload = workload(args.tensors);
     let hidden = ProgressBar::hidden();
@@ -174,7 +175,7 @@ fn send_stream(
     sharing: &SharingContext,
     workload: &[TensorSpec],
     progress: &ProgressBar,
-) -> Result<(Duration, bool), Box<dyn std::error::Error>> {
+) -> Result<(Duration, bool), CliError> {
     let start = Instant::now();
     let mut identities = Vec::with_capacity(workload.len());
     for (index, spec) in workload.iter().enumerate() {
@@ -202,7 +203,7 @@ fn receive_stream(
     sharing: &SharingContext,
     workload: &[TensorSpec],
     progress: &ProgressBar,
-) -> Result<(), Box<dyn std::error::Error>> {
+) -> Result<(), CliError> {
     let mut identities = Vec::with_capacity(workload.len());
     for (index, spec) in workload.iter().enumerate() {
         let item = connection.recv(sharing)?;

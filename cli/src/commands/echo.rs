@@ -13,6 +13,7 @@ use tensorshare::{Address, Error, Listener, SharingContext, StrategyKind};
 use super::authkey::AuthkeyArgs;
 use super::shutdown::{ShutdownSignal, Wake};
 use super::strategy::StrategyName;
+use crate::error::CliError;
 
 #[derive(Debug, Args)]
 pub struct EchoArgs {
@@ -57,7 +58,7 @@ pub struct EchoArgs {
     max_held_bytes: Option<usize>,
 }
 
-pub fn run(args: EchoArgs) -> Result<(), Box<dyn std::error::Error>> {
+pub fn run(args: EchoArgs) -> Result<(), CliError> {
     let authkey = args.authkey.required("echo")?;
     let mut sharing = SharingContext::new(authkey.clone())
         .with_strategy(StrategyKind::from(args.strategy))

@@ -24,6 +24,7 @@ use tensorshare_strategies::services::orphans::{
 };
 
 use super::format;
+use crate::error::CliError;
 use file_rows::{Row, Words};
 use socket_dir_rows::DirRow;
 
@@ -162,7 +163,7 @@ struct Report<'a> {
     dry_run: bool,
 }
 
-pub fn run(args: GcArgs) -> Result<(), Box<dyn std::error::Error>> {
+pub fn run(args: GcArgs) -> Result<(), CliError> {
     let min_age = Duration::from_secs_f64(args.min_age);
     let mut only_segments = Vec::new();
     let mut only_dirs = Vec::new();
@@ -239,7 +240,7 @@ pub fn run(args: GcArgs) -> Result<(), Box<dyn std::error::Error>> {
 }
 
 /// `Err` saying what could not be removed, if anything.
-fn failures_error(report: &Report<'_>) -> Result<(), Box<dyn std::error::Error>> {
+fn failures_error(report: &Report<'_>) -> Result<(), CliError> {
     let segments = file_rows::failures(&report.segments.1);
     let files: usize = report
         .memmap

@@ -4,10 +4,12 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
+use tensorshare::Registry;
 use tensorshare::inspect::OpaqueSummary;
 use tensorshare::registry::{LoadOptions, UnknownGlobals};
-use tensorshare::{Error, Registry};
 use tensorshare_cli::inspect_report;
+
+use crate::error::CliError;
 
 #[derive(Debug, Args)]
 pub struct InspectArgs {
@@ -24,7 +26,7 @@ pub struct InspectArgs {
     file: PathBuf,
 }
 
-pub fn run(args: InspectArgs) -> Result<(), Box<dyn std::error::Error>> {
+pub fn run(args: InspectArgs) -> Result<(), CliError> {
     let bytes = read_input(&args.file)?;
     let unknown_globals = if args.opaque {
         UnknownGlobals::Opaque
@@ -79,16 +81,16 @@ fn not_plain_data(file: &Path, opaque: &OpaqueSummary) -> String {
 }
 
 /// The bytes of `path`, or of stdin for `-`.
-pub(super) fn read_input(path: &PathBuf) -> Result<Vec<u8>, Error> {
+pub(super) fn read_input(path: &PathBuf) -> Result<Vec<u8>, CliError> {
     let mut bytes = Vec::new();
     if path.as_os_str() == "-" {
         std::io::stdin()
             .lock()
             .read_to_end(&mut bytes)
-            .map_err(|e| Error::io("reading stdin", e))?;
+            .map_err(|e| CliError::io("reading stdin", e))?;
     } else {
-        bytes =
-            std::fs::read(path).map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+        bytes = std::fs::read(path)
+            .map_err(|e| CliError::io(format!("reading {}", path.display()), e))?;
     }
     Ok(bytes)
 }

@@ -13,6 +13,8 @@ use tensorshare_strategies::services::shm_manager::{
     DEFAULT_IDLE_TIMEOUT, ManagerReport, ManagerServer, ServeOptions, StopReason,
 };
 
+use crate::error::CliError;
+
 #[derive(Debug, Args)]
 pub struct ManagerArgs {
     /// Fork into the background once the socket path is printed: the
@@ -45,7 +47,7 @@ fn parse_idle_timeout(text: &str) -> Result<f64, String> {
     Ok(secs)
 }
 
-pub fn run(args: ManagerArgs) -> Result<(), Box<dyn std::error::Error>> {
+pub fn run(args: ManagerArgs) -> Result<(), CliError> {
     let idle_timeout = Duration::from_secs_f64(args.idle_timeout);
     // First, so that no signal kills the manager between its first line and
     // serving; a daemon's fork inherits the handlers and their socket.

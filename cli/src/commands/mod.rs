@@ -18,6 +18,8 @@ mod workload;
 use clap::error::ErrorKind;
 use clap::{CommandFactory, Parser, Subcommand};
 
+use crate::error::CliError;
+
 /// Share CPU tensors between processes in PyTorch's own wire format.
 #[derive(Debug, Parser)]
 #[command(name = "tensorshare", version, about)]
@@ -61,7 +63,7 @@ enum Command {
 }
 
 /// Runs the parsed command.
-pub fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
+pub fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
         Command::Bench(args) => bench::run(args),
         Command::BenchPeer(args) => bench::run_peer(args),

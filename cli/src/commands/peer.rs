@@ -11,6 +11,8 @@ use std::time::Duration;
 use tensorshare::connection::{AUTHKEY_ENV, ConnectionOptions};
 use tensorshare::{Address, Authkey, Client, Connection, Listener};
 
+use crate::error::CliError;
+
 /// How often to look whether the peer has gone while waiting for it.
 const ACCEPT_POLL: Duration = Duration::from_millis(10);
 
@@ -105,9 +107,7 @@ impl Drop for Peer {
 
 /// The peer's side of [`Peer::spawn_self`]: the authkey from the
 /// environment, and a connection to `address`.
-pub fn connect_back(
-    address: &Address,
-) -> Result<(Authkey, Connection), Box<dyn std::error::Error>> {
+pub fn connect_back(address: &Address) -> Result<(Authkey, Connection), CliError> {
     let authkey = Authkey::from_env()?.ok_or("TENSORSHARE_AUTHKEY is not set")?;
     let connection = Client::connect(address, &authkey, ConnectionOptions::default())?;
     Ok((authkey, connection))
