@@ -260,7 +260,8 @@ impl Builder<'_> {
                 TensorTweak::ArgAsList(at) => {
                     if !items.is_empty() {
                         let at = usize::from(*at) % items.len();
-                        if let Node::Tuple(inner) = self.outer.pickle_mut().get(items[at]).unwrap().clone()
+                        if let Node::Tuple(inner) =
+                            self.outer.pickle_mut().get(items[at]).unwrap().clone()
                         {
                             items[at] = self.outer.push(Node::List(inner));
                         }
