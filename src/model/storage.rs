@@ -5,7 +5,9 @@ use std::sync::{Arc, OnceLock};
 
 use tensorshare_compat::pickle::SharedBytes;
 use tensorshare_strategies::bytes::BytesSegment;
-use tensorshare_strategies::{AllocateError, Segment, StrategyKind, WritableSegment};
+use tensorshare_strategies::{
+    AllocateError, Segment, SharingStrategy, StrategyKind, WritableSegment,
+};
 
 /// Where a storage's bytes are, as `inspect` and the wire forms name it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -34,6 +36,19 @@ impl StorageKind {
             StorageKind::Memmap => "memmap",
             StorageKind::Empty => "empty",
             StorageKind::Cuda => "cuda",
+        }
+    }
+}
+
+/// Where a storage held in this process lives: the strategy that made its
+/// segment.
+impl From<StrategyKind> for StorageKind {
+    fn from(kind: StrategyKind) -> Self {
+        match kind {
+            StrategyKind::FileDescriptor => StorageKind::FileDescriptor,
+            StrategyKind::FileSystem => StorageKind::FileSystem,
+            StrategyKind::Bytes => StorageKind::Bytes,
+            StrategyKind::Memmap => StorageKind::Memmap,
         }
     }
 }
@@ -270,12 +285,7 @@ impl Storage {
             return StorageKind::Empty;
         }
         match &self.0.residence {
-            Residence::Local(segment) => match segment.kind() {
-                StrategyKind::FileDescriptor => StorageKind::FileDescriptor,
-                StrategyKind::FileSystem => StorageKind::FileSystem,
-                StrategyKind::Bytes => StorageKind::Bytes,
-                StrategyKind::Memmap => StorageKind::Memmap,
-            },
+            Residence::Local(segment) => segment.kind().into(),
             Residence::FileDescriptor(_) => StorageKind::FileDescriptor,
             Residence::FileSystem(_) => StorageKind::FileSystem,
             Residence::Memmap(_) => StorageKind::Memmap,
@@ -314,6 +324,15 @@ impl Storage {
     pub fn local_segment<T: Segment>(&self) -> Option<&T> {
         match &self.0.residence {
             Residence::Local(segment) => segment.downcast_ref::<T>(),
+            _ => None,
+        }
+    }
+
+    /// The segment of strategy `S` this storage maps, if it maps one: what
+    /// the runtime exports.
+    pub(crate) fn segment_of<S: SharingStrategy>(&self) -> Option<&S::Segment> {
+        match &self.0.residence {
+            Residence::Local(segment) => S::local(segment.as_ref()),
             _ => None,
         }
     }

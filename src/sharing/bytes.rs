@@ -16,21 +16,30 @@
 //! message to message, decodes the payload as a slice of it, and copies
 //! each storage once, from the message into its own memory.
 
-use tensorshare_compat::pickle::Pickle;
+use tensorshare_strategies::bytes::BytesStrategy;
 
+use super::form::{Reduced, TorchForm};
+use super::shares::Shares;
+use super::{SharingContext, SharingError};
 use crate::model::Value;
-use crate::reduce::{PickleBuilder, ReduceError, reduce_with};
+use crate::reduce::{PickleBuilder, reduce_with};
 use crate::save::{SaveLeaves, StorageForm};
 
-/// Writes `value` with every storage's bytes inline.
-///
-/// # Errors
-///
-/// [`ReduceError::BytesElsewhere`] for a storage whose bytes are not in
-/// this process, another [`ReduceError`] for values with no pickled form.
-pub(crate) fn reduce_inline(value: &Value) -> Result<Pickle, ReduceError> {
-    let mut leaves = SaveLeaves::new(StorageForm::LoadFromBytes);
-    let mut out = PickleBuilder::default();
-    let root = reduce_with(value, &mut leaves, &mut out)?;
-    Ok(out.finish(root))
+impl TorchForm for BytesStrategy {
+    fn shares(context: &SharingContext) -> &Shares<Self> {
+        &context.bytes
+    }
+
+    /// Writes `value` with every storage's bytes inline; a storage whose
+    /// bytes are not in this process is
+    /// [`ReduceError::BytesElsewhere`](crate::reduce::ReduceError::BytesElsewhere).
+    fn reduce(_context: &SharingContext, value: &Value) -> Result<Reduced, SharingError> {
+        let mut leaves = SaveLeaves::new(StorageForm::LoadFromBytes);
+        let mut out = PickleBuilder::default();
+        let root = reduce_with(value, &mut leaves, &mut out)?;
+        Ok(Reduced {
+            pickle: out.finish(root),
+            attachable: Vec::new(),
+        })
+    }
 }

@@ -83,15 +83,32 @@ impl<K: Eq + Hash + Clone> WeakStorageCache<K> {
         usable: impl FnOnce(&Storage) -> bool,
         make: impl FnOnce() -> Result<Storage, E>,
     ) -> Result<Storage, E> {
+        let (storage, _) = self.get_or_try_replace_with(key, usable, (), |()| make())?;
+        Ok(storage)
+    }
+
+    /// As [`get_or_try_replace`](Self::get_or_try_replace), `make` taking
+    /// `input`, which is handed back when a held storage was usable.
+    ///
+    /// # Errors
+    ///
+    /// Whatever `make` returns; the cache is left as it was then.
+    pub(crate) fn get_or_try_replace_with<T, E>(
+        &self,
+        key: &K,
+        usable: impl FnOnce(&Storage) -> bool,
+        input: T,
+        make: impl FnOnce(T) -> Result<Storage, E>,
+    ) -> Result<(Storage, Option<T>), E> {
         let mut inner = self.lock();
         if let Some(storage) = inner.entries.get(key).and_then(WeakStorage::upgrade)
             && usable(&storage)
         {
-            return Ok(storage);
+            return Ok((storage, Some(input)));
         }
-        let storage = make()?;
+        let storage = make(input)?;
         inner.insert(key.clone(), &storage);
-        Ok(storage)
+        Ok((storage, None))
     }
 
     /// Caches `storage` under `key`, replacing what was there.

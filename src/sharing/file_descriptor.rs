@@ -2,68 +2,90 @@
 //! whose fds travel through the resource sharer (`rebuild_storage_fd` with a
 //! `DupFd`).
 
-use std::cell::RefCell;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
 use tensorshare_compat::pickle::{Node, NodeId};
-use tensorshare_strategies::file_descriptor::{FdSegment, FileDescriptorStrategy, ReceivedFd};
-use tensorshare_strategies::{SharingStrategy, StrategyKind};
+use tensorshare_strategies::file_descriptor::{FdSegment, FileDescriptorStrategy};
+use tensorshare_strategies::{AllocateError, SharingStrategy, WritableSegment};
 
-use super::SharingContext;
-use super::SharingError;
-use crate::model::{DupFdRef, Storage};
-use crate::reduce::ReduceError;
-use crate::reduce::{PickleBuilder, StorageReducer};
+use super::form::{Attachable, HandleForm, Reduced, TorchForm, reduce_handles};
+use super::shares::Shares;
+use super::watched::Watched;
+use super::{SharingContext, SharingError};
+use crate::model::{DupFdRef, Storage, StorageWriter, Value};
+use crate::reduce::PickleBuilder;
 use crate::registry::REDUCTIONS;
 
-/// Writes storages as `rebuild_storage_fd(UntypedStorage, DupFd, nbytes)`,
-/// and keeps each shared storage with its registration key.
-pub(super) struct FdReducer<'a> {
-    context: &'a SharingContext,
-    shared: RefCell<Vec<(i64, Storage)>>,
-}
+impl TorchForm for FileDescriptorStrategy {
+    fn shares(context: &SharingContext) -> &Shares<Self> {
+        &context.fd
+    }
 
-impl<'a> FdReducer<'a> {
-    pub(super) fn new(context: &'a SharingContext) -> Self {
-        Self {
-            context,
-            shared: RefCell::new(Vec::new()),
+    fn reduce(context: &SharingContext, value: &Value) -> Result<Reduced, SharingError> {
+        reduce_handles::<Self>(context, value)
+    }
+
+    /// A memfd from the context's pool when one is free (zeroed), else a
+    /// new one adopted by the pool: it comes back for reuse once every
+    /// process it was sent to has unmapped it.
+    fn allocate_writer(
+        context: &SharingContext,
+        nbytes: usize,
+    ) -> Result<StorageWriter, AllocateError> {
+        if nbytes == 0 {
+            return Ok(StorageWriter::new(Box::new(
+                context.fd.strategy.allocate(0)?,
+            )));
         }
-    }
-
-    /// The storages shared so far, each with the key its `DupFd` names.
-    pub(super) fn into_shared(self) -> Vec<(i64, Storage)> {
-        self.shared.into_inner()
+        if let Some(sharer) = context.sharer.get() {
+            context.pool.take_reports(sharer.take_reports());
+        }
+        let segment = match context.pool.take(nbytes) {
+            Some(mut segment) => {
+                segment.as_bytes_mut().fill(0);
+                segment
+            }
+            None => {
+                let segment = context.fd.strategy.allocate(nbytes).or_else(|error| {
+                    // Out of fds or memory, perhaps to the pool: what it
+                    // keeps goes first.
+                    if context.pool.clear_idle() == 0 {
+                        return Err(error);
+                    }
+                    context.fd.strategy.allocate(nbytes)
+                })?;
+                context.pool.adopt(segment.identity(), nbytes);
+                segment
+            }
+        };
+        Ok(StorageWriter::new(Box::new(Watched::new(
+            segment,
+            &context.pool,
+        ))))
     }
 }
 
-impl StorageReducer for FdReducer<'_> {
-    type Error = SharingError;
+/// Storages travel as `rebuild_storage_fd(UntypedStorage, DupFd, nbytes)`,
+/// the `DupFd` naming the fd registered with the context's resource sharer.
+impl HandleForm for FileDescriptorStrategy {
+    const HOLDER: &'static str = "memfd";
 
-    fn reduce_storage(
-        &self,
+    fn write_handle(
+        context: &SharingContext,
         storage: &Storage,
+        segment: &FdSegment,
         out: &mut PickleBuilder,
+        attachable: &mut Attachable,
     ) -> Result<NodeId, SharingError> {
-        if storage.nbytes() == 0 {
-            return Ok(super::reduce_empty(out));
-        }
-        let shared = self
-            .context
-            .shared_copy(storage, StrategyKind::FileDescriptor)?;
-        let segment = shared
-            .local_segment::<FdSegment>()
-            .ok_or(ReduceError::NotMoved("memfd"))?;
         let identity = segment.identity();
-        self.context.by_inode.insert(identity, &shared);
-        let fd = FileDescriptorStrategy.export(segment)?;
-        let registration = self.context.resource_sharer()?.register(fd)?;
+        let fd = context.fd.strategy.export(segment)?;
+        let registration = context.resource_sharer()?.register(fd)?;
         let id = registration.id().clone();
-        self.context.pool.sent(identity, id.key);
-        self.context.notices.sent_on(identity);
-        self.context.keep_registration(registration);
-        self.shared.borrow_mut().push((id.key, shared.clone()));
+        context.pool.sent(identity, id.key);
+        context.notices.sent_on(identity);
+        context.keep_registration(registration);
+        attachable.push((id.key, storage.clone()));
 
         // CPython reports abstract socket names as bytes, paths as str.
         let address = if id.address.starts_with('\0') {
@@ -100,37 +122,28 @@ impl SharingContext {
         nbytes: usize,
         attached: Option<&DupFdRef>,
     ) -> Result<Storage, SharingError> {
-        let received = ReceivedFd::new(fd)?;
-        let identity = received.identity();
-        let mut mapped_here = false;
-        // A later message may describe more of the object than an earlier
-        // one mapped: map it again rather than read past the end.
-        let storage = self.by_inode.get_or_try_replace(
-            &identity,
-            |cached| cached.nbytes() >= nbytes,
-            || {
-                mapped_here = true;
-                let mut segment = match self.notices.take_dormant(identity) {
-                    Some(dormant) => {
-                        FileDescriptorStrategy.import_reusing(received, nbytes, dormant)?
-                    }
-                    None => FileDescriptorStrategy.import_received(received, nbytes)?,
-                };
+        let arrival = self.fd.receive(
+            fd,
+            nbytes,
+            |identity| self.notices.take_dormant(*identity),
+            |mut segment| {
                 segment.keep_fd_within(&self.received_fds);
-                Ok::<_, SharingError>(match attached {
+                match attached {
                     Some(dup_fd) => Storage::from_segment(Arc::new(self.notices.noticed(
                         segment,
                         &dup_fd.address,
                         dup_fd.key,
                     ))),
                     None => Storage::from_segment(Arc::new(segment)),
-                })
+                }
             },
         )?;
-        if let (Some(dup_fd), false) = (attached, mapped_here) {
+        if let (Some(dup_fd), false) = (attached, arrival.mapped)
+            && let Some(held) = arrival.storage.segment_of::<FileDescriptorStrategy>()
+        {
             self.notices
-                .arrived_again(identity, &dup_fd.address, dup_fd.key);
+                .arrived_again(held.identity(), &dup_fd.address, dup_fd.key);
         }
-        Ok(storage)
+        Ok(arrival.storage)
     }
 }

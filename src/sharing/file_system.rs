@@ -2,57 +2,44 @@
 //! segments with a reference-count header, and the name travels
 //! (`rebuild_storage_filename(UntypedStorage, manager_handle, name, nbytes)`).
 
-use std::sync::Arc;
-
 use tensorshare_compat::pickle::{Node, NodeId};
 use tensorshare_strategies::file_system::{
     FileSystemSegment, FileSystemStrategy, SegmentHandle, SegmentName,
 };
 use tensorshare_strategies::services::shm_manager::ManagerHandle;
-use tensorshare_strategies::{ImportError, SharingStrategy, StrategyKind};
+use tensorshare_strategies::{ImportError, SharingStrategy};
 
-use super::SharingContext;
-use super::SharingError;
-use crate::model::{SegmentRef, Storage};
-use crate::reduce::ReduceError;
-use crate::reduce::{PickleBuilder, StorageReducer};
+use super::form::{Attachable, HandleForm, Reduced, TorchForm, reduce_handles};
+use super::shares::Shares;
+use super::{SharingContext, SharingError};
+use crate::model::{SegmentRef, Storage, Value};
+use crate::reduce::PickleBuilder;
 use crate::registry::REDUCTIONS;
 
-/// Writes storages as `rebuild_storage_filename(UntypedStorage,
-/// manager_handle, name, nbytes)`, adding one count per message as torch's
-/// `reduce_storage` does.
-pub(super) struct FsReducer<'a> {
-    context: &'a SharingContext,
-}
+impl TorchForm for FileSystemStrategy {
+    fn shares(context: &SharingContext) -> &Shares<Self> {
+        &context.fs
+    }
 
-impl<'a> FsReducer<'a> {
-    pub(super) fn new(context: &'a SharingContext) -> Self {
-        Self { context }
+    fn reduce(context: &SharingContext, value: &Value) -> Result<Reduced, SharingError> {
+        reduce_handles::<Self>(context, value)
     }
 }
 
-impl StorageReducer for FsReducer<'_> {
-    type Error = SharingError;
+/// Storages travel as `rebuild_storage_filename(UntypedStorage,
+/// manager_handle, name, nbytes)`, adding one count per message as torch's
+/// `reduce_storage` does.
+impl HandleForm for FileSystemStrategy {
+    const HOLDER: &'static str = "segment";
 
-    fn reduce_storage(
-        &self,
+    fn write_handle(
+        context: &SharingContext,
         storage: &Storage,
+        segment: &FileSystemSegment,
         out: &mut PickleBuilder,
+        _attachable: &mut Attachable,
     ) -> Result<NodeId, SharingError> {
-        if storage.nbytes() == 0 {
-            // torch maps a 64-byte segment for an empty storage; it needs
-            // none, and every torch rebuilds this form.
-            return Ok(super::reduce_empty(out));
-        }
-        let shared = self
-            .context
-            .shared_copy(storage, StrategyKind::FileSystem)?;
-        let segment = shared
-            .local_segment::<FileSystemSegment>()
-            .ok_or(ReduceError::NotMoved("segment"))?;
-        self.context.by_name.insert(segment.name().clone(), &shared);
-        let (manager, name) = FileSystemStrategy::default().export(segment)?.into_parts();
-
+        let (manager, name) = context.fs.strategy.export(segment)?.into_parts();
         let manager = out.push(Node::Bytes(manager.as_bytes().into()));
         let name = out.push(Node::Bytes(name.as_str().as_bytes().into()));
         let nbytes = out.int(storage.nbytes());
@@ -75,20 +62,7 @@ impl SharingContext {
         let name = SegmentName::parse(&segment.name).map_err(|e| invalid(e.to_string()))?;
         let manager = ManagerHandle::from_bytes(&segment.manager_handle)
             .map_err(|e| invalid(format!("the manager handle: {e}")))?;
-        let handle = SegmentHandle::received(manager, name);
-        if let Some(cached) = self.by_name.get(handle.name())
-            && cached.nbytes() >= nbytes
-            && let Some(held) = cached.local_segment::<FileSystemSegment>()
-        {
-            held.absorb(handle)?;
-            return Ok(cached);
-        }
-        // Not held, or held shorter than this message describes: map it
-        // (again) rather than read past the end.
-        let name = handle.name().clone();
-        let segment = FileSystemStrategy::default().import(handle, nbytes)?;
-        let storage = Storage::from_segment(Arc::new(segment));
-        self.by_name.insert(name, &storage);
-        Ok(storage)
+        self.fs
+            .receive_plain(SegmentHandle::received(manager, name), nbytes)
     }
 }

@@ -29,61 +29,47 @@
 //! later gets `FileNotFoundError`, as under torch's `file_system` strategy
 //! once the sender has dropped a segment.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use tensorshare_compat::pickle::{Node, NodeId};
-use tensorshare_strategies::file_descriptor::FileIdentity;
-use tensorshare_strategies::memmap::{MemmapSegment, MemmapStrategy};
-use tensorshare_strategies::{SharingStrategy, StrategyKind, WritableSegment};
+use tensorshare_strategies::SharingStrategy;
+use tensorshare_strategies::memmap::{MemmapHandle, MemmapSegment, MemmapStrategy};
 
-use super::SharingContext;
-use super::SharingError;
-use crate::model::Storage;
-use crate::reduce::ReduceError;
-use crate::reduce::{PickleBuilder, StorageReducer};
+use super::form::{Attachable, HandleForm, Reduced, TorchForm, reduce_handles};
+use super::shares::Shares;
+use super::{SharingContext, SharingError};
+use crate::model::{Storage, Value};
+use crate::reduce::{PickleBuilder, ReduceError};
 use crate::registry::memmap::{FROM_FILE, GETATTR, STORAGE_BASE};
 
-/// What a received file is cached under: its path and which file it was.
-pub(super) type FileKey = (PathBuf, FileIdentity);
+impl TorchForm for MemmapStrategy {
+    fn shares(context: &SharingContext) -> &Shares<Self> {
+        &context.memmap
+    }
 
-/// Writes storages as `getattr(torch._C.StorageBase, 'from_file')(path,
-/// True, nbytes)`, moving them into files of the context's directory.
-pub(super) struct MemmapReducer<'a> {
-    context: &'a SharingContext,
-}
-
-impl<'a> MemmapReducer<'a> {
-    pub(super) fn new(context: &'a SharingContext) -> Self {
-        Self { context }
+    fn reduce(context: &SharingContext, value: &Value) -> Result<Reduced, SharingError> {
+        reduce_handles::<Self>(context, value)
     }
 }
 
-impl StorageReducer for MemmapReducer<'_> {
-    type Error = SharingError;
+/// Storages travel as `getattr(torch._C.StorageBase, 'from_file')(path,
+/// True, nbytes)`, each in a file of the context's directory.
+impl HandleForm for MemmapStrategy {
+    const HOLDER: &'static str = "memmap file";
 
-    fn reduce_storage(
-        &self,
+    fn write_handle(
+        context: &SharingContext,
         storage: &Storage,
+        segment: &MemmapSegment,
         out: &mut PickleBuilder,
+        _attachable: &mut Attachable,
     ) -> Result<NodeId, SharingError> {
-        if storage.nbytes() == 0 {
-            // torch's from_file maps nothing for 0 bytes; the empty form
-            // needs no file.
-            return Ok(super::reduce_empty(out));
-        }
-        let shared = self.context.file_copy(storage)?;
-        let segment = shared
-            .local_segment::<MemmapSegment>()
-            .ok_or(ReduceError::NotMoved("memmap file"))?;
-        let handle = self.context.memmap.export(segment)?;
+        let handle = context.memmap.strategy.export(segment)?;
         let path = handle
             .path_str()
             .ok_or_else(|| ReduceError::PathNotUtf8(handle.path().to_path_buf()))?;
-        self.context
-            .by_file
-            .insert((handle.path().to_path_buf(), segment.identity()), &shared);
-        self.context.hold_sent_file(segment);
+        context.hold_sent_file(segment);
 
         let getattr = out.global(GETATTR.0, GETATTR.1);
         let class = out.global(STORAGE_BASE.0, STORAGE_BASE.1);
@@ -97,34 +83,6 @@ impl StorageReducer for MemmapReducer<'_> {
 }
 
 impl SharingContext {
-    /// `storage` itself when it already lives in a memmap file, else its
-    /// copy in a file of this context's directory.
-    ///
-    /// The copy is made once per storage and kept while the storage lives
-    /// (as [`shared_copy`](Self::shared_copy) does), and sent again as long
-    /// as it holds the storage's bytes. A storage in memory that other
-    /// processes write (a received `file_descriptor` storage) may have
-    /// changed since: it then goes in a fresh file.
-    fn file_copy(&self, storage: &Storage) -> Result<Storage, SharingError> {
-        if storage.local_segment::<MemmapSegment>().is_some() {
-            return Ok(storage.clone());
-        }
-        let Some(kind) = storage.local_kind() else {
-            return Err(super::not_in_process(storage));
-        };
-        let bytes = super::local_bytes(storage)?;
-        let copy = || -> Result<Storage, SharingError> {
-            let mut file = self.memmap.allocate(bytes.len())?;
-            file.as_bytes_mut().copy_from_slice(bytes);
-            Ok(Storage::from_segment(Arc::new(file)))
-        };
-        let twin = storage.shared_twin(StrategyKind::Memmap, copy)?;
-        if !kind.shares_memory() || twin.bytes() == Some(bytes) {
-            return Ok(twin);
-        }
-        copy()
-    }
-
     /// Keeps the file of `segment` on disk for its receivers, which never
     /// say they mapped it, without keeping the segment, or the storage it
     /// was copied from: only its lease. A file this process did not create
@@ -137,25 +95,14 @@ impl SharingContext {
 
     /// Maps `nbytes` of the file at `path`, once per file while it lives.
     pub(super) fn map_file(&self, path: &str, nbytes: usize) -> Result<Storage, SharingError> {
-        let path = Path::new(path);
-        let received = self.memmap.open_received(path)?;
-        let key: FileKey = (path.to_path_buf(), received.identity());
-        // Not held, or held shorter than this message describes: map the
-        // file already open (again) rather than read past the end.
-        self.by_file.get_or_try_replace(
-            &key,
-            |cached| cached.nbytes() >= nbytes && cached.local_segment::<MemmapSegment>().is_some(),
-            || {
-                let segment = self.memmap.import_received(received, nbytes)?;
-                Ok(Storage::from_segment(Arc::new(segment)))
-            },
-        )
+        self.memmap
+            .receive_plain(MemmapHandle::received(path), nbytes)
     }
 
     /// Files sent storages are written to, and the only directory received
     /// memmap files are accepted from.
     pub fn memmap_dir(&self) -> &Path {
-        self.memmap.dir()
+        self.memmap.strategy.dir()
     }
 
     /// Creates memmap files in, and accepts them only from, `dir` (default:
@@ -166,17 +113,18 @@ impl SharingContext {
     /// [`SharingError::MemmapDir`] when `dir` is not an existing directory with a
     /// UTF-8 path.
     pub fn with_memmap_dir(mut self, dir: impl AsRef<Path>) -> Result<Self, SharingError> {
-        let keep = self.memmap.keeps_files();
-        self.memmap = MemmapStrategy::in_dir(dir)
+        let keep = self.memmap.strategy.keeps_files();
+        let strategy = MemmapStrategy::in_dir(dir)
             .map_err(SharingError::MemmapDir)?
             .keep_files(keep);
+        self.memmap = Shares::new(strategy);
         Ok(self)
     }
 
     /// Keeps the memmap files this context creates after their last holder
     /// drops them (default: they are removed).
     pub fn with_memmap_keep_files(mut self, keep: bool) -> Self {
-        self.memmap = self.memmap.clone().keep_files(keep);
+        self.memmap = Shares::new(self.memmap.strategy.clone().keep_files(keep));
         self
     }
 

@@ -15,6 +15,7 @@ mod error;
 mod expiry;
 mod file_descriptor;
 mod file_system;
+mod form;
 mod memmap;
 mod notices;
 mod receipt;
@@ -22,6 +23,7 @@ mod recycle;
 mod release;
 pub mod resource_sharer;
 mod sent_files;
+mod shares;
 mod unfetched;
 mod watched;
 
@@ -33,13 +35,15 @@ use tensorshare_compat::pickle::{
     Decoded, EncodeOptions, EncodedPickle, SharedBytes, decode_all, decode_all_shared,
     encode_vectored,
 };
-use tensorshare_strategies::file_descriptor::{
-    FdBudget, FdSegment, FileDescriptorStrategy, FileIdentity,
-};
-use tensorshare_strategies::file_system::SegmentName;
+use tensorshare_strategies::bytes::BytesStrategy;
+use tensorshare_strategies::file_descriptor::{FdBudget, FdSegment, FileDescriptorStrategy};
+use tensorshare_strategies::file_system::FileSystemStrategy;
 use tensorshare_strategies::memmap::MemmapStrategy;
 use tensorshare_strategies::platform::fd_passing::MAX_FDS_PER_MESSAGE;
-use tensorshare_strategies::{AllocateError, SharingStrategy, StrategyKind, WritableSegment};
+use tensorshare_strategies::{AllocateError, StrategyKind, WritableSegment};
+
+use form::{Reduced, TorchForm, WithStrategy};
+use shares::Shares;
 
 pub(crate) use cache::WeakStorageCache;
 pub use error::SharingError;
@@ -47,9 +51,9 @@ pub use tensorshare_strategies::{ExportError, ImportError, memmap::InvalidMemmap
 
 use crate::connection::Authkey;
 use crate::model::{Storage, StorageWriter, Value};
-use crate::reduce::{PickleBuilder, ReduceError};
+use crate::reduce::ReduceError;
+use crate::registry::Registry;
 use crate::registry::rebuild::Walker;
-use crate::registry::{REDUCTIONS, Registry};
 use receipt::Receipt;
 use resource_sharer::{Registration, ResourceSharer, SharerError, SharerOptions, SharerSocket};
 
@@ -101,18 +105,14 @@ pub struct SharingContext {
     /// The fds received storages keep open: past it, a received storage
     /// keeps only its mapping, and is sent on as a copy.
     received_fds: FdBudget,
-    /// Sent and received fd storages by inode, as torch's `shared_cache`
-    /// keys them: one mapping per shared object while it lives, and a
-    /// storage that comes back is the one that was sent.
-    by_inode: WeakStorageCache<FileIdentity>,
-    /// Sent and received `file_system` storages by segment name, as torch's
-    /// `shared_cache` keys them.
-    by_name: WeakStorageCache<SegmentName>,
-    /// Where `memmap` files are created and accepted from, and whether
-    /// they are kept.
-    memmap: MemmapStrategy,
-    /// Sent and received `memmap` storages by path and file identity.
-    by_file: WeakStorageCache<memmap::FileKey>,
+    /// Each strategy with the storages it sent and received by shared
+    /// object: fd storages by inode, `file_system` ones by segment name,
+    /// `memmap` ones by path and file (whose strategy says where files are
+    /// created and accepted from, and whether they are kept).
+    fd: Shares<FileDescriptorStrategy>,
+    fs: Shares<FileSystemStrategy>,
+    bytes: Shares<BytesStrategy>,
+    memmap: Shares<MemmapStrategy>,
     /// The leases of the `memmap` files sent, kept within their bounds:
     /// torch tells no sender that it mapped a file.
     sent_files: sent_files::SentFiles,
@@ -151,10 +151,10 @@ impl SharingContext {
             sharer: OnceLock::new(),
             sharer_socket: None,
             received_fds: FdBudget::new((fd_limit / 8).max(16)),
-            by_inode: WeakStorageCache::new(),
-            by_name: WeakStorageCache::new(),
-            memmap: MemmapStrategy::default(),
-            by_file: WeakStorageCache::new(),
+            fd: Shares::new(FileDescriptorStrategy),
+            fs: Shares::new(FileSystemStrategy::default()),
+            bytes: Shares::new(BytesStrategy),
+            memmap: Shares::new(MemmapStrategy::default()),
             sent_files: sent_files::SentFiles::new(sent_files::RetentionLimits {
                 lifetime: DEFAULT_UNFETCHED_LIFETIME,
                 max_files: sent_files::DEFAULT_MAX_FILES,
@@ -318,38 +318,14 @@ impl SharingContext {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn allocate(&self, nbytes: usize) -> Result<StorageWriter, AllocateError> {
-        if self.strategy == StrategyKind::Memmap {
-            // In this context's directory, not the default one.
-            let file = self.memmap.allocate(nbytes)?;
-            return Ok(StorageWriter::new(Box::new(file)));
-        }
-        if self.strategy != StrategyKind::FileDescriptor || nbytes == 0 {
-            return Storage::allocate(self.strategy, nbytes);
-        }
-        if let Some(sharer) = self.sharer.get() {
-            self.pool.take_reports(sharer.take_reports());
-        }
-        let segment = match self.pool.take(nbytes) {
-            Some(mut segment) => {
-                segment.as_bytes_mut().fill(0);
-                segment
+        struct Allocate(usize);
+        impl WithStrategy for Allocate {
+            type Output = Result<StorageWriter, AllocateError>;
+            fn run<S: TorchForm>(self, context: &SharingContext) -> Self::Output {
+                S::allocate_writer(context, self.0)
             }
-            None => {
-                let segment = FileDescriptorStrategy.allocate(nbytes).or_else(|error| {
-                    // Out of fds or memory, perhaps to the pool: what it
-                    // keeps goes first.
-                    if self.pool.clear_idle() == 0 {
-                        return Err(error);
-                    }
-                    FileDescriptorStrategy.allocate(nbytes)
-                })?;
-                self.pool.adopt(segment.identity(), nbytes);
-                segment
-            }
-        };
-        Ok(StorageWriter::new(Box::new(watched::Watched::new(
-            segment, &self.pool,
-        ))))
+        }
+        self.using_strategy(Allocate(nbytes))
     }
 
     /// Pickles `value` as torch's `ForkingPickler` would, sharing every
@@ -366,18 +342,18 @@ impl SharingContext {
     /// Pickles `value` as [`dumps`](Self::dumps) does, keeping the storages
     /// whose fds may ride on the message.
     pub(crate) fn dumps_outgoing(&self, value: &Value) -> Result<Outgoing, SharingError> {
-        use crate::reduce::reduce_value;
-        // Collects the storages whose fds may ride on the message; empty
-        // under the other strategies.
-        let fd_reducer = file_descriptor::FdReducer::new(self);
-        let pickle = match self.strategy {
-            StrategyKind::Bytes => bytes::reduce_inline(value)?,
-            StrategyKind::Memmap => reduce_value(value, &memmap::MemmapReducer::new(self))?,
-            StrategyKind::FileSystem => reduce_value(value, &file_system::FsReducer::new(self))?,
-            StrategyKind::FileDescriptor => reduce_value(value, &fd_reducer)?,
-        };
+        struct Reduce<'v>(&'v Value);
+        impl WithStrategy for Reduce<'_> {
+            type Output = Result<Reduced, SharingError>;
+            fn run<S: TorchForm>(self, context: &SharingContext) -> Self::Output {
+                S::reduce(context, self.0)
+            }
+        }
+        let Reduced {
+            pickle,
+            attachable: mut shared,
+        } = self.using_strategy(Reduce(value))?;
         let pickle = encode_vectored(&pickle, &EncodeOptions::new())?;
-        let mut shared = fd_reducer.into_shared();
         let registered = shared.iter().map(|(key, _)| *key).collect();
         if !self.inline_fds || shared.len() > MAX_FDS_PER_MESSAGE {
             shared.clear();
@@ -486,31 +462,33 @@ fn soft_fd_limit() -> usize {
     })
 }
 
-/// `rebuild_storage_empty(UntypedStorage)`, torch's form for a storage of no
-/// bytes under every strategy: there is nothing to map.
-fn reduce_empty(out: &mut PickleBuilder) -> tensorshare_compat::pickle::NodeId {
-    let class = out.global("torch.storage", "UntypedStorage");
-    let rebuild = out.global(REDUCTIONS, "rebuild_storage_empty");
-    out.call(rebuild, vec![class])
-}
-
 impl SharingContext {
-    /// `storage` itself when it already lives in a segment of `kind` that
-    /// can be sent as it is, else its copy in one, made once per storage
-    /// (see [`Storage::shared_twin`]).
-    fn shared_copy(&self, storage: &Storage, kind: StrategyKind) -> Result<Storage, SharingError> {
-        if storage.local_kind().is_none() {
+    /// `storage` itself when it already lives in a segment of `S` that can
+    /// be sent as it is, else its copy in one.
+    ///
+    /// The copy is made once per storage and kept while the storage lives
+    /// ([`Storage::shared_twin`]), and sent again as long as it holds the
+    /// storage's bytes. A storage in memory that other processes write (a
+    /// received `file_descriptor` storage sent on as a `memmap` file) may
+    /// have changed since: it then goes in a fresh copy.
+    fn shared_copy<S: TorchForm>(&self, storage: &Storage) -> Result<Storage, SharingError> {
+        let Some(kind) = storage.local_kind() else {
             return Err(not_in_process(storage));
+        };
+        if storage.exportable_kind() == Some(S::KIND) {
+            return Ok(storage.clone());
         }
-        match storage.exportable_kind() {
-            Some(local) if local == kind => Ok(storage.clone()),
-            _ => storage.shared_twin(kind, || {
-                let bytes = local_bytes(storage)?;
-                let mut writer = Storage::allocate(kind, bytes.len())?;
-                writer.as_bytes_mut().copy_from_slice(bytes);
-                Ok(writer.freeze())
-            }),
+        let bytes = local_bytes(storage)?;
+        let copy = || -> Result<Storage, SharingError> {
+            let mut segment = S::shares(self).strategy.allocate(bytes.len())?;
+            segment.as_bytes_mut().copy_from_slice(bytes);
+            Ok(Storage::from_segment(Arc::new(segment)))
+        };
+        let twin = storage.shared_twin(S::KIND, copy)?;
+        if !kind.shares_memory() || twin.bytes() == Some(bytes) {
+            return Ok(twin);
         }
+        copy()
     }
 }
 
@@ -551,7 +529,11 @@ impl Outgoing {
     pub(crate) fn attached_fds(&self) -> Vec<BorrowedFd<'_>> {
         self.attached
             .iter()
-            .filter_map(|storage| storage.local_segment::<FdSegment>().and_then(FdSegment::fd))
+            .filter_map(|storage| {
+                storage
+                    .segment_of::<FileDescriptorStrategy>()
+                    .and_then(FdSegment::fd)
+            })
             .collect()
     }
 }

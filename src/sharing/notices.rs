@@ -16,7 +16,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use tensorshare_strategies::file_descriptor::{DormantMapping, FdSegment, FileIdentity};
+use tensorshare_strategies::SharingStrategy;
+use tensorshare_strategies::file_descriptor::{
+    DormantMapping, FdSegment, FileDescriptorStrategy, FileIdentity,
+};
 
 use super::aging::AgingMap;
 use super::lock;
@@ -171,7 +174,7 @@ impl Watcher for NoticeBoard {
         let Some((address, keys)) = self.due(identity) else {
             return;
         };
-        if let Some(dormant) = segment.into_dormant() {
+        if let Some(dormant) = FileDescriptorStrategy.keep_dormant(segment) {
             lock(&self.dormant).put(dormant, Instant::now());
         }
         if let Some(releases) = self.releases.upgrade() {
@@ -226,9 +229,9 @@ mod tests {
         drop(board.noticed(memfd, b"\0sharer", 1));
         let dormant = board.take_dormant(identity).expect("kept dormant");
         assert_eq!(board.take_dormant(identity).map(|d| d.len()), None);
-        let received = tensorshare_strategies::file_descriptor::ReceivedFd::new(fd).expect("stat");
+        let received = FileDescriptorStrategy.open(fd).expect("stat");
         let again = FileDescriptorStrategy
-            .import_reusing(received, 4096, dormant)
+            .map_received(received, 4096, Some(dormant))
             .expect("same file");
         assert_eq!(again.identity(), identity);
     }
@@ -242,7 +245,8 @@ mod tests {
             .map(|_| {
                 let memfd = FileDescriptorStrategy.allocate(big).expect("memfd");
                 let identity = memfd.identity();
-                dormant.put(memfd.into_dormant().expect("sealed"), now);
+                let kept = FileDescriptorStrategy.keep_dormant(memfd);
+                dormant.put(kept.expect("sealed"), now);
                 identity
             })
             .collect();

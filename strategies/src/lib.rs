@@ -5,7 +5,10 @@
 //! processes.
 //!
 //! - [`SharingStrategy`]: allocate a zero-filled writable segment, export a
-//!   handle that can travel to another process, import such a handle there.
+//!   handle that can travel to another process, open such a handle there
+//!   and tell which object it names, map it (through a mapping kept
+//!   dormant from an earlier segment of that object, where the strategy
+//!   keeps one) or join it to the segment of that object held already.
 //!   One module per implementation: [`file_descriptor`] (memfd, the fd travels
 //!   by `SCM_RIGHTS`), [`file_system`] (a named segment with torch's
 //!   reference count; the name travels), [`bytes`] (the bytes themselves

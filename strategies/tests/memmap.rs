@@ -204,7 +204,7 @@ fn another_users_file_is_refused_naming_its_owner_and_left_as_it_was() {
         err.to_string().contains(&format!("belongs to {owner}")),
         "{err}"
     );
-    assert!(strategy.open_received(&path).is_err());
+    assert!(strategy.open(MemmapHandle::received(&path)).is_err());
     assert_eq!(fs::read(&path).expect("still there"), b"theirs");
 }
 

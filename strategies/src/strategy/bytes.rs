@@ -16,6 +16,7 @@
 pub mod heap;
 
 use std::any::Any;
+use std::convert::Infallible;
 use std::sync::Arc;
 
 use crate::strategy::error::MAX_SEGMENT_BYTES;
@@ -87,6 +88,11 @@ impl SharingStrategy for BytesStrategy {
     type Segment = BytesSegment;
     /// A copy of the segment's bytes.
     type Handle = Vec<u8>;
+    type Received = Vec<u8>;
+    /// A copy is no shared object: received copies are never the same one.
+    type Key = Infallible;
+    /// A copy is taken, not mapped: there is no mapping to keep.
+    type Dormant = Infallible;
 
     fn allocate(&self, nbytes: usize) -> Result<BytesSegment, AllocateError> {
         HeapBuffer::zeroed(nbytes).map(|bytes| BytesSegment { bytes })
@@ -101,7 +107,28 @@ impl SharingStrategy for BytesStrategy {
         Ok(copy)
     }
 
-    fn import(&self, mut bytes: Vec<u8>, nbytes: usize) -> Result<BytesSegment, ImportError> {
+    fn open(&self, bytes: Vec<u8>) -> Result<Vec<u8>, ImportError> {
+        Ok(bytes)
+    }
+
+    fn keep_dormant(&self, _segment: BytesSegment) -> Option<Infallible> {
+        None
+    }
+
+    fn received_key(_bytes: &Vec<u8>) -> Option<Infallible> {
+        None
+    }
+
+    fn segment_key(_segment: &BytesSegment) -> Option<Infallible> {
+        None
+    }
+
+    fn map_received(
+        &self,
+        mut bytes: Vec<u8>,
+        nbytes: usize,
+        _dormant: Option<Infallible>,
+    ) -> Result<BytesSegment, ImportError> {
         if nbytes > MAX_SEGMENT_BYTES {
             return Err(ImportError::TooLarge { nbytes });
         }

@@ -182,23 +182,6 @@ impl FdSegment {
             .try_clone()
             .map_err(|err| ExportError::from_dup_errno(errno_of(&err)))
     }
-
-    /// Closes the fd and keeps the mapping, for a segment whose file is
-    /// sealed against shrinking (the mapping then stays valid whoever else
-    /// holds the file): a later segment of the same file maps with no
-    /// `mmap` ([`FileDescriptorStrategy::import_reusing`]). `None`, the
-    /// segment unmapped, for a file that may shrink.
-    pub fn into_dormant(self) -> Option<DormantMapping> {
-        let FdSegment {
-            mapping,
-            fd,
-            slot,
-            identity,
-            sealed,
-        } = self;
-        drop((fd, slot));
-        sealed.then_some(DormantMapping { mapping, identity })
-    }
 }
 
 /// The mapping of a sealed memfd whose segment has ended, kept so that the
@@ -265,6 +248,9 @@ impl SharingStrategy for FileDescriptorStrategy {
     /// A duplicate of the segment's fd, sealed against resizing where
     /// possible; send it with [`crate::platform::fd_passing`].
     type Handle = OwnedFd;
+    type Received = ReceivedFd;
+    type Key = FileIdentity;
+    type Dormant = DormantMapping;
 
     fn allocate(&self, nbytes: usize) -> Result<FdSegment, AllocateError> {
         let file_len = i64::try_from(nbytes)
@@ -310,14 +296,113 @@ impl SharingStrategy for FileDescriptorStrategy {
         segment.try_clone_fd()
     }
 
-    fn import(&self, fd: OwnedFd, nbytes: usize) -> Result<FdSegment, ImportError> {
-        self.import_received(ReceivedFd::new(fd)?, nbytes)
+    fn open(&self, fd: OwnedFd) -> Result<ReceivedFd, ImportError> {
+        ReceivedFd::new(fd)
+    }
+
+    fn map_received(
+        &self,
+        received: ReceivedFd,
+        nbytes: usize,
+        dormant: Option<DormantMapping>,
+    ) -> Result<FdSegment, ImportError> {
+        match dormant {
+            Some(dormant) => self.map_reusing(received, nbytes, dormant),
+            None => self.map_fresh(received, nbytes),
+        }
+    }
+
+    /// Closes the fd and keeps the mapping, for a segment whose file is
+    /// sealed against shrinking (the mapping then stays valid whoever else
+    /// holds the file): a later segment of the same file maps with no
+    /// `mmap`. `None`, the segment unmapped, for a file that may shrink.
+    fn keep_dormant(&self, segment: FdSegment) -> Option<DormantMapping> {
+        let FdSegment {
+            mapping,
+            fd,
+            slot,
+            identity,
+            sealed,
+        } = segment;
+        drop((fd, slot));
+        sealed.then_some(DormantMapping { mapping, identity })
+    }
+
+    fn received_key(received: &ReceivedFd) -> Option<FileIdentity> {
+        Some(received.identity())
+    }
+
+    fn segment_key(segment: &FdSegment) -> Option<FileIdentity> {
+        Some(segment.identity)
+    }
+}
+
+impl FileDescriptorStrategy {
+    /// Maps an fd already stat'ed, afresh.
+    fn map_fresh(&self, received: ReceivedFd, nbytes: usize) -> Result<FdSegment, ImportError> {
+        let ReceivedFd { fd, stat } = received;
+        if nbytes > MAX_SEGMENT_BYTES {
+            return Err(ImportError::TooLarge { nbytes });
+        }
+        if !is_regular_file(&stat) {
+            return Err(ImportError::InvalidHandle {
+                reason: format!(
+                    "the received file descriptor is not a shared memory file (file type {:o}); \
+                     the sender is not sharing a storage",
+                    file_type(&stat).bits()
+                ),
+            });
+        }
+        check_covers(&stat, 0, nbytes)?;
+        let sealed = anonymous_object::seal_size(fd.as_fd());
+        // SAFETY: `fstat` just showed the file holds at least `nbytes`
+        // bytes; `sealed` is what `seal_size` found.
+        let mapping = unsafe { map_sized(fd.as_fd(), nbytes, sealed) }
+            .map_err(|errno| ImportError::from_map_errno(nbytes, errno))?;
+        Ok(FdSegment {
+            mapping,
+            fd: Some(fd),
+            slot: None,
+            identity: FileIdentity::of(&stat),
+            sealed,
+        })
+    }
+
+    /// Takes over `dormant` when it maps the first `nbytes` of the received
+    /// file: the segment is then made with no `mmap` and no sealing (the
+    /// file was sealed when it was first mapped, and seals are never
+    /// removed). Otherwise `dormant` is unmapped and the fd mapped afresh.
+    fn map_reusing(
+        &self,
+        received: ReceivedFd,
+        nbytes: usize,
+        dormant: DormantMapping,
+    ) -> Result<FdSegment, ImportError> {
+        // The dormant mapping keeps its file alive, so no other file can
+        // have its identity, and that file was a regular one, sealed against
+        // shrinking, covering the mapping. The type and size checks cost no
+        // syscall and keep this path as strict as a fresh import.
+        let same_file = dormant.identity == received.identity()
+            && dormant.mapping.len() == nbytes
+            && is_regular_file(&received.stat)
+            && check_covers(&received.stat, 0, nbytes).is_ok();
+        if !same_file {
+            drop(dormant);
+            return self.map_fresh(received, nbytes);
+        }
+        Ok(FdSegment {
+            mapping: dormant.mapping,
+            fd: Some(received.fd),
+            slot: None,
+            identity: dormant.identity,
+            sealed: true,
+        })
     }
 }
 
 /// An fd that arrived from another process, with the `fstat` taken of it
 /// once: its [`identity`](ReceivedFd::identity) picks a cached mapping, and
-/// [`FileDescriptorStrategy::import_received`] checks the same stat.
+/// [`map_received`](SharingStrategy::map_received) checks the same stat.
 #[derive(Debug)]
 pub struct ReceivedFd {
     fd: OwnedFd,
@@ -348,82 +433,6 @@ impl ReceivedFd {
     /// `(st_dev, st_ino)` of the file.
     pub fn identity(&self) -> FileIdentity {
         FileIdentity::of(&self.stat)
-    }
-}
-
-impl FileDescriptorStrategy {
-    /// [`SharingStrategy::import`] of an fd already stat'ed.
-    ///
-    /// # Errors
-    ///
-    /// As [`SharingStrategy::import`].
-    pub fn import_received(
-        &self,
-        received: ReceivedFd,
-        nbytes: usize,
-    ) -> Result<FdSegment, ImportError> {
-        let ReceivedFd { fd, stat } = received;
-        if nbytes > MAX_SEGMENT_BYTES {
-            return Err(ImportError::TooLarge { nbytes });
-        }
-        if !is_regular_file(&stat) {
-            return Err(ImportError::InvalidHandle {
-                reason: format!(
-                    "the received file descriptor is not a shared memory file (file type {:o}); \
-                     the sender is not sharing a storage",
-                    file_type(&stat).bits()
-                ),
-            });
-        }
-        check_covers(&stat, 0, nbytes)?;
-        let sealed = anonymous_object::seal_size(fd.as_fd());
-        // SAFETY: `fstat` just showed the file holds at least `nbytes`
-        // bytes; `sealed` is what `seal_size` found.
-        let mapping = unsafe { map_sized(fd.as_fd(), nbytes, sealed) }
-            .map_err(|errno| ImportError::from_map_errno(nbytes, errno))?;
-        Ok(FdSegment {
-            mapping,
-            fd: Some(fd),
-            slot: None,
-            identity: FileIdentity::of(&stat),
-            sealed,
-        })
-    }
-
-    /// As [`import_received`](Self::import_received), but takes over
-    /// `dormant` when it maps the first `nbytes` of the received file: the
-    /// segment is then made with no `mmap` and no sealing (the file was
-    /// sealed when it was first mapped, and seals are never removed).
-    /// Otherwise `dormant` is unmapped and the fd mapped afresh.
-    ///
-    /// # Errors
-    ///
-    /// As [`import_received`](Self::import_received).
-    pub fn import_reusing(
-        &self,
-        received: ReceivedFd,
-        nbytes: usize,
-        dormant: DormantMapping,
-    ) -> Result<FdSegment, ImportError> {
-        // The dormant mapping keeps its file alive, so no other file can
-        // have its identity, and that file was a regular one, sealed against
-        // shrinking, covering the mapping. The type and size checks cost no
-        // syscall and keep this path as strict as a fresh import.
-        let same_file = dormant.identity == received.identity()
-            && dormant.mapping.len() == nbytes
-            && is_regular_file(&received.stat)
-            && check_covers(&received.stat, 0, nbytes).is_ok();
-        if !same_file {
-            drop(dormant);
-            return self.import_received(received, nbytes);
-        }
-        Ok(FdSegment {
-            mapping: dormant.mapping,
-            fd: Some(received.fd),
-            slot: None,
-            identity: dormant.identity,
-            sealed: true,
-        })
     }
 }
 

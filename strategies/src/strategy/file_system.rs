@@ -59,6 +59,7 @@
 #![allow(unsafe_code)]
 
 use std::any::Any;
+use std::convert::Infallible;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -345,6 +346,12 @@ impl SharingStrategy for FileSystemStrategy {
     const KIND: StrategyKind = StrategyKind::FileSystem;
     type Segment = FileSystemSegment;
     type Handle = SegmentHandle;
+    /// The name is all there is to open before mapping.
+    type Received = SegmentHandle;
+    type Key = SegmentName;
+    /// A named segment is mapped with its header, which counts holders: a
+    /// mapping kept past its segment would keep counting.
+    type Dormant = Infallible;
 
     fn allocate(&self, nbytes: usize) -> Result<FileSystemSegment, AllocateError> {
         let total = mapped_len(nbytes).ok_or(AllocateError::TooLarge { nbytes })?;
@@ -401,10 +408,37 @@ impl SharingStrategy for FileSystemStrategy {
         })
     }
 
-    fn import(
+    fn open(&self, handle: SegmentHandle) -> Result<SegmentHandle, ImportError> {
+        Ok(handle)
+    }
+
+    /// Takes back the count the message added (see
+    /// [`FileSystemSegment::absorb`]).
+    fn join_held(
+        &self,
+        held: &FileSystemSegment,
+        handle: SegmentHandle,
+    ) -> Result<(), ImportError> {
+        held.absorb(handle)
+    }
+
+    fn keep_dormant(&self, _segment: FileSystemSegment) -> Option<Infallible> {
+        None
+    }
+
+    fn received_key(handle: &SegmentHandle) -> Option<SegmentName> {
+        Some(handle.name.clone())
+    }
+
+    fn segment_key(segment: &FileSystemSegment) -> Option<SegmentName> {
+        Some(segment.name().clone())
+    }
+
+    fn map_received(
         &self,
         handle: SegmentHandle,
         nbytes: usize,
+        _dormant: Option<Infallible>,
     ) -> Result<FileSystemSegment, ImportError> {
         if nbytes > MAX_SEGMENT_BYTES {
             return Err(ImportError::TooLarge { nbytes });

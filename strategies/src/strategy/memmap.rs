@@ -52,6 +52,7 @@
 mod orphan_sweep;
 
 use std::any::Any;
+use std::convert::Infallible;
 use std::ffi::OsStr;
 use std::fmt;
 use std::os::fd::{AsFd, OwnedFd};
@@ -181,55 +182,6 @@ impl MemmapStrategy {
     /// Whether created files outlive their last holder.
     pub fn keeps_files(&self) -> bool {
         self.keep_files
-    }
-
-    /// Opens the file a received path names, with every check
-    /// [`import`](SharingStrategy::import) makes but the size. Its
-    /// [`identity`](ReceivedFile::identity) is the key under which a
-    /// receiver caches what it mapped; on a miss,
-    /// [`import_received`](Self::import_received) maps the file already
-    /// open, without opening it again.
-    ///
-    /// # Errors
-    ///
-    /// As [`import`](SharingStrategy::import).
-    pub fn open_received(&self, path: &Path) -> Result<ReceivedFile, ImportError> {
-        let (fd, stat) = self.open_checked(path, 0)?;
-        Ok(ReceivedFile {
-            file: ReceivedFd::with_stat(fd, stat),
-            path: path.to_path_buf(),
-        })
-    }
-
-    /// [`SharingStrategy::import`] of a file already opened and checked by
-    /// [`open_received`](Self::open_received).
-    ///
-    /// # Errors
-    ///
-    /// As [`import`](SharingStrategy::import).
-    pub fn import_received(
-        &self,
-        file: ReceivedFile,
-        nbytes: usize,
-    ) -> Result<MemmapSegment, ImportError> {
-        if nbytes > MAX_SEGMENT_BYTES {
-            return Err(ImportError::TooLarge { nbytes });
-        }
-        let ReceivedFile { file, path } = file;
-        let (fd, stat) = file.into_parts();
-        check_covers(&stat, 0, nbytes)?;
-        // SAFETY: `fstat` just showed the file covers `nbytes`; a holder
-        // that truncates it later is what the guard handles.
-        let mapping = unsafe { SharedMapping::map_guarded(fd.as_fd(), nbytes) }
-            .map_err(|errno| ImportError::from_map_errno(nbytes, errno))?;
-        Ok(MemmapSegment {
-            file: MappedFile {
-                mapping,
-                path,
-                identity: FileIdentity::of(&stat),
-                lease: None,
-            },
-        })
     }
 
     /// Checks a received path and opens the file it names read-write.
@@ -541,6 +493,9 @@ impl SharingStrategy for MemmapStrategy {
     const KIND: StrategyKind = StrategyKind::Memmap;
     type Segment = MemmapSegment;
     type Handle = MemmapHandle;
+    type Received = ReceivedFile;
+    type Key = MemmapKey;
+    type Dormant = Infallible;
 
     fn allocate(&self, nbytes: usize) -> Result<MemmapSegment, AllocateError> {
         if nbytes > MAX_SEGMENT_BYTES {
@@ -608,11 +563,11 @@ impl SharingStrategy for MemmapStrategy {
         })
     }
 
-    fn import(&self, handle: MemmapHandle, nbytes: usize) -> Result<MemmapSegment, ImportError> {
-        if nbytes > MAX_SEGMENT_BYTES {
-            return Err(ImportError::TooLarge { nbytes });
-        }
-        let (fd, stat) = self.open_checked(&handle.path, nbytes)?;
+    /// Checks the path (inside this strategy's directory, no symbolic
+    /// link, a regular file of this user) and opens it; a handle that says
+    /// which file it names must name the file found there.
+    fn open(&self, handle: MemmapHandle) -> Result<ReceivedFile, ImportError> {
+        let (fd, stat) = self.open_checked(&handle.path, 0)?;
         if handle
             .identity
             .is_some_and(|expected| expected != FileIdentity::of(&stat))
@@ -624,17 +579,60 @@ impl SharingStrategy for MemmapStrategy {
                 ),
             });
         }
-        let file = ReceivedFile {
+        Ok(ReceivedFile {
             file: ReceivedFd::with_stat(fd, stat),
             path: handle.path,
-        };
-        self.import_received(file, nbytes)
+        })
+    }
+
+    fn map_received(
+        &self,
+        file: ReceivedFile,
+        nbytes: usize,
+        _dormant: Option<Infallible>,
+    ) -> Result<MemmapSegment, ImportError> {
+        if nbytes > MAX_SEGMENT_BYTES {
+            return Err(ImportError::TooLarge { nbytes });
+        }
+        let ReceivedFile { file, path } = file;
+        let (fd, stat) = file.into_parts();
+        check_covers(&stat, 0, nbytes)?;
+        // SAFETY: `fstat` just showed the file covers `nbytes`; a holder
+        // that truncates it later is what the guard handles.
+        let mapping = unsafe { SharedMapping::map_guarded(fd.as_fd(), nbytes) }
+            .map_err(|errno| ImportError::from_map_errno(nbytes, errno))?;
+        Ok(MemmapSegment {
+            file: MappedFile {
+                mapping,
+                path,
+                identity: FileIdentity::of(&stat),
+                lease: None,
+            },
+        })
+    }
+
+    /// Files are mapped anew: filesystems with large folios fault a file in
+    /// many pages at a time, so a kept mapping would save little.
+    fn keep_dormant(&self, _segment: MemmapSegment) -> Option<Infallible> {
+        None
+    }
+
+    fn received_key(file: &ReceivedFile) -> Option<MemmapKey> {
+        Some((file.path.clone(), file.identity()))
+    }
+
+    fn segment_key(segment: &MemmapSegment) -> Option<MemmapKey> {
+        Some((segment.file.path.clone(), segment.file.identity))
     }
 }
 
-/// A received file, opened and checked (see
-/// [`MemmapStrategy::open_received`]); the fd is closed on drop, or once
-/// [`MemmapStrategy::import_received`] has mapped it.
+/// Which file a memmap segment maps: its path and `(st_dev, st_ino)`, so
+/// that neither a new file at the same path nor a hard link elsewhere
+/// passes for the file mapped.
+pub type MemmapKey = (PathBuf, FileIdentity);
+
+/// A received file, opened and checked ([`SharingStrategy::open`]); the fd
+/// is closed on drop, or once [`SharingStrategy::map_received`] has mapped it.
 #[derive(Debug)]
 pub struct ReceivedFile {
     file: ReceivedFd,

@@ -67,6 +67,21 @@ macro_rules! conformance_tests {
             }
 
             #[test]
+            fn keys_name_the_shared_object() {
+                $crate::conformance::keys_name_the_shared_object::<$strategy>();
+            }
+
+            #[test]
+            fn a_handle_joins_the_segment_holding_its_object() {
+                $crate::conformance::a_handle_joins_the_segment_holding_its_object::<$strategy>();
+            }
+
+            #[test]
+            fn a_dormant_mapping_maps_its_object_again() {
+                $crate::conformance::a_dormant_mapping_maps_its_object_again::<$strategy>();
+            }
+
+            #[test]
             fn impossible_sizes_fail_cleanly() {
                 $crate::conformance::impossible_sizes_fail_cleanly::<$strategy>();
             }
@@ -241,7 +256,10 @@ pub fn import_beyond_the_object_is_an_error<S: ConformanceStrategy>() {
     }
 }
 
-/// Allocate, write, export twice, import once, drop everything.
+/// Allocate, write, export four times: import once, join the import with
+/// the second handle, map the third through the import's dormant mapping
+/// (where the strategy keeps one), drop the fourth unimported, drop
+/// everything.
 fn share_and_release<S: ConformanceStrategy>(strategy: &S, cycles: usize) {
     for cycle in 0..cycles {
         let nbytes = 4096 + cycle % 3;
@@ -252,8 +270,96 @@ fn share_and_release<S: ConformanceStrategy>(strategy: &S, cycles: usize) {
             .import(strategy.export(&segment).expect("export"), nbytes)
             .expect("import");
         assert!(has_pattern(imported.as_bytes(), PARENT_SEED));
-        drop((unused, imported, segment));
+        let again = open_export(strategy, &segment);
+        strategy.join_held(&imported, again).expect("join");
+        let dormant = strategy.keep_dormant(imported);
+        let remapped = strategy
+            .map_received(open_export(strategy, &segment), nbytes, dormant)
+            .expect("map again");
+        assert!(has_pattern(remapped.as_bytes(), PARENT_SEED));
+        drop((unused, remapped, segment));
     }
+}
+
+/// A handle of `segment`, as a receiver opens it.
+fn open_export<S: ConformanceStrategy>(strategy: &S, segment: &S::Segment) -> S::Received {
+    let handle = strategy.export(segment).expect("export");
+    strategy.open(handle).expect("open")
+}
+
+/// Every handle exported from one segment opens to the segment's own key,
+/// and another segment has another: a receiver finds what it holds of an
+/// object by it. A strategy that shares no object has no keys.
+pub fn keys_name_the_shared_object<S: ConformanceStrategy>() {
+    let strategy = S::for_test();
+    let segment = strategy.allocate(4096).expect("allocate");
+    let other = strategy.allocate(4096).expect("allocate");
+    let key = S::segment_key(&segment);
+    assert_eq!(key.is_some(), S::KIND.shares_memory(), "{key:?}");
+    for _ in 0..2 {
+        assert_eq!(S::received_key(&open_export(&strategy, &segment)), key);
+    }
+    let imported = strategy
+        .import(strategy.export(&segment).expect("export"), 4096)
+        .expect("import");
+    assert_eq!(S::segment_key(&imported), key, "an import is its object");
+    if key.is_some() {
+        assert_ne!(S::segment_key(&other), key);
+    }
+}
+
+/// A receiver holding an object takes later handles of it into the segment
+/// it holds: the segment keeps reading the object, writes still reach it,
+/// and once everything is dropped the object can be gone (the release test
+/// counts what is left).
+pub fn a_handle_joins_the_segment_holding_its_object<S: ConformanceStrategy>() {
+    let strategy = S::for_test();
+    let mut segment = strategy.allocate(8192).expect("allocate");
+    fill(segment.as_bytes_mut(), PARENT_SEED);
+    let held = strategy
+        .import(strategy.export(&segment).expect("export"), 8192)
+        .expect("import");
+    for _ in 0..3 {
+        let received = open_export(&strategy, &segment);
+        strategy.join_held(&held, received).expect("join");
+    }
+    assert!(has_pattern(held.as_bytes(), PARENT_SEED));
+    segment.as_bytes_mut()[0] ^= 0xff;
+    let seen = held.as_bytes()[0] != pattern_block(PARENT_SEED)[0];
+    assert_eq!(seen, S::KIND.shares_memory(), "a write after joining");
+}
+
+/// A mapping kept dormant maps its object again, seeing the object's
+/// current bytes; offered for another object, it is not used.
+pub fn a_dormant_mapping_maps_its_object_again<S: ConformanceStrategy>() {
+    let strategy = S::for_test();
+    let mut segment = strategy.allocate(8192).expect("allocate");
+    let mut other = strategy.allocate(8192).expect("allocate");
+    fill(segment.as_bytes_mut(), PARENT_SEED);
+    fill(other.as_bytes_mut(), CHILD_SEED);
+    let dormant_of = |segment: &S::Segment| {
+        let imported = strategy
+            .import(strategy.export(segment).expect("export"), 8192)
+            .expect("import");
+        strategy.keep_dormant(imported)
+    };
+
+    let dormant = dormant_of(&segment);
+    segment.as_bytes_mut()[1] ^= 0xff;
+    let again = strategy
+        .map_received(open_export(&strategy, &segment), 8192, dormant)
+        .expect("map again");
+    assert_eq!(again.as_bytes(), segment.as_bytes());
+
+    let wrong = strategy
+        .map_received(open_export(&strategy, &other), 8192, dormant_of(&segment))
+        .expect("map another object");
+    assert!(has_pattern(wrong.as_bytes(), CHILD_SEED));
+    // A dormant mapping of another length is not taken either.
+    let shorter = strategy
+        .map_received(open_export(&strategy, &segment), 4096, dormant_of(&segment))
+        .expect("map a prefix");
+    assert_eq!(shorter.as_bytes(), &segment.as_bytes()[..4096]);
 }
 
 pub fn release_leaks_nothing<S: ConformanceStrategy>(test_name: &str) {
@@ -304,7 +410,7 @@ pub fn frozen_segment_reads_from_many_threads<S: ConformanceStrategy>() {
     let boxed: Box<dyn WritableSegment> = Box::new(segment);
     let frozen: Arc<dyn Segment> = boxed.into_shared();
     assert_eq!((frozen.len(), frozen.kind()), (10_000, S::KIND));
-    assert!(frozen.downcast_ref::<S::Segment>().is_some());
+    assert!(S::local(frozen.as_ref()).is_some());
     std::thread::scope(|scope| {
         for _ in 0..4 {
             let frozen = Arc::clone(&frozen);
