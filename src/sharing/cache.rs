@@ -67,33 +67,19 @@ impl<K: Eq + Hash + Clone> WeakStorageCache<K> {
         key: &K,
         make: impl FnOnce() -> Result<Storage, E>,
     ) -> Result<Storage, E> {
-        self.get_or_try_replace(key, |_| true, make)
-    }
-
-    /// The live storage under `key` if `usable` accepts it, else the one
-    /// `make` builds, which then replaces it. `make` runs under the cache's
-    /// lock, so two threads asking for one key get one storage.
-    ///
-    /// # Errors
-    ///
-    /// Whatever `make` returns; the cache is left as it was then.
-    pub fn get_or_try_replace<E>(
-        &self,
-        key: &K,
-        usable: impl FnOnce(&Storage) -> bool,
-        make: impl FnOnce() -> Result<Storage, E>,
-    ) -> Result<Storage, E> {
-        let (storage, _) = self.get_or_try_replace_with(key, usable, (), |()| make())?;
+        let (storage, _) = self.get_or_try_replace(key, |_| true, (), |()| make())?;
         Ok(storage)
     }
 
-    /// As [`get_or_try_replace`](Self::get_or_try_replace), `make` taking
-    /// `input`, which is handed back when a held storage was usable.
+    /// The live storage under `key` if `usable` accepts it, with `input`
+    /// handed back; else the one `make` builds from `input`, which then
+    /// replaces it. `make` runs under the cache's lock, so two threads asking
+    /// for one key get one storage.
     ///
     /// # Errors
     ///
     /// Whatever `make` returns; the cache is left as it was then.
-    pub(crate) fn get_or_try_replace_with<T, E>(
+    pub fn get_or_try_replace<T, E>(
         &self,
         key: &K,
         usable: impl FnOnce(&Storage) -> bool,
@@ -117,6 +103,7 @@ impl<K: Eq + Hash + Clone> WeakStorageCache<K> {
     }
 
     /// The live storage under `key`, if any.
+    #[cfg(test)]
     pub fn get(&self, key: &K) -> Option<Storage> {
         self.lock().entries.get(key).and_then(WeakStorage::upgrade)
     }

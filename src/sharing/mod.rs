@@ -45,7 +45,6 @@ use tensorshare_strategies::{AllocateError, StrategyKind, WritableSegment};
 use form::{Reduced, TorchForm, WithStrategy};
 use shares::Shares;
 
-pub(crate) use cache::WeakStorageCache;
 pub use error::SharingError;
 pub use tensorshare_strategies::{ExportError, ImportError, memmap::InvalidMemmapDir};
 

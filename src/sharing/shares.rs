@@ -64,7 +64,7 @@ impl<S: SharingStrategy> Shares<S> {
                 mapped: true,
             });
         };
-        let (storage, unmapped) = self.cache.get_or_try_replace_with(
+        let (storage, unmapped) = self.cache.get_or_try_replace(
             &key,
             |held| held.nbytes() >= nbytes && held.segment_of::<S>().is_some(),
             received,
