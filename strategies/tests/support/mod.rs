@@ -92,19 +92,26 @@ pub fn open_fd_count() -> usize {
         .count()
 }
 
-/// Waits up to ten seconds for the crate's background threads of this
-/// process (`tensorshare-*`, such as the memmap sweep that the first file
-/// in a directory starts) to end, so that counts of fds and mappings do
+/// Waits up to ten seconds for the background threads of this process
+/// (the crate's, such as the memmap sweep that the first file in a
+/// directory starts) to end, so that counts of fds and mappings do
 /// not catch one midway. A thread's stack stays mapped after it ends
 /// (glibc keeps it for the next thread), so the count is stable after.
 pub fn wait_for_background_threads() {
+    let comm = |tid: &str| std::fs::read_to_string(format!("/proc/self/task/{tid}/comm"));
+    let this = nix::unistd::gettid().to_string();
+    let own_name = comm(&this).expect("this thread's name");
+    // The crate's threads by name, and threads this one just spawned, which
+    // carry its name until they set their own: the arena a thread's first
+    // allocation maps would otherwise be counted as a leak.
     let running = || {
         std::fs::read_dir("/proc/self/task")
             .expect("list /proc/self/task")
             .flatten()
-            .filter(|task| {
-                std::fs::read_to_string(task.path().join("comm"))
-                    .is_ok_and(|comm| comm.starts_with("tensorshare-"))
+            .filter_map(|task| task.file_name().into_string().ok())
+            .filter(|tid| *tid != this)
+            .filter(|tid| {
+                comm(tid).is_ok_and(|name| name.starts_with("tensorshare-") || name == own_name)
             })
             .count()
     };
@@ -139,7 +146,11 @@ pub fn file_system_strategy() -> FileSystemStrategy {
         let server = ManagerServer::bind(&path).expect("bind the test manager");
         let handle = server.handle().clone();
         let idle = Duration::from_secs(3600);
-        std::thread::spawn(move || server.serve(ServeOptions::default().with_idle_timeout(idle)));
+        // Named, so that waiting for background threads does not wait for it.
+        std::thread::Builder::new()
+            .name("test-shm-manager".into())
+            .spawn(move || server.serve(ServeOptions::default().with_idle_timeout(idle)))
+            .expect("start the test manager");
         let connection = shm_manager::connect(&handle).expect("connect to the test manager");
         shm_manager::set_own_manager(connection);
     });
