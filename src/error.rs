@@ -30,6 +30,7 @@ use crate::reduce::ReduceError;
 use crate::registry::{LoadError, RebuildError};
 use crate::sharing::SharingError;
 use crate::sharing::resource_sharer::{FetchError, RegisterError, SharerError};
+use crate::sharing::{peer_authkey_message, unfetched_message};
 
 /// Everything that can go wrong loading or sharing tensors.
 #[derive(Debug, thiserror::Error)]
@@ -91,6 +92,40 @@ pub enum Error {
     /// A `multiprocessing.connection` connection failed.
     #[error(transparent)]
     Connection(ConnectionError),
+    /// Peers failed to authenticate to this process's resource sharer, and
+    /// so could fetch none of the storages sent to them: the cause of a
+    /// connection that then failed, when one did.
+    #[error("{}{}", peer_authkey_message(*.failures), then_failed(.connection.as_ref()))]
+    PeerAuthkey {
+        /// How many times, since this process started sharing.
+        failures: u64,
+        /// The connection failure that followed, if that is how it showed.
+        connection: Option<ConnectionError>,
+    },
+    /// Storages sent were not fetched in the time given
+    /// ([`SharingContext::wait_until_fetched`](crate::SharingContext::wait_until_fetched)).
+    #[error("{}", unfetched_message(*.pending, *.waited))]
+    Unfetched {
+        /// How many are still waiting.
+        pending: usize,
+        /// How long was waited.
+        waited: std::time::Duration,
+    },
+    /// A connection authenticated with one authkey was used with a
+    /// [`SharingContext`](crate::SharingContext) holding another.
+    #[error(
+        "this connection was authenticated with another authkey than the SharingContext \
+         sending or receiving on it holds: its peer would fail to fetch the storages sent to \
+         it, and this process to fetch the peer's; make connections from the context \
+         (SharingContext::connect, SharingContext::listen) so that they share one key"
+    )]
+    AuthkeyMismatch,
+}
+
+fn then_failed(connection: Option<&ConnectionError>) -> String {
+    connection.map_or_else(String::new, |cause| {
+        format!("; the connection then failed: {cause}")
+    })
 }
 
 impl Error {
@@ -182,6 +217,11 @@ impl From<SharingError> for Error {
             SharingError::Register(error) => Error::Register(error),
             SharingError::Fetch(error) => Error::Fetch(error),
             SharingError::MemmapDir(error) => Error::MemmapDir(error),
+            SharingError::PeerAuthkey { failures } => Error::PeerAuthkey {
+                failures,
+                connection: None,
+            },
+            SharingError::Unfetched { pending, waited } => Error::Unfetched { pending, waited },
         }
     }
 }

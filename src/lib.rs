@@ -52,7 +52,7 @@ pub use tensorshare_compat::torch_save::TorchSaveFormat;
 pub use tensorshare_strategies::{AllocateError, Segment, StrategyKind};
 // The entry points: the allowlist, a process's sharing state, connections.
 pub use connection::{Address, Authkey, Client, Connection, Listener};
-pub use registry::Registry;
+pub use registry::{Reduction, Registry};
 pub use sharing::{SharingContext, resource_sharer};
 // The facade error, wrapping every layer's.
 pub use error::Error;

@@ -5,9 +5,79 @@
 use std::sync::Arc;
 
 use crate::Error;
-use crate::connection::{Connection, RegisteredFds};
+use crate::connection::{Address, Client, Connection, ConnectionError, Listener, RegisteredFds};
 use crate::model::Value;
 use crate::sharing::SharingContext;
+
+/// Connections made with the context's own authkey: the key peers
+/// authenticate with is the key they fetch storages with, so the two
+/// cannot disagree.
+impl SharingContext {
+    /// Connects to a listener at `address` (a torch process's
+    /// `multiprocessing.connection.Listener`, or [`SharingContext::listen`]'s),
+    /// authenticating with this context's authkey.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::connect`].
+    pub fn connect(&self, address: &Address) -> Result<Connection, Error> {
+        Ok(Client::connect(
+            address,
+            self.authkey(),
+            self.connection_options(),
+        )?)
+    }
+
+    /// Listens on `address` for peers holding this context's authkey.
+    ///
+    /// # Errors
+    ///
+    /// As [`Listener::bind`].
+    pub fn listen(&self, address: &Address) -> Result<Listener, Error> {
+        Ok(Listener::bind(
+            address,
+            self.authkey(),
+            self.connection_options(),
+        )?)
+    }
+
+    /// Listens on a fresh path in a private directory, as CPython's
+    /// `Listener()` without an address, for peers holding this context's
+    /// authkey; [`Listener::address`] tells where.
+    ///
+    /// # Errors
+    ///
+    /// As [`Listener::bind_in_private_dir`].
+    pub fn listen_in_private_dir(&self) -> Result<Listener, Error> {
+        Ok(Listener::bind_in_private_dir(
+            self.authkey(),
+            self.connection_options(),
+        )?)
+    }
+
+    /// Refuses a connection whose handshake ran with another key than
+    /// this context's.
+    fn check_key(&self, connection: &Connection) -> Result<(), Error> {
+        match connection.authkey() {
+            Some(key) if key != self.authkey() => Err(Error::AuthkeyMismatch),
+            _ => Ok(()),
+        }
+    }
+
+    /// A connection that failed, said as its cause when peers failed to
+    /// authenticate to this process's resource sharer since the last
+    /// report: a torch peer whose fetch was refused raises and leaves,
+    /// which shows here as a broken connection.
+    fn connection_failed(&self, error: ConnectionError) -> Error {
+        match self.new_auth_failures() {
+            Some(failures) => Error::PeerAuthkey {
+                failures,
+                connection: Some(error),
+            },
+            None => Error::Connection(error),
+        }
+    }
+}
 
 impl Connection {
     /// Sends `value` as Python's `conn.send(value)` would from a torch
@@ -22,11 +92,27 @@ impl Connection {
     /// that died reading the connection fetches nothing more, and they are
     /// closed then.
     ///
+    /// # What the sender keeps alive
+    ///
+    /// Under `file_descriptor` (the default) a receiver fetches each
+    /// storage's fd from this process's resource sharer while it unpickles
+    /// the message: this process must still run then. Call
+    /// [`SharingContext::wait_until_fetched`] before exiting. Under
+    /// `file_system` the segment outlives its sender while the message
+    /// counts it; under `bytes` the message carries the storages; under
+    /// `memmap` the file is removed when its sender lets go of it, unless
+    /// the context keeps files
+    /// ([`SharingContext::with_memmap_keep_files`]).
+    ///
     /// # Errors
     ///
-    /// When a storage cannot be shared, or [`Error::Connection`] when the
-    /// send fails.
+    /// When a storage cannot be shared; [`Error::AuthkeyMismatch`] when the
+    /// connection was authenticated with another key than `sharing`'s;
+    /// [`Error::Connection`] when the send fails, or
+    /// [`Error::PeerAuthkey`] when it fails after a peer failed to
+    /// authenticate to this process's resource sharer.
     pub fn send(&mut self, value: &Value, sharing: &SharingContext) -> Result<(), Error> {
+        sharing.check_key(self)?;
         let outgoing = sharing.dumps_outgoing(value)?;
         let keys = outgoing.registered_keys();
         if !keys.is_empty() {
@@ -37,7 +123,8 @@ impl Connection {
             }
         }
         let payload = outgoing.pickle().io_slices();
-        Ok(self.send_slices_with_fds(&payload, &outgoing.attached_fds())?)
+        self.send_slices_with_fds(&payload, &outgoing.attached_fds())
+            .map_err(|error| sharing.connection_failed(error))
     }
 
     /// Receives one message as Python's `conn.recv()` would in a torch
@@ -46,10 +133,15 @@ impl Connection {
     /// # Errors
     ///
     /// [`Error::Connection`] when receiving fails (see
-    /// [`recv_bytes`](Self::recv_bytes)); any error of
-    /// [`SharingContext::loads`].
+    /// [`recv_bytes`](Self::recv_bytes)), or [`Error::PeerAuthkey`] when it
+    /// fails after a peer failed to authenticate to this process's resource
+    /// sharer; [`Error::AuthkeyMismatch`] as for [`send`](Self::send); any
+    /// error of [`SharingContext::loads`].
     pub fn recv(&mut self, sharing: &SharingContext) -> Result<Value, Error> {
-        let message = self.recv_message()?;
+        sharing.check_key(self)?;
+        let message = self
+            .recv_message()
+            .map_err(|error| sharing.connection_failed(error))?;
         // Large `bytes` in the message are decoded as slices of its buffer,
         // which comes back for the next message once they are all gone.
         let value = sharing.loads_with_fds(&message.bytes, message.fds);

@@ -11,7 +11,7 @@ use tensorshare_compat::pickle::{Global, Node, NodeId, Pickle};
 
 use crate::DType;
 use crate::model::{Storage, Tensor, Value};
-use crate::registry::REDUCTIONS;
+use crate::registry::{REDUCTIONS, Reduction, TypeReducers};
 
 mod pickle_builder;
 
@@ -29,8 +29,11 @@ pub enum ReduceError {
     /// Containers nested deeper than the writer follows.
     #[error("values nested deeper than {0} levels")]
     TooDeep(usize),
-    /// A value made by a user rebuilder, which has no reducer.
-    #[error("no reducer for a {0} value; send its parts as plain values")]
+    /// A value of a Rust type with no reducer registered for it.
+    #[error(
+        "no reducer for a {0} value: register one for its Rust type \
+         (Registry::register_reducer or register_type), or send its parts as plain values"
+    )]
     NoReducer(Global),
     /// A description of what a refused pickle asked for.
     #[error(
@@ -115,10 +118,12 @@ pub(crate) trait StorageReducer {
 /// Depth past which a value graph is refused rather than risk the stack.
 const MAX_DEPTH: usize = 1000;
 
-/// Writes `value` into a pickle, storages through `storages`.
+/// Writes `value` into a pickle, storages through `storages`, values of
+/// the embedder's types through `types`.
 pub(crate) fn reduce_value<R: StorageReducer>(
     value: &Value,
     storages: &R,
+    types: &TypeReducers,
 ) -> Result<Pickle, R::Error> {
     let mut leaves = SharingLeaves {
         storages,
@@ -127,7 +132,7 @@ pub(crate) fn reduce_value<R: StorageReducer>(
     // A tensor message is about 40 nodes: room for them up front saves
     // growing the arena several times per message.
     let mut out = PickleBuilder::with_capacity(48);
-    let root = reduce_with(value, &mut leaves, &mut out)?;
+    let root = reduce_with(value, &mut leaves, types, &mut out)?;
     Ok(out.finish(root))
 }
 
@@ -152,15 +157,17 @@ pub(crate) trait LeafReducer {
 }
 
 /// Writes `value` into `out` with tensors and storages through `leaves`,
-/// and returns its node.
+/// values of the embedder's types through `types`, and returns its node.
 pub(crate) fn reduce_with<L: LeafReducer>(
     value: &Value,
     leaves: &mut L,
+    types: &TypeReducers,
     out: &mut PickleBuilder,
 ) -> Result<NodeId, L::Error> {
     let mut reducer = Reducer {
         out,
         leaves,
+        types,
         written: FxHashMap::default(),
     };
     reducer.value(value, 0)
@@ -169,6 +176,7 @@ pub(crate) fn reduce_with<L: LeafReducer>(
 struct Reducer<'a, L> {
     out: &'a mut PickleBuilder,
     leaves: &'a mut L,
+    types: &'a TypeReducers,
     /// The node of each shared object already written, by
     /// [`Value::shared_identity`]: an object referenced twice is written
     /// once and memoized, as Python's pickler does, so a pickle's size
@@ -253,7 +261,19 @@ impl<L: LeafReducer> Reducer<'_, L> {
             }
             Value::Global(g) => self.out.push(Node::Global(g.clone())),
             Value::Callable(c) => self.out.push(Node::Global(c.name().clone())),
-            Value::Custom(c) => return Err(ReduceError::NoReducer(c.global.clone()).into()),
+            Value::Custom(c) => match self.types.reduce(c.value.as_ref()) {
+                Some(Reduction::Call { callee, args }) => {
+                    let callee = self.out.push(Node::Global(callee));
+                    let args = all(&args, self)?;
+                    self.out.call(callee, args)
+                }
+                Some(Reduction::Object { class, state }) => {
+                    let class = self.out.push(Node::Global(class));
+                    let state = self.value(&state, depth + 1)?;
+                    self.out.new_object_with_state(class, state)
+                }
+                None => return Err(ReduceError::NoReducer(c.global.clone()).into()),
+            },
             Value::Opaque(_) => return Err(ReduceError::Opaque(value.type_name()).into()),
         })
     }

@@ -17,6 +17,7 @@ use tensorshare_compat::torch_save::{self, SavedStorage, TorchSaveFormat};
 use crate::DType;
 use crate::model::{Storage, Tensor, Value};
 use crate::reduce::{LeafReducer, PickleBuilder, ReduceError, reduce_with};
+use crate::registry::TypeReducers;
 
 /// Writes `value` as a `torch.save` file of `format`.
 ///
@@ -47,7 +48,9 @@ use crate::reduce::{LeafReducer, PickleBuilder, ReduceError, reduce_with};
 pub fn save_torch(value: &Value, format: TorchSaveFormat) -> Result<Vec<u8>, ReduceError> {
     let mut leaves = SaveLeaves::new(StorageForm::PersistentId(format));
     let mut out = PickleBuilder::default();
-    let root = reduce_with(value, &mut leaves, &mut out)?;
+    // torch.save files hold torch's types and plain values: the
+    // embedder's own types are for messages to peers that know them.
+    let root = reduce_with(value, &mut leaves, &TypeReducers::default(), &mut out)?;
     let object = out.finish(root);
     let saved: Vec<SavedStorage<'_>> = leaves
         .storages

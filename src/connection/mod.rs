@@ -5,9 +5,14 @@
 //! Messages are byte strings framed as CPython frames them (a 4-byte
 //! big-endian length, or `-1` and an 8-byte length); [`Connection::send_bytes`]
 //! is Python's `conn.send_bytes` and [`Connection::recv_bytes`] its
-//! `conn.recv_bytes`. Python's `conn.send(obj)` is `send_bytes` of a pickle,
-//! so decode what arrives with [`Registry::loads`](crate::Registry::loads)
-//! and send pickles the Python side can `conn.recv()`.
+//! `conn.recv_bytes`. Python's `conn.send(obj)` is `send_bytes` of a pickle.
+//! To exchange tensors, use [`Connection::send`] and [`Connection::recv`]
+//! with a [`SharingContext`](crate::SharingContext), which share and attach
+//! the storages (and make connections with its own key:
+//! [`SharingContext::connect`](crate::SharingContext::connect),
+//! [`SharingContext::listen`](crate::SharingContext::listen)). The bytes
+//! level here is for pickles without shared storages, decoded with
+//! [`Registry::loads`](crate::Registry::loads), and for other protocols.
 //!
 //! # Agreeing on the authkey
 //!

@@ -39,6 +39,9 @@ pub struct Connection {
     /// The fds registered for messages sent here, closed if the peer dies
     /// without fetching them.
     sent: SentRegistrations,
+    /// The authkey the handshake proved the peer holds; `None` for a
+    /// socket wrapped without one.
+    authkey: Option<Authkey>,
 }
 
 /// A message read into a connection's kept buffer, and the fds that came
@@ -74,7 +77,14 @@ impl Connection {
             options,
             receive_buffer: Vec::new(),
             sent: SentRegistrations::default(),
+            authkey: None,
         }
+    }
+
+    /// The authkey this connection's handshake ran with, which its peer
+    /// holds; `None` for a [`from_stream`](Self::from_stream) connection.
+    pub fn authkey(&self) -> Option<&Authkey> {
+        self.authkey.as_ref()
     }
 
     /// Sends one message: Python's `conn.send_bytes(payload)`. Send a pickle
@@ -259,7 +269,9 @@ impl Connection {
             .stream
             .try_clone()
             .map_err(|e| ConnectionError::io("duplicating the connection's socket", e))?;
-        Ok(Self::from_stream(stream, self.options))
+        let mut clone = Self::from_stream(stream, self.options);
+        clone.authkey.clone_from(&self.authkey);
+        Ok(clone)
     }
 
     /// The socket itself.
@@ -309,5 +321,7 @@ pub(crate) fn authenticate(
     let clear = |e| ConnectionError::io("clearing the socket timeouts after the handshake", e);
     stream.set_read_timeout(None).map_err(clear)?;
     stream.set_write_timeout(None).map_err(clear)?;
-    Ok(Connection::from_stream(stream, options))
+    let mut connection = Connection::from_stream(stream, options);
+    connection.authkey = Some(authkey.clone());
+    Ok(connection)
 }

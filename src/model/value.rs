@@ -140,6 +140,23 @@ pub struct Custom {
     pub value: Arc<dyn Any + Send + Sync>,
 }
 
+impl Custom {
+    /// A value of a Rust type, standing for the Python object `global`
+    /// names: it pickles through the reducer registered for its type
+    /// ([`Registry::register_reducer`](crate::Registry::register_reducer)).
+    pub fn new<T: Any + Send + Sync>(global: Global, value: T) -> Self {
+        Self {
+            global,
+            value: Arc::new(value),
+        }
+    }
+
+    /// The value, if it is a `T`.
+    pub fn downcast_ref<T: Any>(&self) -> Option<&T> {
+        self.value.downcast_ref::<T>()
+    }
+}
+
 impl fmt::Debug for Custom {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Custom({})", self.global)

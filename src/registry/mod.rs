@@ -36,23 +36,27 @@ mod builtins;
 mod error;
 pub(crate) mod memmap;
 pub(crate) mod rebuild;
+mod reducers;
 pub(crate) mod saved;
 mod torch;
 
 pub(crate) use torch::REDUCTIONS;
 
 use rustc_hash::FxHashMap;
+use std::any::Any;
 use std::borrow::Cow;
 use std::sync::Arc;
 
 use tensorshare_compat::pickle::{self, Global};
 
-use crate::model::Value;
+use crate::model::{Custom, Value};
 
 pub use crate::model::{CallKind, Callable};
 pub use attach::AttachError;
 pub use error::{LoadError, RebuildError};
 pub use rebuild::{Call, Rebuilder};
+pub use reducers::Reduction;
+pub(crate) use reducers::TypeReducers;
 // The decoder's side of loading, from the format crate: its error, its caps,
 // the decoded pickle a registry rebuilds and the allowlist check it serves.
 pub use tensorshare_compat::pickle::{DecodeError, GlobalFilter, Limits, Pickle};
@@ -153,6 +157,8 @@ pub struct Registry {
     /// filled by them: a fast hash is safe.
     bindings: FxHashMap<Cow<'static, str>, NamesInModule>,
     options: LoadOptions,
+    /// How the embedder's own types pickle.
+    reducers: TypeReducers,
 }
 
 impl Default for Registry {
@@ -171,6 +177,7 @@ impl Registry {
         Self {
             bindings: FxHashMap::default(),
             options: LoadOptions::default(),
+            reducers: TypeReducers::default(),
         }
     }
 
@@ -204,6 +211,77 @@ impl Registry {
         let global = Global::new(module, name);
         let callable = Callable::new(global.clone(), rebuilder);
         self.bind(global, Binding::Callable(callable))
+    }
+
+    /// Makes values of the Rust type `T` ([`Value::Custom`]) pickle as
+    /// `reduce` says, when sent or saved with this registry.
+    ///
+    /// A later registration for the same type replaces the earlier one.
+    pub fn register_reducer<T: Any + Send + Sync>(
+        &mut self,
+        reduce: impl Fn(&T) -> Reduction + Send + Sync + 'static,
+    ) -> &mut Self {
+        self.reducers.insert(reduce);
+        self
+    }
+
+    /// Registers a Rust type `T` for a Python class `module.name` both
+    /// ways: values of `T` pickle as `reduce` says, and a pickle naming the
+    /// class rebuilds through `rebuild` into a [`Value::Custom`] holding a
+    /// `T` ([`Custom::downcast_ref`](crate::Custom::downcast_ref) reads it).
+    ///
+    /// # Examples
+    ///
+    /// A Python `Point = collections.namedtuple("Point", "x y")` defined in
+    /// the peer's `__main__`:
+    ///
+    /// ```
+    /// use tensorshare::{Custom, Global, Reduction, Registry, Value};
+    ///
+    /// #[derive(Debug, PartialEq)]
+    /// struct Point { x: i64, y: i64 }
+    ///
+    /// let mut registry = Registry::default();
+    /// registry.register_type(
+    ///     "__main__",
+    ///     "Point",
+    ///     |p: &Point| Reduction::Call {
+    ///         callee: Global::new("__main__", "Point"),
+    ///         args: vec![Value::Int(p.x), Value::Int(p.y)],
+    ///     },
+    ///     |call| match call.args {
+    ///         [Value::Int(x), Value::Int(y)] => Ok(Point { x: *x, y: *y }),
+    ///         _ => Err(call.wrong_arguments("(x: int, y: int)")),
+    ///     },
+    /// );
+    /// // The pickle Python writes for Point(1, 2), with protocol 2:
+    /// let pickle = b"\x80\x02c__main__\nPoint\nK\x01K\x02\x86\x81.";
+    /// let value = registry.loads(pickle)?;
+    /// let Value::Custom(point) = &value else { panic!("{value:?}") };
+    /// assert_eq!(point.downcast_ref::<Point>(), Some(&Point { x: 1, y: 2 }));
+    /// # Ok::<(), tensorshare::Error>(())
+    /// ```
+    pub fn register_type<T: Any + Send + Sync>(
+        &mut self,
+        module: impl Into<Cow<'static, str>>,
+        name: impl Into<Cow<'static, str>>,
+        reduce: impl Fn(&T) -> Reduction + Send + Sync + 'static,
+        rebuild: impl Fn(Call<'_>) -> Result<T, RebuildError> + Send + Sync + 'static,
+    ) -> &mut Self {
+        let global = Global::new(module, name);
+        let class = global.clone();
+        let rebuilder = move |call: Call<'_>| {
+            let value = rebuild(call)?;
+            Ok(Value::Custom(Custom::new(class.clone(), value)))
+        };
+        self.reducers.insert(reduce);
+        let callable = Callable::new(global.clone(), rebuilder);
+        self.bind(global, Binding::Callable(callable))
+    }
+
+    /// How the embedder's types pickle, for the reducers.
+    pub(crate) fn reducers(&self) -> &TypeReducers {
+        &self.reducers
     }
 
     /// Allows `module.name` and makes it evaluate to `value` (for classes

@@ -33,10 +33,11 @@ impl TorchForm for BytesStrategy {
     /// Writes `value` with every storage's bytes inline; a storage whose
     /// bytes are not in this process is
     /// [`ReduceError::BytesElsewhere`](crate::reduce::ReduceError::BytesElsewhere).
-    fn reduce(_context: &SharingContext, value: &Value) -> Result<Reduced, SharingError> {
+    fn reduce(context: &SharingContext, value: &Value) -> Result<Reduced, SharingError> {
         let mut leaves = SaveLeaves::new(StorageForm::LoadFromBytes);
         let mut out = PickleBuilder::default();
-        let root = reduce_with(value, &mut leaves, &mut out)?;
+        let types = context.registry().reducers();
+        let root = reduce_with(value, &mut leaves, types, &mut out)?;
         Ok(Reduced {
             pickle: out.finish(root),
             attachable: Vec::new(),

@@ -52,6 +52,43 @@ pub enum SharingError {
     /// The memmap directory given is unusable.
     #[error(transparent)]
     MemmapDir(InvalidMemmapDir),
+    /// Peers failed to authenticate to this process's resource sharer.
+    #[error("{}", peer_authkey_message(*.failures))]
+    PeerAuthkey {
+        /// How many times, since this process started sharing.
+        failures: u64,
+    },
+    /// Storages sent were not fetched in the time given.
+    #[error("{}", unfetched_message(*.pending, *.waited))]
+    Unfetched {
+        /// How many are still waiting.
+        pending: usize,
+        /// How long was waited.
+        waited: std::time::Duration,
+    },
+}
+
+/// What to say of storages still waiting for their receivers.
+pub(crate) fn unfetched_message(pending: usize, waited: std::time::Duration) -> String {
+    format!(
+        "{pending} shared storages were not fetched by their receivers within {waited:.1?}: \
+         keep this process running until they are, or look at why the receivers are not \
+         reading their messages"
+    )
+}
+
+/// What to say of peers that failed the resource sharer's handshake.
+pub(crate) fn peer_authkey_message(failures: u64) -> String {
+    let times = match failures {
+        1 => "once".to_string(),
+        n => format!("{n} times"),
+    };
+    format!(
+        "a peer failed to authenticate to this process's resource sharer ({times}): its \
+         authkey differs from this process's, so it cannot fetch the storages sent to it; \
+         give every process the same key (the torch side's \
+         multiprocessing.current_process().authkey)"
+    )
 }
 
 impl SharingError {

@@ -111,7 +111,7 @@ pub(crate) fn reduce_handles<S: HandleForm>(
         attachable: RefCell::new(Vec::new()),
         strategy: PhantomData,
     };
-    let pickle = reduce_value(value, &reducer)?;
+    let pickle = reduce_value(value, &reducer, context.registry().reducers())?;
     Ok(Reduced {
         pickle,
         attachable: reducer.attachable.into_inner(),

@@ -28,8 +28,9 @@ mod unfetched;
 mod watched;
 
 use std::os::fd::{BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tensorshare_compat::pickle::{
     Decoded, EncodeOptions, EncodedPickle, SharedBytes, decode_all, decode_all_shared,
@@ -46,9 +47,10 @@ use form::{Reduced, TorchForm, WithStrategy};
 use shares::Shares;
 
 pub use error::SharingError;
+pub(crate) use error::{peer_authkey_message, unfetched_message};
 pub use tensorshare_strategies::{ExportError, ImportError, memmap::InvalidMemmapDir};
 
-use crate::connection::Authkey;
+use crate::connection::{Authkey, ConnectionOptions};
 use crate::model::{Storage, StorageWriter, Value};
 use crate::reduce::ReduceError;
 use crate::registry::Registry;
@@ -121,6 +123,12 @@ pub struct SharingContext {
     /// Whether [`Connection::send`](crate::Connection::send) attaches fds to
     /// the message.
     inline_fds: bool,
+    /// How connections this context makes ([`connect`](Self::connect),
+    /// [`listen`](Self::listen)) frame and time out.
+    connection_options: ConnectionOptions,
+    /// How many peers that failed the resource sharer's handshake have
+    /// been reported, so each failure is reported once.
+    reported_auth_failures: AtomicU64,
     /// Keys of fds that arrived attached, to give back to their senders,
     /// and of storages no longer mapped here, to report.
     releases: Arc<release::Releases>,
@@ -165,6 +173,8 @@ impl SharingContext {
                 (fd_limit / 4).max(16),
             ),
             inline_fds: true,
+            connection_options: ConnectionOptions::default(),
+            reported_auth_failures: AtomicU64::new(0),
             pool: Arc::new(recycle::SegmentPool::new(fd_limit / 4, MAX_RECYCLED_BYTES)),
             notices: Arc::new(notices::NoticeBoard::new(Arc::downgrade(&releases))),
             releases,
@@ -252,6 +262,19 @@ impl SharingContext {
     pub fn with_inline_fds(mut self, inline: bool) -> Self {
         self.inline_fds = inline;
         self
+    }
+
+    /// Makes the connections of [`connect`](Self::connect) and
+    /// [`listen`](Self::listen) with `options` (default:
+    /// [`ConnectionOptions::default`]).
+    pub fn with_connection_options(mut self, options: ConnectionOptions) -> Self {
+        self.connection_options = options;
+        self
+    }
+
+    /// The options of the connections this context makes.
+    pub fn connection_options(&self) -> ConnectionOptions {
+        self.connection_options
     }
 
     /// Sets where this context's resource sharer listens, instead of what
@@ -448,6 +471,68 @@ impl SharingContext {
     /// How many shared fds are waiting for their receivers.
     pub fn unfetched_shares(&self) -> usize {
         self.registrations.pending()
+    }
+
+    /// Waits until every storage this context sent by `file_descriptor`
+    /// has been fetched by its receiver, or given back by a tensorshare
+    /// receiver that got its fd with the message, for at most `timeout`:
+    /// what a producer calls before it exits, since a receiver that fetches
+    /// from a process that is gone fails (`FileNotFoundError` in torch).
+    ///
+    /// Only `file_descriptor` storages need their sender at the receiver's
+    /// fetch. A `file_system` segment outlives its sender while a message
+    /// or a receiver counts it; a `bytes` message carries its storages; a
+    /// `memmap` file stays after its sender only if the context keeps files
+    /// ([`with_memmap_keep_files`](Self::with_memmap_keep_files)), since
+    /// torch tells no sender that it mapped one.
+    ///
+    /// # Errors
+    ///
+    /// [`SharingError::PeerAuthkey`] as soon as a receiver failed to
+    /// authenticate to this process's resource sharer (it will never
+    /// fetch), and [`SharingError::Unfetched`] when storages are still
+    /// waiting after `timeout`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tensorshare::{Authkey, SharingContext};
+    ///
+    /// let sharing = SharingContext::new(Authkey::new(b"secret".to_vec()));
+    /// // Nothing was sent: nothing to wait for.
+    /// sharing.wait_until_fetched(Duration::from_secs(1))?;
+    /// # Ok::<(), tensorshare::Error>(())
+    /// ```
+    pub fn wait_until_fetched(&self, timeout: Duration) -> Result<(), SharingError> {
+        let start = Instant::now();
+        let mut pause = Duration::from_millis(1);
+        loop {
+            if let Some(failures) = self.new_auth_failures() {
+                return Err(SharingError::PeerAuthkey { failures });
+            }
+            let pending = self.registrations.pending();
+            if pending == 0 {
+                return Ok(());
+            }
+            let waited = start.elapsed();
+            if waited >= timeout {
+                return Err(SharingError::Unfetched { pending, waited });
+            }
+            std::thread::sleep(pause.min(timeout - waited));
+            pause = (pause * 2).min(Duration::from_millis(50));
+        }
+    }
+
+    /// How many peers have failed the resource sharer's handshake, when
+    /// some did since the last report: such a peer holds another authkey
+    /// and can fetch none of the storages sent to it.
+    pub(crate) fn new_auth_failures(&self) -> Option<u64> {
+        let failures = self.sharer_stats()?.wrong_authkey;
+        let reported = self
+            .reported_auth_failures
+            .fetch_max(failures, Ordering::Relaxed);
+        (failures > reported).then_some(failures)
     }
 }
 

@@ -12,8 +12,8 @@
 use std::path::Path;
 use std::process::Command;
 
-use tensorshare::connection::{AUTHKEY_ENV, ConnectionOptions};
-use tensorshare::{Authkey, DType, Listener, SharingContext, Tensor, TensorView, Value};
+use tensorshare::connection::AUTHKEY_ENV;
+use tensorshare::{Authkey, DType, SharingContext, Tensor, TensorView, Value};
 
 const BATCH: usize = 8;
 const IMAGE: [usize; 4] = [BATCH, 3, 64, 64];
@@ -24,13 +24,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // One key for the connection and for the resource sharer that hands
     // torch the batch's fds: torch uses its process authkey for both.
-    let authkey = Authkey::random()?;
-    let sharing = SharingContext::new(authkey.clone());
-    let listener = Listener::bind_in_private_dir(&authkey, ConnectionOptions::default())?;
+    let sharing = SharingContext::new(Authkey::random()?);
+    let listener = sharing.listen_in_private_dir()?;
     let mut consumer = Command::new(python)
         .arg(consumer_script)
         .arg(listener.address().to_string())
-        .env(AUTHKEY_ENV, authkey.to_hex())
+        .env(AUTHKEY_ENV, sharing.authkey().to_hex())
         .spawn()?;
     let mut connection = listener.accept()?;
 

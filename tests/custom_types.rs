@@ -1,0 +1,210 @@
+//! The embedder's own types, registered both ways: a Rust struct travels as
+//! the `collections.namedtuple` or dataclass the Python side defines, and
+//! what Python sends of those classes comes back as the Rust struct.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+use tensorshare::{
+    Authkey, Custom, DType, Error, Global, Reduction, Registry, SharingContext, Tensor, Value,
+};
+
+use support::cases;
+
+#[derive(Debug, PartialEq)]
+struct Point {
+    x: i64,
+    y: i64,
+}
+
+#[derive(Debug)]
+struct Sample {
+    image: Tensor,
+    label: i64,
+}
+
+/// `Point` as a namedtuple and `Sample` as a dataclass, both defined in
+/// the peer's `__main__`.
+fn registry() -> Registry {
+    let mut registry = Registry::default();
+    registry.register_type(
+        "__main__",
+        "Point",
+        |p: &Point| Reduction::Call {
+            callee: Global::new("__main__", "Point"),
+            args: vec![Value::Int(p.x), Value::Int(p.y)],
+        },
+        |call| match call.args {
+            [Value::Int(x), Value::Int(y)] => Ok(Point { x: *x, y: *y }),
+            _ => Err(call.wrong_arguments("(x: int, y: int)")),
+        },
+    );
+    registry.register_type(
+        "__main__",
+        "Sample",
+        |s: &Sample| Reduction::Object {
+            class: Global::new("__main__", "Sample"),
+            state: Value::Dict(
+                vec![
+                    (Value::Str("image".into()), Value::Tensor(s.image.clone())),
+                    (Value::Str("label".into()), Value::Int(s.label)),
+                ]
+                .into(),
+            ),
+        },
+        |call| {
+            let Some(Value::Dict(state)) = call.state else {
+                return Err(call.invalid("expected a dataclass's attribute dict"));
+            };
+            let field = |name: &str| {
+                state
+                    .iter()
+                    .find(|(key, _)| matches!(key, Value::Str(k) if &**k == name))
+                    .map(|(_, value)| value)
+            };
+            match (field("image"), field("label")) {
+                (Some(Value::Tensor(image)), Some(Value::Int(label))) => Ok(Sample {
+                    image: image.clone(),
+                    label: *label,
+                }),
+                _ => Err(call.invalid("expected image: Tensor and label: int")),
+            }
+        },
+    );
+    registry
+}
+
+fn custom<T: std::any::Any + Send + Sync>(name: &str, value: T) -> Value {
+    Value::Custom(Custom::new(Global::new("__main__", name.to_owned()), value))
+}
+
+#[test]
+fn a_type_without_a_reducer_says_how_to_register_one() {
+    let sharing = SharingContext::new(Authkey::new(b"k".to_vec()));
+    let error = sharing
+        .dumps(&custom("Point", Point { x: 1, y: 2 }))
+        .map_err(Error::from)
+        .expect_err("no reducer");
+    assert!(
+        error.to_string().contains("Registry::register_reducer"),
+        "{error}"
+    );
+}
+
+#[test]
+fn registered_types_round_trip_between_rust_processes() {
+    let sharing = SharingContext::new(Authkey::new(b"k".to_vec())).with_registry(registry());
+    let image = cases::contiguous(DType::Float32, &[2, 3], 4, true);
+    let sent = Value::List(
+        vec![
+            custom("Point", Point { x: 3, y: -4 }),
+            custom(
+                "Sample",
+                Sample {
+                    image: image.clone(),
+                    label: 7,
+                },
+            ),
+        ]
+        .into(),
+    );
+    let back = sharing
+        .loads(&sharing.dumps(&sent).expect("dumps"))
+        .expect("loads");
+    let [Value::Custom(point), Value::Custom(sample)] = back.as_sequence().expect("a list") else {
+        panic!("{back:?}");
+    };
+    assert_eq!(point.downcast_ref::<Point>(), Some(&Point { x: 3, y: -4 }));
+    let sample = sample.downcast_ref::<Sample>().expect("a Sample");
+    assert_eq!(sample.label, 7);
+    assert!(sample.image.storage().same_as(image.storage()));
+}
+
+/// Stock Python with torch: it receives a Point and a Sample as its own
+/// classes, checks them, and sends back instances it made.
+#[test]
+fn stock_python_receives_and_sends_its_own_classes() {
+    let Some(python) = support::test_python("stock_python_receives_and_sends_its_own_classes")
+    else {
+        return;
+    };
+    let sharing = SharingContext::new(Authkey::random().expect("key")).with_registry(registry());
+    let listener = sharing.listen_in_private_dir().expect("listen");
+    let peer = r#"
+import collections, dataclasses, multiprocessing, sys
+from multiprocessing.connection import Client
+import torch, torch.multiprocessing
+
+Point = collections.namedtuple("Point", "x y")
+
+@dataclasses.dataclass
+class Sample:
+    image: torch.Tensor
+    label: int
+
+multiprocessing.current_process().authkey = bytes.fromhex(sys.argv[2])
+conn = Client(sys.argv[1], family="AF_UNIX", authkey=bytes.fromhex(sys.argv[2]))
+point, sample = conn.recv()
+assert type(point) is Point and point == Point(3, -4), point
+assert type(sample) is Sample and sample.label == 7, sample
+assert torch.equal(sample.image, torch.arange(6, dtype=torch.float32).reshape(2, 3)), sample
+conn.send([Point(x=10, y=20), Sample(image=sample.image * 2, label=8)])
+print("ok", flush=True)
+assert conn.recv() == "done"
+"#;
+    let mut child = Command::new(python)
+        .args(["-c", peer])
+        .arg(listener.address().as_path().expect("a path"))
+        .arg(sharing.authkey().to_hex())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start the peer");
+    let mut connection = listener.accept().expect("accept");
+
+    let mut writer = sharing.allocate(6 * 4).expect("allocate");
+    for (i, element) in writer.as_bytes_mut().chunks_exact_mut(4).enumerate() {
+        element.copy_from_slice(&(i as f32).to_le_bytes());
+    }
+    let image = Tensor::new(
+        writer.freeze(),
+        tensorshare::TensorView::contiguous(DType::Float32, &[2, 3]),
+    )
+    .expect("view");
+    let sent = Value::Tuple(
+        vec![
+            custom("Point", Point { x: 3, y: -4 }),
+            custom("Sample", Sample { image, label: 7 }),
+        ]
+        .into(),
+    );
+    connection.send(&sent, &sharing).expect("send");
+    let reply = connection.recv(&sharing).expect("recv");
+    let [Value::Custom(point), Value::Custom(sample)] = reply.as_sequence().expect("a list") else {
+        panic!("{reply:?}");
+    };
+    assert_eq!(point.downcast_ref::<Point>(), Some(&Point { x: 10, y: 20 }));
+    let sample = sample.downcast_ref::<Sample>().expect("a Sample");
+    assert_eq!(sample.label, 8);
+    let doubled: Vec<Vec<u8>> = (0..6)
+        .map(|i| (2.0 * i as f32).to_le_bytes().to_vec())
+        .collect();
+    let elements: Vec<Vec<u8>> = sample
+        .image
+        .elements()
+        .expect("local")
+        .map(<[u8]>::to_vec)
+        .collect();
+    assert_eq!(elements, doubled);
+
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("read");
+    assert_eq!(line.trim(), "ok");
+    connection
+        .send(&Value::Str("done".into()), &sharing)
+        .expect("send done");
+    assert!(child.wait().expect("peer exits").success());
+}
