@@ -52,9 +52,19 @@ thread_local! {
 /// [`PASSED_NAME`], with the slot armed, and returns the value it handed
 /// over.
 pub(crate) fn capture<T: ?Sized + Serialize>(content: &T) -> Result<Value, SerdeError> {
+    /// Disarms the slot however the content's code returns, a panic too:
+    /// an armed slot would hand the next tensor to whatever serializer
+    /// comes next.
+    struct Armed;
+    impl Drop for Armed {
+        fn drop(&mut self) {
+            ARMED.set(false);
+        }
+    }
+    let armed = Armed;
     ARMED.set(true);
     let serialized = content.serialize(ValueSerializer);
-    ARMED.set(false);
+    drop(armed);
     let captured = CAPTURED.take();
     serialized?;
     captured.ok_or_else(|| {
