@@ -28,6 +28,7 @@ use crate::connection::ConnectionError;
 use crate::model::ViewError;
 use crate::reduce::ReduceError;
 use crate::registry::{LoadError, RebuildError};
+use crate::serde_value::SerdeError;
 use crate::sharing::SharingError;
 use crate::sharing::resource_sharer::{FetchError, RegisterError, SharerError};
 use crate::sharing::{peer_authkey_message, unfetched_message};
@@ -120,6 +121,12 @@ pub enum Error {
          (SharingContext::connect, SharingContext::listen) so that they share one key"
     )]
     AuthkeyMismatch,
+    /// A Rust value has no Python form, or a value does not fit the Rust
+    /// type asked for ([`to_value`](crate::to_value),
+    /// [`from_value`](crate::from_value)); the message gives the path to
+    /// what does not fit.
+    #[error(transparent)]
+    Serde(SerdeError),
 }
 
 fn then_failed(connection: Option<&ConnectionError>) -> String {
@@ -176,6 +183,7 @@ from_wrapped!(
     View(ViewError),
     Connection(ConnectionError),
     MemmapDir(InvalidMemmapDir),
+    Serde(SerdeError),
 );
 
 /// A layer's error as the facade's variant for it: each layer error's
@@ -295,6 +303,16 @@ mod tests {
             error.io_error().and_then(io::Error::raw_os_error),
             Some(tensorshare_strategies::Errno::ENOENT as i32)
         );
+    }
+
+    #[test]
+    fn a_value_that_does_not_fit_shows_its_path_once() {
+        let value = Value::List(vec![Value::Int(0), Value::Str("x".into())].into());
+        let error = crate::from_value::<Vec<u8>>(&value).unwrap_err();
+        assert_each_cause_once(&error, "[1]: expected u8, found str 'x'");
+        let error = Error::from(error);
+        assert!(matches!(error, Error::Serde(_)), "{error}");
+        assert_each_cause_once(&error, "[1]: expected u8, found str 'x'");
     }
 
     #[test]

@@ -19,6 +19,8 @@ macro_rules! testing_pub_use {
 
 // Tensors, storages and the values a pickle rebuilds into.
 mod model;
+// Rust types as Python objects through serde: to_value, from_value.
+mod serde_value;
 // The allowlist, the walker and every rebuilder.
 pub mod registry;
 // Writing values as pickles, and as torch.save files.
@@ -43,6 +45,10 @@ pub use model::{
     Residence, SegmentRef, Storage, StorageKind, StorageWriter, Tensor, TensorView, Value,
     ViewError,
 };
+// Rust types as Python objects, through serde; and serde itself, the one
+// these implement, for deriving through `tensorshare::serde`.
+pub use serde;
+pub use serde_value::{SerdeError, SerdeErrorKind, from_value, to_value};
 // What the model is made of, from the format crate: dtypes, elements,
 // globals, byte buffers and the torch.save layouts.
 pub use tensorshare_compat::dtype::{DType, Scalar};

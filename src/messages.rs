@@ -83,6 +83,10 @@ impl Connection {
     /// Sends `value` as Python's `conn.send(value)` would from a torch
     /// process: pickled by `sharing`, storages shared with its strategy.
     ///
+    /// A Rust struct goes as the dict torch code expects through
+    /// [`to_value`](crate::to_value): `connection.send(&to_value(&batch)?,
+    /// &sharing)`.
+    ///
     /// The fds of shared storages also ride on the message itself (see
     /// [`SharingContext::with_inline_fds`]); Python peers ignore them.
     ///
@@ -129,6 +133,9 @@ impl Connection {
 
     /// Receives one message as Python's `conn.recv()` would in a torch
     /// process: rebuilt by `sharing`, shared storages attached.
+    ///
+    /// Read a dict into a Rust struct with [`from_value`](crate::from_value):
+    /// `let batch: Batch = from_value(&connection.recv(&sharing)?)?`.
     ///
     /// # Errors
     ///
