@@ -25,7 +25,7 @@ use tensorshare_strategies::memmap::InvalidMemmapDir;
 use tensorshare_strategies::{AllocateError, ExportError, ImportError};
 
 use crate::connection::ConnectionError;
-use crate::model::ViewError;
+use crate::model::{ElementError, ViewError};
 use crate::reduce::ReduceError;
 use crate::registry::{LoadError, RebuildError};
 use crate::sharing::SharingError;
@@ -70,6 +70,11 @@ pub enum Error {
     /// A tensor view does not fit its storage.
     #[error(transparent)]
     View(ViewError),
+    /// A tensor's elements cannot be read or written as the Rust type asked
+    /// for: another dtype, a strided view viewed in place, a misaligned
+    /// start, data that does not fill its shape.
+    #[error(transparent)]
+    Element(ElementError),
     /// Shared memory could not be allocated.
     #[error("cannot allocate shared memory: {0}")]
     Allocate(AllocateError),
@@ -156,6 +161,16 @@ impl From<LoadError> for Error {
     }
 }
 
+impl From<ElementError> for Error {
+    fn from(error: ElementError) -> Self {
+        match error {
+            ElementError::Allocate(error) => Error::Allocate(error),
+            ElementError::View(error) => Error::View(error),
+            error => Error::Element(error),
+        }
+    }
+}
+
 impl From<ReduceError> for Error {
     fn from(error: ReduceError) -> Self {
         match error {
@@ -196,7 +211,9 @@ mod tests {
 
     use super::*;
     use crate::connection::{ConnectionError, ConnectionOptions};
-    use crate::{Authkey, Client, DType, SharingContext, Storage, Tensor, TensorView, Value};
+    use crate::{
+        Authkey, Client, DType, SharingContext, Storage, StrategyKind, Tensor, TensorView, Value,
+    };
 
     /// `error` as anyhow's `{:?}` prints it: the message, then every
     /// `source()` under `Caused by:`.
@@ -255,6 +272,21 @@ mod tests {
             error.io_error().and_then(io::Error::raw_os_error),
             Some(tensorshare_strategies::Errno::ENOENT as i32)
         );
+    }
+
+    #[test]
+    fn typed_reads_have_a_variant_of_their_own_and_allocation_keeps_its_own() {
+        let t = Tensor::from_slice(&StrategyKind::Bytes, &[1u8, 2], &[2]).unwrap();
+        let error = Error::from(t.as_slice::<i8>().unwrap_err());
+        assert!(
+            matches!(error, Error::Element(ElementError::DTypeMismatch { .. })),
+            "{error:?}"
+        );
+        let error = Error::from(ElementError::Allocate(AllocateError::TooLarge {
+            nbytes: 1 << 62,
+        }));
+        assert!(matches!(error, Error::Allocate(_)), "{error:?}");
+        assert_each_cause_once(&error, "a segment holds at most");
     }
 
     #[test]

@@ -39,15 +39,21 @@ pub mod inspect;
 
 // The model: tensors, storages and the values a pickle rebuilds into.
 pub use model::{
-    Children, CudaRef, Custom, Distinct, DupFdRef, ElementOffsets, MemmapRef, Opaque, OpaqueCall,
-    Residence, SegmentRef, Storage, StorageKind, StorageWriter, Tensor, TensorView, Value,
-    ViewError,
+    Children, CudaRef, Custom, Distinct, DupFdRef, Element, ElementError, ElementOffsets,
+    MemmapRef, Opaque, OpaqueCall, Residence, SegmentRef, Storage, StorageAllocator, StorageKind,
+    StorageWriter, Tensor, TensorView, Value, ViewError,
 };
 // What the model is made of, from the format crate: dtypes, elements,
 // globals, byte buffers and the torch.save layouts.
 pub use tensorshare_compat::dtype::{DType, Scalar};
 pub use tensorshare_compat::pickle::{Global, SharedBytes};
 pub use tensorshare_compat::torch_save::TorchSaveFormat;
+// The crates of the element types and typed views: `half::f16`,
+// `num_complex::Complex<f32>`, `bytemuck::Pod`; an embedder names them
+// through these, at the versions tensorshare uses.
+pub use bytemuck;
+pub use half;
+pub use num_complex;
 // The memory a local storage lives in, from the strategy crate.
 pub use tensorshare_strategies::{AllocateError, Segment, StrategyKind};
 // The entry points: the allowlist, a process's sharing state, connections.

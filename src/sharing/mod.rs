@@ -49,7 +49,7 @@ pub use error::SharingError;
 pub use tensorshare_strategies::{ExportError, ImportError, memmap::InvalidMemmapDir};
 
 use crate::connection::Authkey;
-use crate::model::{Storage, StorageWriter, Value};
+use crate::model::{Storage, StorageAllocator, StorageWriter, Value};
 use crate::reduce::ReduceError;
 use crate::registry::Registry;
 use crate::registry::rebuild::Walker;
@@ -448,6 +448,14 @@ impl SharingContext {
     /// How many shared fds are waiting for their receivers.
     pub fn unfetched_shares(&self) -> usize {
         self.registrations.pending()
+    }
+}
+
+/// Allocates as [`SharingContext::allocate`] does: with the context's
+/// strategy, reusing memory where it can.
+impl StorageAllocator for SharingContext {
+    fn allocate_storage(&self, nbytes: usize) -> Result<StorageWriter, AllocateError> {
+        self.allocate(nbytes)
     }
 }
 
