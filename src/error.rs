@@ -25,7 +25,7 @@ use tensorshare_strategies::memmap::InvalidMemmapDir;
 use tensorshare_strategies::{AllocateError, ExportError, ImportError};
 
 use crate::connection::ConnectionError;
-use crate::model::{ElementError, ViewError};
+use crate::model::{ElementError, ValueAccessError, ViewError};
 use crate::reduce::ReduceError;
 use crate::registry::{LoadError, RebuildError};
 use crate::sharing::SharingError;
@@ -75,6 +75,10 @@ pub enum Error {
     /// start, data that does not fill its shape.
     #[error(transparent)]
     Element(ElementError),
+    /// A received value is not what the reader asked for: another type, a
+    /// missing key, an int out of range; the message says where.
+    #[error(transparent)]
+    Value(ValueAccessError),
     /// Shared memory could not be allocated.
     #[error("cannot allocate shared memory: {0}")]
     Allocate(AllocateError),
@@ -144,6 +148,7 @@ from_wrapped!(
     Register(RegisterError),
     Fetch(FetchError),
     View(ViewError),
+    Value(ValueAccessError),
     Connection(ConnectionError),
     MemmapDir(InvalidMemmapDir),
 );
@@ -275,7 +280,7 @@ mod tests {
     }
 
     #[test]
-    fn typed_reads_have_a_variant_of_their_own_and_allocation_keeps_its_own() {
+    fn typed_reads_have_variants_of_their_own_and_allocation_keeps_its_own() {
         let t = Tensor::from_slice(&StrategyKind::Bytes, &[1u8, 2], &[2]).unwrap();
         let error = Error::from(t.as_slice::<i8>().unwrap_err());
         assert!(
@@ -286,7 +291,12 @@ mod tests {
             nbytes: 1 << 62,
         }));
         assert!(matches!(error, Error::Allocate(_)), "{error:?}");
-        assert_each_cause_once(&error, "a segment holds at most");
+        let error = Error::from(Value::from(1).try_get::<i64>("a").unwrap_err());
+        assert!(
+            matches!(error, Error::Value(ValueAccessError::WrongType { .. })),
+            "{error:?}"
+        );
+        assert_each_cause_once(&error, "expected a dict, found an int");
     }
 
     #[test]

@@ -39,9 +39,9 @@ pub mod inspect;
 
 // The model: tensors, storages and the values a pickle rebuilds into.
 pub use model::{
-    Children, CudaRef, Custom, Distinct, DupFdRef, Element, ElementError, ElementOffsets,
-    MemmapRef, Opaque, OpaqueCall, Residence, SegmentRef, Storage, StorageAllocator, StorageKind,
-    StorageWriter, Tensor, TensorView, Value, ViewError,
+    Children, CudaRef, Custom, Dict, Distinct, DupFdRef, Element, ElementError, ElementOffsets,
+    MemmapRef, Opaque, OpaqueCall, PathSegment, Residence, SegmentRef, Storage, StorageAllocator,
+    StorageKind, StorageWriter, Tensor, TensorView, Value, ValueAccessError, ViewError,
 };
 // What the model is made of, from the format crate: dtypes, elements,
 // globals, byte buffers and the torch.save layouts.

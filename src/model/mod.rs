@@ -17,4 +17,6 @@ pub use storage::{
     StorageWriter,
 };
 pub use tensor::{ElementOffsets, Tensor, TensorView, ViewError};
-pub use value::{Children, Custom, Distinct, Opaque, OpaqueCall, Value};
+pub use value::{
+    Children, Custom, Dict, Distinct, Opaque, OpaqueCall, PathSegment, Value, ValueAccessError,
+};
