@@ -49,10 +49,13 @@ pub use tensorshare_compat::dtype::{DType, Scalar};
 pub use tensorshare_compat::pickle::{Global, SharedBytes};
 pub use tensorshare_compat::torch_save::TorchSaveFormat;
 // The crates of the element types and typed views: `half::f16`,
-// `num_complex::Complex<f32>`, `bytemuck::Pod`; an embedder names them
-// through these, at the versions tensorshare uses.
+// `num_complex::Complex<f32>`, `bytemuck::Pod`, and under the `ndarray`
+// feature the array views; an embedder names them through these, at the
+// versions tensorshare uses.
 pub use bytemuck;
 pub use half;
+#[cfg(feature = "ndarray")]
+pub use ndarray;
 pub use num_complex;
 // The memory a local storage lives in, from the strategy crate.
 pub use tensorshare_strategies::{AllocateError, Segment, StrategyKind};

@@ -2,6 +2,8 @@
 //! into. Every layer above speaks in these types; this one imports none of
 //! them.
 
+#[cfg(feature = "ndarray")]
+mod array_view;
 mod callable;
 mod element;
 mod storage;
