@@ -25,8 +25,9 @@ impl Tensor {
     /// [`to_vec`](Self::to_vec)), [`ElementError::NotLocal`] when the
     /// storage's bytes are not in this process, and
     /// [`ElementError::Misaligned`] when the first element is not at an
-    /// address aligned for `T` (a storage offset that is not a multiple of
-    /// the alignment in a heap buffer, say).
+    /// address aligned for `T`: a storage whose bytes start unaligned, as a
+    /// heap buffer may (shared memory starts on a page); copy it with
+    /// [`to_vec`](Self::to_vec).
     ///
     /// # Examples
     ///
@@ -68,7 +69,7 @@ impl Tensor {
     /// # Examples
     ///
     /// ```
-    /// use tensorshare::{StrategyKind, Tensor, TensorView};
+    /// use tensorshare::{StrategyKind, Tensor};
     ///
     /// let t = Tensor::from_slice(&StrategyKind::Bytes, &[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3])?;
     /// // The transpose: sizes [3, 2], strides [1, 3].
@@ -218,10 +219,16 @@ impl StorageWriter {
 
 /// The bytes of a contiguous view's elements.
 fn contiguous_bytes<'a>(tensor: &Tensor, bytes: &'a [u8]) -> &'a [u8] {
+    // A view with no elements needs no bytes, wherever its offset points:
+    // Tensor::new does not check the offset of one, and a peer may send
+    // any.
+    if tensor.numel() == 0 {
+        return &[];
+    }
+    // In bounds and without overflow: Tensor::new checked that the
+    // elements lie in the storage.
     let size = tensor.dtype().element_size();
     let start = tensor.storage_offset() * size;
-    // In bounds and without overflow: Tensor::new checked the view. A view
-    // with no elements needs no bytes, wherever its offset points.
     bytes
         .get(start..start + tensor.numel() * size)
         .unwrap_or_default()
@@ -320,10 +327,12 @@ pub(crate) mod tests {
         let column = restrided(&t, &[3, 1], &[1, 99], 5);
         assert!(column.is_contiguous());
         assert_eq!(column.as_slice::<i64>().unwrap(), [5, 6, 7]);
-        // No elements, wherever the offset points.
-        let empty = restrided(&t, &[0, 4], &[4, 1], 1000);
-        assert_eq!(empty.as_slice::<i64>().unwrap(), [] as [i64; 0]);
-        assert_eq!(empty.to_vec::<i64>().unwrap(), [] as [i64; 0]);
+        // No elements, wherever the offset points, however far.
+        for offset in [1000, i64::MAX] {
+            let empty = restrided(&t, &[0, 4], &[4, 1], offset);
+            assert_eq!(empty.as_slice::<i64>().unwrap(), [] as [i64; 0]);
+            assert_eq!(empty.to_vec::<i64>().unwrap(), [] as [i64; 0]);
+        }
     }
 
     #[test]
