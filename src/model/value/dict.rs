@@ -1,6 +1,7 @@
 //! Building a Python `dict` in insertion order.
 
 use std::collections::HashMap;
+use std::fmt;
 use std::sync::Arc;
 
 use super::Value;
@@ -36,7 +37,7 @@ use super::Value;
 /// assert_eq!(Value::from(names).try_get::<i64>("b")?, 2);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub struct Dict {
     pairs: Vec<(Value, Value)>,
     /// Where each `str` and `int` key is in `pairs`.
@@ -128,6 +129,15 @@ impl Dict {
     }
 }
 
+/// The items, as a map.
+impl fmt::Debug for Dict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map()
+            .entries(self.pairs.iter().map(|(k, v)| (k, v)))
+            .finish()
+    }
+}
+
 /// A Python `dict`.
 impl From<Dict> for Value {
     fn from(dict: Dict) -> Self {
@@ -176,6 +186,7 @@ mod tests {
         assert_eq!(keys, ["'a'", "'b'", "1", "<tuple>", "<tuple>"]);
         assert_eq!(dict.get("a").and_then(Value::as_int), Some(3));
         assert_eq!(dict.len(), 5);
+        assert!(format!("{dict:?}").starts_with(r#"{Str("a"): Int(3), Str("b"): Int(2)"#));
         let value = Value::from(dict);
         assert_eq!(value.get("a").and_then(Value::as_int), Some(3));
     }
