@@ -25,7 +25,7 @@ use tensorshare_strategies::memmap::InvalidMemmapDir;
 use tensorshare_strategies::{AllocateError, ExportError, ImportError};
 
 use crate::connection::ConnectionError;
-use crate::model::ViewError;
+use crate::model::{ElementError, ValueAccessError, ViewError};
 use crate::reduce::ReduceError;
 use crate::registry::{LoadError, RebuildError};
 use crate::serde_value::SerdeError;
@@ -72,6 +72,15 @@ pub enum Error {
     /// A tensor view does not fit its storage.
     #[error(transparent)]
     View(ViewError),
+    /// A tensor's elements cannot be read or written as the Rust type asked
+    /// for: another dtype, a strided view viewed in place, a misaligned
+    /// start, data that does not fill its shape.
+    #[error(transparent)]
+    Element(ElementError),
+    /// A received value is not what the reader asked for: another type, a
+    /// missing key, an int out of range; the message says where.
+    #[error(transparent)]
+    Value(ValueAccessError),
     /// Shared memory could not be allocated.
     #[error("cannot allocate shared memory: {0}")]
     Allocate(AllocateError),
@@ -181,6 +190,7 @@ from_wrapped!(
     Register(RegisterError),
     Fetch(FetchError),
     View(ViewError),
+    Value(ValueAccessError),
     Connection(ConnectionError),
     MemmapDir(InvalidMemmapDir),
     Serde(SerdeError),
@@ -195,6 +205,16 @@ impl From<LoadError> for Error {
             LoadError::Decode(error) => Error::Decode(error),
             LoadError::Rebuild(error) => Error::Rebuild(error),
             LoadError::TorchSave(error) => Error::TorchSave(error),
+        }
+    }
+}
+
+impl From<ElementError> for Error {
+    fn from(error: ElementError) -> Self {
+        match error {
+            ElementError::Allocate(error) => Error::Allocate(error),
+            ElementError::View(error) => Error::View(error),
+            error => Error::Element(error),
         }
     }
 }
@@ -244,7 +264,9 @@ mod tests {
 
     use super::*;
     use crate::connection::{ConnectionError, ConnectionOptions};
-    use crate::{Authkey, Client, DType, SharingContext, Storage, Tensor, TensorView, Value};
+    use crate::{
+        Authkey, Client, DType, SharingContext, Storage, StrategyKind, Tensor, TensorView, Value,
+    };
 
     /// `error` as anyhow's `{:?}` prints it: the message, then every
     /// `source()` under `Caused by:`.
@@ -313,6 +335,26 @@ mod tests {
         let error = Error::from(error);
         assert!(matches!(error, Error::Serde(_)), "{error}");
         assert_each_cause_once(&error, "[1]: expected u8, found str 'x'");
+    }
+
+    #[test]
+    fn typed_reads_have_variants_of_their_own_and_allocation_keeps_its_own() {
+        let t = Tensor::from_slice(&StrategyKind::Bytes, &[1u8, 2], &[2]).unwrap();
+        let error = Error::from(t.as_slice::<i8>().unwrap_err());
+        assert!(
+            matches!(error, Error::Element(ElementError::DTypeMismatch { .. })),
+            "{error:?}"
+        );
+        let error = Error::from(ElementError::Allocate(AllocateError::TooLarge {
+            nbytes: 1 << 62,
+        }));
+        assert!(matches!(error, Error::Allocate(_)), "{error:?}");
+        let error = Error::from(Value::from(1).try_get::<i64>("a").unwrap_err());
+        assert!(
+            matches!(error, Error::Value(ValueAccessError::WrongType { .. })),
+            "{error:?}"
+        );
+        assert_each_cause_once(&error, "expected a dict, found an int");
     }
 
     #[test]

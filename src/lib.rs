@@ -41,9 +41,9 @@ pub mod inspect;
 
 // The model: tensors, storages and the values a pickle rebuilds into.
 pub use model::{
-    Children, CudaRef, Custom, Distinct, DupFdRef, ElementOffsets, MemmapRef, Opaque, OpaqueCall,
-    Residence, SegmentRef, Storage, StorageKind, StorageWriter, Tensor, TensorView, Value,
-    ViewError,
+    Children, CudaRef, Custom, Dict, Distinct, DupFdRef, Element, ElementError, ElementOffsets,
+    MemmapRef, Opaque, OpaqueCall, PathSegment, Residence, SegmentRef, Storage, StorageAllocator,
+    StorageKind, StorageWriter, Tensor, TensorView, Value, ValueAccessError, ViewError,
 };
 // Rust types as Python objects, through serde; and serde itself, the one
 // these implement, for deriving through `tensorshare::serde`.
@@ -54,6 +54,15 @@ pub use serde_value::{SerdeError, SerdeErrorKind, from_value, to_value};
 pub use tensorshare_compat::dtype::{DType, Scalar};
 pub use tensorshare_compat::pickle::{Global, SharedBytes};
 pub use tensorshare_compat::torch_save::TorchSaveFormat;
+// The crates of the element types and typed views: `half::f16`,
+// `num_complex::Complex<f32>`, `bytemuck::Pod`, and under the `ndarray`
+// feature the array views; an embedder names them through these, at the
+// versions tensorshare uses.
+pub use bytemuck;
+pub use half;
+#[cfg(feature = "ndarray")]
+pub use ndarray;
+pub use num_complex;
 // The memory a local storage lives in, from the strategy crate.
 pub use tensorshare_strategies::{AllocateError, Segment, StrategyKind};
 // The entry points: the allowlist, a process's sharing state, connections.

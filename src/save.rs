@@ -36,13 +36,11 @@ use crate::registry::TypeReducers;
 /// # Examples
 ///
 /// ```
-/// use tensorshare::{DType, Storage, Tensor, TensorView, Value};
+/// use tensorshare::{StrategyKind, Tensor, TorchSaveFormat, Value};
 /// use tensorshare::save::save_torch;
-/// use tensorshare_compat::torch_save::TorchSaveFormat;
 ///
-/// let bytes: Vec<u8> = [1.0f32, 2.0, 3.0].iter().flat_map(|f| f.to_le_bytes()).collect();
-/// let tensor = Tensor::new(Storage::from_vec(bytes), TensorView::contiguous(DType::Float32, &[3])).unwrap();
-/// let file = save_torch(&Value::Tensor(tensor), TorchSaveFormat::Zip).unwrap();
+/// let tensor = Tensor::from_slice(&StrategyKind::Bytes, &[1.0f32, 2.0, 3.0], &[3]).unwrap();
+/// let file = save_torch(&Value::from(tensor), TorchSaveFormat::Zip).unwrap();
 /// assert!(file.starts_with(b"PK\x03\x04"));
 /// ```
 pub fn save_torch(value: &Value, format: TorchSaveFormat) -> Result<Vec<u8>, ReduceError> {

@@ -162,17 +162,21 @@ impl AsRef<[u8]> for StorageBytes {
 ///
 /// # Examples
 ///
-/// ```
-/// use tensorshare::{DType, Storage, Tensor, TensorView};
-/// use tensorshare::StrategyKind;
+/// Write it as bytes ([`as_bytes_mut`](Self::as_bytes_mut)) or as elements
+/// ([`as_mut_slice`](Self::as_mut_slice)), then freeze it into a storage
+/// ([`freeze`](Self::freeze)) or view it as a tensor
+/// ([`into_tensor`](Self::into_tensor)).
 ///
-/// let mut writer = Storage::allocate(StrategyKind::FileDescriptor, 4 * 4)?;
-/// for (i, chunk) in writer.as_bytes_mut().chunks_exact_mut(4).enumerate() {
-///     chunk.copy_from_slice(&(i as f32).to_le_bytes());
+/// ```
+/// use tensorshare::{Storage, StrategyKind};
+///
+/// let mut writer = Storage::allocate(StrategyKind::FileDescriptor, 4 * size_of::<f32>())?;
+/// for (i, x) in writer.as_mut_slice::<f32>()?.iter_mut().enumerate() {
+///     *x = i as f32;
 /// }
-/// let storage = writer.freeze();
-/// let t = Tensor::new(storage, TensorView::contiguous(DType::Float32, &[4]))?;
+/// let t = writer.into_tensor::<f32>(&[4])?;
 /// assert_eq!(t.storage().kind().name(), "file_descriptor");
+/// assert_eq!(t.as_slice::<f32>()?, [0.0, 1.0, 2.0, 3.0]);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct StorageWriter(Box<dyn WritableSegment>);
@@ -196,6 +200,42 @@ impl StorageWriter {
 impl fmt::Debug for StorageWriter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_tuple("StorageWriter").field(&self.0).finish()
+    }
+}
+
+/// Where new storages come from: a
+/// [`SharingContext`](crate::SharingContext), which allocates with its
+/// strategy and reuses memory, or a [`StrategyKind`], which makes a fresh
+/// segment of that kind ([`Storage::allocate`]).
+///
+/// What [`Tensor::from_slice`](crate::Tensor::from_slice) and its likes
+/// write into, so that a tensor built from Rust data is written once,
+/// straight into the memory it is shared from.
+///
+/// # Examples
+///
+/// ```
+/// use tensorshare::{StorageAllocator, StrategyKind};
+///
+/// let mut writer = StrategyKind::Bytes.allocate_storage(16)?;
+/// writer.as_bytes_mut()[0] = 1;
+/// assert_eq!(writer.freeze().nbytes(), 16);
+/// # Ok::<(), tensorshare::AllocateError>(())
+/// ```
+pub trait StorageAllocator {
+    /// Allocates `nbytes` zero-filled bytes to be written in place.
+    ///
+    /// # Errors
+    ///
+    /// The strategy's [`AllocateError`]: out of memory, out of file
+    /// descriptors, a full `/dev/shm`; each says what to do.
+    fn allocate_storage(&self, nbytes: usize) -> Result<StorageWriter, AllocateError>;
+}
+
+/// A fresh segment of this kind, as [`Storage::allocate`] makes it.
+impl StorageAllocator for StrategyKind {
+    fn allocate_storage(&self, nbytes: usize) -> Result<StorageWriter, AllocateError> {
+        Storage::allocate(*self, nbytes)
     }
 }
 

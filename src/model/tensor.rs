@@ -183,6 +183,41 @@ impl Tensor {
         }
     }
 
+    /// Whether the elements lie in storage order with no gaps, row-major
+    /// from the first one, as torch's `is_contiguous()` says: the stride of
+    /// a dimension of size 1 does not matter, and a view with no elements
+    /// is contiguous.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tensorshare::{DType, Storage, Tensor, TensorView};
+    ///
+    /// let storage = Storage::from_vec(vec![0u8; 6]);
+    /// let rows = Tensor::new(storage.clone(), TensorView::contiguous(DType::UInt8, &[2, 3]))?;
+    /// assert!(rows.is_contiguous());
+    /// let mut transposed = TensorView::contiguous(DType::UInt8, &[3, 2]);
+    /// transposed.strides = vec![1, 3];
+    /// assert!(!Tensor::new(storage, transposed)?.is_contiguous());
+    /// # Ok::<(), tensorshare::ViewError>(())
+    /// ```
+    pub fn is_contiguous(&self) -> bool {
+        if self.numel() == 0 {
+            return true;
+        }
+        let mut expected = 1;
+        for (&size, &stride) in self.0.sizes.iter().zip(&self.0.strides).rev() {
+            if size != 1 {
+                if stride != expected {
+                    return false;
+                }
+                // No overflow: the product of the sizes is numel, which fits.
+                expected *= size;
+            }
+        }
+        true
+    }
+
     /// `requires_grad`.
     pub fn requires_grad(&self) -> bool {
         self.0.requires_grad

@@ -11,6 +11,14 @@ use tensorshare_compat::pickle::{Global, SharedBytes};
 use super::{CallKind, Callable, Storage, Tensor};
 use crate::DType;
 
+mod access;
+mod convert;
+mod dict;
+mod error;
+
+pub use dict::Dict;
+pub use error::{PathSegment, ValueAccessError};
+
 /// A rebuilt Python object.
 ///
 /// Python objects are shared by reference, and a pickle's memo keeps them
@@ -20,6 +28,29 @@ use crate::DType;
 /// object: a graph's memory follows the pickle's size, never the size of
 /// its expansion. Walk one with [`Value::shared_identity`] in hand (as
 /// [`Value::tensors`] and `inspect` do) to visit each shared object once.
+///
+/// Build one with `From`: Rust's scalars and strings, `()` and `Option`
+/// for `None`, `Vec`s, slices and arrays for lists, tuples for tuples, maps
+/// and a [`Dict`] for dicts, tensors. Read one with the `as_*` accessors and
+/// [`get`](Value::get), which give an `Option`, or with `TryFrom` and
+/// [`try_get`](Value::try_get), whose [`ValueAccessError`] says what was
+/// found instead and where.
+///
+/// # Examples
+///
+/// ```
+/// use tensorshare::{Dict, Value};
+///
+/// let message = Value::from((Dict::new().with("ids", vec![3, 1, 4]), "train", None::<f64>));
+/// let (fields, split, weight): (&Value, &str, &Value) = (&message).try_into()?;
+/// assert_eq!(fields.try_get::<Vec<u32>>("ids")?, [3, 1, 4]);
+/// assert_eq!((split, weight.is_none()), ("train", true));
+/// assert_eq!(
+///     fields.try_get::<Vec<String>>("ids").unwrap_err().to_string(),
+///     "expected a str at ['ids'][0], found an int",
+/// );
+/// # Ok::<(), tensorshare::ValueAccessError>(())
+/// ```
 #[derive(Clone, Debug)]
 pub enum Value {
     /// `None`.
@@ -195,49 +226,6 @@ impl Value {
         }
     }
 
-    /// The tensor, if this is one.
-    pub fn as_tensor(&self) -> Option<&Tensor> {
-        match self {
-            Value::Tensor(t) => Some(t),
-            _ => None,
-        }
-    }
-
-    /// The int, if this is one that fits in 64 bits (`bool` counts, as in Python).
-    pub fn as_int(&self) -> Option<i64> {
-        match self {
-            Value::Int(i) => Some(*i),
-            Value::Bool(b) => Some(i64::from(*b)),
-            _ => None,
-        }
-    }
-
-    /// The items, if this is a tuple or list.
-    pub fn as_sequence(&self) -> Option<&[Value]> {
-        match self {
-            Value::Tuple(items) | Value::List(items) => Some(items),
-            _ => None,
-        }
-    }
-
-    /// The storage this value holds or views: a tensor's, or the storage
-    /// itself.
-    pub fn storage(&self) -> Option<&Storage> {
-        match self {
-            Value::Tensor(t) => Some(t.storage()),
-            Value::Storage(s) | Value::TypedStorage(s, _) => Some(s),
-            _ => None,
-        }
-    }
-
-    /// The text, if this is a `str`.
-    pub fn as_str(&self) -> Option<&str> {
-        match self {
-            Value::Str(s) => Some(s),
-            _ => None,
-        }
-    }
-
     /// What identifies this value as one shared object: the address of its
     /// allocation for containers, strings, sizes, big ints, byte arrays and
     /// opaque nodes that more than one holder has, and for every tensor;
@@ -380,10 +368,4 @@ fn call_part(call: &OpaqueCall, index: usize) -> Option<&Value> {
     }
     index -= call.list_items.len();
     pair(&call.dict_items, index)
-}
-
-impl From<Tensor> for Value {
-    fn from(t: Tensor) -> Self {
-        Value::Tensor(t)
-    }
 }

@@ -51,7 +51,7 @@ pub(crate) use error::{peer_authkey_message, unfetched_message};
 pub use tensorshare_strategies::{ExportError, ImportError, memmap::InvalidMemmapDir};
 
 use crate::connection::{Authkey, ConnectionOptions};
-use crate::model::{Storage, StorageWriter, Value};
+use crate::model::{Storage, StorageAllocator, StorageWriter, Value};
 use crate::reduce::ReduceError;
 use crate::registry::Registry;
 use crate::registry::rebuild::Walker;
@@ -77,20 +77,18 @@ const DEFAULT_UNFETCHED_LIFETIME: Duration = Duration::from_secs(300);
 /// # Examples
 ///
 /// ```
-/// use tensorshare::{Authkey, DType, SharingContext, Storage, StrategyKind, Tensor, TensorView, Value};
+/// use tensorshare::{Authkey, SharingContext, Tensor, Value};
 ///
 /// let sharing = SharingContext::new(Authkey::new(b"secret".to_vec()));
-/// let mut writer = Storage::allocate(StrategyKind::FileDescriptor, 8)?;
-/// writer.as_bytes_mut().copy_from_slice(&[1, 0, 0, 0, 2, 0, 0, 0]);
-/// let t = Tensor::new(writer.freeze(), TensorView::contiguous(DType::Int32, &[2]))?;
+/// // In this context's shared memory (file_descriptor: a memfd).
+/// let t = Tensor::from_slice(&sharing, &[1i32, 2], &[2])?;
 ///
-/// let bytes = sharing.dumps(&Value::List(vec![t.clone().into(), t.into()].into()))?;
+/// let bytes = sharing.dumps(&Value::from(vec![&t, &t]))?;
 /// // Any process holding the same authkey rebuilds it, here this one:
 /// let back = sharing.loads(&bytes)?;
-/// let [first, second] = back.as_sequence().unwrap() else { panic!("two items") };
-/// let (Value::Tensor(first), Value::Tensor(second)) = (first, second) else { panic!("tensors") };
+/// let (first, second): (&Tensor, &Tensor) = (&back).try_into()?;
 /// assert!(first.same_as(second), "one tensor sent twice is one tensor");
-/// assert_eq!(first.storage().bytes(), Some(&[1, 0, 0, 0, 2, 0, 0, 0][..]));
+/// assert_eq!(first.as_slice::<i32>()?, [1, 2]);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug)]
@@ -533,6 +531,14 @@ impl SharingContext {
             .reported_auth_failures
             .fetch_max(failures, Ordering::Relaxed);
         (failures > reported).then_some(failures)
+    }
+}
+
+/// Allocates as [`SharingContext::allocate`] does: with the context's
+/// strategy, reusing memory where it can.
+impl StorageAllocator for SharingContext {
+    fn allocate_storage(&self, nbytes: usize) -> Result<StorageWriter, AllocateError> {
+        self.allocate(nbytes)
     }
 }
 
