@@ -28,6 +28,7 @@ use crate::connection::ConnectionError;
 use crate::model::ViewError;
 use crate::reduce::ReduceError;
 use crate::registry::{LoadError, RebuildError};
+use crate::safetensors::SafetensorsError;
 use crate::sharing::SharingError;
 use crate::sharing::resource_sharer::{FetchError, RegisterError, SharerError};
 
@@ -91,6 +92,10 @@ pub enum Error {
     /// A `multiprocessing.connection` connection failed.
     #[error(transparent)]
     Connection(ConnectionError),
+    /// A `.safetensors` file is malformed, or a value has no safetensors
+    /// form (not a flat dict of str to tensor, a dtype safetensors lacks).
+    #[error(transparent)]
+    Safetensors(SafetensorsError),
 }
 
 impl Error {
@@ -107,6 +112,7 @@ impl Error {
             Error::TorchSaveWrite(WriteError::Io(cause))
             | Error::Reduce(ReduceError::TorchSaveWrite(WriteError::Io(cause))) => Some(cause),
             Error::Attach { cause, .. } => cause.io_error(),
+            Error::Safetensors(error) => error.io_error(),
             _ => None,
         }
     }
@@ -141,6 +147,7 @@ from_wrapped!(
     View(ViewError),
     Connection(ConnectionError),
     MemmapDir(InvalidMemmapDir),
+    Safetensors(SafetensorsError),
 );
 
 /// A layer's error as the facade's variant for it: each layer error's

@@ -26,6 +26,8 @@ pub mod reduce;
 pub mod save;
 // Reading torch.save files.
 pub mod archive;
+// Reading and writing .safetensors files.
+pub mod safetensors;
 // multiprocessing.connection: bytes and fds.
 pub mod connection;
 // SharingContext: strategies, caches, pool, resource sharer.
