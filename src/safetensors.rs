@@ -45,7 +45,9 @@
 //! before anything is allocated, the crate's header validation rejects
 //! offsets that overlap, leave gaps or run past the data, and shapes whose
 //! size overflows, and a tensor's storage is allocated only once its bytes
-//! are known to be in the input. Memory stays within the input's size.
+//! are known to be in the input. Memory stays within the input's size:
+//! [`load`] reads each tensor from the file straight into its storage, and
+//! [`from_bytes`] copies each out of the input once.
 //!
 //! # Examples
 //!
@@ -305,6 +307,22 @@ impl SafetensorsError {
 }
 
 /// A safetensors file: its tensors and its metadata table.
+///
+/// # Examples
+///
+/// ```
+/// use tensorshare::safetensors::SafetensorsFile;
+/// use tensorshare::{DType, Storage, Tensor, TensorView, Value};
+///
+/// let mask = Tensor::new(Storage::from_vec(vec![1, 0, 1]), TensorView::contiguous(DType::Bool, &[3]))?;
+/// let mut file = SafetensorsFile::new(Value::Dict(vec![(Value::Str("mask".into()), Value::Tensor(mask))].into()));
+/// file.metadata.insert("source".to_owned(), "example".to_owned());
+///
+/// let read = SafetensorsFile::from_bytes(&file.to_bytes()?)?;
+/// assert_eq!(read.metadata["format"], "pt");
+/// assert_eq!(read.metadata["source"], "example");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Debug)]
 pub struct SafetensorsFile {
     /// A `dict` of `str` to `Tensor`, in the file's order when read.
@@ -506,6 +524,24 @@ pub fn from_bytes(bytes: &[u8]) -> Result<Value, SafetensorsError> {
 ///
 /// As [`to_bytes`], and [`SafetensorsError::Write`] when the file cannot be
 /// written.
+///
+/// # Examples
+///
+/// A `pytorch_model.bin` (any `torch.save` file holding a state dict,
+/// saved from a GPU or not) as a `model.safetensors`, nothing executed:
+///
+/// ```no_run
+/// use tensorshare::Registry;
+/// use tensorshare::archive::load_torch_save;
+///
+/// let bytes = std::fs::read("pytorch_model.bin")?;
+/// let (_, state_dict) = load_torch_save(&bytes, &Registry::default())?;
+/// tensorshare::safetensors::save(&state_dict, "model.safetensors")?;
+///
+/// let tensors = tensorshare::safetensors::load("model.safetensors")?;
+/// println!("{} tensors", tensors.tensors().len());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn save(state_dict: &Value, path: impl AsRef<Path>) -> Result<(), SafetensorsError> {
     SafetensorsFile::new(state_dict.clone()).save(path)
 }
