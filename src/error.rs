@@ -29,6 +29,8 @@ use crate::model::{ElementError, ValueAccessError, ViewError};
 use crate::reduce::ReduceError;
 use crate::registry::{LoadError, RebuildError};
 use crate::serde_value::SerdeError;
+#[cfg(feature = "safetensors")]
+use crate::safetensors::SafetensorsError;
 use crate::sharing::SharingError;
 use crate::sharing::resource_sharer::{FetchError, RegisterError, SharerError};
 use crate::sharing::{peer_authkey_message, unfetched_message};
@@ -136,6 +138,11 @@ pub enum Error {
     /// what does not fit.
     #[error(transparent)]
     Serde(SerdeError),
+    /// A `.safetensors` file is malformed, or a value has no safetensors
+    /// form (not a flat dict of str to tensor, a dtype safetensors lacks).
+    #[cfg(feature = "safetensors")]
+    #[error(transparent)]
+    Safetensors(SafetensorsError),
 }
 
 fn then_failed(connection: Option<&ConnectionError>) -> String {
@@ -158,6 +165,8 @@ impl Error {
             Error::TorchSaveWrite(WriteError::Io(cause))
             | Error::Reduce(ReduceError::TorchSaveWrite(WriteError::Io(cause))) => Some(cause),
             Error::Attach { cause, .. } => cause.io_error(),
+            #[cfg(feature = "safetensors")]
+            Error::Safetensors(error) => error.io_error(),
             _ => None,
         }
     }
@@ -195,6 +204,9 @@ from_wrapped!(
     MemmapDir(InvalidMemmapDir),
     Serde(SerdeError),
 );
+
+#[cfg(feature = "safetensors")]
+from_wrapped!(Safetensors(SafetensorsError));
 
 /// A layer's error as the facade's variant for it: each layer error's
 /// variants map one to one onto the facade's, so a caller matches one

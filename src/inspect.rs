@@ -1,4 +1,4 @@
-//! Decode any torch pickle or `.pt` file without executing anything, into
+//! Decode any torch pickle, `.pt` or `.safetensors` file without executing anything, into
 //! a [`Report`]: the file's format and the rebuilt object, what in it is
 //! not plain data, and each tensor's first elements.
 //!
@@ -50,6 +50,8 @@ pub enum Format {
     TorchSaveZip,
     /// A legacy (pre-1.6 default) `torch.save` file.
     TorchSaveLegacy,
+    /// A `.safetensors` file: its object is a `dict` of `str` to `Tensor`.
+    Safetensors,
 }
 
 impl Format {
@@ -59,6 +61,7 @@ impl Format {
             Format::Pickle => "pickle",
             Format::TorchSaveZip => "torch.save zip",
             Format::TorchSaveLegacy => "torch.save legacy",
+            Format::Safetensors => "safetensors",
         }
     }
 }
@@ -96,7 +99,8 @@ impl OpaqueSummary {
 /// magic number `0x1950a86a20f9469cfc6c` as `LONG1`.
 const LEGACY_MAGIC: &[u8] = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19";
 
-/// Decodes `bytes` as a torch pickle or `torch.save` file.
+/// Decodes `bytes` as a torch pickle, a `torch.save` file or a
+/// `.safetensors` file (told apart by their first bytes).
 ///
 /// Globals outside `registry`'s allowlist are refused, all of them named,
 /// unless its options keep them as opaque nodes
@@ -105,8 +109,16 @@ const LEGACY_MAGIC: &[u8] = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x
 /// # Errors
 ///
 /// Any [`Error`] of decoding or rebuilding: a disallowed global, a malformed
-/// or truncated stream, a view outside its storage.
+/// or truncated stream, a view outside its storage, a safetensors header
+/// that does not match its data.
 pub fn inspect(bytes: &[u8], registry: &Registry) -> Result<Report, Error> {
+    #[cfg(feature = "safetensors")]
+    if crate::safetensors::looks_like_safetensors(bytes) {
+        return Ok(Report {
+            format: Format::Safetensors,
+            object: crate::safetensors::from_bytes(bytes)?,
+        });
+    }
     if bytes.starts_with(b"PK\x03\x04") || bytes.starts_with(LEGACY_MAGIC) {
         let (format, object) = crate::archive::load_torch_save(bytes, registry)?;
         let format = match format {

@@ -28,6 +28,9 @@ pub mod reduce;
 pub mod save;
 // Reading torch.save files.
 pub mod archive;
+// Reading and writing .safetensors files.
+#[cfg(feature = "safetensors")]
+pub mod safetensors;
 // multiprocessing.connection: bytes and fds.
 pub mod connection;
 // SharingContext: strategies, caches, pool, resource sharer.

@@ -2,7 +2,9 @@
 
 The bytes come from stock CPython where it can make them (framing written by
 multiprocessing.connection, requests pickled by ForkingPickler) and from the
-C layout otherwise (libshm's AllocInfo). The seeds are checked in, so
+C layout otherwise (libshm's AllocInfo; the .safetensors files, laid out as
+the safetensors writer lays them out: the header padded with spaces to a
+multiple of 8, tensors by dtype alignment then name). The seeds are checked in, so
 scripts/fuzz needs no Python; run this again when a target's input layout
 changes:
 
@@ -13,6 +15,7 @@ inputs, `handshake` and `torch_pickle_structured`, have no seeds here: their
 inputs are not wire bytes.
 """
 
+import json
 import os
 import pathlib
 import shutil
@@ -111,12 +114,67 @@ def name_seeds() -> dict[str, bytes]:
     }
 
 
+# safetensors dtype -> element bits, in the writer's order (widest first).
+SAFETENSORS_BITS = {
+    "U64": 64, "I64": 64, "F64": 64, "C64": 64, "F32": 32, "U32": 32, "I32": 32,
+    "BF16": 16, "F16": 16, "U16": 16, "I16": 16,
+    "F8_E5M2FNUZ": 8, "F8_E4M3FNUZ": 8, "F8_E8M0": 8, "F8_E4M3": 8, "F8_E5M2": 8,
+    "I8": 8, "U8": 8, "BOOL": 8, "F4": 4,
+}
+
+
+def safetensors_file(tensors, metadata=None) -> bytes:
+    """A .safetensors file of (name, dtype, shape) tensors, each filled with
+    counting bytes."""
+    order = list(SAFETENSORS_BITS)
+    tensors = sorted(tensors, key=lambda t: (order.index(t[1]), t[0]))
+    header, data, offset = {}, b"", 0
+    if metadata is not None:
+        header["__metadata__"] = metadata
+    for name, dtype, shape in tensors:
+        count = 1
+        for dim in shape:
+            count *= dim
+        size = count * SAFETENSORS_BITS[dtype] // 8
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + size]}
+        data += bytes(i % 251 for i in range(size))
+        offset += size
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text + data
+
+
+def safetensors_seeds() -> dict[str, bytes]:
+    every_dtype = [(f"t.{dtype.lower()}", dtype, [2, 4]) for dtype in SAFETENSORS_BITS]
+    state_dict = [
+        ("model.embed_tokens.weight", "F32", [8, 4]),
+        ("lm_head.weight", "F32", [8, 4]),
+        ("model.layers.0.mlp.up_proj.weight", "BF16", [6, 4]),
+        ("model.norm.weight", "F16", [4]),
+        ("model.position_ids", "I64", [1, 16]),
+        ("model.causal_mask", "BOOL", [4, 4]),
+    ]
+    good = safetensors_file(state_dict, {"format": "pt"})
+    overlapping = (b'{"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},'
+                   b'"b":{"dtype":"U8","shape":[2],"data_offsets":[2,4]}}')
+    return {
+        "state_dict": good,
+        "every_dtype": safetensors_file(every_dtype),
+        "scalar_and_empty": safetensors_file([("s", "F32", []), ("e", "F16", [0, 3])]),
+        "empty": safetensors_file([]),
+        "metadata_only": safetensors_file([], {"format": "pt", "note": "x"}),
+        "truncated": good[: len(good) - 5],
+        "overlapping": struct.pack("<Q", len(overlapping)) + overlapping + bytes(4),
+    }
+
+
 def main() -> None:
     targets = {
         "connection_framing": framing_seeds(),
         "sharer_request": request_seeds(),
         "alloc_info": alloc_info_seeds(),
         "segment_name": name_seeds(),
+        "safetensors_read": safetensors_seeds(),
     }
     for target, seeds in targets.items():
         directory = SEEDS / target

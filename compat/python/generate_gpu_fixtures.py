@@ -10,13 +10,17 @@ writes whatever location its taggers return, so registering a tagger
 writes exactly that file on a CPU-only machine.
 
 For each location and torch.save form (zip and legacy) it writes
-`LOCATION.FORM.pt` and, beside it, `LOCATION.FORM.expected.json`: the
+`LOCATION.FORM.pt`, a training checkpoint, and for `cuda:0` also
+`cuda0_state_dict.zip.pt`, a model's state dict as `pytorch_model.bin`
+files hold it (the input of `tensorshare convert X.bin Y.safetensors`);
+beside each, `STEM.expected.json`: the
 `tensors` list in the form generate_fixtures.py records, each storage with
 its `location`, as torch describes the object that
 `torch.load(path, map_location="cpu", weights_only=True)` returns in a
 fresh process (the oracle: no tagger registered there).
 """
 
+import collections
 import json
 import os
 import subprocess
@@ -60,6 +64,47 @@ def checkpoint():
     }
 
 
+def state_dict():
+    """A model's state dict as transformers saves it: an OrderedDict of
+    names to plain tensors, with tied weights (the output layer is the
+    embedding), views of one fused storage, a transposed view, half
+    precision weights and integer and bool buffers."""
+    torch.manual_seed(1)
+    embed = torch.randn(8, 4) / 10
+    qkv = torch.randn(12, 4) / 10
+    weights = collections.OrderedDict()
+    weights["model.embed_tokens.weight"] = embed
+    weights["model.layers.0.self_attn.q_proj.weight"] = qkv[0:4]
+    weights["model.layers.0.self_attn.k_proj.weight"] = qkv[4:8]
+    weights["model.layers.0.self_attn.v_proj.weight"] = qkv[8:12]
+    weights["model.layers.0.mlp.up_proj.weight"] = (torch.randn(6, 4) / 10).to(torch.bfloat16)
+    weights["model.layers.0.mlp.down_proj.weight"] = (torch.randn(6, 4) / 10).to(torch.float16).t()
+    weights["model.layers.0.input_layernorm.weight"] = torch.ones(4)
+    weights["model.layers.0.input_layernorm.bias"] = torch.full((4,), -0.5, dtype=torch.float64)
+    weights["model.position_ids"] = torch.arange(16).unsqueeze(0)
+    weights["model.causal_mask"] = torch.ones(4, 4, dtype=torch.bool).tril()
+    weights["lm_head.weight"] = embed
+    return weights
+
+
+def write(outdir, stem, obj, location, zip_form):
+    """Writes OBJ as saved on LOCATION and, beside it, what torch loads."""
+    path = os.path.join(outdir, f"{stem}.pt")
+    torch.save(obj, path, _use_new_zipfile_serialization=zip_form)
+    oracle = subprocess.run(
+        [sys.executable, "-c", ORACLE.format(here=HERE, path=path)],
+        check=True, capture_output=True, text=True)
+    tensors = json.loads(oracle.stdout)
+    for record in tensors:
+        record["storage"]["location"] = location
+    form = "zip" if zip_form else "legacy"
+    expected = {"format": f"torch.save {form}", "location": location,
+                "tensors": tensors}
+    with open(os.path.join(outdir, f"{stem}.expected.json"), "w") as f:
+        json.dump(expected, f, indent=1)
+        f.write("\n")
+
+
 def main(argv):
     if len(argv) != 2:
         sys.stderr.write(__doc__)
@@ -82,19 +127,9 @@ def main(argv):
         current["location"] = location
         for form, zip_form in FORMS.items():
             stem = f"{location.replace(':', '')}.{form}"
-            path = os.path.join(outdir, f"{stem}.pt")
-            torch.save(checkpoint(), path, _use_new_zipfile_serialization=zip_form)
-            oracle = subprocess.run(
-                [sys.executable, "-c", ORACLE.format(here=HERE, path=path)],
-                check=True, capture_output=True, text=True)
-            tensors = json.loads(oracle.stdout)
-            for record in tensors:
-                record["storage"]["location"] = location
-            expected = {"format": f"torch.save {form}", "location": location,
-                        "tensors": tensors}
-            with open(os.path.join(outdir, f"{stem}.expected.json"), "w") as f:
-                json.dump(expected, f, indent=1)
-                f.write("\n")
+            write(outdir, stem, checkpoint(), location, zip_form)
+    current["location"] = "cuda:0"
+    write(outdir, "cuda0_state_dict.zip", state_dict(), "cuda:0", True)
     return 0
 
 

@@ -1,31 +1,50 @@
-//! `tensorshare convert IN OUT [--legacy] [--authkey-file PATH]`: rewrite a torch pickle (any
-//! strategy) or a `torch.save` file (zip or legacy) as a `torch.save` file
-//! that stock torch loads with `weights_only=True`. `-` reads stdin or
-//! writes stdout; the status line goes to stderr, so stdout holds the file
-//! and nothing else.
+//! `tensorshare convert IN OUT [--legacy | --safetensors] [--key KEY]...
+//! [--authkey-file PATH]`: rewrite a torch pickle (any strategy), a
+//! `torch.save` file (zip or legacy) or a `.safetensors` file as a
+//! `torch.save` file that stock torch loads with `weights_only=True`, or as
+//! a `.safetensors` file. `-` reads stdin or writes stdout; the status line
+//! goes to stderr, so stdout holds the file and nothing else.
 
+use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
 use clap::Args;
+use clap::error::ErrorKind;
+use tensorshare::safetensors::SafetensorsError;
 use tensorshare::save::save_torch;
 use tensorshare::{Authkey, Registry, SharingContext, Storage, TorchSaveFormat, Value};
 
 use super::authkey::AuthkeyArgs;
 use super::inspect::read_input;
+use super::usage_error;
 use crate::error::CliError;
+
+/// The extension that makes OUT a safetensors file, and IN one to read as
+/// such.
+const SAFETENSORS_EXTENSION: &str = "safetensors";
 
 #[derive(Debug, Args)]
 pub struct ConvertArgs {
-    /// What to read: a pickle of any strategy, or a torch.save file (zip or
-    /// legacy); `-` for stdin.
+    /// What to read: a pickle of any strategy, a torch.save file (zip or
+    /// legacy), or a .safetensors file; `-` for stdin.
     input: PathBuf,
-    /// Where to write the torch.save file; `-` for stdout.
+    /// Where to write: a name ending in .safetensors gets a safetensors
+    /// file, any other a torch.save file; `-` for stdout.
     output: PathBuf,
     /// Write the legacy stream (`_use_new_zipfile_serialization=False`)
     /// instead of a zip.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "safetensors")]
     legacy: bool,
+    /// Write a safetensors file whatever OUT is named (for `-`): the input
+    /// must be a flat dict of str to tensor, such as a state dict.
+    #[arg(long)]
+    safetensors: bool,
+    /// Convert only the value under KEY in the input's dict, such as the
+    /// state dict inside a training checkpoint (`--key model`); repeat it to
+    /// go deeper (`--key model --key encoder`).
+    #[arg(long = "key", value_name = "KEY")]
+    keys: Vec<String>,
     // The sender's `multiprocessing.current_process().authkey`: needed
     // only to fetch the storages of a `file_descriptor` pickle from the
     // process that wrote it (the command's help says so).
@@ -36,8 +55,31 @@ pub struct ConvertArgs {
 pub fn run(args: ConvertArgs) -> Result<(), CliError> {
     let authkey = args.authkey.optional("convert")?;
     let input = args.input.display().to_string();
-    let bytes = read_input(&args.input)?;
-    let value = load_any(&bytes, authkey).map_err(|e| format!("{input}: {e}"))?;
+    let to_safetensors = args.safetensors || has_safetensors_extension(&args.output);
+    if to_safetensors && args.legacy {
+        return Err(usage_error(
+            "convert",
+            ErrorKind::ArgumentConflict,
+            format!(
+                "--legacy writes a torch.save file, but {} names a .safetensors file; \
+                 drop --legacy, or name OUT otherwise",
+                args.output.display()
+            ),
+        )
+        .into());
+    }
+    let value = if has_safetensors_extension(&args.input) {
+        // Straight from the file, each tensor into its own storage: the
+        // file is not held in memory twice.
+        tensorshare::safetensors::load(&args.input).map_err(|e| format!("{input}: {e}"))?
+    } else {
+        let bytes = read_input(&args.input)?;
+        load_any(&bytes, authkey).map_err(|e| format!("{input}: {e}"))?
+    };
+    let value = select(value, &args.keys).map_err(|e| format!("{input}: {e}"))?;
+    if to_safetensors {
+        return write_safetensors(&value, &input, &args.output, &args.keys);
+    }
     let format = if args.legacy {
         TorchSaveFormat::Legacy
     } else {
@@ -54,6 +96,183 @@ pub fn run(args: ConvertArgs) -> Result<(), CliError> {
         eprintln!("{moved}");
     }
     Ok(())
+}
+
+/// Whether `path` ends in `.safetensors`.
+pub(super) fn has_safetensors_extension(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|extension| extension.eq_ignore_ascii_case(SAFETENSORS_EXTENSION))
+}
+
+/// The value under `keys`, one level of dict per key.
+fn select(mut value: Value, keys: &[String]) -> Result<Value, String> {
+    for (depth, key) in keys.iter().enumerate() {
+        let path = key_path(&keys[..depth]);
+        let items = match &value {
+            Value::Dict(items) | Value::OrderedDict(items) => items.clone(),
+            other => {
+                let found = other.type_name();
+                let article = if found.starts_with(['a', 'e', 'i', 'o', 'u']) {
+                    "an"
+                } else {
+                    "a"
+                };
+                return Err(format!(
+                    "--key {key}: {path} is {article} {found}, not a dict"
+                ));
+            }
+        };
+        let found = items.iter().find(|(k, _)| k.as_str() == Some(key.as_str()));
+        value = match found {
+            Some((_, found)) => found.clone(),
+            None => {
+                let names: Vec<String> = items
+                    .iter()
+                    .filter_map(|(k, _)| k.as_str())
+                    .take(16)
+                    .map(|k| format!("`{k}`"))
+                    .collect();
+                return Err(format!(
+                    "--key {key}: {path} has no key `{key}` (its str keys: {})",
+                    if names.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        names.join(", ")
+                    }
+                ));
+            }
+        };
+    }
+    Ok(value)
+}
+
+/// How to name the value `keys` lead to in a message.
+fn key_path(keys: &[String]) -> String {
+    if keys.is_empty() {
+        return "the input".to_owned();
+    }
+    let keys: Vec<String> = keys.iter().map(|k| format!("[{k:?}]")).collect();
+    format!("the input{}", keys.join(""))
+}
+
+/// Writes `value` as a safetensors file to `output` (a file, or stdout for
+/// `-`) and says what was written.
+fn write_safetensors(
+    value: &Value,
+    input: &str,
+    output: &Path,
+    keys: &[String],
+) -> Result<(), CliError> {
+    let explain = |error: SafetensorsError| advise_key(error, value, input, keys);
+    let (written, len) = if output.as_os_str() == "-" {
+        let file = tensorshare::safetensors::to_bytes(value).map_err(explain)?;
+        (write_output(output, &file)?, file.len() as u64)
+    } else {
+        tensorshare::safetensors::save(value, output).map_err(explain)?;
+        let len = std::fs::metadata(output)
+            .map_err(|e| CliError::io(format!("reading {}", output.display()), e))?
+            .len();
+        (output.display().to_string(), len)
+    };
+    // Every name is a tensor of the file, tied ones included.
+    let tensors = match value {
+        Value::Dict(items) | Value::OrderedDict(items) => items.len(),
+        _ => 0,
+    };
+    eprintln!("wrote {written} (safetensors, {tensors} tensors, {len} bytes)");
+    if let Some(shared) = sharing_memory(value) {
+        eprintln!("{shared}");
+    }
+    if let Some(moved) = moved_to_cpu(value) {
+        eprintln!("{moved}");
+    }
+    Ok(())
+}
+
+/// `error` from writing `value` as safetensors, with what to do: for a
+/// value that is not a tensor, the keys of the input that hold state dicts.
+fn advise_key(error: SafetensorsError, value: &Value, input: &str, keys: &[String]) -> CliError {
+    let mut message = format!("{input}: {error}");
+    if matches!(
+        error,
+        SafetensorsError::NotATensor { .. } | SafetensorsError::NotADict { .. }
+    ) {
+        let candidates = state_dict_keys(value);
+        if candidates.is_empty() {
+            message.push_str(
+                "; safetensors holds a flat dict of str to tensor, and nothing in this value is one",
+            );
+        } else {
+            let options: Vec<String> = candidates.iter().map(|k| format!("`--key {k}`")).collect();
+            message.push_str(&format!(
+                "; it holds state dicts: convert one with {}{}",
+                options.join(" or "),
+                if keys.is_empty() {
+                    ""
+                } else {
+                    " after the --key options given"
+                }
+            ));
+        }
+    }
+    CliError::Failed(message)
+}
+
+/// The str keys of `value` (a dict) whose values are dicts of str to tensor.
+fn state_dict_keys(value: &Value) -> Vec<String> {
+    let (Value::Dict(items) | Value::OrderedDict(items)) = value else {
+        return Vec::new();
+    };
+    items
+        .iter()
+        .filter_map(|(key, inner)| {
+            let (Value::Dict(inner) | Value::OrderedDict(inner)) = inner else {
+                return None;
+            };
+            let all_tensors = !inner.is_empty()
+                && inner
+                    .iter()
+                    .all(|(k, v)| k.as_str().is_some() && v.as_tensor().is_some());
+            all_tensors
+                .then(|| key.as_str().map(str::to_owned))
+                .flatten()
+        })
+        .collect()
+}
+
+/// Names the tensors of a state dict that share a storage (tied weights,
+/// views of one storage): safetensors writes each with its own bytes.
+fn sharing_memory(value: &Value) -> Option<String> {
+    let (Value::Dict(items) | Value::OrderedDict(items)) = value else {
+        return None;
+    };
+    let mut by_storage: HashMap<usize, Vec<&str>> = HashMap::new();
+    let mut order = Vec::new();
+    for (key, tensor) in items.iter() {
+        let (Some(key), Some(tensor)) = (key.as_str(), tensor.as_tensor()) else {
+            continue;
+        };
+        let identity = tensor.storage().identity();
+        let names = by_storage.entry(identity).or_default();
+        if names.is_empty() {
+            order.push(identity);
+        }
+        names.push(key);
+    }
+    let groups: Vec<String> = order
+        .iter()
+        .filter_map(|identity| by_storage.get(identity))
+        .filter(|names| names.len() > 1)
+        .map(|names| names.join(" = "))
+        .collect();
+    if groups.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "tensors sharing memory, each written with its own copy (safetensors cannot say two \
+         names are one memory; safetensors.torch.load_file gives them as separate tensors): {}",
+        groups.join(", ")
+    ))
 }
 
 /// Says which storages were saved off the CPU, and so are written as CPU

@@ -5,10 +5,11 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 use tensorshare::Registry;
-use tensorshare::inspect::OpaqueSummary;
+use tensorshare::inspect::{Format, OpaqueSummary, Report};
 use tensorshare::registry::{LoadOptions, UnknownGlobals};
 use tensorshare_cli::inspect_report;
 
+use super::convert::has_safetensors_extension;
 use crate::error::CliError;
 
 #[derive(Debug, Args)]
@@ -22,7 +23,8 @@ pub struct InspectArgs {
     /// fails when the file holds any, because it is not plain data.
     #[arg(long)]
     opaque: bool,
-    /// The file to read: a pickle (any strategy), or a torch.save file; `-` for stdin.
+    /// The file to read: a pickle (any strategy), a torch.save file, or a
+    /// .safetensors file; `-` for stdin.
     file: PathBuf,
 }
 
@@ -35,8 +37,18 @@ pub fn run(args: InspectArgs) -> Result<(), CliError> {
     };
     let options = LoadOptions::default().with_unknown_globals(unknown_globals);
     let registry = Registry::default().with_options(options);
-    let report = tensorshare::inspect::inspect(&bytes, &registry)
-        .map_err(|e| format!("{}: {e}", args.file.display()))?;
+    let report = if has_safetensors_extension(&args.file) {
+        // By its name too: a truncated header does not look like one.
+        tensorshare::safetensors::from_bytes(&bytes)
+            .map(|object| Report {
+                format: Format::Safetensors,
+                object,
+            })
+            .map_err(tensorshare::Error::from)
+    } else {
+        tensorshare::inspect::inspect(&bytes, &registry)
+    }
+    .map_err(|e| format!("{}: {e}", args.file.display()))?;
     let text = if args.json {
         inspect_report::to_json_pretty(&report)
     } else {

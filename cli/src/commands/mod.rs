@@ -42,10 +42,13 @@ enum Command {
     /// The second process of `demo`.
     #[command(hide = true)]
     DemoPeer(demo::DemoPeerArgs),
-    /// Decode a torch pickle or .pt file without executing anything.
+    /// Decode a torch pickle, .pt or .safetensors file without executing
+    /// anything.
     Inspect(inspect::InspectArgs),
-    /// Rewrite a torch pickle (any strategy) or .pt file as a torch.save
-    /// file that `torch.load(path, weights_only=True)` loads.
+    /// Rewrite a torch pickle (any strategy), .pt or .safetensors file as a
+    /// torch.save file that `torch.load(path, weights_only=True)` loads, or
+    /// a state dict as a .safetensors file (OUT named *.safetensors, or
+    /// --safetensors).
     ///
     /// The storages of a file_descriptor pickle are fetched from the
     /// process that wrote it, while it runs, with its authkey.
