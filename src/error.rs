@@ -28,9 +28,9 @@ use crate::connection::ConnectionError;
 use crate::model::{ElementError, ValueAccessError, ViewError};
 use crate::reduce::ReduceError;
 use crate::registry::{LoadError, RebuildError};
-use crate::serde_value::SerdeError;
 #[cfg(feature = "safetensors")]
 use crate::safetensors::SafetensorsError;
+use crate::serde_value::SerdeError;
 use crate::sharing::SharingError;
 use crate::sharing::resource_sharer::{FetchError, RegisterError, SharerError};
 use crate::sharing::{peer_authkey_message, unfetched_message};
