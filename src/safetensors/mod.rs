@@ -1,0 +1,205 @@
+//! `.safetensors` files: the weights format of the Hugging Face and Rust
+//! ML world (candle, burn, transformers), read and written with the
+//! [`safetensors`](https://docs.rs/safetensors) crate.
+//!
+//! A safetensors file is an 8-byte little-endian header length, a JSON
+//! header naming each tensor's dtype, shape and byte range, and the bytes.
+//! It holds exactly what `safetensors.torch.save_file` takes: one flat dict
+//! of `str` to dense, contiguous tensors, plus a string-to-string metadata
+//! table. So, writing a [`Value`]:
+//!
+//! - it must be a `dict` or `OrderedDict` of `str` to `Tensor` (a
+//!   `state_dict()`, a `pytorch_model.bin`). A nested value (a training
+//!   checkpoint `{"model": {...}, "optimizer": {...}, "step": 3}`) is
+//!   refused with [`SafetensorsError::NotATensor`] naming the key: pick the
+//!   state dict inside and write that, as `safetensors`' own `convert.py`
+//!   takes `checkpoint["state_dict"]`. Names are written as they are, never
+//!   flattened into dotted paths: transformers and candle look tensors up by
+//!   the state dict's own names.
+//! - every view is written contiguous, its elements in logical order, as
+//!   `convert.py` and `save_model` write `tensor.contiguous()`; a view that
+//!   repeats elements (an `expand`ed one) is refused, since its copy would
+//!   be larger than everything it views (see [`SafetensorsError::Expanded`]).
+//! - tensors that share memory (tied weights such as an embedding and its
+//!   output layer, or two views of one storage) are each written with their
+//!   own copy of their bytes. safetensors cannot say that two names are one
+//!   memory: `save_file` refuses such a dict ("Some tensors share memory"),
+//!   and `save_model` and `convert.py` keep one name and drop the others.
+//!   A copy keeps every name, so `safetensors.torch.load_file` gives the
+//!   same keys and values as `torch.load` did, and a loader that looks a
+//!   name up finds it; the tie itself is not kept (transformers ties the
+//!   weights again from the model's config), and the file is larger by the
+//!   repeated bytes.
+//! - `requires_grad` and `Parameter` have no place in the format and are
+//!   dropped, as `save_file` drops them.
+//! - dtypes map as `safetensors.torch` maps them (see [`to_safetensors_dtype`]);
+//!   `complex32`, `complex128`, `bcomplex32` and the `bits` dtypes have no
+//!   safetensors dtype and are refused, as `save_file` refuses them.
+//! - the metadata is `{"format": "pt"}`, as transformers' `save_pretrained`
+//!   and `convert.py` write it; transformers refuses to load a file without
+//!   it. [`SafetensorsFile`] writes any other table.
+//!
+//! Reading gives a `dict` of `str` to `Tensor` in the file's order, each
+//! tensor contiguous over a storage of its own, as `load_file` gives them.
+//! Every byte is hostile: the header length is checked against the input
+//! before anything is allocated, the crate's header validation rejects
+//! offsets that overlap, leave gaps or run past the data, and shapes whose
+//! size overflows, and a tensor's storage is allocated only once its bytes
+//! are known to be in the input. Memory stays within the input's size:
+//! [`load`] reads each tensor from the file straight into its storage, and
+//! [`from_bytes`] copies each out of the input once.
+//!
+//! # Examples
+//!
+//! ```
+//! use tensorshare::{DType, Storage, Tensor, TensorView, Value};
+//!
+//! let bytes: Vec<u8> = [1.0f32, 2.0, 3.0, 4.0].iter().flat_map(|f| f.to_le_bytes()).collect();
+//! let weight = Tensor::new(Storage::from_vec(bytes), TensorView::contiguous(DType::Float32, &[2, 2]))?;
+//! let state_dict = Value::Dict(vec![(Value::Str("layer.weight".into()), Value::Tensor(weight))].into());
+//!
+//! let file = tensorshare::safetensors::to_bytes(&state_dict)?;
+//! let loaded = tensorshare::safetensors::from_bytes(&file)?;
+//! let Value::Dict(items) = &loaded else { panic!("a dict") };
+//! assert_eq!(items[0].0.as_str(), Some("layer.weight"));
+//! let tensor = items[0].1.as_tensor().unwrap();
+//! assert_eq!((tensor.dtype(), tensor.sizes()), (DType::Float32, &[2, 2][..]));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod dtype;
+mod error;
+mod read;
+mod write;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+// The format crate's dtype and error, which this module's signatures name.
+pub use ::safetensors::{Dtype, SafeTensorError};
+
+pub use dtype::{to_safetensors_dtype, to_torch_dtype};
+pub use error::SafetensorsError;
+
+use crate::model::Value;
+
+/// The largest header read, as the `safetensors` crate caps it: 100 MB.
+pub const MAX_HEADER_BYTES: u64 = 100_000_000;
+
+/// Bytes before the header: its length, a little-endian `u64`.
+const LENGTH_BYTES: usize = 8;
+
+/// A safetensors file: its tensors and its metadata table.
+///
+/// # Examples
+///
+/// ```
+/// use tensorshare::safetensors::SafetensorsFile;
+/// use tensorshare::{DType, Storage, Tensor, TensorView, Value};
+///
+/// let mask = Tensor::new(Storage::from_vec(vec![1, 0, 1]), TensorView::contiguous(DType::Bool, &[3]))?;
+/// let mut file = SafetensorsFile::new(Value::Dict(vec![(Value::Str("mask".into()), Value::Tensor(mask))].into()));
+/// file.metadata.insert("source".to_owned(), "example".to_owned());
+///
+/// let read = SafetensorsFile::from_bytes(&file.to_bytes()?)?;
+/// assert_eq!(read.metadata["format"], "pt");
+/// assert_eq!(read.metadata["source"], "example");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct SafetensorsFile {
+    /// A `dict` of `str` to `Tensor`, in the file's order when read.
+    pub tensors: Value,
+    /// The header's `__metadata__`: free text, `{"format": "pt"}` in files
+    /// transformers writes.
+    pub metadata: BTreeMap<String, String>,
+}
+
+impl SafetensorsFile {
+    /// A file of `tensors` (a state dict) with the metadata
+    /// `{"format": "pt"}`, as transformers writes and requires.
+    pub fn new(tensors: Value) -> Self {
+        let metadata = BTreeMap::from([("format".to_owned(), "pt".to_owned())]);
+        Self { tensors, metadata }
+    }
+}
+
+/// Reads the safetensors file at `path` as a `dict` of `str` to `Tensor`,
+/// as `safetensors.torch.load_file` does; [`SafetensorsFile::load`] gives
+/// the metadata too.
+///
+/// # Errors
+///
+/// As [`SafetensorsFile::load`].
+pub fn load(path: impl AsRef<Path>) -> Result<Value, SafetensorsError> {
+    Ok(SafetensorsFile::load(path)?.tensors)
+}
+
+/// Reads a safetensors file from `bytes` as a `dict` of `str` to `Tensor`,
+/// as `safetensors.torch.load` does.
+///
+/// # Errors
+///
+/// As [`SafetensorsFile::from_bytes`].
+pub fn from_bytes(bytes: &[u8]) -> Result<Value, SafetensorsError> {
+    Ok(SafetensorsFile::from_bytes(bytes)?.tensors)
+}
+
+/// Writes `state_dict` as a safetensors file at `path`, with the metadata
+/// `{"format": "pt"}`; see the [module docs](self) for what is written.
+///
+/// # Errors
+///
+/// As [`to_bytes`], and [`SafetensorsError::Write`] when the file cannot be
+/// written.
+///
+/// # Examples
+///
+/// A `pytorch_model.bin` (any `torch.save` file holding a state dict,
+/// saved from a GPU or not) as a `model.safetensors`, nothing executed:
+///
+/// ```no_run
+/// use tensorshare::Registry;
+/// use tensorshare::archive::load_torch_save;
+///
+/// let bytes = std::fs::read("pytorch_model.bin")?;
+/// let (_, state_dict) = load_torch_save(&bytes, &Registry::default())?;
+/// tensorshare::safetensors::save(&state_dict, "model.safetensors")?;
+///
+/// let tensors = tensorshare::safetensors::load("model.safetensors")?;
+/// println!("{} tensors", tensors.tensors().len());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn save(state_dict: &Value, path: impl AsRef<Path>) -> Result<(), SafetensorsError> {
+    SafetensorsFile::new(state_dict.clone()).save(path)
+}
+
+/// The safetensors file of `state_dict`, with the metadata
+/// `{"format": "pt"}`; see the [module docs](self) for what is written.
+///
+/// # Errors
+///
+/// [`SafetensorsError::NotADict`], [`KeyNotStr`](SafetensorsError::KeyNotStr)
+/// or [`NotATensor`](SafetensorsError::NotATensor) for a value that is not a
+/// flat dict of str to tensor, each naming the key;
+/// [`NoSafetensorsDtype`](SafetensorsError::NoSafetensorsDtype) for complex32,
+/// complex128, bcomplex32 and the bits dtypes;
+/// [`Expanded`](SafetensorsError::Expanded) for a view that repeats
+/// elements; [`BytesElsewhere`](SafetensorsError::BytesElsewhere) for a
+/// storage not in this process.
+pub fn to_bytes(state_dict: &Value) -> Result<Vec<u8>, SafetensorsError> {
+    SafetensorsFile::new(state_dict.clone()).to_bytes()
+}
+
+/// Whether `bytes` start as a safetensors file does: a header length that
+/// fits in them, then `{`. No pickle or zip starts that way.
+pub fn looks_like_safetensors(bytes: &[u8]) -> bool {
+    let Some((length, rest)) = bytes.split_first_chunk::<LENGTH_BYTES>() else {
+        return false;
+    };
+    let header_len = u64::from_le_bytes(*length);
+    header_len >= 2 && header_len <= rest.len() as u64 && rest.first() == Some(&b'{')
+}

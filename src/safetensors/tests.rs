@@ -1,0 +1,124 @@
+//! Tests that cut across reading and writing, and the state dicts and
+//! lookups every test module of `safetensors` builds them with.
+
+use super::{SafetensorsError, SafetensorsFile, from_bytes, looks_like_safetensors, to_bytes};
+use crate::DType;
+use crate::model::{Storage, Tensor, TensorView, Value};
+
+/// A contiguous tensor of `dtype` and `sizes` over a storage of `bytes`.
+pub(super) fn tensor(dtype: DType, sizes: &[usize], bytes: Vec<u8>) -> Tensor {
+    Tensor::new(
+        Storage::from_vec(bytes),
+        TensorView::contiguous(dtype, sizes),
+    )
+    .unwrap()
+}
+
+/// A `dict` of the named values, in order.
+pub(super) fn dict(items: Vec<(&str, Value)>) -> Value {
+    Value::Dict(
+        items
+            .into_iter()
+            .map(|(k, v)| (Value::Str(k.into()), v))
+            .collect::<Vec<_>>()
+            .into(),
+    )
+}
+
+/// The names and tensors of a `dict` of `str` to `Tensor`, in order.
+pub(super) fn items(value: &Value) -> Vec<(String, Tensor)> {
+    let Value::Dict(items) = value else {
+        panic!("a dict: {value:?}")
+    };
+    items
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.as_str().unwrap().to_owned(),
+                v.as_tensor().unwrap().clone(),
+            )
+        })
+        .collect()
+}
+
+/// The tensor named `name` in a `dict` of `str` to `Tensor`.
+pub(super) fn get(value: &Value, name: &str) -> Tensor {
+    items(value)
+        .into_iter()
+        .find(|(k, _)| k == name)
+        .unwrap_or_else(|| panic!("no {name}"))
+        .1
+}
+
+#[test]
+fn packed_float4_doubles_the_last_dimension_as_safetensors_torch_does() {
+    let state_dict = dict(vec![(
+        "w",
+        Value::Tensor(tensor(DType::Float4E2M1FnX2, &[2, 3], vec![0x21; 6])),
+    )]);
+    let file = to_bytes(&state_dict).unwrap();
+    // What safetensors.torch.save writes for torch.float4_e2m1fn_x2 of shape (2, 3).
+    assert!(String::from_utf8_lossy(&file).contains(r#""dtype":"F4","shape":[2,6]"#));
+    let back = get(&from_bytes(&file).unwrap(), "w");
+    assert_eq!(
+        (back.dtype(), back.sizes()),
+        (DType::Float4E2M1FnX2, &[2, 3][..])
+    );
+
+    let scalar = dict(vec![(
+        "s",
+        Value::Tensor(tensor(DType::Float4E2M1FnX2, &[], vec![0x21])),
+    )]);
+    let error = to_bytes(&scalar).unwrap_err();
+    assert!(
+        matches!(error, SafetensorsError::NoSafetensorsShape { .. }),
+        "{error}"
+    );
+}
+
+#[test]
+fn metadata_is_read_and_written() {
+    let t = Value::Tensor(tensor(DType::UInt8, &[2], vec![7, 8]));
+    let mut file = SafetensorsFile::new(dict(vec![("t", t)]));
+    assert_eq!(file.metadata.get("format").map(String::as_str), Some("pt"));
+    file.metadata.insert("note".to_owned(), "hello".to_owned());
+    let read = SafetensorsFile::from_bytes(&file.to_bytes().unwrap()).unwrap();
+    assert_eq!(read.metadata, file.metadata);
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.safetensors");
+    file.save(&path).unwrap();
+    let loaded = SafetensorsFile::load(&path).unwrap();
+    assert_eq!(loaded.metadata, file.metadata);
+    assert_eq!(
+        get(&loaded.tensors, "t").storage().bytes(),
+        Some(&[7u8, 8][..])
+    );
+    // Nothing left beside it.
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+}
+
+#[test]
+fn an_empty_state_dict_and_empty_tensors_are_files_too() {
+    let empty = from_bytes(&to_bytes(&dict(vec![])).unwrap()).unwrap();
+    assert!(items(&empty).is_empty());
+    let zero = dict(vec![(
+        "z",
+        Value::Tensor(tensor(DType::Float16, &[0, 4], vec![])),
+    )]);
+    let back = get(&from_bytes(&to_bytes(&zero).unwrap()).unwrap(), "z");
+    assert_eq!(back.sizes(), &[0, 4]);
+}
+
+#[test]
+fn only_safetensors_files_look_like_one() {
+    let file = to_bytes(&dict(vec![])).unwrap();
+    assert!(looks_like_safetensors(&file));
+    assert!(!looks_like_safetensors(
+        b"PK\x03\x04\x14\x00\x00\x00\x08\x00"
+    ));
+    assert!(!looks_like_safetensors(b"\x80\x02]q\x00(K\x01e."));
+    assert!(!looks_like_safetensors(
+        b"\x02\x00\x00\x00\x00\x00\x00\x00{"
+    ));
+}
