@@ -163,15 +163,8 @@ assert conn.recv() == "done"
         .expect("start the peer");
     let mut connection = listener.accept().expect("accept");
 
-    let mut writer = sharing.allocate(6 * 4).expect("allocate");
-    for (i, element) in writer.as_bytes_mut().chunks_exact_mut(4).enumerate() {
-        element.copy_from_slice(&(i as f32).to_le_bytes());
-    }
-    let image = Tensor::new(
-        writer.freeze(),
-        tensorshare::TensorView::contiguous(DType::Float32, &[2, 3]),
-    )
-    .expect("view");
+    let pixels: Vec<f32> = (0..6).map(|i| i as f32).collect();
+    let image = Tensor::from_slice(&sharing, &pixels, &[2, 3]).expect("image");
     let sent = Value::Tuple(
         vec![
             custom("Point", Point { x: 3, y: -4 }),
@@ -187,16 +180,8 @@ assert conn.recv() == "done"
     assert_eq!(point.downcast_ref::<Point>(), Some(&Point { x: 10, y: 20 }));
     let sample = sample.downcast_ref::<Sample>().expect("a Sample");
     assert_eq!(sample.label, 8);
-    let doubled: Vec<Vec<u8>> = (0..6)
-        .map(|i| (2.0 * i as f32).to_le_bytes().to_vec())
-        .collect();
-    let elements: Vec<Vec<u8>> = sample
-        .image
-        .elements()
-        .expect("local")
-        .map(<[u8]>::to_vec)
-        .collect();
-    assert_eq!(elements, doubled);
+    let doubled: Vec<f32> = pixels.iter().map(|p| 2.0 * p).collect();
+    assert_eq!(sample.image.to_vec::<f32>().expect("f32 elements"), doubled);
 
     let mut line = String::new();
     BufReader::new(child.stdout.take().expect("stdout"))
