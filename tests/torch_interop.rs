@@ -5,8 +5,7 @@
 
 mod support;
 
-use std::io::Write as _;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use tensorshare::connection::ConnectionOptions;
@@ -185,21 +184,14 @@ fn torch_loads(python: &str, sharing: &SharingContext, authkey: &Authkey) -> Str
     )
     .unwrap();
     let pickle = sharing.dumps(&Value::Tensor(tensor)).unwrap();
-    let mut child = Command::new(python)
-        .args(["-c", TORCH_LOADS, &authkey.to_hex()])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start torch");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(&pickle)
-        .unwrap();
-    let output = child.wait_with_output().unwrap();
-    support::expect_success(&output, "torch loading the pickle")
+    let key = authkey.to_hex();
+    support::python_output_for(
+        python,
+        TORCH_LOADS,
+        &[&key],
+        &pickle,
+        "torch loading the pickle",
+    )
 }
 
 #[test]

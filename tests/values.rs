@@ -7,8 +7,6 @@
 mod support;
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::Write as _;
-use std::process::{Command, Stdio};
 
 use tensorshare::half::{bf16, f16};
 use tensorshare::num_complex::Complex;
@@ -298,21 +296,14 @@ for name, (ok, seen) in checks.items():
 /// What stock torch prints for `script` run on `value` pickled by `sharing`.
 fn torch_reads(python: &str, script: &str, sharing: &SharingContext, value: &Value) -> String {
     let pickle = sharing.dumps(value).unwrap();
-    let mut child = Command::new(python)
-        .args(["-c", script, &Authkey::new(*b"values test key").to_hex()])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start torch");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(&pickle)
-        .unwrap();
-    let output = child.wait_with_output().unwrap();
-    support::expect_success(&output, "torch loading the message")
+    let key = Authkey::new(*b"values test key").to_hex();
+    support::python_output_for(
+        python,
+        script,
+        &[&key],
+        &pickle,
+        "torch loading the message",
+    )
 }
 
 /// Every line is `ok ...`, and there are `count` of them.

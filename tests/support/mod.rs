@@ -397,6 +397,36 @@ pub fn settle_unfetched(sharing: &tensorshare::SharingContext) -> usize {
     waiting
 }
 
+/// What `python` prints running `script` with `args`, fed `stdin`; the run
+/// must succeed (`what` names it in the failure).
+pub fn python_output_for(
+    python: &str,
+    script: &str,
+    args: &[&str],
+    stdin: &[u8],
+    what: &str,
+) -> String {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = Command::new(python)
+        .arg("-c")
+        .arg(script)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start python");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(stdin)
+        .expect("write to python");
+    let output = child.wait_with_output().expect("python exits");
+    expect_success(&output, what)
+}
+
 /// The stdout of a child that must have succeeded; the assertion shows both
 /// of its streams, under `what`.
 pub fn expect_success(output: &std::process::Output, what: &str) -> String {
