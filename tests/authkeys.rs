@@ -5,27 +5,15 @@
 
 mod support;
 
-use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
 use tensorshare::connection::ConnectionOptions;
-use tensorshare::{Authkey, Client, Connection, DType, Error, Listener, SharingContext, Value};
+use tensorshare::{Authkey, Client, DType, Error, Listener, SharingContext, Value};
 
 use support::cases;
 
 fn tensor(seed: u8) -> Value {
     Value::Tensor(cases::contiguous(DType::Float32, &[256], seed, true))
-}
-
-/// A sender and a receiver over a socket pair, which no handshake guards:
-/// the receiver's context may hold any key.
-fn socket_pair() -> (Connection, Connection) {
-    let (left, right) = UnixStream::pair().expect("socket pair");
-    let options = ConnectionOptions::default();
-    (
-        Connection::from_stream(left, options),
-        Connection::from_stream(right, options),
-    )
 }
 
 #[test]
@@ -73,7 +61,7 @@ fn a_connection_of_another_key_is_refused_before_anything_is_sent() {
 fn a_peer_without_the_key_is_named_as_the_cause() {
     let sender = SharingContext::new(Authkey::random().expect("key")).with_inline_fds(false);
     let stranger = SharingContext::new(Authkey::random().expect("another key"));
-    let (mut out, mut inbound) = socket_pair();
+    let (mut out, mut inbound) = support::connection_pair();
     out.send(&tensor(2), &sender).expect("send");
     let refused = inbound.recv(&stranger).expect_err("the fetch is refused");
     assert!(
@@ -119,7 +107,7 @@ fn a_producer_waits_until_its_storages_are_fetched() {
     let authkey = Authkey::random().expect("key");
     let sender = SharingContext::new(authkey.clone()).with_inline_fds(false);
     let receiver = SharingContext::new(authkey);
-    let (mut out, mut inbound) = socket_pair();
+    let (mut out, mut inbound) = support::connection_pair();
     let sent: Vec<Value> = (0..4).map(tensor).collect();
     for value in &sent {
         out.send(value, &sender).expect("send");

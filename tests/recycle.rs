@@ -5,10 +5,8 @@
 
 mod support;
 
-use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
-use tensorshare::connection::ConnectionOptions;
 use tensorshare::{Authkey, Connection, DType, SharingContext, Storage, Tensor, TensorView, Value};
 use tensorshare_strategies::file_descriptor::{FdSegment, FileIdentity};
 
@@ -16,20 +14,11 @@ use support::{eventually, wait_until};
 
 const NBYTES: usize = 4096;
 
-/// Two ends of a connection in this process.
-fn pair() -> (Connection, Connection) {
-    let (a, b) = UnixStream::pair().expect("socket pair");
-    (
-        Connection::from_stream(a, ConnectionOptions::default()),
-        Connection::from_stream(b, ConnectionOptions::default()),
-    )
-}
-
 /// A producer and a consumer sharing one authkey, with a connection from
 /// the first to the second.
 fn producer_and_consumer() -> (SharingContext, SharingContext, Connection, Connection) {
     let authkey = Authkey::random().unwrap();
-    let (tx, rx) = pair();
+    let (tx, rx) = support::connection_pair();
     (
         SharingContext::new(authkey.clone()),
         SharingContext::new(authkey),
@@ -125,8 +114,8 @@ fn a_memfd_its_receiver_sent_on_is_not_reused() {
     let producer = SharingContext::new(authkey.clone());
     let relay = SharingContext::new(authkey.clone());
     let last = SharingContext::new(authkey);
-    let (mut tx, mut rx) = pair();
-    let (mut relay_tx, mut last_rx) = pair();
+    let (mut tx, mut rx) = support::connection_pair();
+    let (mut relay_tx, mut last_rx) = support::connection_pair();
     let sent = filled(&producer, 2);
     let first = identity(&sent);
     let relayed = send(&sent, (&mut tx, &producer), (&mut rx, &relay));
@@ -148,7 +137,7 @@ fn a_memfd_fetched_through_the_resource_sharer_is_not_reused() {
     let authkey = Authkey::random().unwrap();
     let producer = SharingContext::new(authkey.clone()).with_inline_fds(false);
     let consumer = SharingContext::new(authkey);
-    let (mut tx, mut rx) = pair();
+    let (mut tx, mut rx) = support::connection_pair();
     let sent = filled(&producer, 3);
     let first = identity(&sent);
     let received = send(&sent, (&mut tx, &producer), (&mut rx, &consumer));

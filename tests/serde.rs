@@ -5,7 +5,6 @@
 
 mod support;
 
-use std::os::unix::net::UnixStream;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -102,9 +101,7 @@ fn a_batch_struct_crosses_a_connection_as_a_dict_under_every_strategy() {
                 .expect("memmap dir")
         };
         let (left, right) = (context(), context());
-        let (a, b) = UnixStream::pair().expect("socket pair");
-        let mut left_end = Connection::from_stream(a, ConnectionOptions::default());
-        let mut right_end = Connection::from_stream(b, ConnectionOptions::default());
+        let (mut left_end, mut right_end) = support::connection_pair();
 
         let sent = batch(&left);
         let (value, arrived) = send_batch(&sent, (&mut left_end, &left), (&mut right_end, &right))
@@ -154,9 +151,7 @@ fn a_message_that_does_not_fit_the_struct_fails_naming_the_key() {
         SharingContext::new(authkey.clone()),
         SharingContext::new(authkey),
     );
-    let (a, b) = UnixStream::pair().expect("socket pair");
-    let mut out = Connection::from_stream(a, ConnectionOptions::default());
-    let mut inbound = Connection::from_stream(b, ConnectionOptions::default());
+    let (mut out, mut inbound) = support::connection_pair();
     out.send(&to_value(&batch(&left)).unwrap(), &left).unwrap();
     let value = inbound.recv(&right).unwrap();
 

@@ -15,12 +15,10 @@
 
 mod support;
 
-use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::Mutex;
 
 use tempfile::TempDir;
-use tensorshare::connection::ConnectionOptions;
 use tensorshare::{
     Authkey, Connection, DType, SharingContext, Storage, StorageKind, StrategyKind, Tensor, Value,
 };
@@ -94,12 +92,12 @@ impl Peers {
                 .expect("memmap dir")
                 .with_max_held_memmap_files(HELD_FILES)
         };
-        let (left_socket, right_socket) = UnixStream::pair().expect("socket pair");
+        let (left_end, right_end) = support::connection_pair();
         Self {
             left: context(),
             right: context(),
-            left_end: Connection::from_stream(left_socket, ConnectionOptions::default()),
-            right_end: Connection::from_stream(right_socket, ConnectionOptions::default()),
+            left_end,
+            right_end,
             dir,
             _turn: turn,
         }

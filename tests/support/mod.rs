@@ -397,6 +397,17 @@ pub fn settle_unfetched(sharing: &tensorshare::SharingContext) -> usize {
     waiting
 }
 
+/// The two ends of a connection within this process, over a socket pair
+/// that no handshake guards.
+pub fn connection_pair() -> (tensorshare::Connection, tensorshare::Connection) {
+    let (a, b) = std::os::unix::net::UnixStream::pair().expect("socket pair");
+    let options = tensorshare::connection::ConnectionOptions::default();
+    (
+        tensorshare::Connection::from_stream(a, options),
+        tensorshare::Connection::from_stream(b, options),
+    )
+}
+
 /// What `python` prints running `script` with `args`, fed `stdin`; the run
 /// must succeed (`what` names it in the failure).
 pub fn python_output_for(
