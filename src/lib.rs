@@ -1,4 +1,4 @@
-#![doc = include_str!("../README.md")]
+#![doc = include_str!("lib.md")]
 #![deny(unsafe_code)]
 
 /// `pub use` with the `testing` feature and `pub(crate) use` without: for

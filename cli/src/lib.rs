@@ -1,3 +1,6 @@
+#![doc = include_str!("../README.md")]
+//! # This crate's library
+//!
 //! The parts of the `tensorshare` command that are more than command-line
 //! handling, in a library so that their doctests run and the fuzz targets
 //! (`fuzz/`) reach them: [`inspect_report`], how `tensorshare inspect`
