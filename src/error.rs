@@ -36,6 +36,34 @@ use crate::sharing::resource_sharer::{FetchError, RegisterError, SharerError};
 use crate::sharing::{peer_authkey_message, unfetched_message};
 
 /// Everything that can go wrong loading or sharing tensors.
+///
+/// Print it with `Display` (`{error}`): the message says what failed, with
+/// its cause, and what to do next; `source()` is `None`, so a printer of
+/// chains shows each cause once. A `main` that returns it prints `Debug`
+/// instead; the [crate docs](crate#errors) show a `main` that prints
+/// `Display`.
+///
+/// # Examples
+///
+/// Acting on one cause, passing on the others:
+///
+/// ```
+/// use tensorshare::connection::ConnectionError;
+/// use tensorshare::{Address, Authkey, Error, SharingContext};
+///
+/// let sharing = SharingContext::new(Authkey::random()?);
+/// let nowhere = Address::unique_abstract("nobody-listens")?;
+/// match sharing.connect(&nowhere) {
+///     Err(Error::Connection(error @ ConnectionError::Connect { .. })) => {
+///         let message = error.to_string();
+///         assert!(message.starts_with("cannot connect to @tensorshare-nobody-listens-"), "{message}");
+///         eprintln!("error: {message}; retrying later");
+///     }
+///     Err(other) => return Err(other),
+///     Ok(_) => unreachable!("nothing listens there"),
+/// }
+/// # Ok::<(), Error>(())
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {

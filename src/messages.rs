@@ -20,6 +20,39 @@ impl SharingContext {
     /// # Errors
     ///
     /// As [`Client::connect`].
+    ///
+    /// # Examples
+    ///
+    /// A listener in another thread stands for a torch process's
+    /// `Listener(address, authkey=authkey)`:
+    ///
+    /// ```
+    /// use std::thread;
+    ///
+    /// use tensorshare::{Authkey, Error, SharingContext, Tensor};
+    ///
+    /// let authkey = Authkey::random()?;
+    /// let server = SharingContext::new(authkey.clone());
+    /// let listener = server.listen_in_private_dir()?;
+    /// let address = listener.address().clone();
+    /// let answering = thread::spawn(move || -> Result<(), Error> {
+    ///     let mut connection = listener.accept()?;
+    ///     let x: Tensor = connection.recv(&server)?.try_into()?;
+    ///     let doubled: Vec<i32> = x.as_slice::<i32>()?.iter().map(|v| v * 2).collect();
+    ///     let doubled = Tensor::from_slice(&server, &doubled, x.sizes())?;
+    ///     connection.send(&doubled.into(), &server)?;
+    ///     // The client fetched the answer while it unpickled it: stop when it has.
+    ///     Ok(server.wait_until_fetched(std::time::Duration::from_secs(10))?)
+    /// });
+    ///
+    /// let client = SharingContext::new(authkey);
+    /// let mut connection = client.connect(&address)?;
+    /// connection.send(&Tensor::from_slice(&client, &[1i32, 2, 3], &[3])?.into(), &client)?;
+    /// let doubled: Tensor = connection.recv(&client)?.try_into()?;
+    /// assert_eq!(doubled.as_slice::<i32>()?, [2, 4, 6]);
+    /// answering.join().expect("the server thread")?;
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn connect(&self, address: &Address) -> Result<Connection, Error> {
         Ok(Client::connect(
             address,
@@ -33,6 +66,20 @@ impl SharingContext {
     /// # Errors
     ///
     /// As [`Listener::bind`].
+    ///
+    /// # Examples
+    ///
+    /// An abstract address (`@name`: nothing on disk), which a torch
+    /// process connects to as `Client("\0name", authkey=authkey)`:
+    ///
+    /// ```
+    /// use tensorshare::{Address, Authkey, SharingContext};
+    ///
+    /// let sharing = SharingContext::new(Authkey::random()?);
+    /// let listener = sharing.listen(&Address::unique_abstract("trainer")?)?;
+    /// assert!(listener.address().to_string().starts_with("@tensorshare-trainer-"));
+    /// # Ok::<(), tensorshare::Error>(())
+    /// ```
     pub fn listen(&self, address: &Address) -> Result<Listener, Error> {
         Ok(Listener::bind(
             address,
@@ -115,6 +162,32 @@ impl Connection {
     /// [`Error::Connection`] when the send fails, or
     /// [`Error::PeerAuthkey`] when it fails after a peer failed to
     /// authenticate to this process's resource sharer.
+    ///
+    /// # Examples
+    ///
+    /// Both ends in one process, on a socket pair:
+    ///
+    /// ```
+    /// use std::os::unix::net::UnixStream;
+    ///
+    /// use tensorshare::connection::ConnectionOptions;
+    /// use tensorshare::{Authkey, Connection, Dict, SharingContext, Tensor};
+    ///
+    /// let sharing = SharingContext::new(Authkey::random()?);
+    /// let (ours, theirs) = UnixStream::pair().expect("a socket pair");
+    /// let mut sender = Connection::from_stream(ours, ConnectionOptions::default());
+    /// let mut receiver = Connection::from_stream(theirs, ConnectionOptions::default());
+    ///
+    /// let scores = Tensor::from_slice(&sharing, &[0.25f64, 0.75], &[2])?;
+    /// let message = Dict::new().with("scores", &scores).with("model", "resnet18");
+    /// sender.send(&message.into(), &sharing)?;
+    ///
+    /// let received = receiver.recv(&sharing)?;
+    /// assert_eq!(received.try_get::<&str>("model")?, "resnet18");
+    /// let received_scores: &Tensor = received.try_get("scores")?;
+    /// assert_eq!(received_scores.as_slice::<f64>()?, scores.as_slice::<f64>()?);
+    /// # Ok::<(), tensorshare::Error>(())
+    /// ```
     pub fn send(&mut self, value: &Value, sharing: &SharingContext) -> Result<(), Error> {
         sharing.check_key(self)?;
         let outgoing = sharing.dumps_outgoing(value)?;
@@ -144,6 +217,38 @@ impl Connection {
     /// fails after a peer failed to authenticate to this process's resource
     /// sharer; [`Error::AuthkeyMismatch`] as for [`send`](Self::send); any
     /// error of [`SharingContext::loads`].
+    ///
+    /// # Examples
+    ///
+    /// A dict read into a struct of the program's own (see
+    /// [`from_value`](crate::from_value)):
+    ///
+    /// ```
+    /// use std::os::unix::net::UnixStream;
+    ///
+    /// use tensorshare::connection::ConnectionOptions;
+    /// use tensorshare::serde::Deserialize;
+    /// use tensorshare::{Authkey, Connection, Dict, SharingContext, Tensor};
+    ///
+    /// #[derive(Deserialize)]
+    /// #[serde(crate = "tensorshare::serde")]
+    /// struct Outputs {
+    ///     logits: Tensor,
+    ///     loss: f64,
+    /// }
+    ///
+    /// let sharing = SharingContext::new(Authkey::random()?);
+    /// let (ours, theirs) = UnixStream::pair().expect("a socket pair");
+    /// let mut peer = Connection::from_stream(theirs, ConnectionOptions::default());
+    /// let mut connection = Connection::from_stream(ours, ConnectionOptions::default());
+    /// // What torch's `conn.send({"logits": logits, "loss": loss.item()})` sends.
+    /// let logits = Tensor::from_slice(&sharing, &[1.0f32, -1.0], &[1, 2])?;
+    /// peer.send(&Dict::new().with("logits", logits).with("loss", 0.5).into(), &sharing)?;
+    ///
+    /// let outputs: Outputs = tensorshare::from_value(&connection.recv(&sharing)?)?;
+    /// assert_eq!((outputs.logits.sizes(), outputs.loss), (&[1, 2][..], 0.5));
+    /// # Ok::<(), tensorshare::Error>(())
+    /// ```
     pub fn recv(&mut self, sharing: &SharingContext) -> Result<Value, Error> {
         sharing.check_key(self)?;
         let message = self

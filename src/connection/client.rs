@@ -12,17 +12,37 @@ use super::{Address, Authkey, Connection, ConnectionError, ConnectionOptions};
 ///
 /// # Examples
 ///
-/// ```no_run
-/// use tensorshare::connection::ConnectionOptions;
-/// use tensorshare::{Address, Authkey, Client};
+/// A listener in another thread stands for Python's
+/// `Listener(address, authkey=authkey)`; one holding another key refuses
+/// the connection:
 ///
-/// // The Python side: Listener('\0tensorshare-example', authkey=bytes.fromhex(KEY))
-/// let address: Address = "@tensorshare-example".parse()?;
-/// let authkey = Authkey::from_env()?.ok_or("set TENSORSHARE_AUTHKEY")?;
-/// let mut connection = Client::connect(&address, &authkey, ConnectionOptions::default())?;
-/// connection.send_bytes(b"\x80\x04K\x07.")?; // Python's conn.recv() gives 7
-/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+/// use std::thread;
+///
+/// use tensorshare::connection::{ConnectionError, ConnectionOptions};
+/// use tensorshare::{Authkey, Client, Listener};
+///
+/// let authkey = Authkey::random()?;
+/// let options = ConnectionOptions::default();
+/// let listener = Listener::bind_unique_abstract(&authkey, options)?;
+/// let address = listener.address().clone();
+/// let server = thread::spawn(move || -> Result<Vec<u8>, ConnectionError> {
+///     let refused = listener.accept().unwrap_err();
+///     assert!(refused.is_handshake_failure(), "{refused}");
+///     listener.accept()?.recv_bytes()
+/// });
+///
+/// let wrong = Authkey::new(b"not the listener's".to_vec());
+/// assert!(Client::connect(&address, &wrong, options).is_err());
+/// let mut connection = Client::connect(&address, &authkey, options)?;
+/// connection.send_bytes(b"\x80\x04K\x07.")?; // pickle.dumps(7): Python's conn.recv() gives 7
+/// assert_eq!(server.join().expect("the listener thread")?, b"\x80\x04K\x07.");
+/// # Ok::<(), ConnectionError>(())
+/// ```
+///
+/// To exchange tensors, connect through a
+/// [`SharingContext`](crate::SharingContext::connect), which authenticates
+/// with its own key.
 #[derive(Debug)]
 pub enum Client {}
 

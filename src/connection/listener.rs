@@ -154,6 +154,30 @@ impl Listener {
     /// [`ConnectionError::Accept`] when the socket itself fails (e.g. out of
     /// file descriptors), or, on a non-blocking listener, when no peer is
     /// waiting ([`ConnectionError::is_would_block`]).
+    ///
+    /// # Examples
+    ///
+    /// A client in another thread stands for Python's
+    /// `Client(address, authkey=authkey)`:
+    ///
+    /// ```
+    /// use tensorshare::connection::{ConnectionError, ConnectionOptions};
+    /// use tensorshare::{Authkey, Client, Listener};
+    ///
+    /// let authkey = Authkey::random()?;
+    /// let options = ConnectionOptions::default();
+    /// let listener = Listener::bind_unique_abstract(&authkey, options)?;
+    /// let (address, key) = (listener.address().clone(), authkey.clone());
+    /// let client = std::thread::spawn(move || -> Result<(), ConnectionError> {
+    ///     Client::connect(&address, &key, options)?.send_bytes(b"\x80\x04N.") // pickle.dumps(None)
+    /// });
+    ///
+    /// let mut connection = listener.accept()?;
+    /// assert_eq!(connection.authkey(), Some(&authkey));
+    /// assert_eq!(connection.recv_bytes()?, b"\x80\x04N.");
+    /// client.join().expect("the client thread")?;
+    /// # Ok::<(), ConnectionError>(())
+    /// ```
     pub fn accept(&self) -> Result<Connection, ConnectionError> {
         self.accept_unauthenticated()?.authenticate()
     }

@@ -60,6 +60,26 @@ pub enum ViewError {
 ///
 /// Cloning is cheap and keeps identity: two clones are the same tensor, as
 /// two Python references to one `torch.Tensor` are.
+///
+/// Write one with [`Tensor::from_slice`] or, in place,
+/// [`SharingContext::allocate`](crate::SharingContext::allocate) and
+/// [`StorageWriter::into_tensor`](crate::StorageWriter::into_tensor); read
+/// its elements with [`as_slice`](Self::as_slice) (contiguous, in place)
+/// or [`to_vec`](Self::to_vec) (any view).
+///
+/// # Examples
+///
+/// ```
+/// use tensorshare::{DType, StrategyKind, Tensor};
+///
+/// let t = Tensor::from_slice(&StrategyKind::Bytes, &[1u8, 2, 3, 4, 5, 6], &[2, 3])?;
+/// assert_eq!((t.dtype(), t.sizes(), t.strides()), (DType::UInt8, &[2, 3][..], &[3, 1][..]));
+/// assert_eq!((t.numel(), t.storage().nbytes()), (6, 6));
+/// assert!(t.is_contiguous() && !t.requires_grad());
+/// assert_eq!(t.as_slice::<u8>()?, [1, 2, 3, 4, 5, 6]);
+/// assert!(t.clone().same_as(&t));
+/// # Ok::<(), tensorshare::Error>(())
+/// ```
 #[derive(Clone)]
 pub struct Tensor(Arc<TensorInner>);
 

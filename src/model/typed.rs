@@ -210,6 +210,24 @@ impl StorageWriter {
     ///
     /// [`ElementError::View`] when the storage is smaller than the view,
     /// [`ElementError::TooLarge`] when the view's size overflows.
+    ///
+    /// # Examples
+    ///
+    /// A batch of int64 labels written in place, no `to_le_bytes` in sight:
+    ///
+    /// ```
+    /// use tensorshare::{Authkey, DType, SharingContext};
+    ///
+    /// let sharing = SharingContext::new(Authkey::random()?);
+    /// let mut writer = sharing.allocate(8 * size_of::<i64>())?;
+    /// for (i, label) in writer.as_mut_slice::<i64>()?.iter_mut().enumerate() {
+    ///     *label = i as i64 % 3;
+    /// }
+    /// let labels = writer.into_tensor::<i64>(&[8])?;
+    /// assert_eq!((labels.dtype(), labels.sizes()), (DType::Int64, &[8][..]));
+    /// assert_eq!(labels.as_slice::<i64>()?, [0, 1, 2, 0, 1, 2, 0, 1]);
+    /// # Ok::<(), tensorshare::Error>(())
+    /// ```
     pub fn into_tensor<T: Element>(self, sizes: &[usize]) -> Result<Tensor, ElementError> {
         check_size::<T>()?;
         let (view, _) = contiguous_view(T::DTYPE, sizes)?;

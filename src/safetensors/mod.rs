@@ -52,19 +52,17 @@
 //! # Examples
 //!
 //! ```
-//! use tensorshare::{DType, Storage, Tensor, TensorView, Value};
+//! use tensorshare::{DType, Dict, StrategyKind, Tensor, Value};
 //!
-//! let bytes: Vec<u8> = [1.0f32, 2.0, 3.0, 4.0].iter().flat_map(|f| f.to_le_bytes()).collect();
-//! let weight = Tensor::new(Storage::from_vec(bytes), TensorView::contiguous(DType::Float32, &[2, 2]))?;
-//! let state_dict = Value::Dict(vec![(Value::Str("layer.weight".into()), Value::Tensor(weight))].into());
+//! let weight = Tensor::from_slice(&StrategyKind::Bytes, &[1.0f32, 2.0, 3.0, 4.0], &[2, 2])?;
+//! let state_dict = Value::from(Dict::new().with("layer.weight", weight));
 //!
 //! let file = tensorshare::safetensors::to_bytes(&state_dict)?;
 //! let loaded = tensorshare::safetensors::from_bytes(&file)?;
-//! let Value::Dict(items) = &loaded else { panic!("a dict") };
-//! assert_eq!(items[0].0.as_str(), Some("layer.weight"));
-//! let tensor = items[0].1.as_tensor().unwrap();
+//! let tensor: &Tensor = loaded.try_get("layer.weight")?;
 //! assert_eq!((tensor.dtype(), tensor.sizes()), (DType::Float32, &[2, 2][..]));
-//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! assert_eq!(tensor.as_slice::<f32>()?, [1.0, 2.0, 3.0, 4.0]);
+//! # Ok::<(), tensorshare::Error>(())
 //! ```
 
 mod dtype;
@@ -98,16 +96,17 @@ const LENGTH_BYTES: usize = 8;
 ///
 /// ```
 /// use tensorshare::safetensors::SafetensorsFile;
-/// use tensorshare::{DType, Storage, Tensor, TensorView, Value};
+/// use tensorshare::{Dict, StrategyKind, Tensor, Value};
 ///
-/// let mask = Tensor::new(Storage::from_vec(vec![1, 0, 1]), TensorView::contiguous(DType::Bool, &[3]))?;
-/// let mut file = SafetensorsFile::new(Value::Dict(vec![(Value::Str("mask".into()), Value::Tensor(mask))].into()));
+/// let mask = Tensor::from_slice(&StrategyKind::Bytes, &[true, false, true], &[3])?;
+/// let mut file = SafetensorsFile::new(Dict::new().with("mask", mask).into());
 /// file.metadata.insert("source".to_owned(), "example".to_owned());
 ///
 /// let read = SafetensorsFile::from_bytes(&file.to_bytes()?)?;
 /// assert_eq!(read.metadata["format"], "pt");
 /// assert_eq!(read.metadata["source"], "example");
-/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// assert_eq!(read.tensors.try_get::<&Tensor>("mask")?.to_vec::<bool>()?, [true, false, true]);
+/// # Ok::<(), tensorshare::Error>(())
 /// ```
 #[derive(Clone, Debug)]
 pub struct SafetensorsFile {
@@ -159,19 +158,29 @@ pub fn from_bytes(bytes: &[u8]) -> Result<Value, SafetensorsError> {
 /// # Examples
 ///
 /// A `pytorch_model.bin` (any `torch.save` file holding a state dict,
-/// saved from a GPU or not) as a `model.safetensors`, nothing executed:
+/// saved from a GPU or not) as a `model.safetensors`, nothing executed;
+/// here the `.bin` is written first, as `torch.save(state_dict, path)`
+/// would:
 ///
-/// ```no_run
-/// use tensorshare::Registry;
+/// ```
 /// use tensorshare::archive::load_torch_save;
+/// use tensorshare::save::save_torch;
+/// use tensorshare::{Dict, Registry, StrategyKind, Tensor, TorchSaveFormat, Value};
 ///
-/// let bytes = std::fs::read("pytorch_model.bin")?;
+/// let dir = std::env::temp_dir().join(format!("tensorshare-save-doc-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir).expect("a scratch directory");
+/// let bias = Tensor::from_slice(&StrategyKind::Bytes, &[0.5f32, -0.5], &[2])?;
+/// let saved = save_torch(&Dict::new().with("fc.bias", bias).into(), TorchSaveFormat::Zip)?;
+/// std::fs::write(dir.join("pytorch_model.bin"), saved).expect("the .bin written");
+///
+/// let bytes = std::fs::read(dir.join("pytorch_model.bin")).expect("the .bin read");
 /// let (_, state_dict) = load_torch_save(&bytes, &Registry::default())?;
-/// tensorshare::safetensors::save(&state_dict, "model.safetensors")?;
+/// tensorshare::safetensors::save(&state_dict, dir.join("model.safetensors"))?;
 ///
-/// let tensors = tensorshare::safetensors::load("model.safetensors")?;
-/// println!("{} tensors", tensors.tensors().len());
-/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// let tensors: Value = tensorshare::safetensors::load(dir.join("model.safetensors"))?;
+/// assert_eq!(tensors.try_get::<&Tensor>("fc.bias")?.as_slice::<f32>()?, [0.5, -0.5]);
+/// # std::fs::remove_dir_all(&dir).expect("the scratch directory removed");
+/// # Ok::<(), tensorshare::Error>(())
 /// ```
 pub fn save(state_dict: &Value, path: impl AsRef<Path>) -> Result<(), SafetensorsError> {
     SafetensorsFile::new(state_dict.clone()).save(path)

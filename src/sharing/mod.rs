@@ -190,6 +190,26 @@ impl SharingContext {
     /// `file_system`, `memmap` (files in [`memmap_dir`](Self::memmap_dir))
     /// or `bytes` (copies inline, as plain `pickle.dumps` writes them).
     /// Receiving takes every strategy whatever this says.
+    ///
+    /// See the [crate docs](crate#what-a-sender-keeps-alive) for what each
+    /// asks of the sender.
+    ///
+    /// # Examples
+    ///
+    /// A pickle that carries its storage's bytes, which plain Python's
+    /// `pickle.loads` (with torch imported) rebuilds long after this
+    /// process has gone:
+    ///
+    /// ```
+    /// use tensorshare::{Authkey, SharingContext, StrategyKind, Tensor};
+    ///
+    /// let sharing = SharingContext::new(Authkey::random()?).with_strategy(StrategyKind::Bytes);
+    /// let t = Tensor::from_slice(&sharing, &[1.0f64, 2.0], &[2])?;
+    /// let pickle = sharing.dumps(&t.into())?;
+    /// let back: Tensor = sharing.loads(&pickle)?.try_into()?;
+    /// assert_eq!(back.as_slice::<f64>()?, [1.0, 2.0]);
+    /// # Ok::<(), tensorshare::Error>(())
+    /// ```
     pub fn with_strategy(mut self, strategy: StrategyKind) -> Self {
         self.strategy = strategy;
         self
@@ -388,6 +408,10 @@ impl SharingContext {
     }
 
     /// Rebuilds a pickle and attaches every shared storage it names.
+    ///
+    /// For a pickle that arrived some other way than a [`Connection`](crate::Connection)
+    /// (which [`Connection::recv`](crate::Connection::recv) reads and
+    /// rebuilds): see the [crate docs](crate#receiving-connectionrecv-or-sharingcontextloads).
     ///
     /// # Errors
     ///

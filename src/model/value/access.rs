@@ -10,6 +10,35 @@ use super::{PathSegment, Value, ValueAccessError};
 use crate::DType;
 use crate::model::{Storage, Tensor};
 
+/// Accessors: each gives the part of the value asked for, or `None` when
+/// the value is something else. [`try_get`](Value::try_get) and `TryFrom`
+/// say what was found instead.
+///
+/// # Examples
+///
+/// ```
+/// use tensorshare::{Dict, StrategyKind, Tensor, Value};
+///
+/// let image = Tensor::from_slice(&StrategyKind::Bytes, &[0u8; 4], &[2, 2])?;
+/// let sample = Value::from(
+///     Dict::new()
+///         .with("image", image)
+///         .with("path", "cat.png")
+///         .with("boxes", vec![(0, 0, 2, 2)])
+///         .with("score", 0.5)
+///         .with("crop", None::<i64>),
+/// );
+/// for (key, value) in sample.as_dict().expect("a dict") {
+///     println!("{}: {}", key.as_str().unwrap_or("?"), value.type_name());
+/// }
+/// assert_eq!(sample.get("image").and_then(Value::as_tensor).map(Tensor::sizes), Some(&[2, 2][..]));
+/// assert_eq!(sample.get("path").and_then(Value::as_str), Some("cat.png"));
+/// assert_eq!(sample.get("boxes").and_then(Value::as_list).map(<[Value]>::len), Some(1));
+/// assert_eq!(sample.get("score").and_then(Value::as_float), Some(0.5));
+/// assert!(sample.get("crop").is_some_and(Value::is_none));
+/// assert_eq!(sample.get("path").and_then(Value::as_int), None, "a str is not an int");
+/// # Ok::<(), tensorshare::Error>(())
+/// ```
 impl Value {
     /// Whether this is `None`.
     pub fn is_none(&self) -> bool {
