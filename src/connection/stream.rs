@@ -21,6 +21,11 @@ use super::{Address, Authkey, ConnectionError, ConnectionOptions};
 /// One end of a `multiprocessing.connection` connection: length-framed
 /// byte messages over a Unix stream socket.
 ///
+/// Tensors and other Python objects go with [`send`](Self::send) and
+/// [`recv`](Self::recv) and a [`SharingContext`](crate::SharingContext);
+/// [`send_bytes`](Self::send_bytes) and [`recv_bytes`](Self::recv_bytes)
+/// move the bytes of one message as they are.
+///
 /// Made by [`Listener::accept`](super::Listener::accept) and
 /// [`Client::connect`](super::Client::connect) after the authkey handshake,
 /// or by [`Connection::from_stream`] for a socket that needs none.
@@ -98,9 +103,14 @@ impl Connection {
         self.send_bytes_with_fds(payload, &[])
     }
 
-    /// Receives one message: Python's `conn.recv_bytes()`. Decode what
-    /// Python's `conn.send(obj)` sent with
-    /// [`Registry::loads`](crate::Registry::loads).
+    /// Receives one message: Python's `conn.recv_bytes()`.
+    ///
+    /// What Python's `conn.send(obj)` sent is a pickle: receive it with
+    /// [`Connection::recv`](crate::Connection::recv) and a
+    /// [`SharingContext`](crate::SharingContext), which rebuilds it and
+    /// attaches the storages its tensors name. Decode the bytes with
+    /// [`Registry::loads`](crate::Registry::loads) only for plain data,
+    /// which names no shared storage.
     ///
     /// # Errors
     ///

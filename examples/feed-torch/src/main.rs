@@ -32,8 +32,9 @@ fn produce() -> Result<(), Box<dyn std::error::Error>> {
         // Image i is one shade; its label is the shade's tens digit.
         let labels: Vec<i64> = (0..8).map(|i| (step + i) % 10).collect();
         let mut image = sharing.allocate(IMAGE.iter().product())?;
-        for (pixels, label) in image.as_bytes_mut().chunks_mut(3 * 64 * 64).zip(&labels) {
-            pixels.fill(*label as u8 * 10 + 5);
+        let pixels = image.as_mut_slice::<u8>()?;
+        for (one_image, label) in pixels.chunks_mut(3 * 64 * 64).zip(&labels) {
+            one_image.fill(*label as u8 * 10 + 5);
         }
         let batch = Dict::new()
             .with("image", image.into_tensor::<u8>(&IMAGE)?)
