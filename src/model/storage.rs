@@ -247,6 +247,22 @@ impl Storage {
     ///
     /// The strategy's [`AllocateError`]: out of memory, out of file
     /// descriptors, a full `/dev/shm`; each says what to do.
+    ///
+    /// # Examples
+    ///
+    /// A fresh memfd, written in place; a
+    /// [`SharingContext`](crate::SharingContext) allocates with its own
+    /// strategy and reuses memory ([`SharingContext::allocate`](crate::SharingContext::allocate)):
+    ///
+    /// ```
+    /// use tensorshare::{Storage, StorageKind, StrategyKind};
+    ///
+    /// let mut writer = Storage::allocate(StrategyKind::FileDescriptor, 4 * size_of::<f32>())?;
+    /// writer.as_mut_slice::<f32>()?.copy_from_slice(&[1.0, 2.0, 3.0, 4.0]);
+    /// let storage = writer.freeze();
+    /// assert_eq!((storage.nbytes(), storage.kind()), (16, StorageKind::FileDescriptor));
+    /// # Ok::<(), tensorshare::Error>(())
+    /// ```
     pub fn allocate(kind: StrategyKind, nbytes: usize) -> Result<StorageWriter, AllocateError> {
         tensorshare_strategies::allocate_writable(kind, nbytes).map(StorageWriter)
     }
