@@ -148,12 +148,8 @@ impl Connection {
     /// Under `file_descriptor` (the default) a receiver fetches each
     /// storage's fd from this process's resource sharer while it unpickles
     /// the message: this process must still run then. Call
-    /// [`SharingContext::wait_until_fetched`] before exiting. Under
-    /// `file_system` the segment outlives its sender while the message
-    /// counts it; under `bytes` the message carries the storages; under
-    /// `memmap` the file is removed when its sender lets go of it, unless
-    /// the context keeps files
-    /// ([`SharingContext::with_memmap_keep_files`]).
+    /// [`SharingContext::wait_until_fetched`] before exiting. The other
+    /// strategies' rules are in the [crate docs](crate#what-a-sender-keeps-alive).
     ///
     /// # Errors
     ///
