@@ -213,7 +213,7 @@ impl StorageWriter {
     ///
     /// # Examples
     ///
-    /// A batch of int64 labels written in place, no `to_le_bytes` in sight:
+    /// A batch of int64 labels written in place, as typed elements:
     ///
     /// ```
     /// use tensorshare::{Authkey, DType, SharingContext};

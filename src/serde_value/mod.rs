@@ -63,7 +63,7 @@ use crate::model::Value;
 ///
 /// ```
 /// use serde::{Deserialize, Serialize};
-/// use tensorshare::{DType, Storage, Tensor, TensorView, Value};
+/// use tensorshare::{StrategyKind, Tensor, Value};
 ///
 /// #[derive(Serialize, Deserialize)]
 /// struct Batch {
@@ -72,19 +72,16 @@ use crate::model::Value;
 ///     names: Vec<String>,
 /// }
 ///
-/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let pixels = Storage::from_vec(vec![0; 4 * 2 * 3]);
-/// let image = Tensor::new(pixels, TensorView::contiguous(DType::Float32, &[2, 3]))?;
+/// let image = Tensor::from_slice(&StrategyKind::Bytes, &[0.0f32; 6], &[2, 3])?;
 /// let batch = Batch { image, label: 7, names: vec!["cat".into()] };
 ///
 /// // What torch receives: {'image': tensor(...), 'label': 7, 'names': ['cat']}
 /// let value = tensorshare::to_value(&batch)?;
-/// let Value::Dict(pairs) = &value else { unreachable!() };
+/// let pairs = value.as_dict().expect("a dict");
 /// let keys: Vec<_> = pairs.iter().filter_map(|(key, _)| key.as_str()).collect();
 /// assert_eq!(keys, ["image", "label", "names"]);
 /// assert!(pairs[0].1.as_tensor().unwrap().same_as(&batch.image));
-/// # Ok(())
-/// # }
+/// # Ok::<(), tensorshare::Error>(())
 /// ```
 ///
 /// The struct can also derive through tensorshare's own serde, with no
@@ -152,10 +149,8 @@ pub fn to_value<T: Serialize + ?Sized>(value: &T) -> Result<Value, SerdeError> {
 /// # Examples
 ///
 /// ```
-/// use std::sync::Arc;
-///
 /// use serde::Deserialize;
-/// use tensorshare::{DType, Storage, Tensor, TensorView, Value};
+/// use tensorshare::{Dict, StrategyKind, Tensor, Value};
 ///
 /// #[derive(Deserialize)]
 /// struct Reply {
@@ -164,16 +159,9 @@ pub fn to_value<T: Serialize + ?Sized>(value: &T) -> Result<Value, SerdeError> {
 ///     note: Option<String>,
 /// }
 ///
-/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let logits = Tensor::new(
-///     Storage::from_vec(vec![0; 8]),
-///     TensorView::contiguous(DType::Float32, &[2]),
-/// )?;
+/// let logits = Tensor::from_slice(&StrategyKind::Bytes, &[0.0f32, 0.0], &[2])?;
 /// // What a torch process sends as {'loss': 0.25, 'logits': tensor([0., 0.])}
-/// let sent = Value::Dict(Arc::new([
-///     (Value::Str("loss".into()), Value::Float(0.25)),
-///     (Value::Str("logits".into()), Value::Tensor(logits.clone())),
-/// ]));
+/// let sent = Value::from(Dict::new().with("loss", 0.25).with("logits", &logits));
 /// let reply: Reply = tensorshare::from_value(&sent)?;
 /// assert_eq!(reply.loss, 0.25);
 /// assert!(reply.logits.same_as(&logits));
@@ -185,8 +173,7 @@ pub fn to_value<T: Serialize + ?Sized>(value: &T) -> Result<Value, SerdeError> {
 /// }
 /// let error = tensorshare::from_value::<Batch>(&sent).unwrap_err();
 /// assert_eq!(error.to_string(), "missing key 'label' in dict for struct Batch");
-/// # Ok(())
-/// # }
+/// # Ok::<(), tensorshare::Error>(())
 /// ```
 pub fn from_value<'a, T: Deserialize<'a>>(value: &'a Value) -> Result<T, SerdeError> {
     let _registrations = passed::Registrations::begin();
