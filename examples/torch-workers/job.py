@@ -54,6 +54,7 @@ if __name__ == "__main__":
         args=(worker_command, tasks, answers, finished),
         nprocs=PROCESSES,
         join=False,
+        daemon=True,  # a failed job does not wait for its processes
     )
     torch.manual_seed(0)
     inputs = {}
