@@ -57,7 +57,7 @@ fn serve() -> Result<(), Box<dyn Error>> {
                     });
                 }
                 // A peer with another key: refused, and the server goes on.
-                Err(refused) if refused.is_handshake_failure() => eprintln!("{refused}"),
+                Err(refused) if refused.is_handshake_failure() => eprintln!("refused: {refused}"),
                 Err(fatal) => return Err(fatal.into()),
             }
         }
