@@ -20,6 +20,7 @@ mod memmap;
 mod notices;
 mod receipt;
 mod recycle;
+mod refcounted_pool;
 mod release;
 pub mod resource_sharer;
 mod sent_files;
@@ -133,6 +134,9 @@ pub struct SharingContext {
     /// Memfds made by [`allocate`](Self::allocate), reused once their
     /// receivers have unmapped them.
     pool: Arc<recycle::SegmentPool>,
+    /// `file_system` segments made by [`allocate`](Self::allocate), reused
+    /// once their count says nobody else holds them.
+    fs_pool: Arc<refcounted_pool::RefcountedPool>,
     /// The received storages whose senders hear when they are unmapped.
     notices: Arc<notices::NoticeBoard>,
 }
@@ -140,6 +144,10 @@ pub struct SharingContext {
 /// The most bytes of free memfds a context keeps for reuse, however much
 /// its producer held at once.
 const MAX_RECYCLED_BYTES: usize = 1 << 30;
+
+/// The most `file_system` segments a context keeps for reuse: each holds a
+/// mapping, of the 65530 `vm.max_map_count` allows by default.
+const MAX_POOLED_SEGMENTS: usize = 8192;
 
 impl SharingContext {
     /// A context with torch's default registry, sharing by file descriptor.
@@ -174,6 +182,10 @@ impl SharingContext {
             connection_options: ConnectionOptions::default(),
             reported_auth_failures: AtomicU64::new(0),
             pool: Arc::new(recycle::SegmentPool::new(fd_limit / 4, MAX_RECYCLED_BYTES)),
+            fs_pool: Arc::new(refcounted_pool::RefcountedPool::new(
+                MAX_POOLED_SEGMENTS,
+                MAX_RECYCLED_BYTES,
+            )),
             notices: Arc::new(notices::NoticeBoard::new(Arc::downgrade(&releases))),
             releases,
             authkey,
