@@ -17,7 +17,9 @@ mod file_descriptor;
 mod file_system;
 mod form;
 mod memmap;
+mod memmap_pool;
 mod notices;
+mod parked;
 mod receipt;
 mod recycle;
 mod refcounted_pool;
@@ -137,6 +139,9 @@ pub struct SharingContext {
     /// `file_system` segments made by [`allocate`](Self::allocate), reused
     /// once their count says nobody else holds them.
     fs_pool: Arc<refcounted_pool::RefcountedPool>,
+    /// `memmap` files made by [`allocate`](Self::allocate), reused once
+    /// every message that named one was opened and let go of.
+    memmap_pool: Arc<memmap_pool::MemmapPool>,
     /// The received storages whose senders hear when they are unmapped.
     notices: Arc<notices::NoticeBoard>,
 }
@@ -186,6 +191,7 @@ impl SharingContext {
                 MAX_POOLED_SEGMENTS,
                 MAX_RECYCLED_BYTES,
             )),
+            memmap_pool: new_memmap_pool(),
             notices: Arc::new(notices::NoticeBoard::new(Arc::downgrade(&releases))),
             releases,
             authkey,
@@ -328,6 +334,19 @@ impl SharingContext {
     /// held at once (at least 64 MiB, at most 1 GiB) and a quarter of the
     /// fd limit; one not reused for 10 seconds is freed by the next
     /// allocation, and all of them with the context.
+    ///
+    /// Under `file_system` the segment of a storage allocated here likewise
+    /// goes back to the context when the storage dies, and a later
+    /// allocation of the same size takes it again once the reference count
+    /// in its header is back at this process's own: every receiver, torch's
+    /// or ours, has let go of it, and no message naming it is waiting to be
+    /// opened (each adds a count that only its receiver takes back; see the
+    /// `refcounted_pool` module of the source for why that is enough). It
+    /// stays registered with the shared-memory manager meanwhile, so a
+    /// killed process still leaves nothing. Pooled segments are kept within
+    /// the same byte bounds and at most 8192 of them (each is a mapping);
+    /// one not taken within 10 seconds of its storage's end is let go of by
+    /// the next allocation, and all of them with the context.
     ///
     /// # Errors
     ///
@@ -552,6 +571,14 @@ impl StorageAllocator for SharingContext {
     fn allocate_storage(&self, nbytes: usize) -> Result<StorageWriter, AllocateError> {
         self.allocate(nbytes)
     }
+}
+
+/// The pool of a context's `memmap` files, made anew with its directory.
+fn new_memmap_pool() -> Arc<memmap_pool::MemmapPool> {
+    Arc::new(memmap_pool::MemmapPool::new(
+        MAX_POOLED_SEGMENTS,
+        MAX_RECYCLED_BYTES,
+    ))
 }
 
 /// The soft fd limit, which a context shares out: a quarter to free memfds

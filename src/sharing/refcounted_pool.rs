@@ -39,7 +39,7 @@
 //! A message that never reaches a receiver that takes its count back (its
 //! receiver died first, or never unpickled it) keeps its segment above 1
 //! for good: such a segment is never reused and leaves the pool at its
-//! [lifetime](POOLED_LIFETIME), its name left to the last holder or the
+//! [lifetime](super::parked::PARKED_LIFETIME), its name left to the last holder or the
 //! manager as without the pool. A pickle unpickled twice takes its count
 //! back twice; that breaks torch's own counting too (the segment is
 //! unlinked under its holders), and is outside the protocol.
@@ -48,59 +48,28 @@
 //! as when it was allocated: if this process is killed, the manager still
 //! unlinks it once nobody maps it.
 
-use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use tensorshare_strategies::Segment;
 use tensorshare_strategies::file_system::FileSystemSegment;
 
 use super::lock;
+use super::parked::Parked;
 use super::watched::Watcher;
-
-/// How long a segment stays in the pool after its storage died here,
-/// waiting for its receivers to let go of it or for an allocation of its
-/// size.
-pub(crate) const POOLED_LIFETIME: Duration = Duration::from_secs(10);
-
-/// How many pooled segments are looked at, oldest first, for one that is
-/// free: receivers usually let go in the order they received.
-const SCAN_LIMIT: usize = 16;
-
-/// The least bytes the pool may keep, however little the producer held at
-/// once.
-const MIN_POOLED_BYTES: usize = 64 << 20;
 
 /// `file_system` segments this process allocated for storages that died
 /// here, by length, oldest first.
 #[derive(Debug)]
 pub(crate) struct RefcountedPool {
-    state: Mutex<PoolState>,
-    /// The most segments pooled: each holds a mapping.
-    max_segments: usize,
-    /// The most bytes pooled, whatever the producer held at once.
-    max_bytes: usize,
-}
-
-#[derive(Debug, Default)]
-struct PoolState {
-    by_len: HashMap<usize, VecDeque<(Instant, FileSystemSegment)>>,
-    segments: usize,
-    bytes: usize,
-    /// Bytes of the segments the pool made that are alive, in a storage or
-    /// pooled, and the most there ever were at once: the pool keeps up to
-    /// that much.
-    tracked_bytes: usize,
-    peak_tracked_bytes: usize,
+    parked: Mutex<Parked<FileSystemSegment>>,
 }
 
 impl RefcountedPool {
-    /// A pool keeping at most `max_segments` segments and `max_bytes` bytes.
+    /// A pool keeping at most `max_segments` segments (each holds a
+    /// mapping) and `max_bytes` bytes.
     pub(crate) fn new(max_segments: usize, max_bytes: usize) -> Self {
         Self {
-            state: Mutex::new(PoolState::default()),
-            max_segments,
-            max_bytes,
+            parked: Mutex::new(Parked::new(max_segments, max_bytes)),
         }
     }
 
@@ -108,9 +77,9 @@ impl RefcountedPool {
     /// whatever bytes its last storage left in it.
     pub(crate) fn take(&self, nbytes: usize) -> Option<FileSystemSegment> {
         let (taken, expired) = {
-            let mut state = lock(&self.state);
-            let expired = state.expire(Instant::now());
-            (state.take_free(nbytes), expired)
+            let mut parked = lock(&self.parked);
+            let expired = parked.expire(Instant::now());
+            (parked.take_free(nbytes, is_free), expired)
         };
         // Unmapped, uncounted and unregistered outside the lock.
         drop(expired);
@@ -119,27 +88,20 @@ impl RefcountedPool {
 
     /// Starts tracking a new segment of `nbytes` made for a storage.
     pub(crate) fn adopt(&self, nbytes: usize) {
-        let mut state = lock(&self.state);
-        state.tracked_bytes += nbytes;
-        state.peak_tracked_bytes = state.peak_tracked_bytes.max(state.tracked_bytes);
+        lock(&self.parked).adopt(nbytes);
     }
 
     /// Lets go of every pooled segment (when allocating ran out of shared
     /// memory); how many there were.
     pub(crate) fn clear(&self) -> usize {
-        let drained = {
-            let mut state = lock(&self.state);
-            let drained = state.drain(None);
-            state.forget(&drained);
-            drained
-        };
+        let drained = lock(&self.parked).drain(None);
         drained.len()
     }
 
     /// How many segments are pooled, free or not.
     #[cfg(test)]
     fn pooled(&self) -> usize {
-        lock(&self.state).segments
+        lock(&self.parked).segments
     }
 }
 
@@ -149,113 +111,19 @@ impl Watcher for RefcountedPool {
     /// Pools the segment of a storage that died here, or lets go of it
     /// when the pool holds enough.
     fn ended(&self, segment: FileSystemSegment) {
-        let now = Instant::now();
         let dropped = {
-            let mut state = lock(&self.state);
-            let mut dropped = state.expire(now);
+            let now = Instant::now();
+            let mut parked = lock(&self.parked);
+            let mut dropped = parked.expire(now);
             if segment.was_truncated() {
-                state.forget(std::slice::from_ref(&segment));
+                parked.forget(std::slice::from_ref(&segment));
                 dropped.push(segment);
             } else {
-                state.push(segment, now);
-                let byte_limit = self
-                    .max_bytes
-                    .min(state.peak_tracked_bytes.max(MIN_POOLED_BYTES));
-                while state.segments > self.max_segments || state.bytes > byte_limit {
-                    let Some(oldest) = state.pop_oldest() else {
-                        break;
-                    };
-                    state.forget(std::slice::from_ref(&oldest));
-                    dropped.push(oldest);
-                }
+                dropped.extend(parked.park(segment, now));
             }
             dropped
         };
         drop(dropped);
-    }
-}
-
-impl PoolState {
-    fn push(&mut self, segment: FileSystemSegment, now: Instant) {
-        let len = segment.as_bytes().len();
-        self.bytes += len;
-        self.segments += 1;
-        self.by_len
-            .entry(len)
-            .or_default()
-            .push_back((now, segment));
-    }
-
-    /// The oldest of the first few segments of `nbytes` whose count is
-    /// back at the creator's own.
-    fn take_free(&mut self, nbytes: usize) -> Option<FileSystemSegment> {
-        let queue = self.by_len.get_mut(&nbytes)?;
-        let index = queue
-            .iter()
-            .take(SCAN_LIMIT)
-            .position(|(_, segment)| is_free(segment))?;
-        let (_, segment) = queue.remove(index)?;
-        if queue.is_empty() {
-            self.by_len.remove(&nbytes);
-        }
-        self.bytes -= nbytes;
-        self.segments -= 1;
-        Some(segment)
-    }
-
-    /// Takes out the segment pooled longest, of any length.
-    fn pop_oldest(&mut self) -> Option<FileSystemSegment> {
-        let len = self
-            .by_len
-            .iter()
-            .filter_map(|(len, queue)| queue.front().map(|(since, _)| (*since, *len)))
-            .min()?
-            .1;
-        let queue = self.by_len.get_mut(&len)?;
-        let (_, segment) = queue.pop_front()?;
-        if queue.is_empty() {
-            self.by_len.remove(&len);
-        }
-        self.bytes -= len;
-        self.segments -= 1;
-        Some(segment)
-    }
-
-    /// Takes out the segments pooled since before `cutoff`, or all of them.
-    fn drain(&mut self, cutoff: Option<Instant>) -> Vec<FileSystemSegment> {
-        let mut drained = Vec::new();
-        for queue in self.by_len.values_mut() {
-            while let Some((since, _)) = queue.front() {
-                if cutoff.is_some_and(|cutoff| *since >= cutoff) {
-                    break;
-                }
-                drained.extend(queue.pop_front().map(|(_, segment)| segment));
-            }
-        }
-        self.by_len.retain(|_, queue| !queue.is_empty());
-        for segment in &drained {
-            self.bytes -= segment.as_bytes().len();
-            self.segments -= 1;
-        }
-        drained
-    }
-
-    /// Takes out the segments pooled longer than the lifetime, to be
-    /// dropped once the lock is released.
-    fn expire(&mut self, now: Instant) -> Vec<FileSystemSegment> {
-        let Some(cutoff) = now.checked_sub(POOLED_LIFETIME) else {
-            return Vec::new();
-        };
-        let expired = self.drain(Some(cutoff));
-        self.forget(&expired);
-        expired
-    }
-
-    /// Stops tracking segments about to be dropped.
-    fn forget(&mut self, segments: &[FileSystemSegment]) {
-        for segment in segments {
-            self.tracked_bytes = self.tracked_bytes.saturating_sub(segment.as_bytes().len());
-        }
     }
 }
 
@@ -268,12 +136,14 @@ fn is_free(segment: &FileSystemSegment) -> bool {
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
+    use std::time::Duration;
 
+    use super::super::parked::PARKED_LIFETIME;
     use super::super::watched::Watched;
     use super::*;
     use tensorshare_strategies::file_system::{FileSystemStrategy, SegmentHandle, SegmentName};
     use tensorshare_strategies::services::shm_manager::{self, ManagerServer, ServeOptions};
-    use tensorshare_strategies::{SharingStrategy, WritableSegment};
+    use tensorshare_strategies::{Segment, SharingStrategy, WritableSegment};
 
     fn pool() -> Arc<RefcountedPool> {
         Arc::new(RefcountedPool::new(64, 1 << 30))
@@ -371,9 +241,10 @@ mod tests {
         drop(segments);
         assert_eq!(pool.pooled(), 2);
 
-        let mut state = lock(&pool.state);
-        let expired = state.expire(Instant::now() + POOLED_LIFETIME + Duration::from_secs(1));
-        assert_eq!((expired.len(), state.segments, state.bytes), (2, 0, 0));
-        assert_eq!(state.tracked_bytes, 0);
+        let mut parked = lock(&pool.parked);
+        let later = Instant::now() + PARKED_LIFETIME + Duration::from_secs(1);
+        let expired = parked.expire(later);
+        assert_eq!((expired.len(), parked.segments, parked.bytes), (2, 0, 0));
+        assert_eq!(parked.tracked_bytes, 0);
     }
 }

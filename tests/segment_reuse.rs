@@ -1,13 +1,14 @@
-//! `SharingContext::allocate` under `file_system` hands a segment out again
-//! once the count in its header is back at the creator's own, and never
-//! before: not while a receiver, tensorshare or stock torch, maps it, nor
-//! while a message naming it waits to be opened. Reused segments stay
-//! registered with the manager and leave nothing in `/dev/shm` once their
-//! context is gone.
+//! `SharingContext::allocate` hands a `file_system` segment or a `memmap`
+//! file out again once nobody else can see it, and never before: not while
+//! a receiver, tensorshare or stock torch, maps it, nor while a message
+//! naming it waits to be opened. Under `file_system` the count in the
+//! segment's header tells; under `memmap` the opens the kernel saw. Reused
+//! segments stay registered with the manager, and neither leaves anything
+//! in `/dev/shm` or the memmap directory once its context is gone.
 
 mod support;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -15,14 +16,53 @@ use tensorshare::{
     Authkey, Connection, DType, SharingContext, Storage, StrategyKind, Tensor, TensorView, Value,
 };
 use tensorshare_strategies::file_system::FileSystemSegment;
+use tensorshare_strategies::memmap::MemmapSegment;
 
 use support::{exit_within, test_python};
 
 const NBYTES: usize = 4096;
 
-fn fs_context(authkey: &Authkey) -> SharingContext {
-    support::build_manager_executable();
-    SharingContext::new(authkey.clone()).with_strategy(StrategyKind::FileSystem)
+/// Where the contexts of a test share: `file_system`, or `memmap` files in
+/// a directory of the test's own.
+struct Shared {
+    kind: StrategyKind,
+    dir: tempfile::TempDir,
+}
+
+impl Shared {
+    fn file_system() -> Self {
+        support::build_manager_executable();
+        Self::new(StrategyKind::FileSystem)
+    }
+
+    fn memmap() -> Self {
+        Self::new(StrategyKind::Memmap)
+    }
+
+    fn new(kind: StrategyKind) -> Self {
+        Self {
+            kind,
+            dir: tempfile::tempdir().expect("a memmap directory"),
+        }
+    }
+
+    fn context(&self, authkey: &Authkey) -> SharingContext {
+        SharingContext::new(authkey.clone())
+            .with_strategy(self.kind)
+            .with_memmap_dir(self.dir.path())
+            .expect("a memmap directory")
+    }
+
+    /// Whether the object `name` (a segment name, or a file's path) is
+    /// still there.
+    fn exists(&self, name: &str) -> bool {
+        match self.kind {
+            StrategyKind::FileSystem => Path::new("/dev/shm")
+                .join(name.trim_start_matches('/'))
+                .exists(),
+            _ => PathBuf::from(name).exists(),
+        }
+    }
 }
 
 /// A storage allocated through `sharing`, checked zero-filled, then every
@@ -37,19 +77,16 @@ fn filled(sharing: &SharingContext, byte: u8) -> Storage {
     writer.freeze()
 }
 
-fn segment(storage: &Storage) -> &FileSystemSegment {
-    storage
-        .local_segment::<FileSystemSegment>()
-        .expect("a file_system segment")
-}
-
-/// The segment's name, e.g. `/torch_1234_..._0`.
+/// The name of the shared object the storage maps: a `file_system`
+/// segment's name, or a `memmap` file's path.
 fn name(storage: &Storage) -> String {
-    segment(storage).name().to_string()
-}
-
-fn shm_path(name: &str) -> PathBuf {
-    PathBuf::from("/dev/shm").join(name.trim_start_matches('/'))
+    if let Some(segment) = storage.local_segment::<FileSystemSegment>() {
+        return segment.name().to_string();
+    }
+    let file = storage
+        .local_segment::<MemmapSegment>()
+        .expect("a file_system segment or a memmap file");
+    file.path().display().to_string()
 }
 
 fn tensor(storage: &Storage) -> Value {
@@ -66,7 +103,7 @@ fn received_storage(value: &Value) -> Storage {
     value.as_tensor().expect("a tensor").storage().clone()
 }
 
-/// Whether `sharing` hands out the segment `name` for the next storage of
+/// Whether `sharing` hands out the object `name` for the next storage of
 /// its size; the storage it handed out is dropped.
 fn reuses(sharing: &SharingContext, name: &str) -> bool {
     self::name(&filled(sharing, 0)) == name
@@ -74,36 +111,60 @@ fn reuses(sharing: &SharingContext, name: &str) -> bool {
 
 #[test]
 fn a_segment_its_rust_receiver_maps_is_reused_only_once_it_lets_go() {
+    let shared = Shared::file_system();
+    let held = held_by_a_rust_receiver(&shared);
+    assert_eq!(
+        held.local_segment::<FileSystemSegment>()
+            .expect("a segment")
+            .refcount(),
+        1,
+        "the receiver's count alone: the sender's went with its context"
+    );
+}
+
+#[test]
+fn a_file_its_rust_receiver_maps_is_reused_only_once_it_lets_go() {
+    held_by_a_rust_receiver(&Shared::memmap());
+}
+
+/// Runs the test of a Rust receiver holding what it received; returns the
+/// storage it received last.
+fn held_by_a_rust_receiver(shared: &Shared) -> Storage {
     let authkey = Authkey::random().unwrap();
-    let (producer, consumer) = (fs_context(&authkey), fs_context(&authkey));
+    let (producer, consumer) = (shared.context(&authkey), shared.context(&authkey));
     let (mut tx, mut rx) = support::connection_pair();
     let sent = filled(&producer, 7);
     let first = name(&sent);
     tx.send(&tensor(&sent), &producer).expect("send");
     let held = received_storage(&rx.recv(&consumer).expect("recv"));
     drop(sent);
-    assert_eq!(
-        segment(&held).refcount(),
-        2,
-        "the pool's count and the receiver's"
-    );
     assert!(!reuses(&producer, &first));
     assert_eq!(held.bytes(), Some(&[7; NBYTES][..]), "its bytes are intact");
 
     drop(held);
     let again = filled(&producer, 8);
-    assert_eq!(name(&again), first, "the same segment, zeroed");
-    assert!(shm_path(&first).exists());
-    // The reused segment travels as before.
+    assert_eq!(name(&again), first, "the same object, zeroed");
+    // The reused object travels as before.
     tx.send(&tensor(&again), &producer).expect("send");
     let second = received_storage(&rx.recv(&consumer).expect("recv"));
     assert_eq!(second.bytes(), Some(&[8; NBYTES][..]));
+    drop((again, producer));
+    second
 }
 
 #[test]
 fn a_message_not_yet_opened_keeps_its_segment_out_of_reuse() {
+    in_flight(&Shared::file_system());
+}
+
+#[test]
+fn a_message_not_yet_opened_keeps_its_file_out_of_reuse() {
+    in_flight(&Shared::memmap());
+}
+
+fn in_flight(shared: &Shared) {
     let authkey = Authkey::random().unwrap();
-    let (producer, consumer) = (fs_context(&authkey), fs_context(&authkey));
+    let (producer, consumer) = (shared.context(&authkey), shared.context(&authkey));
     let (mut tx, mut rx) = support::connection_pair();
     let sent = filled(&producer, 3);
     let first = name(&sent);
@@ -119,8 +180,19 @@ fn a_message_not_yet_opened_keeps_its_segment_out_of_reuse() {
 
 #[test]
 fn a_stream_reuses_a_few_segments_and_leaves_nothing_behind() {
+    streamed(&Shared::file_system());
+}
+
+#[test]
+fn a_stream_reuses_a_few_files_and_leaves_nothing_behind() {
+    let shared = Shared::memmap();
+    streamed(&shared);
+    assert_eq!(support::files_in(shared.dir.path()), Vec::<PathBuf>::new());
+}
+
+fn streamed(shared: &Shared) {
     let authkey = Authkey::random().unwrap();
-    let (producer, consumer) = (fs_context(&authkey), fs_context(&authkey));
+    let (producer, consumer) = (shared.context(&authkey), shared.context(&authkey));
     let (mut tx, mut rx) = support::connection_pair();
     let mut names = std::collections::HashSet::new();
     for index in 0..500_u32 {
@@ -136,14 +208,10 @@ fn a_stream_reuses_a_few_segments_and_leaves_nothing_behind() {
             "tensor {index} arrived changed"
         );
     }
-    assert!(
-        names.len() <= 2,
-        "500 tensors took {} segments",
-        names.len()
-    );
+    assert!(names.len() <= 2, "500 tensors took {} objects", names.len());
     drop((producer, consumer));
     for name in &names {
-        assert!(!shm_path(name).exists(), "{name} left in /dev/shm");
+        assert!(!shared.exists(name), "{name} left behind");
     }
 }
 
@@ -182,13 +250,27 @@ fn expect_reply(connection: &mut Connection, sharing: &SharingContext, expected:
 
 #[test]
 fn a_segment_a_torch_receiver_holds_is_reused_only_once_it_lets_go() {
-    let Some(python) =
+    if let Some(python) =
         test_python("a_segment_a_torch_receiver_holds_is_reused_only_once_it_lets_go")
-    else {
-        return;
-    };
+    {
+        held_by_torch(&python, &Shared::file_system());
+    }
+}
+
+#[test]
+fn a_file_a_torch_receiver_holds_is_reused_only_once_it_lets_go() {
+    if let Some(python) =
+        test_python("a_file_a_torch_receiver_holds_is_reused_only_once_it_lets_go")
+    {
+        let shared = Shared::memmap();
+        held_by_torch(&python, &shared);
+        assert_eq!(support::files_in(shared.dir.path()), Vec::<PathBuf>::new());
+    }
+}
+
+fn held_by_torch(python: &str, shared: &Shared) {
     let authkey = Authkey::random().unwrap();
-    let sharing = fs_context(&authkey);
+    let sharing = shared.context(&authkey);
     let listener = sharing.listen_in_private_dir().expect("listen");
     let address = listener
         .address()
@@ -197,7 +279,7 @@ fn a_segment_a_torch_receiver_holds_is_reused_only_once_it_lets_go() {
         .to_str()
         .expect("UTF-8")
         .to_string();
-    let mut torch = Command::new(&python)
+    let mut torch = Command::new(python)
         .args(["-c", TORCH_HOLDER, &address, &authkey.to_hex()])
         .stdin(Stdio::null())
         .spawn()
@@ -218,7 +300,7 @@ fn a_segment_a_torch_receiver_holds_is_reused_only_once_it_lets_go() {
         .expect("send");
     expect_reply(&mut connection, &sharing, "\"released\"");
     let again = filled(&sharing, 9);
-    assert_eq!(name(&again), first, "the segment torch let go of, zeroed");
+    assert_eq!(name(&again), first, "the object torch let go of, zeroed");
     // torch maps the reused segment anew and sees the new bytes.
     connection.send(&tensor(&again), &sharing).expect("send");
     expect_reply(&mut connection, &sharing, "9");
@@ -237,5 +319,5 @@ fn a_segment_a_torch_receiver_holds_is_reused_only_once_it_lets_go() {
     let status = exit_within(&mut torch, Duration::from_secs(30)).expect("torch exits");
     assert!(status.success(), "{status}");
     drop((other, sharing));
-    assert!(!shm_path(&first).exists(), "{first} left in /dev/shm");
+    assert!(!shared.exists(&first), "{first} left behind");
 }
