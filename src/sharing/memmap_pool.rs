@@ -106,10 +106,12 @@ impl MemmapPool {
                 ..
             } = &mut *state;
             let watch = watch.as_mut()?;
-            watch.refresh();
             let expired = parked.expire(Instant::now());
             for segment in &expired {
                 untrack(watch, sends, segment);
+            }
+            if parked.has_len(nbytes) {
+                watch.refresh();
             }
             let taken = parked.take_free(nbytes, |segment| {
                 let Some(name) = segment.path().file_name() else {
@@ -149,6 +151,9 @@ impl MemmapPool {
                 }
             },
         };
+        // Read now and then whatever the allocations are, so that the
+        // kernel's queue does not overflow: a file costs far more than this.
+        watch.refresh();
         watch.track(name);
         state.sends.insert(name.to_owned(), 0);
         state.parked.adopt(segment.as_bytes().len());

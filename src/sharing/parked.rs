@@ -79,6 +79,11 @@ impl<S: Segment> Parked<S> {
         evicted
     }
 
+    /// Whether segments of `nbytes` are parked.
+    pub(crate) fn has_len(&self, nbytes: usize) -> bool {
+        self.by_len.contains_key(&nbytes)
+    }
+
     /// The oldest of the first few segments of `nbytes` that `is_free`
     /// says nobody else holds.
     pub(crate) fn take_free(

@@ -72,11 +72,12 @@ impl OpenWatch {
         })
     }
 
-    /// Starts counting the file `name` of the directory from now: the
-    /// events already queued are applied first, so that none made before
-    /// this call counts for it.
+    /// Starts counting the file `name` of the directory, with the events
+    /// about it the next [`refresh`](Self::refresh) reads: those of calls
+    /// made from now on, and those already queued (for a file just created,
+    /// its creator's own open; its release comes only once the creator lets
+    /// go of the file).
     pub fn track(&mut self, name: &OsStr) {
-        self.refresh();
         let counts = OpenCounts {
             lost: self.ended,
             ..OpenCounts::default()
@@ -161,7 +162,7 @@ mod tests {
         File::create(&untracked).unwrap();
         let mut watch = OpenWatch::new(dir.path()).unwrap();
         let name = OsStr::new("tracked");
-        // Opened before it is tracked: only its release counts.
+        // Opened before it is tracked, and read after: counted too.
         let early = File::open(&path).unwrap();
         watch.track(name);
         let writable = OpenOptions::new()
@@ -173,7 +174,7 @@ mod tests {
         let read_only = File::open(&path).unwrap();
         watch.refresh();
         let counts = watch.counts(name).unwrap();
-        assert_eq!((counts.opened, counts.released_writable), (2, 0));
+        assert_eq!((counts.opened, counts.released_writable), (3, 0));
         drop((early, writable, read_only));
         watch.refresh();
         let counts = watch.counts(name).unwrap();
