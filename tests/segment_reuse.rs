@@ -68,13 +68,7 @@ impl Shared {
 /// A storage allocated through `sharing`, checked zero-filled, then every
 /// byte `byte`.
 fn filled(sharing: &SharingContext, byte: u8) -> Storage {
-    let mut writer = sharing.allocate(NBYTES).expect("allocate");
-    assert!(
-        writer.as_bytes_mut().iter().all(|&b| b == 0),
-        "allocated bytes are zero"
-    );
-    writer.as_bytes_mut().fill(byte);
-    writer.freeze()
+    support::allocated_filled(sharing, NBYTES, byte)
 }
 
 /// The name of the shared object the storage maps: a `file_system`

@@ -28,6 +28,10 @@
 //! ([`SharingContext::with_memmap_keep_files`]). A receiver that maps it
 //! later gets `FileNotFoundError`, as under torch's `file_system` strategy
 //! once the sender has dropped a segment.
+//!
+//! A file [`SharingContext::allocate`] made comes back to the context when
+//! its storage dies, and is allocated again once every message that named
+//! it was opened and let go of ([`memmap_pool`](super::memmap_pool)).
 
 use std::path::Path;
 use std::sync::Arc;

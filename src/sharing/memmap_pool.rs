@@ -70,13 +70,42 @@ pub(crate) struct MemmapPool {
 
 #[derive(Debug)]
 struct PoolState {
-    /// The opens of the pool's files; `None` before the first allocation,
-    /// or for good when the directory cannot be watched.
-    watch: Option<OpenWatch>,
+    /// What was seen of the pool's files; `None` before the first
+    /// allocation, or for good when the directory cannot be watched.
+    seen: Option<Seen>,
     unavailable: bool,
-    /// Messages sent naming each file the pool made that is alive.
-    sends: HashMap<OsString, u64>,
     parked: Parked<MemmapSegment>,
+}
+
+/// The opens of the pool's files, and the messages sent naming each.
+#[derive(Debug)]
+struct Seen {
+    watch: OpenWatch,
+    sends: HashMap<OsString, u64>,
+}
+
+impl Seen {
+    /// Whether every message that named `segment` was opened and let go
+    /// of (see the module's docs), as of the last refresh.
+    fn all_received(&self, segment: &MemmapSegment) -> bool {
+        let Some(name) = segment.path().file_name() else {
+            return false;
+        };
+        let Some(&sent) = self.sends.get(name) else {
+            return false;
+        };
+        self.watch
+            .counts(name)
+            .is_some_and(|counts| !counts.lost && counts.released_writable >= sent)
+    }
+
+    /// Stops counting for files about to be let go of.
+    fn untrack(&mut self, segments: &[MemmapSegment]) {
+        for name in segments.iter().filter_map(|s| s.path().file_name()) {
+            self.watch.untrack(name);
+            self.sends.remove(name);
+        }
+    }
 }
 
 impl MemmapPool {
@@ -85,9 +114,8 @@ impl MemmapPool {
     pub(crate) fn new(max_files: usize, max_bytes: usize) -> Self {
         Self {
             state: Mutex::new(PoolState {
-                watch: None,
+                seen: None,
                 unavailable: false,
-                sends: HashMap::new(),
                 parked: Parked::new(max_files, max_bytes),
             }),
         }
@@ -99,30 +127,17 @@ impl MemmapPool {
     pub(crate) fn take(&self, nbytes: usize) -> Option<MemmapSegment> {
         let (taken, expired) = {
             let mut state = lock(&self.state);
-            let PoolState {
-                watch,
-                sends,
-                parked,
-                ..
-            } = &mut *state;
-            let watch = watch.as_mut()?;
+            let PoolState { seen, parked, .. } = &mut *state;
+            let seen = seen.as_mut()?;
             let expired = parked.expire(Instant::now());
-            for segment in &expired {
-                untrack(watch, sends, segment);
-            }
+            seen.untrack(&expired);
             if parked.has_len(nbytes) {
-                watch.refresh();
+                seen.watch.refresh();
             }
-            let taken = parked.take_free(nbytes, |segment| {
-                let Some(name) = segment.path().file_name() else {
-                    return false;
-                };
-                let sent = sends.get(name).copied().unwrap_or(u64::MAX);
-                watch
-                    .counts(name)
-                    .is_some_and(|counts| !counts.lost && counts.released_writable >= sent)
-            });
-            (taken, expired)
+            (
+                parked.take_free(nbytes, |file| seen.all_received(file)),
+                expired,
+            )
         };
         // Unmapped, and removed unless a receiver's lease keeps them,
         // outside the lock.
@@ -141,10 +156,13 @@ impl MemmapPool {
         let Some(name) = segment.path().file_name() else {
             return false;
         };
-        let watch = match &mut state.watch {
-            Some(watch) => watch,
+        let seen = match &mut state.seen {
+            Some(seen) => seen,
             None => match OpenWatch::new(dir) {
-                Ok(watch) => state.watch.insert(watch),
+                Ok(watch) => state.seen.insert(Seen {
+                    watch,
+                    sends: HashMap::new(),
+                }),
                 Err(_) => {
                     state.unavailable = true;
                     return false;
@@ -153,9 +171,9 @@ impl MemmapPool {
         };
         // Read now and then whatever the allocations are, so that the
         // kernel's queue does not overflow: a file costs far more than this.
-        watch.refresh();
-        watch.track(name);
-        state.sends.insert(name.to_owned(), 0);
+        seen.watch.refresh();
+        seen.watch.track(name);
+        seen.sends.insert(name.to_owned(), 0);
         state.parked.adopt(segment.as_bytes().len());
         true
     }
@@ -166,7 +184,12 @@ impl MemmapPool {
         let Some(name) = segment.path().file_name() else {
             return;
         };
-        if let Some(sends) = lock(&self.state).sends.get_mut(name) {
+        let mut state = lock(&self.state);
+        if let Some(sends) = state
+            .seen
+            .as_mut()
+            .and_then(|seen| seen.sends.get_mut(name))
+        {
             *sends += 1;
         }
     }
@@ -176,17 +199,10 @@ impl MemmapPool {
     pub(crate) fn clear(&self) -> usize {
         let drained = {
             let mut state = lock(&self.state);
-            let PoolState {
-                watch,
-                sends,
-                parked,
-                ..
-            } = &mut *state;
+            let PoolState { seen, parked, .. } = &mut *state;
             let drained = parked.drain(None);
-            if let Some(watch) = watch {
-                for segment in &drained {
-                    untrack(watch, sends, segment);
-                }
+            if let Some(seen) = seen {
+                seen.untrack(&drained);
             }
             drained
         };
@@ -201,37 +217,15 @@ impl Watcher for MemmapPool {
     /// the pool holds enough.
     fn ended(&self, segment: MemmapSegment) {
         let dropped = {
-            let now = Instant::now();
             let mut state = lock(&self.state);
-            let PoolState {
-                watch,
-                sends,
-                parked,
-                ..
-            } = &mut *state;
-            let Some(watch) = watch.as_mut() else {
-                return;
-            };
-            let mut dropped = parked.expire(now);
-            if segment.was_truncated() {
-                parked.forget(std::slice::from_ref(&segment));
-                dropped.push(segment);
-            } else {
-                dropped.extend(parked.park(segment, now));
-            }
-            for segment in &dropped {
-                untrack(watch, sends, segment);
+            let PoolState { seen, parked, .. } = &mut *state;
+            let reusable = !segment.was_truncated();
+            let dropped = parked.take_back(segment, reusable, Instant::now());
+            if let Some(seen) = seen {
+                seen.untrack(&dropped);
             }
             dropped
         };
         drop(dropped);
-    }
-}
-
-/// Stops counting for a file about to be let go of.
-fn untrack(watch: &mut OpenWatch, sends: &mut HashMap<OsString, u64>, segment: &MemmapSegment) {
-    if let Some(name) = segment.path().file_name() {
-        watch.untrack(name);
-        sends.remove(name);
     }
 }

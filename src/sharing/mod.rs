@@ -348,6 +348,16 @@ impl SharingContext {
     /// one not taken within 10 seconds of its storage's end is let go of by
     /// the next allocation, and all of them with the context.
     ///
+    /// Under `memmap` (unless the context keeps its files) the file of a
+    /// storage allocated here is reused alike, within the same bounds, once
+    /// the kernel has seen as many opens of it for writing let go of
+    /// entirely (fd closed, mapping unmapped) as messages this context sent
+    /// naming it: every receiver, torch's `from_file` too, opens the file
+    /// once per message, so none maps it any more and none is still to open
+    /// it (the `memmap_pool` module of the source says what this trusts).
+    /// The directory is watched with inotify; without it, every allocation
+    /// makes a new file.
+    ///
     /// # Errors
     ///
     /// As [`Storage::allocate`].

@@ -55,9 +55,24 @@ impl<S: Segment> Parked<S> {
         self.peak_tracked_bytes = self.peak_tracked_bytes.max(self.tracked_bytes);
     }
 
+    /// Takes back the segment of a storage that died here: parked, unless
+    /// `reusable` says it is not; returns, forgotten, what is to be dropped
+    /// once the pool's lock is released (it, when not reusable; those that
+    /// expired or no longer fit).
+    pub(crate) fn take_back(&mut self, segment: S, reusable: bool, now: Instant) -> Vec<S> {
+        let mut dropped = self.expire(now);
+        if reusable {
+            dropped.extend(self.park(segment, now));
+        } else {
+            self.forget(std::slice::from_ref(&segment));
+            dropped.push(segment);
+        }
+        dropped
+    }
+
     /// Parks the segment of a storage that died; returns those that no
     /// longer fit, oldest first, already forgotten.
-    pub(crate) fn park(&mut self, segment: S, now: Instant) -> Vec<S> {
+    fn park(&mut self, segment: S, now: Instant) -> Vec<S> {
         let len = segment.as_bytes().len();
         self.bytes += len;
         self.segments += 1;
@@ -154,7 +169,7 @@ impl<S: Segment> Parked<S> {
     }
 
     /// Stops counting segments about to be dropped.
-    pub(crate) fn forget(&mut self, segments: &[S]) {
+    fn forget(&mut self, segments: &[S]) {
         for segment in segments {
             self.tracked_bytes = self.tracked_bytes.saturating_sub(segment.as_bytes().len());
         }

@@ -111,18 +111,9 @@ impl Watcher for RefcountedPool {
     /// Pools the segment of a storage that died here, or lets go of it
     /// when the pool holds enough.
     fn ended(&self, segment: FileSystemSegment) {
-        let dropped = {
-            let now = Instant::now();
-            let mut parked = lock(&self.parked);
-            let mut dropped = parked.expire(now);
-            if segment.was_truncated() {
-                parked.forget(std::slice::from_ref(&segment));
-                dropped.push(segment);
-            } else {
-                dropped.extend(parked.park(segment, now));
-            }
-            dropped
-        };
+        let reusable = !segment.was_truncated();
+        let dropped = lock(&self.parked).take_back(segment, reusable, Instant::now());
+        // Unmapped, uncounted and unregistered outside the lock.
         drop(dropped);
     }
 }
