@@ -39,8 +39,8 @@
 //! A message that never reaches a receiver that takes its count back (its
 //! receiver died first, or never unpickled it) keeps its segment above 1
 //! for good: such a segment is never reused and leaves the pool at its
-//! [lifetime](super::parked::PARKED_LIFETIME), its name left to the last holder or the
-//! manager as without the pool. A pickle unpickled twice takes its count
+//! [lifetime](super::parked::PARKED_LIFETIME), its name left to the last
+//! holder or the manager as without the pool. A pickle unpickled twice takes its count
 //! back twice; that breaks torch's own counting too (the segment is
 //! unlinked under its holders), and is outside the protocol.
 //!

@@ -530,8 +530,7 @@ pub fn is_producer() -> bool {
 /// echo server until it goes away, holding the last echoes. Half the
 /// tensors live in this process's own `file_system` segments, half in
 /// memfds, sent by the trial's strategy, so that under `file_system` both
-/// processes create segments; those of the trial's strategy come from the
-/// context's allocator, which reuses them.
+/// processes create segments.
 pub fn producer_role() {
     let Ok(setting) = std::env::var(PRODUCER_ENV) else {
         return;
@@ -557,14 +556,7 @@ pub fn producer_role() {
         } else {
             StrategyKind::FileDescriptor
         };
-        // In the trial's strategy, allocated by the context, which reuses
-        // the segments its receivers let go of: those it holds for reuse
-        // must go with a killed producer as well.
-        let mut writer = if kind == strategy.kind() {
-            sharing.allocate(4096).expect("allocate")
-        } else {
-            Storage::allocate(kind, 4096).expect("allocate")
-        };
+        let mut writer = Storage::allocate(kind, 4096).expect("allocate");
         writer.as_bytes_mut().fill(round as u8);
         let tensor = Tensor::new(
             writer.freeze(),
