@@ -209,6 +209,45 @@ fn streamed(shared: &Shared) {
     }
 }
 
+#[test]
+fn a_segment_its_receiver_sent_on_is_reused_only_once_all_let_go() {
+    sent_on(&Shared::file_system(), true);
+}
+
+#[test]
+fn a_file_its_receiver_sent_on_is_never_reused() {
+    sent_on(&Shared::memmap(), false);
+}
+
+/// A producer's storage goes to a relay, which sends it on and holds it;
+/// the last receiver lets go. The producer never hears of the relay's
+/// message: under `file_system` the count tells, under `memmap` the mark
+/// the relay left on the file does.
+fn sent_on(shared: &Shared, reused_in_the_end: bool) {
+    let authkey = Authkey::random().unwrap();
+    let producer = shared.context(&authkey);
+    let relay = shared.context(&authkey);
+    let last = shared.context(&authkey);
+    let (mut tx, mut rx) = support::connection_pair();
+    let (mut relay_tx, mut last_rx) = support::connection_pair();
+    let sent = filled(&producer, 4);
+    let first = name(&sent);
+    tx.send(&tensor(&sent), &producer).expect("send");
+    let relayed = received_storage(&rx.recv(&relay).expect("recv"));
+    relay_tx.send(&tensor(&relayed), &relay).expect("send on");
+    let at_last = received_storage(&last_rx.recv(&last).expect("recv"));
+    assert_eq!(at_last.bytes(), Some(&[4; NBYTES][..]));
+    drop((sent, at_last));
+    assert!(!reuses(&producer, &first), "the relay still maps it");
+    assert_eq!(
+        relayed.bytes(),
+        Some(&[4; NBYTES][..]),
+        "its bytes are intact"
+    );
+    drop(relayed);
+    assert_eq!(reuses(&producer, &first), reused_in_the_end);
+}
+
 /// A stock torch consumer: holds every tensor it receives, answering with
 /// its first byte, until told `release`, which drops them all and answers
 /// `released`; `exit` ends it.

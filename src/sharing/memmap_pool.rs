@@ -36,6 +36,13 @@
 //! and is kept for late receivers as before
 //! ([`SharingContext::with_unfetched_lifetime`](super::SharingContext::with_unfetched_lifetime)).
 //!
+//! A receiver that sends the file on gives it receivers of its own, whose
+//! messages this process never counted: before sending a file it did not
+//! create, a tensorshare process marks it with an extended attribute
+//! ([`MemmapSegment::sent_on`]), and a file so marked, or on a filesystem
+//! that keeps no such attributes, is never reused. torch sends no file on as
+//! a file: it moves the storage into shared memory of its own.
+//!
 //! What the rule trusts: that no other process opens the file for
 //! writing. Files are mode 0600, so only processes of the same user can,
 //! and such a process can as well write into the file or truncate it, the
@@ -94,6 +101,11 @@ impl Seen {
         let Some(&sent) = self.sends.get(name) else {
             return false;
         };
+        // A receiver that sent it on has receivers of its own, whose
+        // messages this process did not count.
+        if segment.sent_on() != Some(false) {
+            return false;
+        }
         self.watch
             .counts(name)
             .is_some_and(|counts| !counts.lost && counts.released_writable >= sent)
