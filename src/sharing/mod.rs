@@ -355,6 +355,9 @@ impl SharingContext {
     /// naming it: every receiver, torch's `from_file` too, opens the file
     /// once per message, so none maps it any more and none is still to open
     /// it (the `memmap_pool` module of the source says what this trusts).
+    /// A file a receiver sent on is never reused: the receiver marks it
+    /// with an extended attribute before sending it
+    /// ([`MemmapSegment::sent_on`](tensorshare_strategies::memmap::MemmapSegment::sent_on)).
     /// The directory is watched with inotify; without it, every allocation
     /// makes a new file.
     ///
