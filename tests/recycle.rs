@@ -36,15 +36,10 @@ fn await_unmapped(sharing: &SharingContext, count: u64) {
     });
 }
 
-/// A storage allocated through `sharing`, every byte `byte`.
+/// A storage allocated through `sharing`, checked zero-filled, then every
+/// byte `byte`.
 fn filled(sharing: &SharingContext, byte: u8) -> Storage {
-    let mut writer = sharing.allocate(NBYTES).expect("allocate");
-    assert!(
-        writer.as_bytes_mut().iter().all(|&b| b == 0),
-        "allocated bytes are zero"
-    );
-    writer.as_bytes_mut().fill(byte);
-    writer.freeze()
+    support::allocated_filled(sharing, NBYTES, byte)
 }
 
 fn identity(storage: &Storage) -> FileIdentity {

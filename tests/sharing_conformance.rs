@@ -8,7 +8,9 @@
 //! was sent (strategies that share memory; `bytes` sends copies); what a
 //! receiver drops is released, so a steady stream holds steady fds,
 //! mappings and files; a context allocates in its strategy's memory, where
-//! its storages are sent from without a copy.
+//! its storages are sent from without a copy, and allocates the same memory
+//! again, zeroed, once both ends have let go of it (strategies that share
+//! memory).
 //!
 //! The tests of this file take one lock each: they count this process's
 //! fds and mappings.
@@ -52,6 +54,11 @@ macro_rules! sharing_conformance {
             #[test]
             fn allocations_are_sent_as_they_are() {
                 super::allocations_are_sent_as_they_are($kind);
+            }
+
+            #[test]
+            fn memory_both_ends_let_go_of_is_allocated_again_zeroed() {
+                super::memory_both_ends_let_go_of_is_allocated_again_zeroed($kind);
             }
         }
     };
@@ -302,4 +309,32 @@ fn allocations_are_sent_as_they_are(kind: StrategyKind) {
         kind.shares_memory(),
         "{kind}"
     );
+}
+
+fn memory_both_ends_let_go_of_is_allocated_again_zeroed(kind: StrategyKind) {
+    let mut peers = Peers::new(kind);
+    let storage = patterned(&peers.left, 4096, 9);
+    let address = storage.bytes().expect("bytes in this process").as_ptr();
+    let got = peers.send_right(&Value::Tensor(tensor(&storage, 0, &[1024], &[1])));
+    drop((storage, got));
+    if kind == StrategyKind::FileDescriptor {
+        // The receiver's report that it unmapped the memfd travels to the
+        // sender's resource sharer on its own.
+        support::eventually("the receiver reports the memfd unmapped", || {
+            peers
+                .left
+                .sharer_stats()
+                .is_some_and(|stats| stats.unmapped == 1)
+        });
+    }
+    let mut again = peers.left.allocate(4096).expect("allocate");
+    assert!(
+        again.as_bytes_mut().iter().all(|&b| b == 0),
+        "{kind}: allocated bytes are zero"
+    );
+    // The same segment, still mapped where it was: no new object, no new
+    // pages. (A heap allocation may come back at the same address too.)
+    if kind.shares_memory() {
+        assert_eq!(again.as_bytes_mut().as_ptr(), address, "{kind}");
+    }
 }

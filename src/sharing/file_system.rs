@@ -7,12 +7,13 @@ use tensorshare_strategies::file_system::{
     FileSystemSegment, FileSystemStrategy, SegmentHandle, SegmentName,
 };
 use tensorshare_strategies::services::shm_manager::ManagerHandle;
-use tensorshare_strategies::{ImportError, SharingStrategy};
+use tensorshare_strategies::{AllocateError, ImportError, SharingStrategy, WritableSegment};
 
 use super::form::{Attachable, HandleForm, Reduced, TorchForm, reduce_handles};
 use super::shares::Shares;
+use super::watched::Watched;
 use super::{SharingContext, SharingError};
-use crate::model::{SegmentRef, Storage, Value};
+use crate::model::{SegmentRef, Storage, StorageWriter, Value};
 use crate::reduce::PickleBuilder;
 use crate::registry::REDUCTIONS;
 
@@ -23,6 +24,42 @@ impl TorchForm for FileSystemStrategy {
 
     fn reduce(context: &SharingContext, value: &Value) -> Result<Reduced, SharingError> {
         reduce_handles::<Self>(context, value)
+    }
+
+    /// A segment from the context's pool when one of `nbytes` is free
+    /// (nobody but this process counts it: see
+    /// [`refcounted_pool`](super::refcounted_pool)), zeroed; else a new one.
+    /// Either way it goes back to the pool when the storage dies here.
+    fn allocate_writer(
+        context: &SharingContext,
+        nbytes: usize,
+    ) -> Result<StorageWriter, AllocateError> {
+        let strategy = &context.fs.strategy;
+        if nbytes == 0 {
+            return Ok(StorageWriter::new(Box::new(strategy.allocate(0)?)));
+        }
+        let segment = match context.fs_pool.take(nbytes) {
+            Some(mut segment) => {
+                segment.as_bytes_mut().fill(0);
+                segment
+            }
+            None => {
+                let segment = strategy.allocate(nbytes).or_else(|error| {
+                    // `/dev/shm` full, perhaps of pooled segments: they go
+                    // first.
+                    if context.fs_pool.clear() == 0 {
+                        return Err(error);
+                    }
+                    strategy.allocate(nbytes)
+                })?;
+                context.fs_pool.adopt(nbytes);
+                segment
+            }
+        };
+        Ok(StorageWriter::new(Box::new(Watched::new(
+            segment,
+            &context.fs_pool,
+        ))))
     }
 }
 

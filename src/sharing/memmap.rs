@@ -28,18 +28,23 @@
 //! ([`SharingContext::with_memmap_keep_files`]). A receiver that maps it
 //! later gets `FileNotFoundError`, as under torch's `file_system` strategy
 //! once the sender has dropped a segment.
+//!
+//! A file [`SharingContext::allocate`] made comes back to the context when
+//! its storage dies, and is allocated again once every message that named
+//! it was opened and let go of ([`memmap_pool`](super::memmap_pool)).
 
 use std::path::Path;
 use std::sync::Arc;
 
 use tensorshare_compat::pickle::{Node, NodeId};
-use tensorshare_strategies::SharingStrategy;
 use tensorshare_strategies::memmap::{MemmapHandle, MemmapSegment, MemmapStrategy};
+use tensorshare_strategies::{AllocateError, SharingStrategy, WritableSegment};
 
 use super::form::{Attachable, HandleForm, Reduced, TorchForm, reduce_handles};
 use super::shares::Shares;
-use super::{SharingContext, SharingError};
-use crate::model::{Storage, Value};
+use super::watched::Watched;
+use super::{SharingContext, SharingError, new_memmap_pool};
+use crate::model::{Storage, StorageWriter, Value};
 use crate::reduce::{PickleBuilder, ReduceError};
 use crate::registry::memmap::{FROM_FILE, GETATTR, STORAGE_BASE};
 
@@ -50,6 +55,44 @@ impl TorchForm for MemmapStrategy {
 
     fn reduce(context: &SharingContext, value: &Value) -> Result<Reduced, SharingError> {
         reduce_handles::<Self>(context, value)
+    }
+
+    /// A file from the context's pool when one of `nbytes` is free (every
+    /// message that named it was opened and let go of: see
+    /// [`memmap_pool`](super::memmap_pool)), zeroed; else a new one, which
+    /// the pool watches from then on. Either way it goes back to the pool
+    /// when the storage dies here. A context that keeps its files makes a
+    /// new one every time.
+    fn allocate_writer(
+        context: &SharingContext,
+        nbytes: usize,
+    ) -> Result<StorageWriter, AllocateError> {
+        let strategy = &context.memmap.strategy;
+        if nbytes == 0 || strategy.keeps_files() {
+            return Ok(StorageWriter::new(Box::new(strategy.allocate(nbytes)?)));
+        }
+        let pool = &context.memmap_pool;
+        let segment = match pool.take(nbytes) {
+            Some(mut segment) => {
+                segment.as_bytes_mut().fill(0);
+                segment
+            }
+            None => {
+                let segment = strategy.allocate(nbytes).or_else(|error| {
+                    // The directory's filesystem full, perhaps of pooled
+                    // files: they go first.
+                    if pool.clear() == 0 {
+                        return Err(error);
+                    }
+                    strategy.allocate(nbytes)
+                })?;
+                if !pool.adopt(strategy.dir(), &segment) {
+                    return Ok(StorageWriter::new(Box::new(segment)));
+                }
+                segment
+            }
+        };
+        Ok(StorageWriter::new(Box::new(Watched::new(segment, pool))))
     }
 }
 
@@ -70,6 +113,7 @@ impl HandleForm for MemmapStrategy {
             .path_str()
             .ok_or_else(|| ReduceError::PathNotUtf8(handle.path().to_path_buf()))?;
         context.hold_sent_file(segment);
+        context.memmap_pool.sent(segment);
 
         let getattr = out.global(GETATTR.0, GETATTR.1);
         let class = out.global(STORAGE_BASE.0, STORAGE_BASE.1);
@@ -118,6 +162,7 @@ impl SharingContext {
             .map_err(SharingError::MemmapDir)?
             .keep_files(keep);
         self.memmap = Shares::new(strategy);
+        self.memmap_pool = new_memmap_pool();
         Ok(self)
     }
 
@@ -125,6 +170,7 @@ impl SharingContext {
     /// drops them (default: they are removed).
     pub fn with_memmap_keep_files(mut self, keep: bool) -> Self {
         self.memmap = Shares::new(self.memmap.strategy.clone().keep_files(keep));
+        self.memmap_pool = new_memmap_pool();
         self
     }
 

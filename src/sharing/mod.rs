@@ -17,9 +17,12 @@ mod file_descriptor;
 mod file_system;
 mod form;
 mod memmap;
+mod memmap_pool;
 mod notices;
+mod parked;
 mod receipt;
 mod recycle;
+mod refcounted_pool;
 mod release;
 pub mod resource_sharer;
 mod sent_files;
@@ -133,6 +136,12 @@ pub struct SharingContext {
     /// Memfds made by [`allocate`](Self::allocate), reused once their
     /// receivers have unmapped them.
     pool: Arc<recycle::SegmentPool>,
+    /// `file_system` segments made by [`allocate`](Self::allocate), reused
+    /// once their count says nobody else holds them.
+    fs_pool: Arc<refcounted_pool::RefcountedPool>,
+    /// `memmap` files made by [`allocate`](Self::allocate), reused once
+    /// every message that named one was opened and let go of.
+    memmap_pool: Arc<memmap_pool::MemmapPool>,
     /// The received storages whose senders hear when they are unmapped.
     notices: Arc<notices::NoticeBoard>,
 }
@@ -140,6 +149,10 @@ pub struct SharingContext {
 /// The most bytes of free memfds a context keeps for reuse, however much
 /// its producer held at once.
 const MAX_RECYCLED_BYTES: usize = 1 << 30;
+
+/// The most `file_system` segments a context keeps for reuse: each holds a
+/// mapping, of the 65530 `vm.max_map_count` allows by default.
+const MAX_POOLED_SEGMENTS: usize = 8192;
 
 impl SharingContext {
     /// A context with torch's default registry, sharing by file descriptor.
@@ -174,6 +187,11 @@ impl SharingContext {
             connection_options: ConnectionOptions::default(),
             reported_auth_failures: AtomicU64::new(0),
             pool: Arc::new(recycle::SegmentPool::new(fd_limit / 4, MAX_RECYCLED_BYTES)),
+            fs_pool: Arc::new(refcounted_pool::RefcountedPool::new(
+                MAX_POOLED_SEGMENTS,
+                MAX_RECYCLED_BYTES,
+            )),
+            memmap_pool: new_memmap_pool(),
             notices: Arc::new(notices::NoticeBoard::new(Arc::downgrade(&releases))),
             releases,
             authkey,
@@ -336,6 +354,32 @@ impl SharingContext {
     /// held at once (at least 64 MiB, at most 1 GiB) and a quarter of the
     /// fd limit; one not reused for 10 seconds is freed by the next
     /// allocation, and all of them with the context.
+    ///
+    /// Under `file_system` the segment of a storage allocated here likewise
+    /// goes back to the context when the storage dies, and a later
+    /// allocation of the same size takes it again once the reference count
+    /// in its header is back at this process's own: every receiver, torch's
+    /// or ours, has let go of it, and no message naming it is waiting to be
+    /// opened (each adds a count that only its receiver takes back; see the
+    /// `refcounted_pool` module of the source for why that is enough). It
+    /// stays registered with the shared-memory manager meanwhile, so a
+    /// killed process still leaves nothing. Pooled segments are kept within
+    /// the same byte bounds and at most 8192 of them (each is a mapping);
+    /// one not taken within 10 seconds of its storage's end is let go of by
+    /// the next allocation, and all of them with the context.
+    ///
+    /// Under `memmap` (unless the context keeps its files) the file of a
+    /// storage allocated here is reused alike, within the same bounds, once
+    /// the kernel has seen as many opens of it for writing let go of
+    /// entirely (fd closed, mapping unmapped) as messages this context sent
+    /// naming it: every receiver, torch's `from_file` too, opens the file
+    /// once per message, so none maps it any more and none is still to open
+    /// it (the `memmap_pool` module of the source says what this trusts).
+    /// A file a receiver sent on is never reused: the receiver marks it
+    /// with an extended attribute before sending it
+    /// ([`MemmapSegment::sent_on`](tensorshare_strategies::memmap::MemmapSegment::sent_on)).
+    /// The directory is watched with inotify; without it, every allocation
+    /// makes a new file.
     ///
     /// # Errors
     ///
@@ -564,6 +608,14 @@ impl StorageAllocator for SharingContext {
     fn allocate_storage(&self, nbytes: usize) -> Result<StorageWriter, AllocateError> {
         self.allocate(nbytes)
     }
+}
+
+/// The pool of a context's `memmap` files, made anew with its directory.
+fn new_memmap_pool() -> Arc<memmap_pool::MemmapPool> {
+    Arc::new(memmap_pool::MemmapPool::new(
+        MAX_POOLED_SEGMENTS,
+        MAX_RECYCLED_BYTES,
+    ))
 }
 
 /// The soft fd limit, which a context shares out: a quarter to free memfds

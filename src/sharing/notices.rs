@@ -167,6 +167,8 @@ impl NoticeBoard {
 }
 
 impl Watcher for NoticeBoard {
+    type Segment = FdSegment;
+
     /// Closes the segment's fd and keeps its mapping dormant, or unmaps it,
     /// before the sender hears: it may reuse the memory at once.
     fn ended(&self, segment: FdSegment) {

@@ -241,6 +241,8 @@ impl SegmentPool {
 }
 
 impl Watcher for SegmentPool {
+    type Segment = FdSegment;
+
     /// Takes back the segment of a storage that died here: free at once if
     /// every receiver has reported it, else parked until they do.
     fn ended(&self, segment: FdSegment) {

@@ -1,31 +1,36 @@
-//! A storage's memfd segment whose end is handed to someone who cares:
-//! the pool that reuses it, or the board that tells its sender.
+//! A storage's segment whose end is handed to someone who cares: the pool
+//! that reuses it, or the board that tells its sender.
 
 use std::any::Any;
 use std::sync::{Arc, Weak};
 
-use tensorshare_strategies::file_descriptor::FdSegment;
 use tensorshare_strategies::{Segment, StrategyKind, WritableSegment};
 
 /// Who takes a [`Watched`] segment when its storage dies.
 pub(crate) trait Watcher: Send + Sync + std::fmt::Debug + 'static {
+    /// The segments it watches: memfds, or `file_system` segments.
+    type Segment: WritableSegment + std::fmt::Debug;
+
     /// Takes the segment of a storage that died.
-    fn ended(&self, segment: FdSegment);
+    fn ended(&self, segment: Self::Segment);
 }
 
-/// A memfd segment that is the `FdSegment` itself to every reader
+/// A segment that is the inner segment itself to every reader
 /// ([`Segment::as_any`] is the inner segment's, so `local_segment` and
 /// `downcast_ref` see through it), handed to its watcher when it is
 /// dropped instead of being unmapped there.
 #[derive(Debug)]
 pub(crate) struct Watched<W: Watcher> {
-    segment: Option<FdSegment>,
+    segment: Option<W::Segment>,
+    /// The inner segment's kind, kept for after it went to the watcher.
+    kind: StrategyKind,
     watcher: Weak<W>,
 }
 
 impl<W: Watcher> Watched<W> {
-    pub(crate) fn new(segment: FdSegment, watcher: &Arc<W>) -> Self {
+    pub(crate) fn new(segment: W::Segment, watcher: &Arc<W>) -> Self {
         Self {
+            kind: segment.kind(),
             segment: Some(segment),
             watcher: Arc::downgrade(watcher),
         }
@@ -38,7 +43,7 @@ impl<W: Watcher> Segment for Watched<W> {
     }
 
     fn kind(&self) -> StrategyKind {
-        StrategyKind::FileDescriptor
+        self.kind
     }
 
     fn as_any(&self) -> &dyn Any {

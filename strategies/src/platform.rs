@@ -6,6 +6,8 @@
 //! - [`private_dir`]: private socket directories and the names `gc` knows
 //!   them by.
 //! - [`process`]: whether a process is gone, and what `/proc` says of one.
+//! - [`open_watch`]: how often the files of a directory were opened and
+//!   let go of again, by any process (inotify).
 //! - The private `mapping` module: shared mappings of a file (on memmap2),
 //!   with `populate` having their pages allocated up front and
 //!   `fault_guard` turning faults on pages a truncation took into zeros.
@@ -22,6 +24,7 @@ pub(crate) mod lease;
 pub(crate) mod map_count;
 pub(crate) mod mapping;
 pub(crate) mod memmap_file_name;
+pub mod open_watch;
 pub(crate) mod owner;
 pub(crate) mod populate;
 pub mod private_dir;

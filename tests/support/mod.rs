@@ -597,3 +597,19 @@ pub fn torch_drives(python: &str, server: &mut Server, authkey: &Authkey, args: 
     assert!(stdout.contains(" cases passed, 0 failed"), "{stdout}");
     stdout
 }
+
+/// A storage of `nbytes` allocated through `sharing`, checked zero-filled,
+/// then every byte `byte`.
+pub fn allocated_filled(
+    sharing: &tensorshare::SharingContext,
+    nbytes: usize,
+    byte: u8,
+) -> tensorshare::Storage {
+    let mut writer = sharing.allocate(nbytes).expect("allocate");
+    assert!(
+        writer.as_bytes_mut().iter().all(|&b| b == 0),
+        "allocated bytes are zero"
+    );
+    writer.as_bytes_mut().fill(byte);
+    writer.freeze()
+}

@@ -243,6 +243,16 @@ pub enum ExportError {
          process's budget of received fds; send a copy of it (the runtime does so by itself)"
     )]
     FdReleased,
+    /// A received `memmap` file could not be marked as sent on, which its
+    /// creator must see before it reuses the file.
+    #[error(
+        "cannot send on the received memmap file: marking it sent on (an extended attribute) \
+         failed ({errno}); free space on its filesystem, or send a copy"
+    )]
+    MarkSentOn {
+        /// What `lsetxattr` failed with.
+        errno: Errno,
+    },
 }
 
 impl ExportError {

@@ -411,6 +411,23 @@ impl MemmapSegment {
         self.file.lease.as_ref()
     }
 
+    /// Whether a process that received the file sent it on: `Some(true)`
+    /// when one did, `Some(false)` when none did, `None` when the
+    /// filesystem cannot tell (it keeps no user extended attributes).
+    ///
+    /// A process that sends on a file it did not create sets the extended
+    /// attribute `user.tensorshare.sent_on` on it first
+    /// ([`SharingStrategy::export`]): the file's creator counts only the
+    /// messages it sent itself, and must not reuse a file whose receivers
+    /// it does not know of.
+    pub fn sent_on(&self) -> Option<bool> {
+        match rustix::fs::lgetxattr(&self.file.path, SENT_ON_ATTRIBUTE, &mut [0_u8; 8]) {
+            Ok(_) | Err(rustix::io::Errno::RANGE) => Some(true),
+            Err(rustix::io::Errno::NODATA) => Some(false),
+            Err(_) => None,
+        }
+    }
+
     /// Whether part of the segment was lost because another process
     /// truncated the file after it was mapped here.
     ///
@@ -556,7 +573,11 @@ impl SharingStrategy for MemmapStrategy {
         })
     }
 
+    /// A received file is marked as sent on first ([`MemmapSegment::sent_on`]).
     fn export(&self, segment: &MemmapSegment) -> Result<MemmapHandle, ExportError> {
+        if segment.file.lease.is_none() {
+            mark_sent_on(&segment.file.path)?;
+        }
         Ok(MemmapHandle {
             path: segment.file.path.clone(),
             identity: Some(segment.file.identity),
@@ -643,6 +664,28 @@ impl ReceivedFile {
     /// `(st_dev, st_ino)` of the file.
     pub fn identity(&self) -> FileIdentity {
         self.file.identity()
+    }
+}
+
+/// The extended attribute a process sets on a file it received before it
+/// sends the file on.
+const SENT_ON_ATTRIBUTE: &str = "user.tensorshare.sent_on";
+
+/// Marks the file at `path` as sent on by a process that did not create it
+/// ([`MemmapSegment::sent_on`]). A filesystem that keeps no user extended
+/// attributes needs no mark: its files' creators cannot tell, and never
+/// reuse them.
+fn mark_sent_on(path: &Path) -> Result<(), ExportError> {
+    match rustix::fs::lsetxattr(
+        path,
+        SENT_ON_ATTRIBUTE,
+        b"1",
+        rustix::fs::XattrFlags::empty(),
+    ) {
+        Ok(()) | Err(rustix::io::Errno::NOTSUP) => Ok(()),
+        Err(errno) => Err(ExportError::MarkSentOn {
+            errno: Errno::from_raw(errno.raw_os_error()),
+        }),
     }
 }
 

@@ -1,0 +1,243 @@
+//! Reusing the `memmap` files of storages this process allocated, once the
+//! kernel has seen every message that named one opened and let go of.
+//!
+//! A fresh file costs its creation, sizing and reserving on a real
+//! filesystem (journalled, on most), its mapping, and its removal;
+//! [`SharingContext::allocate`](super::SharingContext::allocate) takes a
+//! file of the right size from [`MemmapPool`] instead when one is free, and
+//! zeroes it; the file of a storage allocated there comes back to the pool,
+//! still mapped, when the storage dies here.
+//!
+//! # When a file is free
+//!
+//! No receiver says when it is done with a file, torch least of all, but
+//! the kernel sees it: the pool watches its directory with inotify
+//! ([`OpenWatch`]), and counts, for each file it made, the opens *for
+//! writing* let go of entirely (`IN_CLOSE_WRITE`, which comes once the
+//! open's last fd is closed and its last mapping unmapped). A file is
+//! reused only when its storage died here and that count has reached the
+//! number of messages this process sent naming it. That is enough:
+//!
+//! - every receiver of a message opens the file for writing once to map it
+//!   (torch's `UntypedStorage.from_file(path, shared=True, nbytes)`, and
+//!   ours, whether it maps the file or finds it held already), and lets go
+//!   of that open when its storage dies;
+//! - so with `n` messages sent, the count reaching `n` means each was
+//!   opened and each of those opens is gone: no receiver maps the file and
+//!   none is still to open it. This process's own open, made before the
+//!   counting began, is not counted; nobody can send the file while it is
+//!   in the pool.
+//!
+//! Counts only ever come out short (the kernel merges two identical events
+//! in a row; when it drops events, every count is marked lost and those
+//! files are never reused), which delays or forgoes reuse and nothing else.
+//! A message that is never opened (its receiver died, or refused the path)
+//! keeps its file out of reuse; the file leaves the pool at its lifetime,
+//! and is kept for late receivers as before
+//! ([`SharingContext::with_unfetched_lifetime`](super::SharingContext::with_unfetched_lifetime)).
+//!
+//! A receiver that sends the file on gives it receivers of its own, whose
+//! messages this process never counted: before sending a file it did not
+//! create, a tensorshare process marks it with an extended attribute
+//! ([`MemmapSegment::sent_on`]), and a file so marked, or on a filesystem
+//! that keeps no such attributes, is never reused. torch sends no file on as
+//! a file: it moves the storage into shared memory of its own.
+//!
+//! What the rule trusts: that no other process opens the file for
+//! writing. Files are mode 0600, so only processes of the same user can,
+//! and such a process can as well write into the file or truncate it, the
+//! trust the strategy already places in them. A pickle unpickled twice
+//! opens the file twice for one send, and is outside the rule, as it is
+//! outside torch's counting under `file_system`.
+//!
+//! When inotify is not available (the user's `fs.inotify.max_user_instances`
+//! are taken), or the context keeps its files, every allocation makes a new
+//! file as before.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use tensorshare_strategies::Segment;
+use tensorshare_strategies::memmap::MemmapSegment;
+use tensorshare_strategies::platform::open_watch::OpenWatch;
+
+use super::lock;
+use super::parked::Parked;
+use super::watched::Watcher;
+
+/// `memmap` files this process made for storages, and those of them whose
+/// storage died here, by length, oldest first.
+#[derive(Debug)]
+pub(crate) struct MemmapPool {
+    state: Mutex<PoolState>,
+}
+
+#[derive(Debug)]
+struct PoolState {
+    /// What was seen of the pool's files; `None` before the first
+    /// allocation, or for good when the directory cannot be watched.
+    seen: Option<Seen>,
+    unavailable: bool,
+    parked: Parked<MemmapSegment>,
+}
+
+/// The opens of the pool's files, and the messages sent naming each.
+#[derive(Debug)]
+struct Seen {
+    watch: OpenWatch,
+    sends: HashMap<OsString, u64>,
+}
+
+impl Seen {
+    /// Whether every message that named `segment` was opened and let go
+    /// of (see the module's docs), as of the last refresh.
+    fn all_received(&self, segment: &MemmapSegment) -> bool {
+        let Some(name) = segment.path().file_name() else {
+            return false;
+        };
+        let Some(&sent) = self.sends.get(name) else {
+            return false;
+        };
+        // A receiver that sent it on has receivers of its own, whose
+        // messages this process did not count.
+        if segment.sent_on() != Some(false) {
+            return false;
+        }
+        self.watch
+            .counts(name)
+            .is_some_and(|counts| !counts.lost && counts.released_writable >= sent)
+    }
+
+    /// Stops counting for files about to be let go of.
+    fn untrack(&mut self, segments: &[MemmapSegment]) {
+        for name in segments.iter().filter_map(|s| s.path().file_name()) {
+            self.watch.untrack(name);
+            self.sends.remove(name);
+        }
+    }
+}
+
+impl MemmapPool {
+    /// A pool keeping at most `max_files` files (each holds a mapping) and
+    /// `max_bytes` bytes.
+    pub(crate) fn new(max_files: usize, max_bytes: usize) -> Self {
+        Self {
+            state: Mutex::new(PoolState {
+                seen: None,
+                unavailable: false,
+                parked: Parked::new(max_files, max_bytes),
+            }),
+        }
+    }
+
+    /// A file of exactly `nbytes` whose storage died here and whose every
+    /// message was opened and let go of, with whatever bytes its last
+    /// storage left in it.
+    pub(crate) fn take(&self, nbytes: usize) -> Option<MemmapSegment> {
+        let (taken, expired) = {
+            let mut state = lock(&self.state);
+            let PoolState { seen, parked, .. } = &mut *state;
+            let seen = seen.as_mut()?;
+            let expired = parked.expire(Instant::now());
+            seen.untrack(&expired);
+            if parked.has_len(nbytes) {
+                seen.watch.refresh();
+            }
+            (
+                parked.take_free(nbytes, |file| seen.all_received(file)),
+                expired,
+            )
+        };
+        // Unmapped, and removed unless a receiver's lease keeps them,
+        // outside the lock.
+        drop(expired);
+        taken
+    }
+
+    /// Starts counting the opens of `segment`, a new file in `dir` made
+    /// for a storage; `false` when the directory cannot be watched, and
+    /// the file is not the pool's.
+    pub(crate) fn adopt(&self, dir: &Path, segment: &MemmapSegment) -> bool {
+        let mut state = lock(&self.state);
+        if state.unavailable {
+            return false;
+        }
+        let Some(name) = segment.path().file_name() else {
+            return false;
+        };
+        let seen = match &mut state.seen {
+            Some(seen) => seen,
+            None => match OpenWatch::new(dir) {
+                Ok(watch) => state.seen.insert(Seen {
+                    watch,
+                    sends: HashMap::new(),
+                }),
+                Err(_) => {
+                    state.unavailable = true;
+                    return false;
+                }
+            },
+        };
+        // Read now and then whatever the allocations are, so that the
+        // kernel's queue does not overflow: a file costs far more than this.
+        seen.watch.refresh();
+        seen.watch.track(name);
+        seen.sends.insert(name.to_owned(), 0);
+        state.parked.adopt(segment.as_bytes().len());
+        true
+    }
+
+    /// Counts a message naming `segment`; files the pool did not make are
+    /// not its business.
+    pub(crate) fn sent(&self, segment: &MemmapSegment) {
+        let Some(name) = segment.path().file_name() else {
+            return;
+        };
+        let mut state = lock(&self.state);
+        if let Some(sends) = state
+            .seen
+            .as_mut()
+            .and_then(|seen| seen.sends.get_mut(name))
+        {
+            *sends += 1;
+        }
+    }
+
+    /// Lets go of every file of a storage that died here (when allocating
+    /// ran out of space); how many there were.
+    pub(crate) fn clear(&self) -> usize {
+        let drained = {
+            let mut state = lock(&self.state);
+            let PoolState { seen, parked, .. } = &mut *state;
+            let drained = parked.drain(None);
+            if let Some(seen) = seen {
+                seen.untrack(&drained);
+            }
+            drained
+        };
+        drained.len()
+    }
+}
+
+impl Watcher for MemmapPool {
+    type Segment = MemmapSegment;
+
+    /// Parks the file of a storage that died here, or lets go of it when
+    /// the pool holds enough.
+    fn ended(&self, segment: MemmapSegment) {
+        let dropped = {
+            let mut state = lock(&self.state);
+            let PoolState { seen, parked, .. } = &mut *state;
+            let reusable = !segment.was_truncated();
+            let dropped = parked.take_back(segment, reusable, Instant::now());
+            if let Some(seen) = seen {
+                seen.untrack(&dropped);
+            }
+            dropped
+        };
+        drop(dropped);
+    }
+}
