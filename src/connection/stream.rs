@@ -13,6 +13,7 @@ use tensorshare_compat::connection::{
     server_handshake, write_message_vectored,
 };
 use tensorshare_compat::pickle::SharedBytes;
+use tensorshare_strategies::bytes::message_window::take_message_buffer;
 
 use super::attached::{AttachingWriter, CollectingReader};
 use super::deadline::DeadlineStream;
@@ -206,6 +207,11 @@ impl Connection {
     /// nothing refers to it.
     pub(crate) fn recv_message(&mut self) -> Result<ReceivedMessage, ConnectionError> {
         let mut buffer = std::mem::take(&mut self.receive_buffer);
+        if buffer.capacity() == 0 {
+            // The last one went with a storage that kept it; one such
+            // storage dropped since left its buffer, faulted in already.
+            buffer = take_message_buffer().unwrap_or_default();
+        }
         let mut reader = CollectingReader::new(&self.stream);
         let received =
             read_message_reusing(&mut reader, &mut buffer, self.options.max_message_bytes);
