@@ -15,7 +15,7 @@
 //! Memory stays bounded by what was received: a window keeps a buffer only
 //! when its bytes are at least half of the buffer's capacity, so no more
 //! than twice what the storage holds is kept for it, and the pool keeps at
-//! most [`POOL_MAX_BUFFERS`] buffers and [`POOL_MAX_BYTES`] bytes. Nothing
+//! most 4 buffers and 512 MiB. Nothing
 //! here parses: the range comes from the decoder, which checked it against
 //! the message, and is checked again against the buffer.
 
