@@ -9,7 +9,7 @@
 //! that falls idle still closes, so that a long-running process does not
 //! keep every peer's manager alive (torch keeps them all until it exits).
 
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 use std::time::{Duration, Instant};
 
 use super::ManagerConnection;
@@ -25,12 +25,14 @@ const MAX_LINGERING: usize = 8;
 /// thread is there to let them go.
 static LINGERING: Mutex<Lingering> = Mutex::new(Lingering {
     kept: Vec::new(),
-    sweeping: false,
+    sweeping_in: None,
 });
 
 struct Lingering {
     kept: Vec<Kept>,
-    sweeping: bool,
+    /// The process whose thread lets the connections go: a child forked
+    /// from it has a copy of the list and no such thread.
+    sweeping_in: Option<u32>,
 }
 
 struct Kept {
@@ -43,7 +45,13 @@ struct Kept {
 /// let it go. Without a thread to close it later (the spawn failed), it is
 /// not kept: closing early costs time, never correctness.
 pub(super) fn keep(connection: &Arc<ManagerConnection>) {
-    let mut lingering = lock();
+    // Never waits: a child forked while another thread held the lock would
+    // wait forever.
+    let mut lingering = match LINGERING.try_lock() {
+        Ok(lingering) => lingering,
+        Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+        Err(TryLockError::WouldBlock) => return,
+    };
     if let Some(kept) = lingering
         .kept
         .iter_mut()
@@ -52,14 +60,18 @@ pub(super) fn keep(connection: &Arc<ManagerConnection>) {
         kept.idle_since = None;
         return;
     }
-    if !lingering.sweeping {
+    let this_process = std::process::id();
+    if lingering.sweeping_in != Some(this_process) {
+        // What a forked child inherited is its parent's to let go: dropped
+        // here, each would shut down the socket the two share.
+        std::mem::forget(std::mem::take(&mut lingering.kept));
         let spawned = std::thread::Builder::new()
             .name("tensorshare-shm-linger".into())
             .spawn(sweep_loop);
         if spawned.is_err() {
             return;
         }
-        lingering.sweeping = true;
+        lingering.sweeping_in = Some(this_process);
     }
     if lingering.kept.len() >= MAX_LINGERING {
         let oldest = (0..lingering.kept.len()).min_by_key(|&i| {
@@ -86,7 +98,7 @@ fn sweep_loop() {
         let released = release_idle(&mut lingering.kept, Instant::now());
         let done = lingering.kept.is_empty();
         if done {
-            lingering.sweeping = false;
+            lingering.sweeping_in = None;
         }
         drop(lingering);
         // Closed outside the lock: closing shuts a socket down.

@@ -228,3 +228,20 @@ fn frees_go_out_with_the_next_registration_or_at_close() {
     peer.read_to_end(&mut rest).unwrap();
     assert_eq!(decode(&rest), AllocInfo::free(next));
 }
+
+#[test]
+fn a_connection_let_go_lingers_before_it_closes() {
+    let (_dir, handle, listener) = listener();
+    listener.set_nonblocking(true).unwrap();
+    let first = connect(&handle).unwrap();
+    let (mut accepted, _) = listener.accept().unwrap();
+    drop(first);
+    // Within the linger, the same connection: no second accept.
+    let again = connect(&handle).unwrap();
+    assert!(listener.accept().is_err(), "a second connection was made");
+    drop(again);
+    // Once idle for the linger, it closes: the manager reads the end.
+    accepted.set_read_timeout(Some(linger::LINGER * 5)).unwrap();
+    let mut byte = [0u8; 1];
+    assert_eq!(accepted.read(&mut byte).unwrap(), 0);
+}
