@@ -143,3 +143,100 @@ fn tensorshare_sends_bytes_to_a_stock_torch_echo() {
     // torch rebuilds our plain pickles and answers by file_descriptor.
     support::assert_echoes_intact(&mut server, &mut connection, &sharing, "torch echo");
 }
+
+/// A 2 MiB uint8 tensor of `byte`, pickled with the bytes strategy, and
+/// where its raw bytes start in the pickle (after the legacy stream's
+/// 8-byte count).
+fn large_bytes_pickle(sharing: &SharingContext, byte: u8) -> (Vec<u8>, usize) {
+    const LEN: usize = 2 << 20;
+    let storage = tensorshare::Storage::from_vec(vec![byte; LEN]);
+    let tensor = tensorshare::Tensor::new(
+        storage,
+        tensorshare::TensorView::contiguous(DType::UInt8, &[LEN]),
+    )
+    .unwrap();
+    let pickle = sharing.dumps(&Value::Tensor(tensor)).unwrap();
+    let start = pickle
+        .windows(64)
+        .position(|w| w.iter().all(|b| *b == byte))
+        .expect("the raw bytes are in the pickle");
+    assert_eq!(
+        pickle[start - 8..start],
+        (LEN as u64).to_le_bytes(),
+        "the count before the raw bytes"
+    );
+    (pickle, start)
+}
+
+#[test]
+fn large_storages_received_are_intact_while_held_and_after_others_are_dropped() {
+    // A large storage that is most of its message keeps the message's
+    // buffer rather than a copy; the next message must land elsewhere, and
+    // a dropped storage's buffer may serve a later message.
+    let sharing = bytes_context(&Authkey::random().unwrap());
+    let (mut sender, mut receiver) = support::connection_pair();
+    let pickles: Vec<Vec<u8>> = (1..=6).map(|i| large_bytes_pickle(&sharing, i).0).collect();
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            for pickle in &pickles {
+                sender.send_bytes(pickle).unwrap();
+            }
+        });
+        let mut held = Vec::new();
+        for (index, expected) in (1..=6u8).enumerate() {
+            let value = receiver.recv(&sharing).unwrap();
+            let tensor = value.as_tensor().unwrap().clone();
+            let bytes = tensor.storage().bytes().unwrap();
+            assert_eq!(bytes.len(), 2 << 20);
+            assert!(bytes.iter().all(|b| *b == expected), "message {index}");
+            // Every other one is kept while the rest arrive.
+            if index % 2 == 0 {
+                held.push((expected, tensor));
+            }
+        }
+        for (expected, tensor) in held {
+            let bytes = tensor.storage().bytes().unwrap();
+            assert!(bytes.iter().all(|b| *b == expected), "held {expected}");
+        }
+    });
+}
+
+#[test]
+fn a_large_storage_whose_count_lies_or_whose_message_is_cut_short_is_refused() {
+    let sharing = bytes_context(&Authkey::random().unwrap());
+    let (pickle, start) = large_bytes_pickle(&sharing, 0x5a);
+    // The stream's count says one byte more than the stream holds, or
+    // more than memory could: refused without allocating it.
+    for count in [(2u64 << 20) + 1, u64::MAX, 1 << 62] {
+        let mut lying = pickle.clone();
+        lying[start - 8..start].copy_from_slice(&count.to_le_bytes());
+        let (mut sender, mut receiver) = support::connection_pair();
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                sender.send_bytes(&lying).unwrap();
+                sender.send_bytes(&pickle).unwrap();
+            });
+            let error = receiver.recv(&sharing).unwrap_err().to_string();
+            assert!(error.contains("bytes"), "{count}: {error}");
+            // The connection serves the next message, a good one.
+            let value = receiver.recv(&sharing).unwrap();
+            let bytes = value.as_tensor().unwrap().storage().bytes().unwrap();
+            assert!(bytes.iter().all(|b| *b == 0x5a));
+        });
+    }
+    // A frame that promises the whole pickle and ends halfway.
+    let (sender, mut receiver) = support::connection_pair();
+    let writer = std::thread::spawn(move || {
+        use std::io::Write;
+        let mut stream = sender.into_stream();
+        let len = i32::try_from(pickle.len()).unwrap();
+        stream.write_all(&len.to_be_bytes()).unwrap();
+        stream.write_all(&pickle[..pickle.len() / 2]).unwrap();
+    });
+    let error = receiver.recv(&sharing).unwrap_err().to_string();
+    writer.join().unwrap();
+    assert!(
+        error.contains("closed") || error.contains("short") || error.contains("bytes"),
+        "{error}"
+    );
+}

@@ -287,6 +287,9 @@ fn own_manager_starts_one_daemon_per_process() {
 
     let segment = ShmObject::create();
     manager.register(&segment.name).unwrap();
+    // Our own daemon says so in answer to the first registration: the
+    // registrations after it are not waited for.
+    assert!(manager.pipelines_registrations());
     manager.unregister(&segment.name);
 
     if std::env::var_os(MANAGER_ENV).is_none() {
@@ -521,8 +524,14 @@ fn our_client_registers_with_torchs_own_manager() {
     // torch reads exactly sizeof(AllocInfo) per message and answers each
     // registration: three in a row, each confirmed, show the size matches.
     connection.register(&kept.name).unwrap();
+    // torch's manager ignored the probe that came with the first
+    // registration (a free of a name no segment has) and answered `OK`:
+    // every registration stays answered, so it is never left owing a
+    // reply it would die of (SIGPIPE) when this client closes.
+    assert!(!connection.pipelines_registrations());
     connection.register(&freed.name).unwrap();
     connection.register(&kept.name).unwrap();
+    assert!(!connection.pipelines_registrations());
     // A free of an object that still exists: torch keeps the name.
     connection.unregister(&freed.name);
     drop(connection);

@@ -7,11 +7,13 @@ use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::Duration;
 
+use nix::sys::socket::{setsockopt, sockopt::SndBuf};
 use tensorshare_compat::connection::{
     AuthError, NegotiatedDigests, client_handshake, read_message_into, read_message_reusing,
     server_handshake, write_message_vectored,
 };
 use tensorshare_compat::pickle::SharedBytes;
+use tensorshare_strategies::bytes::message_window::take_message_buffer;
 
 use super::attached::{AttachingWriter, CollectingReader};
 use super::deadline::DeadlineStream;
@@ -47,6 +49,8 @@ pub struct Connection {
     /// The authkey the handshake proved the peer holds; `None` for a
     /// socket wrapped without one.
     authkey: Option<Authkey>,
+    /// Whether the socket's send buffer was raised for large messages.
+    send_buffer_raised: bool,
 }
 
 /// A message read into a connection's kept buffer, and the fds that came
@@ -62,6 +66,18 @@ pub(crate) struct ReceivedMessage {
 
 /// The largest receive buffer a [`Connection`] keeps between messages.
 const KEPT_RECEIVE_BUFFER_MAX: usize = 256 << 20;
+
+/// Messages from this size on raise the socket's send buffer to
+/// [`LARGE_SEND_BUFFER`] first.
+const LARGE_MESSAGE_BYTES: usize = 1 << 20;
+
+/// The send buffer asked for large messages (the kernel caps it at
+/// `net.core.wmem_max`, 4 MiB by default, and doubles it for its own
+/// bookkeeping). A Unix stream socket holds only what its sender's buffer
+/// allows in flight; at the default 208 KiB a 64 MiB message takes
+/// hundreds of sleeps and wake-ups on both sides, each a pair of context
+/// switches, where 4 MiB takes tens.
+const LARGE_SEND_BUFFER: usize = 4 << 20;
 
 impl fmt::Debug for Connection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -83,6 +99,7 @@ impl Connection {
             receive_buffer: Vec::new(),
             sent: SentRegistrations::default(),
             authkey: None,
+            send_buffer_raised: false,
         }
     }
 
@@ -150,10 +167,13 @@ impl Connection {
         payload: &[IoSlice<'_>],
         fds: &[BorrowedFd<'_>],
     ) -> Result<(), ConnectionError> {
-        let send_error = |cause| ConnectionError::Send {
-            len: payload.iter().map(|slice| slice.len()).sum(),
-            cause,
-        };
+        let len: usize = payload.iter().map(|slice| slice.len()).sum();
+        if len >= LARGE_MESSAGE_BYTES && !self.send_buffer_raised {
+            // Only ever a speed-up: a refusal leaves the default buffer.
+            let _ = setsockopt(&self.stream, SndBuf, &LARGE_SEND_BUFFER);
+            self.send_buffer_raised = true;
+        }
+        let send_error = |cause| ConnectionError::Send { len, cause };
         let mut writer = AttachingWriter {
             stream: &self.stream,
             fds,
@@ -197,6 +217,11 @@ impl Connection {
     /// nothing refers to it.
     pub(crate) fn recv_message(&mut self) -> Result<ReceivedMessage, ConnectionError> {
         let mut buffer = std::mem::take(&mut self.receive_buffer);
+        if buffer.capacity() == 0 {
+            // The last one went with a storage that kept it; one such
+            // storage dropped since left its buffer, faulted in already.
+            buffer = take_message_buffer().unwrap_or_default();
+        }
         let mut reader = CollectingReader::new(&self.stream);
         let received =
             read_message_reusing(&mut reader, &mut buffer, self.options.max_message_bytes);

@@ -5,6 +5,7 @@ use std::sync::{Arc, OnceLock};
 
 use tensorshare_compat::pickle::SharedBytes;
 use tensorshare_strategies::bytes::BytesSegment;
+use tensorshare_strategies::bytes::message_window::MessageWindow;
 use tensorshare_strategies::{
     AllocateError, Segment, SharingStrategy, StrategyKind, WritableSegment,
 };
@@ -139,13 +140,17 @@ struct StorageInner {
 }
 
 /// `bytes` on the heap: the vector itself when they are all of one no one
-/// else holds, else one copy.
+/// else holds; the vector they are part of, shared, when they are most of
+/// a large one (a received message's buffer: [`MessageWindow`]); else one
+/// copy.
 fn heap_segment(bytes: SharedBytes) -> Result<Arc<dyn Segment>, AllocateError> {
-    let segment = match bytes.try_into_vec() {
-        Ok(vec) => BytesSegment::from_vec(vec),
-        Err(shared) => BytesSegment::copy_of(&shared)?,
-    };
-    Ok(Arc::new(segment))
+    match bytes.try_into_vec() {
+        Ok(vec) => Ok(Arc::new(BytesSegment::from_vec(vec))),
+        Err(shared) => match shared.try_into_shared_vec() {
+            Ok((vec, range)) => MessageWindow::keep_or_copy(vec, range),
+            Err(shared) => Ok(Arc::new(BytesSegment::copy_of(&shared)?)),
+        },
+    }
 }
 
 /// A storage's bytes as the owner of a [`SharedBytes`].

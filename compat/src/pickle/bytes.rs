@@ -121,6 +121,22 @@ impl SharedBytes {
             range: self.range,
         })
     }
+
+    /// The vector these bytes are a slice of, shared, and where in it they
+    /// lie; `self` back when they are not in a vector.
+    ///
+    /// # Errors
+    ///
+    /// `self`, unchanged, for bytes of another kind of owner.
+    pub fn try_into_shared_vec(self) -> Result<(Arc<Vec<u8>>, Range<usize>), SharedBytes> {
+        match self.owner {
+            Owner::Vec(vec) => Ok((vec, self.range)),
+            owner => Err(Self {
+                owner,
+                range: self.range,
+            }),
+        }
+    }
 }
 
 impl Default for SharedBytes {

@@ -62,6 +62,7 @@ mod daemon;
 mod error;
 mod handle;
 mod launch;
+mod pipeline;
 mod server;
 
 pub use alloc_info::{ALLOC_INFO_SIZE, AllocInfo, InvalidAllocInfo};

@@ -5,8 +5,9 @@
 //! large messages does not pay the page faults of fresh memory for every one.
 //! A sender writes a segment's bytes to the socket from where they are, and
 //! a receiver makes its segment with one copy out of the message
-//! ([`BytesSegment::copy_of`]): the `memcpy` of `pickle.loads`, and no
-//! other. [`export`](SharingStrategy::export) and
+//! ([`BytesSegment::copy_of`]), the `memcpy` of `pickle.loads`, or, for a
+//! large storage that is most of its message, with none: the storage keeps
+//! the message's buffer ([`message_window`]). [`export`](SharingStrategy::export) and
 //! [`import`](SharingStrategy::import) are the handle form of the trait: a
 //! copy out, and a received buffer taken as it is.
 //! Nothing is shared: writes on one side never show on the other
@@ -14,6 +15,7 @@
 //! this strategy works wherever shared memory does not.
 
 pub mod heap;
+pub mod message_window;
 
 use std::any::Any;
 use std::convert::Infallible;

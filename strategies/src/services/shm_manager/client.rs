@@ -1,6 +1,7 @@
 //! The client side of libshm's protocol: one connection per manager, open
 //! while anything registered through it is in use.
 
+mod linger;
 mod link;
 mod registered_names;
 mod replacement;
@@ -105,11 +106,15 @@ impl ManagerConnection {
     }
 
     /// Tells the manager this process uses `name`, and waits up to
-    /// [`REPLY_TIMEOUT`] for its `OK`.
+    /// [`REPLY_TIMEOUT`] for its `OK`; with this crate's manager, only the
+    /// first registration on a connection waits
+    /// ([`pipelines_registrations`](Self::pipelines_registrations)).
     ///
-    /// After `OK`, the manager unlinks `name` when this process's connection
-    /// closes (it exited or was killed) and nobody else registered it, or
-    /// when the manager itself exits.
+    /// Once this returns, the manager unlinks `name` when this process's
+    /// connection closes (it exited or was killed) and nobody else
+    /// registered it, or when the manager itself exits: a registration that
+    /// is not answered is in the manager's queue, which it reads to the end
+    /// before it takes the connection for closed.
     ///
     /// # Errors
     ///
@@ -133,6 +138,19 @@ impl ManagerConnection {
             }
             registered => registered,
         }
+    }
+
+    /// Whether registrations through this connection are sent without
+    /// waiting for a reply: the manager answered the first one saying it is
+    /// this crate's. `false` before the first registration, and always with
+    /// torch's `torch_shm_manager`, which is answered as libshm expects.
+    ///
+    /// A libshm manager writes each `OK` with a blocking `send` and dies of
+    /// `SIGPIPE` when a client exits with replies unread, so the first
+    /// registration asks with a message that manager ignores (a free of a
+    /// name no segment has), and only this crate's manager answers it.
+    pub fn pipelines_registrations(&self) -> bool {
+        self.lock().link.replies == link::Replies::Unanswered
     }
 
     /// Tells the manager this process no longer uses `name`; the manager
@@ -213,9 +231,16 @@ impl ManagerConnection {
 
 impl Drop for ManagerConnection {
     fn drop(&mut self) {
+        let mut state = self.lock();
+        // Frees held back go first, so that the manager sees this
+        // connection's names as if each free had gone out at once: a freed
+        // name still in use elsewhere is not unlinked with the names this
+        // connection still held. Nothing more to do about a manager that
+        // is gone.
+        let _ = state.link.flush_frees();
         // The watching thread holds the socket too: shutting it down tells
         // the manager at once, and wakes the thread to end.
-        let _ = self.lock().link.stream.shutdown(Shutdown::Both);
+        let _ = state.link.stream.shutdown(Shutdown::Both);
     }
 }
 
@@ -233,9 +258,10 @@ static OWN_MANAGER: Mutex<Option<Arc<ManagerConnection>>> = Mutex::new(None);
 /// so it must not close while any segment registered through it is in use:
 /// hold the returned `Arc` as long as that (segments do). Unlike libshm,
 /// which keeps a connection to every manager it ever met until the process
-/// exits, a connection closes once nothing registered through it is left,
-/// so a long-running server does not keep every peer's manager (and an fd
-/// for each) alive. A connection found broken is replaced by a new one;
+/// exits, a connection closes about a second after nothing registered
+/// through it is left (kept that long so that a stream of short-lived
+/// segments does not reconnect for each), so a long-running server does
+/// not keep every peer's manager (and an fd for each) alive. A connection found broken is replaced by a new one;
 /// this process's own manager is found under every handle it had.
 ///
 /// # Errors
@@ -271,12 +297,16 @@ pub fn connect(handle: &ManagerHandle) -> Result<Arc<ManagerConnection>, Manager
         .and_then(Weak::upgrade)
         .filter(|c| c.own || !c.is_broken())
     {
+        drop(connections);
+        linger::keep(&existing);
         return Ok(existing);
     }
     let fresh = Arc::new(ManagerConnection::open(handle)?);
     // A broken predecessor stays alive, and open, while anyone holds it.
     connections.insert(handle.clone(), Arc::downgrade(&fresh));
     connections.retain(|_, connection| connection.strong_count() > 0);
+    drop(connections);
+    linger::keep(&fresh);
     Ok(fresh)
 }
 

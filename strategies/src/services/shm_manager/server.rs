@@ -6,6 +6,8 @@ mod serve_loop;
 mod session;
 
 #[cfg(test)]
+mod pipeline_tests;
+#[cfg(test)]
 mod tests;
 
 use std::os::fd::OwnedFd;

@@ -1,5 +1,7 @@
 //! One socket to a manager and libshm's exchange over it: registrations
-//! answered `OK`, frees answered by nothing.
+//! answered `OK`, frees answered by nothing; or, with this crate's manager,
+//! registrations answered by nothing either
+//! ([`pipeline`](crate::services::shm_manager::pipeline)).
 
 use std::io::{ErrorKind, Read};
 use std::os::fd::AsRawFd;
@@ -19,7 +21,11 @@ use crate::platform::owner::UnixUser;
 use crate::platform::owner::is_own_uid;
 use crate::platform::segment_name::SegmentName;
 use crate::services::shm_manager::alloc_info::{ALLOC_INFO_SIZE, AllocInfo};
+use crate::services::shm_manager::pipeline::{PIPELINE_ACK, pipeline_probe};
 use crate::services::shm_manager::{ManagerError, ManagerHandle};
+
+/// The most frees held back to go out with the next registration.
+const MAX_PENDING_FREES: usize = 32;
 
 /// How long to pause between attempts while a manager's backlog is full.
 const CONNECT_RETRY: Duration = Duration::from_millis(10);
@@ -33,8 +39,15 @@ pub(super) struct Link {
     /// Bytes of `OK` replies the manager still owes: two per registration,
     /// including those whose caller stopped waiting.
     owed: usize,
-    /// Whether the next reply byte is the `K` of an `OK`.
-    mid_reply: bool,
+    /// The second byte of the reply whose first came last: `K` of an `OK`,
+    /// or that of [`PIPELINE_ACK`].
+    mid_reply: Option<u8>,
+    /// Whether registrations are answered, as far as is known yet.
+    pub(super) replies: Replies,
+    /// Frees not sent yet, encoded: they go out with the next registration,
+    /// when [`MAX_PENDING_FREES`] have gathered, or when the connection
+    /// closes, so that the manager wakes once for both.
+    pending_frees: Vec<u8>,
     /// Why the link can no longer be used, once it cannot.
     pub(super) broken: Option<String>,
     /// How long a registration waits for its `OK`.
@@ -76,7 +89,9 @@ impl Link {
             handle: handle.clone(),
             stream: Arc::new(stream),
             owed: 0,
-            mid_reply: false,
+            mid_reply: None,
+            replies: Replies::Unasked,
+            pending_frees: Vec::new(),
             broken: None,
             reply_timeout: REPLY_TIMEOUT,
             read_timeout: REPLY_TIMEOUT,
@@ -100,13 +115,43 @@ impl Link {
         }
     }
 
-    /// Registers `name` and waits for its `OK`; see
+    /// Registers `name` and waits for its `OK`, or only sends it once the
+    /// manager said it takes registrations unanswered; see
     /// [`ManagerConnection::register`](super::ManagerConnection::register).
     pub(super) fn register(&mut self, name: &SegmentName) -> Result<(), ManagerError> {
         self.check_usable()?;
-        let message = AllocInfo::register(name.clone()).encode();
-        self.send_message(&message)?;
-        self.owed += 2;
+        let registration = AllocInfo::register(name.clone()).encode();
+        match self.replies {
+            Replies::Unasked => {
+                // One `send`: the probe (a session's first message), the
+                // frees due, and the registration whose answer tells which
+                // manager this is.
+                let mut batch = pipeline_probe(registration_pid()).to_vec();
+                batch.extend_from_slice(&self.pending_frees);
+                batch.extend_from_slice(&registration);
+                self.send_message(&batch)?;
+                self.pending_frees.clear();
+                self.replies = Replies::Asked;
+                self.owed += 2;
+            }
+            Replies::Asked => {
+                // The answer is still out (an earlier call timed out):
+                // until it comes, nothing says whether this registration
+                // would be answered.
+                self.await_replies()?;
+                return self.register(name);
+            }
+            Replies::Answered => {
+                self.send_with_frees(&registration)?;
+                self.owed += 2;
+            }
+            Replies::Unanswered => return self.send_with_frees(&registration),
+        }
+        self.await_replies()
+    }
+
+    /// Waits up to the reply timeout for every reply owed.
+    fn await_replies(&mut self) -> Result<(), ManagerError> {
         let started = Instant::now();
         let deadline = started + self.reply_timeout;
         let mut reply = [0u8; 64];
@@ -156,33 +201,87 @@ impl Link {
         Ok(())
     }
 
-    /// Counts the `OK` bytes of `reply` off what is owed.
+    /// Counts the `OK` bytes of `reply` off what is owed; the first reply
+    /// after the probe may be [`PIPELINE_ACK`] instead, and settles whether
+    /// registrations are answered.
     fn take_reply(&mut self, reply: &[u8]) -> Result<(), ManagerError> {
         for &byte in reply {
-            let expected = if self.mid_reply { b'K' } else { b'O' };
-            if byte != expected {
+            let expected = match self.mid_reply.take() {
+                Some(second) => byte == second,
+                None if byte == b'O' => {
+                    self.mid_reply = Some(b'K');
+                    if self.replies == Replies::Asked {
+                        self.replies = Replies::Answered;
+                    }
+                    true
+                }
+                None if byte == PIPELINE_ACK[0] && self.replies == Replies::Asked => {
+                    self.mid_reply = Some(PIPELINE_ACK[1]);
+                    self.replies = Replies::Unanswered;
+                    true
+                }
+                None => false,
+            };
+            if !expected {
                 let error = ManagerError::UnexpectedReply {
                     reply: String::from_utf8_lossy(reply).into_owned(),
                     handle: self.handle.to_string(),
                 };
                 return Err(self.fail(error));
             }
-            self.mid_reply = !self.mid_reply;
             self.owed -= 1;
         }
         Ok(())
     }
 
+    /// Sends the frees due and `registration` in one `send`.
+    fn send_with_frees(
+        &mut self,
+        registration: &[u8; ALLOC_INFO_SIZE],
+    ) -> Result<(), ManagerError> {
+        if self.pending_frees.is_empty() {
+            return self.send_message(registration);
+        }
+        let mut batch = std::mem::take(&mut self.pending_frees);
+        batch.extend_from_slice(registration);
+        self.send_message(&batch).inspect_err(|_| {
+            // Kept for the next attempt when nothing went out (a broken link
+            // sends nothing more anyway).
+            batch.truncate(batch.len() - ALLOC_INFO_SIZE);
+            self.pending_frees = std::mem::take(&mut batch);
+        })
+    }
+
     /// Tells the manager this process no longer uses `name`; no answer
-    /// comes.
+    /// comes, so none is awaited, and the message waits for the next one
+    /// to go with it.
+    ///
+    /// A free sent late costs nothing but time: until the manager reads
+    /// it, it counts this process among the name's holders, which keeps
+    /// the name from being unlinked as an orphan while the process lives;
+    /// the name goes at the manager's exit, as every name does.
     pub(super) fn free(&mut self, name: &SegmentName) -> Result<(), ManagerError> {
         self.check_usable()?;
-        self.send_message(&AllocInfo::free(name.clone()).encode())
+        self.pending_frees
+            .extend_from_slice(&AllocInfo::free(name.clone()).encode());
+        if self.pending_frees.len() >= MAX_PENDING_FREES * ALLOC_INFO_SIZE {
+            return self.flush_frees();
+        }
+        Ok(())
+    }
+
+    /// Sends the frees due now.
+    pub(super) fn flush_frees(&mut self) -> Result<(), ManagerError> {
+        if self.pending_frees.is_empty() {
+            return Ok(());
+        }
+        let frees = std::mem::take(&mut self.pending_frees);
+        self.send_message(&frees)
     }
 
     /// Sends a whole message. `MSG_NOSIGNAL`: a manager that is gone is an
     /// error here, never a `SIGPIPE` that kills the process.
-    fn send_message(&mut self, message: &[u8; ALLOC_INFO_SIZE]) -> Result<(), ManagerError> {
+    fn send_message(&mut self, message: &[u8]) -> Result<(), ManagerError> {
         let mut sent = 0;
         while sent < message.len() {
             match send(
@@ -208,6 +307,25 @@ impl Link {
         }
         Ok(())
     }
+}
+
+/// Whether a manager answers registrations, as a [`Link`] knows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Replies {
+    /// Nothing sent yet: the first registration carries the probe.
+    Unasked,
+    /// The probe went out; its answer has not come.
+    Asked,
+    /// libshm's manager, or one that is not this crate's: `OK` per
+    /// registration.
+    Answered,
+    /// This crate's manager: registrations are only sent.
+    Unanswered,
+}
+
+/// The pid a registration carries: this process's.
+fn registration_pid() -> i32 {
+    nix::unistd::getpid().as_raw()
 }
 
 /// Whether `error` says the manager at the other end has gone (as opposed

@@ -49,7 +49,9 @@ impl ServeState {
         registration.orphaned_at = None;
         let count = client.names.entry(info.name).or_insert(0);
         *count = count.saturating_add(1);
-        client.owed += 2;
+        if !client.pipelined {
+            client.owed += 2;
+        }
         self.report.registrations += 1;
         Ok(())
     }

@@ -13,6 +13,7 @@ use nix::sys::socket::{MsgFlags, recv, send};
 use super::serve_loop::{ServeState, log};
 use crate::platform::segment_name::SegmentName;
 use crate::services::shm_manager::alloc_info::{ALLOC_INFO_SIZE, AllocInfo};
+use crate::services::shm_manager::pipeline::{PIPELINE_ACK, is_pipeline_probe};
 
 /// How many bytes one `recv` takes from a client.
 const READ_CHUNK: usize = ALLOC_INFO_SIZE * 16;
@@ -31,9 +32,18 @@ pub(super) struct Client {
     /// A message being assembled, `filled` bytes so far.
     inbox: [u8; ALLOC_INFO_SIZE],
     filled: usize,
-    /// Reply bytes not yet sent: 2 per registration. While any are owed the
-    /// client is not read, so one that never reads cannot grow anything.
+    /// Reply bytes not yet sent: 2 per registration, or the 2 of
+    /// [`PIPELINE_ACK`] (sent first: the probe is a session's first
+    /// message). While any are owed the client is not read, so one that
+    /// never reads cannot grow anything.
     pub(super) owed: usize,
+    /// Whether `owed` holds the ack rather than `OK`s.
+    acking: bool,
+    /// Whether the client asked for registrations without replies
+    /// ([`crate::services::shm_manager::pipeline`]).
+    pub(super) pipelined: bool,
+    /// Whether any message came yet: only the first may be the probe.
+    greeted: bool,
     /// The pid its last message gave, for the log.
     pub(super) pid: Option<i32>,
     /// The names it registered and has not freed, with how many times.
@@ -48,6 +58,9 @@ impl Client {
             inbox: [0; ALLOC_INFO_SIZE],
             filled: 0,
             owed: 0,
+            acking: false,
+            pipelined: false,
+            greeted: false,
             pid: None,
             names: HashMap::new(),
         }
@@ -123,6 +136,17 @@ impl ServeState {
                     break;
                 }
                 client.filled = 0;
+                let first = !std::mem::replace(&mut client.greeted, true);
+                if is_pipeline_probe(&client.inbox) {
+                    // Later, it is a free of a name nothing has: libshm's
+                    // manager ignores it, and so does this one.
+                    if first {
+                        client.pipelined = true;
+                        client.acking = true;
+                        client.owed = PIPELINE_ACK.len();
+                    }
+                    continue;
+                }
                 let info = match AllocInfo::decode(&client.inbox) {
                     Ok(info) => info,
                     Err(err) => return Outcome::Rejected(err.to_string()),
@@ -142,6 +166,22 @@ impl ServeState {
 /// Sends the client's owed `OK`s, as far as its socket takes them; `false`
 /// when the client is gone.
 fn flush_replies(client: &mut Client) -> bool {
+    while client.acking {
+        let start = PIPELINE_ACK.len() - client.owed;
+        match send(
+            client.stream.as_raw_fd(),
+            &PIPELINE_ACK[start..],
+            MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL,
+        ) {
+            Ok(n) => {
+                client.owed -= n;
+                client.acking = client.owed > 0;
+            }
+            Err(Errno::EAGAIN) => return true,
+            Err(Errno::EINTR) => {}
+            Err(_) => return false,
+        }
+    }
     while client.owed > 0 {
         // An odd count means the `O` of the current reply went out already.
         let start = client.owed % 2;

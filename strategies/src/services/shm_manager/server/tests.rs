@@ -19,10 +19,10 @@ use crate::platform::private_dir::MANAGER_DIR_PREFIX;
 use crate::services::shm_manager::{ALLOC_INFO_SIZE, AllocInfo, ManagerConnection};
 
 /// A real shared-memory object, unlinked on drop if still there.
-struct TestSegment(SegmentName);
+pub(super) struct TestSegment(pub(super) SegmentName);
 
 impl TestSegment {
-    fn create() -> Self {
+    pub(super) fn create() -> Self {
         Self::create_owned_by(None)
     }
 
@@ -43,7 +43,7 @@ impl TestSegment {
         TestSegment(name)
     }
 
-    fn exists(&self) -> bool {
+    pub(super) fn exists(&self) -> bool {
         Path::new("/dev/shm").join(self.0.file_name()).exists()
     }
 
@@ -58,13 +58,13 @@ impl Drop for TestSegment {
     }
 }
 
-struct Running {
-    handle: ManagerHandle,
+pub(super) struct Running {
+    pub(super) handle: ManagerHandle,
     thread: JoinHandle<Result<ManagerReport, ManagerError>>,
 }
 
 impl Running {
-    fn start(idle: Duration) -> Self {
+    pub(super) fn start(idle: Duration) -> Self {
         let server = ManagerServer::bind_in_private_dir().unwrap();
         let handle = server.handle().clone();
         let options = ServeOptions::default().with_idle_timeout(idle);
@@ -72,7 +72,7 @@ impl Running {
         Running { handle, thread }
     }
 
-    fn raw_client(&self) -> UnixStream {
+    pub(super) fn raw_client(&self) -> UnixStream {
         let stream = UnixStream::connect(self.handle.path()).unwrap();
         stream
             .set_read_timeout(Some(Duration::from_secs(5)))
@@ -80,12 +80,12 @@ impl Running {
         stream
     }
 
-    fn finish(self) -> ManagerReport {
+    pub(super) fn finish(self) -> ManagerReport {
         self.thread.join().unwrap().unwrap()
     }
 }
 
-fn message(free: bool, name: &SegmentName) -> [u8; ALLOC_INFO_SIZE] {
+pub(super) fn message(free: bool, name: &SegmentName) -> [u8; ALLOC_INFO_SIZE] {
     AllocInfo {
         pid: 4242,
         free,
@@ -94,14 +94,14 @@ fn message(free: bool, name: &SegmentName) -> [u8; ALLOC_INFO_SIZE] {
     .encode()
 }
 
-fn read_ok(stream: &mut UnixStream) {
+pub(super) fn read_ok(stream: &mut UnixStream) {
     let mut reply = [0u8; 2];
     stream.read_exact(&mut reply).unwrap();
     assert_eq!(&reply, b"OK");
 }
 
 /// Waits up to `limit` for `condition`.
-fn eventually(limit: Duration, condition: impl Fn() -> bool) -> bool {
+pub(super) fn eventually(limit: Duration, condition: impl Fn() -> bool) -> bool {
     let deadline = Instant::now() + limit;
     while Instant::now() < deadline {
         if condition() {
@@ -177,14 +177,17 @@ fn a_garbage_client_is_disconnected_and_the_others_served() {
 fn a_freed_name_whose_object_is_gone_is_forgotten() {
     let manager = Running::start(Duration::from_millis(300));
     let segment = TestSegment::create();
-    let connection = ManagerConnection::open(&manager.handle).unwrap();
-    connection.register(&segment.0).unwrap();
+    // A libshm client, whose registrations are answered: the free was
+    // handled before the `OK` of the registration after it.
+    let mut connection = manager.raw_client();
+    connection.write_all(&message(false, &segment.0)).unwrap();
+    read_ok(&mut connection);
     segment.unlink();
-    connection.unregister(&segment.0);
-    // Two round trips: the free was handled before the second OK.
     let barrier = TestSegment::create();
-    connection.register(&barrier.0).unwrap();
-    connection.register(&barrier.0).unwrap();
+    let mut batch = message(true, &segment.0).to_vec();
+    batch.extend_from_slice(&message(false, &barrier.0));
+    connection.write_all(&batch).unwrap();
+    read_ok(&mut connection);
     // A new object under the forgotten name is not the manager's.
     let reborn = shm_open(
         segment.0.as_str(),
