@@ -57,6 +57,13 @@ pub struct BenchArgs {
                          rust-to-rust-bytes,rust-to-rust-memmap"
     )]
     paths: Vec<Route>,
+    /// With `--workload batches`, the feeds to run, comma-separated
+    /// (default: all): dataloader-1, dataloader-2, torch-producer,
+    /// rust-STRATEGY and rust-STRATEGY-arena into torch's training loop
+    /// (STRATEGY: fd, fs, bytes, memmap), rust-to-rust-fd and
+    /// rust-to-rust-fd-arena into the same loop in Rust.
+    #[arg(long, value_delimiter = ',', value_name = "FEEDS")]
+    feeds: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -229,9 +236,21 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
             python,
             script: batches_script,
         };
+        let known = super::bench_batches::feed_names();
+        if let Some(unknown) = args.feeds.iter().find(|feed| !known.contains(feed)) {
+            return Err(super::usage_error(
+                "bench",
+                clap::error::ErrorKind::InvalidValue,
+                format!(
+                    "unknown feed {unknown:?}; the feeds are {}",
+                    known.join(", ")
+                ),
+            )
+            .into());
+        }
         raise_fd_limit();
         torch.check()?;
-        return super::bench_batches::run(&torch, args.rounds, args.quick);
+        return super::bench_batches::run(&torch, &args.feeds, args.rounds, args.quick);
     }
     let torch = TorchPeer { python, script };
     // Before any peer runs, so that none of them competes with it.

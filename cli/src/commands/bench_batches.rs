@@ -4,9 +4,10 @@
 //! with and without a batch in one storage ([`SharingContext::batch`]);
 //! and Rust to Rust. The torch side is `compat/python/bench_batches.py`.
 
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use tensorshare::connection::ConnectionOptions;
+use tensorshare::connection::{AUTHKEY_ENV, ConnectionOptions};
 use tensorshare::{Authkey, Listener, SharingContext, StrategyKind};
 
 use super::bench::{TorchPeer, median};
@@ -113,6 +114,34 @@ impl Feed {
         }
     }
 
+    /// The name `--feeds` takes: `dataloader-2`, `torch-producer`,
+    /// `rust-fs-arena`, `rust-to-rust-fd`, ...
+    fn name(self) -> String {
+        match self {
+            Feed::DataLoader { workers } => format!("dataloader-{workers}"),
+            Feed::TorchProducer => "torch-producer".into(),
+            Feed::Rust {
+                strategy,
+                layout,
+                torch_trains,
+            } => {
+                let ends = if torch_trains { "rust" } else { "rust-to-rust" };
+                let strategy = match strategy {
+                    StrategyKind::FileDescriptor => "fd",
+                    StrategyKind::FileSystem => "fs",
+                    StrategyKind::Bytes => "bytes",
+                    StrategyKind::Memmap => "memmap",
+                };
+                let arena = if layout == Layout::Arena {
+                    "-arena"
+                } else {
+                    ""
+                };
+                format!("{ends}-{strategy}{arena}")
+            }
+        }
+    }
+
     fn consumer(self) -> &'static str {
         match self {
             Feed::Rust {
@@ -130,8 +159,18 @@ struct Row {
     per_batch: f64,
 }
 
-/// Runs every feed at every batch size and prints the table.
-pub fn run(torch: &TorchPeer, rounds: usize, quick: bool) -> Result<(), CliError> {
+/// The names `--feeds` takes, in table order.
+pub fn feed_names() -> Vec<String> {
+    Feed::all().into_iter().map(Feed::name).collect()
+}
+
+/// Runs `feeds` (all when empty) at every batch size and prints the table.
+pub fn run(
+    torch: &TorchPeer,
+    feeds: &[String],
+    rounds: usize,
+    quick: bool,
+) -> Result<(), CliError> {
     println!(
         "tensorshare bench --workload batches: DataLoader-shaped batches into one training loop \
          that sums every element; median of {rounds} rounds\n"
@@ -164,6 +203,9 @@ pub fn run(torch: &TorchPeer, rounds: usize, quick: bool) -> Result<(), CliError
         });
         let mut rows = Vec::new();
         for feed in Feed::all() {
+            if !feeds.is_empty() && !feeds.contains(&feed.name()) {
+                continue;
+            }
             spinner.set_message(format!("{title}: {}", feed.label()));
             let seconds = run_feed(feed, spec, torch)?;
             let row = Row {
@@ -228,7 +270,14 @@ fn run_feed(feed: Feed, spec: BatchSpec, torch: &TorchPeer) -> Result<Vec<f64>, 
     let mut peer = if torch_trains {
         torch.spawn(&["consume"], None, Some((&address, &authkey)))?
     } else {
-        Peer::spawn_self("bench-peer", listener.address(), &authkey, &["--batches"])?
+        // As Peer::spawn_self, with the stdout its result is printed on.
+        Peer::spawn(
+            Command::new(std::env::current_exe()?)
+                .args(["bench-peer", "--batches", "--connect", &address])
+                .env(AUTHKEY_ENV, authkey.to_hex())
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped()),
+        )?
     };
     let mut connection = peer.accept(&listener)?;
     produce_batches(&mut connection, &sharing, spec, layout)?;
