@@ -44,9 +44,10 @@ pub mod inspect;
 
 // The model: tensors, storages and the values a pickle rebuilds into.
 pub use model::{
-    Children, CudaRef, Custom, Dict, Distinct, DupFdRef, Element, ElementError, ElementOffsets,
-    MemmapRef, Opaque, OpaqueCall, PathSegment, Residence, SegmentRef, Storage, StorageAllocator,
-    StorageKind, StorageWriter, Tensor, TensorView, Value, ValueAccessError, ViewError,
+    BATCH_ALIGNMENT, Batch, BatchLayout, BatchWriter, Children, CudaRef, Custom, Dict, Distinct,
+    DupFdRef, Element, ElementError, ElementOffsets, MemmapRef, Opaque, OpaqueCall, PathSegment,
+    Residence, SegmentRef, Storage, StorageAllocator, StorageKind, StorageWriter, Tensor,
+    TensorSlot, TensorView, Value, ValueAccessError, ViewError,
 };
 // Rust types as Python objects, through serde; and serde itself, the one
 // these implement, for deriving through `tensorshare::serde`.

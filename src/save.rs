@@ -73,6 +73,20 @@ fn load_from_bytes(
     Ok(out.call(load, vec![payload]))
 }
 
+/// Refuses a storage written with the class of `written` viewed as
+/// `viewed` (`None`: untyped), when the two classes differ.
+fn same_class(written: Option<DType>, viewed: Option<DType>) -> Result<(), ReduceError> {
+    let viewed = viewed.filter(|d| d.legacy_storage_class().is_some());
+    if written == viewed {
+        return Ok(());
+    }
+    let name = |d: Option<DType>| d.map_or("untyped", DType::name);
+    Err(ReduceError::MixedDtypes {
+        first: name(written),
+        second: name(viewed),
+    })
+}
+
 fn unreachable_data(storage: &Storage) -> ReduceError {
     ReduceError::BytesElsewhere {
         kind: storage.kind().name(),
@@ -122,24 +136,22 @@ impl SaveLeaves {
     }
 
     /// The persistent id standing for `storage` viewed as `dtype` (`None`:
-    /// untyped); dtypes without a legacy class are saved untyped.
+    /// untyped), and the dtype its class names; dtypes without a legacy
+    /// class are saved untyped.
+    ///
+    /// A storage is written once, as the dtype it is first seen as: the
+    /// caller decides whether a view of another dtype can name it
+    /// ([`same_class`]).
     fn pid(
         &mut self,
         storage: &Storage,
         dtype: Option<DType>,
         out: &mut PickleBuilder,
-    ) -> Result<NodeId, ReduceError> {
+    ) -> Result<(NodeId, Option<DType>), ReduceError> {
         let class_dtype = dtype.filter(|d| d.legacy_storage_class().is_some());
         if let Some(&index) = self.by_identity.get(&storage.identity()) {
             let entry = &self.storages[index];
-            if entry.class_dtype != class_dtype {
-                let name = |d: Option<DType>| d.map_or("untyped", DType::name);
-                return Err(ReduceError::MixedDtypes {
-                    first: name(entry.class_dtype),
-                    second: name(class_dtype),
-                });
-            }
-            return Ok(entry.pid);
+            return Ok((entry.pid, entry.class_dtype));
         }
         // Shared, so that a `_load_from_bytes` payload refers to the bytes
         // instead of copying them into the pickle.
@@ -163,7 +175,7 @@ impl SaveLeaves {
             class_dtype,
             pid,
         });
-        Ok(pid)
+        Ok((pid, class_dtype))
     }
 
     fn ordered_dict(out: &mut PickleBuilder) -> NodeId {
@@ -172,7 +184,9 @@ impl SaveLeaves {
     }
 
     /// `_rebuild_tensor_v2(storage, offset, size, stride, requires_grad,
-    /// OrderedDict())`, or `_v3` with the dtype appended.
+    /// OrderedDict())`, or `_v3` with the dtype appended when the storage's
+    /// class does not name the tensor's dtype: a dtype without a legacy
+    /// class, or a storage written as another view's dtype.
     fn plain_tensor(
         &mut self,
         t: &Tensor,
@@ -180,8 +194,15 @@ impl SaveLeaves {
         out: &mut PickleBuilder,
     ) -> Result<NodeId, ReduceError> {
         let dtype = t.dtype();
-        let pid = self.pid(t.storage(), Some(dtype), out)?;
-        let legacy = dtype.legacy_storage_class().is_some();
+        let (pid, class_dtype) = self.pid(t.storage(), Some(dtype), out)?;
+        // In a file a storage viewed as two dtypes is refused, as torch.save
+        // refuses it. In a `_load_from_bytes` payload (a message) the views
+        // of a dtype other than the storage's name their own with `_v3`, so
+        // that a batch in one storage arrives as one.
+        if matches!(self.form, StorageForm::PersistentId(_)) {
+            same_class(class_dtype, Some(dtype))?;
+        }
+        let legacy = dtype.legacy_storage_class().is_some() && class_dtype == Some(dtype);
         let rebuild = out.global(
             "torch._utils",
             if legacy {
@@ -222,7 +243,9 @@ impl LeafReducer for SaveLeaves {
     }
 
     fn storage(&mut self, s: &Storage, out: &mut PickleBuilder) -> Result<NodeId, ReduceError> {
-        self.pid(s, None, out)
+        let (pid, class_dtype) = self.pid(s, None, out)?;
+        same_class(class_dtype, None)?;
+        Ok(pid)
     }
 
     fn typed_storage(
@@ -231,6 +254,8 @@ impl LeafReducer for SaveLeaves {
         dtype: DType,
         out: &mut PickleBuilder,
     ) -> Result<NodeId, ReduceError> {
-        self.pid(s, Some(dtype), out)
+        let (pid, class_dtype) = self.pid(s, Some(dtype), out)?;
+        same_class(class_dtype, Some(dtype))?;
+        Ok(pid)
     }
 }

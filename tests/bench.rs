@@ -202,3 +202,93 @@ fn zero_rounds_or_sizes_are_usage_errors() {
         assert!(output.stdout.is_empty(), "{args:?}");
     }
 }
+
+#[test]
+fn bench_feeds_batches_to_one_torch_training_loop() {
+    let Some(python) = support::test_python("bench_feeds_batches_to_one_torch_training_loop")
+    else {
+        return;
+    };
+    let feeds = [
+        ("dataloader-2", "torch DataLoader, 2 workers", "torch"),
+        (
+            "rust-fd-arena",
+            "Rust file_descriptor, one storage",
+            "torch",
+        ),
+        ("rust-bytes", "Rust bytes ", "torch"),
+        ("rust-bytes-arena", "Rust bytes, one storage", "torch"),
+        (
+            "rust-to-rust-fd-arena",
+            "Rust file_descriptor, one storage",
+            "Rust",
+        ),
+    ];
+    let names: Vec<&str> = feeds.iter().map(|(name, _, _)| *name).collect();
+    let output = Command::new(support::tensorshare_exe())
+        .args(["bench", "--workload", "batches", "--quick", "--rounds", "1"])
+        .args(["--feeds", &names.join(","), "--python", &python])
+        .output()
+        .expect("run tensorshare bench");
+    let stdout = support::expect_success(&output, "tensorshare bench --workload batches");
+    let sections: Vec<&str> = stdout
+        .split("\n\n")
+        .skip(1)
+        .filter(|s| !s.trim().is_empty())
+        .collect();
+    let titles = [
+        "uint8 [8, 3, 64, 64] + int64 [8]",
+        "uint8 [32, 3, 224, 224] + int64 [32]",
+        "float32 [64, 3, 224, 224] + int64 [64]",
+    ];
+    assert_eq!(sections.len(), titles.len(), "{stdout}");
+    for (section, (title, target)) in sections.iter().zip(titles.iter().zip(["4x", "2x", "2x"])) {
+        assert!(section.starts_with(title), "{section}");
+        let rows: Vec<&str> = section
+            .lines()
+            .filter(|l| l.starts_with("  "))
+            .skip(1)
+            .collect();
+        assert_eq!(rows.len(), feeds.len(), "{section}");
+        for (row, (_, label, consumer)) in rows.iter().zip(feeds) {
+            let rest = row.trim_start().strip_prefix(label.trim_end());
+            assert!(
+                rest.is_some_and(|rest| rest.trim_start().starts_with(consumer)),
+                "expected a {label} row into {consumer}: {row}"
+            );
+            assert!(row.ends_with('x'), "a ratio to the DataLoader: {row}");
+        }
+        let target_line = line_starting(section, "target: ");
+        assert!(
+            target_line.contains(&format!("(target >= {target}: ")),
+            "{target_line}"
+        );
+        assert!(target_line.ends_with("met)"), "{target_line}");
+        let one_storage = line_starting(section, "one storage a batch vs one a tensor");
+        assert!(one_storage.contains("bytes "), "{one_storage}");
+    }
+}
+
+#[test]
+fn bench_names_the_feeds_it_knows() {
+    let output = Command::new(support::tensorshare_exe())
+        .args([
+            "bench",
+            "--workload",
+            "batches",
+            "--feeds",
+            "rust-carrier-pigeon",
+        ])
+        .output()
+        .expect("run tensorshare bench");
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("unknown feed \"rust-carrier-pigeon\""),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("dataloader-2") && stderr.contains("rust-fs-arena"),
+        "{stderr}"
+    );
+}

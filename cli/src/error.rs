@@ -124,4 +124,9 @@ macro_rules! from_runtime_layer {
     };
 }
 
-from_runtime_layer!(ConnectionError, SharingError, tensorshare::ViewError);
+from_runtime_layer!(
+    ConnectionError,
+    SharingError,
+    tensorshare::ViewError,
+    tensorshare::ElementError
+);

@@ -4,6 +4,7 @@
 
 #[cfg(feature = "ndarray")]
 mod array_view;
+mod batch;
 mod callable;
 mod element;
 mod storage;
@@ -11,6 +12,7 @@ mod tensor;
 mod typed;
 mod value;
 
+pub use batch::{BATCH_ALIGNMENT, Batch, BatchLayout, BatchWriter, TensorSlot};
 pub use callable::{CallKind, Callable};
 pub use element::{Element, ElementError};
 pub(crate) use storage::WeakStorage;

@@ -7,8 +7,10 @@
 //! `_rebuild_parameter`, and each storage is
 //! `torch.storage._load_from_bytes(b)` with `b` a legacy `torch.save` stream
 //! of that storage alone. A storage viewed by several tensors is written
-//! once and memoized, so the receiver rebuilds one storage. The receiver
-//! gets copies: nothing is shared after the message.
+//! once and memoized, so the receiver rebuilds one storage; the views of a
+//! dtype other than the one it is written as name theirs through
+//! `_rebuild_tensor_v3` (a batch in one storage, `SharingContext::batch`).
+//! The receiver gets copies: nothing is shared after the message.
 //!
 //! No byte is copied to be sent: the payload is a chunk list whose storage
 //! chunk is the storage's own memory, written to the socket with vectored

@@ -9,6 +9,7 @@
 //! storage it names, fetching fds from the sender's resource sharer.
 
 mod aging;
+mod batch;
 mod bytes;
 mod cache;
 mod error;

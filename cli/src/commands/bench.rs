@@ -17,12 +17,18 @@ use super::peer::{Peer, connect_back};
 use crate::error::CliError;
 
 const BENCH_PEER: &str = include_str!("../../../compat/python/bench_peer.py");
+const BENCH_BATCHES: &str = include_str!("../../../compat/python/bench_batches.py");
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
     /// A Python with torch installed (default: $TENSORSHARE_PYTHON, else python3).
     #[arg(long)]
     python: Option<PathBuf>,
+    /// What to time: single tensors streamed one way (`--sizes`,
+    /// `--paths`), or DataLoader-shaped batches fed to a torch training
+    /// loop by torch's DataLoader and by every producer.
+    #[arg(long, value_enum, default_value = "streams")]
+    workload: BenchWorkload,
     /// Tensor sizes, comma-separated, e.g. 4KiB,1MiB,64MiB.
     #[arg(long, value_delimiter = ',', value_parser = parse_size, default_value = "4KiB,1MiB,64MiB")]
     sizes: Vec<usize>,
@@ -51,6 +57,13 @@ pub struct BenchArgs {
                          rust-to-rust-bytes,rust-to-rust-memmap"
     )]
     paths: Vec<Route>,
+    /// With `--workload batches`, the feeds to run, comma-separated
+    /// (default: all): dataloader-1, dataloader-2, torch-producer,
+    /// rust-STRATEGY and rust-STRATEGY-arena into torch's training loop
+    /// (STRATEGY: fd, fs, bytes, memmap), rust-to-rust-fd and
+    /// rust-to-rust-fd-arena into the same loop in Rust.
+    #[arg(long, value_delimiter = ',', value_name = "FEEDS")]
+    feeds: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -62,6 +75,18 @@ pub struct BenchPeerArgs {
     /// `rust-to-rust-raw-fds` path), not pickled tensors.
     #[arg(long)]
     raw_fds: bool,
+    /// Train on the batches workload's batches (`--workload batches`).
+    #[arg(long, conflicts_with = "raw_fds")]
+    batches: bool,
+}
+
+/// What `bench` times.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum BenchWorkload {
+    /// Tensors of each size streamed one way, on every path.
+    Streams,
+    /// Batches into a training loop (`bench_batches`).
+    Batches,
 }
 
 /// The paths compared, in table order.
@@ -201,8 +226,32 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
         .unwrap_or_else(|| PathBuf::from("python3"));
     let scratch = PrivateTempDir::create()?;
     let script = scratch.path().join("bench_peer.py");
-    std::fs::write(&script, BENCH_PEER)
-        .map_err(|e| format!("writing {}: {e}", script.display()))?;
+    // bench_batches.py imports bench_peer.py from beside it.
+    let batches_script = scratch.path().join("bench_batches.py");
+    for (path, text) in [(&script, BENCH_PEER), (&batches_script, BENCH_BATCHES)] {
+        std::fs::write(path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    }
+    if args.workload == BenchWorkload::Batches {
+        let torch = TorchPeer {
+            python,
+            script: batches_script,
+        };
+        let known = super::bench_batches::feed_names();
+        if let Some(unknown) = args.feeds.iter().find(|feed| !known.contains(feed)) {
+            return Err(super::usage_error(
+                "bench",
+                clap::error::ErrorKind::InvalidValue,
+                format!(
+                    "unknown feed {unknown:?}; the feeds are {}",
+                    known.join(", ")
+                ),
+            )
+            .into());
+        }
+        raise_fd_limit();
+        torch.check()?;
+        return super::bench_batches::run(&torch, &args.feeds, args.rounds, args.quick);
+    }
     let torch = TorchPeer { python, script };
     // Before any peer runs, so that none of them competes with it.
     let memcpy: Vec<f64> = args
@@ -224,12 +273,7 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
         "{:<9} {:<32} {:>7} {:>12} {:>8} {:>14}",
         "size", "path", "tensors", "per tensor", "GB/s", "vs torch best"
     );
-    let spinner = ProgressBar::new_spinner();
-    spinner.set_style(
-        ProgressStyle::with_template("{spinner} {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
-    );
-    spinner.enable_steady_tick(Duration::from_millis(200));
+    let spinner = spinner();
     for (&size, &memcpy) in args.sizes.iter().zip(&memcpy) {
         let mut rows = Vec::new();
         for &path in &args.paths {
@@ -252,10 +296,26 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
     Ok(())
 }
 
+/// A spinner saying what runs, ticking on its own.
+pub(super) fn spinner() -> ProgressBar {
+    let spinner = ProgressBar::new_spinner();
+    spinner.set_style(
+        ProgressStyle::with_template("{spinner} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+    );
+    spinner.enable_steady_tick(Duration::from_millis(200));
+    spinner
+}
+
 /// The consumer of a Rust-to-Rust run.
 pub fn run_peer(args: BenchPeerArgs) -> Result<(), CliError> {
     let (authkey, mut connection) = connect_back(&args.connect)?;
     let sharing = SharingContext::new(authkey);
+    if args.batches {
+        let seconds = super::bench_batch_stream::consume_batches(&mut connection, &sharing)?;
+        println!("{}", serde_json::json!({ "seconds": seconds }));
+        return Ok(());
+    }
     let framing = if args.raw_fds {
         Framing::RawFds
     } else {
@@ -505,7 +565,7 @@ fn raise_fd_limit() -> u64 {
     soft
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
+pub(super) fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     match values.len() {
         0 => f64::NAN,
@@ -538,13 +598,13 @@ fn parse_size(text: &str) -> Result<usize, String> {
 }
 
 /// The Python side: an interpreter with torch, and the script.
-struct TorchPeer {
+pub(super) struct TorchPeer {
     python: PathBuf,
     script: PathBuf,
 }
 
 impl TorchPeer {
-    fn check(&self) -> Result<(), String> {
+    pub(super) fn check(&self) -> Result<(), String> {
         let status = Command::new(&self.python)
             .args(["-c", "import torch"])
             .stdout(Stdio::null())
@@ -591,7 +651,7 @@ impl TorchPeer {
         command
     }
 
-    fn spawn(
+    pub(super) fn spawn(
         &self,
         args: &[&str],
         workload: Option<Workload>,
@@ -601,7 +661,7 @@ impl TorchPeer {
             .map_err(|e| format!("starting {}: {e}", self.python.display()))
     }
 
-    fn run(
+    pub(super) fn run(
         &self,
         args: &[&str],
         workload: Option<Workload>,
@@ -611,7 +671,7 @@ impl TorchPeer {
     }
 
     /// The `seconds` list of the script's JSON result.
-    fn seconds(&self, output: String) -> Result<Vec<f64>, CliError> {
+    pub(super) fn seconds(&self, output: String) -> Result<Vec<f64>, CliError> {
         let line = output.lines().last().unwrap_or_default();
         let result: serde_json::Value = serde_json::from_str(line)
             .map_err(|e| format!("bench_peer.py printed {line:?}: {e}"))?;

@@ -2,6 +2,8 @@
 
 mod authkey;
 mod bench;
+mod bench_batch_stream;
+mod bench_batches;
 mod bench_stream;
 mod convert;
 mod demo;

@@ -1,0 +1,394 @@
+//! `tensorshare bench --workload batches`: DataLoader-shaped batches fed to
+//! one stock torch training loop by torch's own `DataLoader`, by a torch
+//! producer over a connection, and by a Rust producer over each strategy,
+//! with and without a batch in one storage ([`SharingContext::batch`]);
+//! and Rust to Rust. The torch side is `compat/python/bench_batches.py`.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use tensorshare::connection::{AUTHKEY_ENV, ConnectionOptions};
+use tensorshare::{Authkey, Listener, SharingContext, StrategyKind};
+
+use super::bench::{TorchPeer, median};
+use super::bench_batch_stream::{BatchSpec, ImageDType, Layout, produce_batches};
+use super::peer::Peer;
+use crate::error::CliError;
+
+/// A batch size of the table and the issue's target at it: the best Rust
+/// producer feeding torch against the DataLoader with 2 workers.
+struct BatchSize {
+    batch: usize,
+    sample: [usize; 3],
+    dtype: ImageDType,
+    target: f64,
+}
+
+const BATCH_SIZES: [BatchSize; 3] = [
+    BatchSize {
+        batch: 8,
+        sample: [3, 64, 64],
+        dtype: ImageDType::UInt8,
+        target: 4.0,
+    },
+    BatchSize {
+        batch: 32,
+        sample: [3, 224, 224],
+        dtype: ImageDType::UInt8,
+        target: 2.0,
+    },
+    BatchSize {
+        batch: 64,
+        sample: [3, 224, 224],
+        dtype: ImageDType::Float32,
+        target: 2.0,
+    },
+];
+
+/// As far ahead as a DataLoader with 2 workers and the default prefetch
+/// of 2 batches each.
+const WINDOW: usize = 4;
+
+/// The DataLoader row every other is compared with.
+const BASELINE: Feed = Feed::DataLoader { workers: 2 };
+
+/// What feeds the training loop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Feed {
+    /// torch's `DataLoader`, its workers collating into shared memory.
+    DataLoader { workers: usize },
+    /// A torch process collating into shared memory, over a Pipe.
+    TorchProducer,
+    /// tensorshare's producer over `strategy`.
+    Rust {
+        strategy: StrategyKind,
+        layout: Layout,
+        /// Whether the loop is torch's (else the same loop in Rust).
+        torch_trains: bool,
+    },
+}
+
+impl Feed {
+    /// Every feed, in table order.
+    fn all() -> Vec<Feed> {
+        let mut feeds = vec![
+            Feed::DataLoader { workers: 1 },
+            BASELINE,
+            Feed::TorchProducer,
+        ];
+        for strategy in [
+            StrategyKind::FileDescriptor,
+            StrategyKind::FileSystem,
+            StrategyKind::Bytes,
+            StrategyKind::Memmap,
+        ] {
+            for layout in [Layout::Separate, Layout::Arena] {
+                feeds.push(Feed::Rust {
+                    strategy,
+                    layout,
+                    torch_trains: true,
+                });
+            }
+        }
+        for layout in [Layout::Separate, Layout::Arena] {
+            feeds.push(Feed::Rust {
+                strategy: StrategyKind::FileDescriptor,
+                layout,
+                torch_trains: false,
+            });
+        }
+        feeds
+    }
+
+    fn label(self) -> String {
+        match self {
+            Feed::DataLoader { workers: 1 } => "torch DataLoader, 1 worker".into(),
+            Feed::DataLoader { workers } => format!("torch DataLoader, {workers} workers"),
+            Feed::TorchProducer => "torch producer, file_descriptor".into(),
+            Feed::Rust {
+                strategy, layout, ..
+            } => match layout {
+                Layout::Separate => format!("Rust {strategy}"),
+                Layout::Arena => format!("Rust {strategy}, one storage"),
+            },
+        }
+    }
+
+    /// The name `--feeds` takes: `dataloader-2`, `torch-producer`,
+    /// `rust-fs-arena`, `rust-to-rust-fd`, ...
+    fn name(self) -> String {
+        match self {
+            Feed::DataLoader { workers } => format!("dataloader-{workers}"),
+            Feed::TorchProducer => "torch-producer".into(),
+            Feed::Rust {
+                strategy,
+                layout,
+                torch_trains,
+            } => {
+                let ends = if torch_trains { "rust" } else { "rust-to-rust" };
+                let strategy = match strategy {
+                    StrategyKind::FileDescriptor => "fd",
+                    StrategyKind::FileSystem => "fs",
+                    StrategyKind::Bytes => "bytes",
+                    StrategyKind::Memmap => "memmap",
+                };
+                let arena = if layout == Layout::Arena {
+                    "-arena"
+                } else {
+                    ""
+                };
+                format!("{ends}-{strategy}{arena}")
+            }
+        }
+    }
+
+    fn consumer(self) -> &'static str {
+        match self {
+            Feed::Rust {
+                torch_trains: false,
+                ..
+            } => "Rust",
+            _ => "torch",
+        }
+    }
+}
+
+struct Row {
+    feed: Feed,
+    /// Median seconds per batch over the rounds.
+    per_batch: f64,
+}
+
+/// The names `--feeds` takes, in table order.
+pub fn feed_names() -> Vec<String> {
+    Feed::all().into_iter().map(Feed::name).collect()
+}
+
+/// Runs `feeds` (all when empty) at every batch size and prints the table.
+pub fn run(
+    torch: &TorchPeer,
+    feeds: &[String],
+    rounds: usize,
+    quick: bool,
+) -> Result<(), CliError> {
+    println!(
+        "tensorshare bench --workload batches: DataLoader-shaped batches into one training loop \
+         that sums every element; median of {rounds} rounds\n"
+    );
+    let spinner = super::bench::spinner();
+    for size in &BATCH_SIZES {
+        let mut spec = BatchSpec {
+            batch: size.batch,
+            sample: size.sample,
+            dtype: size.dtype,
+            batches: 0,
+            rounds,
+            window: WINDOW,
+        };
+        spec.batches = batches_per_round(spec.nbytes(), quick);
+        let [c, h, w] = size.sample;
+        let title = format!(
+            "{} [{}, {c}, {h}, {w}] + int64 [{}]: {} a batch",
+            dtype_name(size.dtype),
+            size.batch,
+            size.batch,
+            super::format::bytes(spec.nbytes() as u64)
+        );
+        spinner.suspend(|| {
+            println!("{title}");
+            println!(
+                "  {:<36} {:<8} {:>7} {:>10} {:>11} {:>17}",
+                "feed", "consumer", "batches", "batches/s", "per batch", "vs DataLoader (2)"
+            );
+        });
+        let mut rows = Vec::new();
+        for feed in Feed::all() {
+            if !feeds.is_empty() && !feeds.contains(&feed.name()) {
+                continue;
+            }
+            spinner.set_message(format!("{title}: {}", feed.label()));
+            let seconds = run_feed(feed, spec, torch)?;
+            let row = Row {
+                feed,
+                per_batch: median(seconds) / spec.batches as f64,
+            };
+            spinner.suspend(|| print_row(&row, &rows, spec.batches));
+            rows.push(row);
+        }
+        spinner.suspend(|| {
+            println!("{}", target_line(&rows, size.target));
+            println!("{}\n", one_storage_line(&rows));
+        });
+    }
+    spinner.finish_and_clear();
+    Ok(())
+}
+
+fn dtype_name(dtype: ImageDType) -> &'static str {
+    match dtype {
+        ImageDType::UInt8 => "uint8",
+        ImageDType::Float32 => "float32",
+    }
+}
+
+/// Enough batches a round to outlast timer noise, without moving more than
+/// about 256 MiB a round.
+fn batches_per_round(nbytes: usize, quick: bool) -> usize {
+    let count = ((256 << 20) / nbytes.max(1)).clamp(16, 300);
+    if quick { (count / 4).max(4) } else { count }
+}
+
+/// Seconds per round of `feed`.
+fn run_feed(feed: Feed, spec: BatchSpec, torch: &TorchPeer) -> Result<Vec<f64>, CliError> {
+    let spec_args = spec_args(&spec);
+    let spec_args: Vec<&str> = spec_args.iter().map(String::as_str).collect();
+    let (strategy, layout, torch_trains) = match feed {
+        Feed::DataLoader { workers } => {
+            let workers = workers.to_string();
+            let args = [&["dataloader", "--workers", &workers], &spec_args[..]].concat();
+            return torch.seconds(torch.run(&args, None, None)?);
+        }
+        Feed::TorchProducer => {
+            let args = [&["torch-producer"], &spec_args[..]].concat();
+            return torch.seconds(torch.run(&args, None, None)?);
+        }
+        Feed::Rust {
+            strategy,
+            layout,
+            torch_trains,
+        } => (strategy, layout, torch_trains),
+    };
+    let authkey = Authkey::random()?;
+    let mut sharing = SharingContext::new(authkey.clone()).with_strategy(strategy);
+    if strategy == StrategyKind::Memmap {
+        // Each batch is kept until the consumer has received it, mapping
+        // its files: holding them longer would only pile files up.
+        sharing = sharing.with_unfetched_lifetime(Duration::ZERO);
+    }
+    let listener = Listener::bind_unique_abstract(&authkey, ConnectionOptions::default())?;
+    let address = listener.address().to_string();
+    let mut peer = if torch_trains {
+        torch.spawn(&["consume"], None, Some((&address, &authkey)))?
+    } else {
+        // As Peer::spawn_self, with the stdout its result is printed on.
+        Peer::spawn(
+            Command::new(std::env::current_exe()?)
+                .args(["bench-peer", "--batches", "--connect", &address])
+                .env(AUTHKEY_ENV, authkey.to_hex())
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped()),
+        )?
+    };
+    let mut connection = peer.accept(&listener)?;
+    produce_batches(&mut connection, &sharing, spec, layout)?;
+    torch.seconds(peer.finish()?)
+}
+
+/// The command-line arguments of `bench_batches.py` for `spec`.
+fn spec_args(spec: &BatchSpec) -> Vec<String> {
+    let [c, h, w] = spec.sample.map(|s| s.to_string());
+    [
+        "--batch",
+        &spec.batch.to_string(),
+        "--sample",
+        &c,
+        &h,
+        &w,
+        "--dtype",
+        dtype_name(spec.dtype),
+        "--batches",
+        &spec.batches.to_string(),
+        "--rounds",
+        &spec.rounds.to_string(),
+        "--window",
+        &spec.window.to_string(),
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
+/// Prints `row`, compared with the baseline among `before` (which comes
+/// before every feed compared with it).
+fn print_row(row: &Row, before: &[Row], batches: usize) {
+    let baseline = before
+        .iter()
+        .chain(std::iter::once(row))
+        .find(|row| row.feed == BASELINE);
+    let ratio = baseline.map_or_else(
+        || "-".to_owned(),
+        |baseline| format!("{:.2}x", baseline.per_batch / row.per_batch),
+    );
+    println!(
+        "  {:<36} {:<8} {:>7} {:>10.1} {:>11} {:>17}",
+        row.feed.label(),
+        row.feed.consumer(),
+        batches,
+        1.0 / row.per_batch,
+        super::format::duration(row.per_batch),
+        ratio
+    );
+}
+
+/// The issue's target: the best Rust producer feeding torch's loop against
+/// the DataLoader with 2 workers.
+fn target_line(rows: &[Row], target: f64) -> String {
+    let baseline = rows.iter().find(|row| row.feed == BASELINE);
+    let best = rows
+        .iter()
+        .filter(|row| {
+            matches!(
+                row.feed,
+                Feed::Rust {
+                    torch_trains: true,
+                    ..
+                }
+            )
+        })
+        .min_by(|a, b| a.per_batch.total_cmp(&b.per_batch));
+    let (Some(baseline), Some(best)) = (baseline, best) else {
+        return "target: needs the DataLoader and a Rust producer".into();
+    };
+    let ratio = baseline.per_batch / best.per_batch;
+    let verdict = if ratio >= target { "met" } else { "NOT met" };
+    format!(
+        "target: {} into torch {:.1}/s vs DataLoader (2 workers) {:.1}/s = {ratio:.2}x \
+         (target >= {target}x: {verdict})",
+        best.feed.label(),
+        1.0 / best.per_batch,
+        1.0 / baseline.per_batch,
+    )
+}
+
+/// What one storage a batch gains over a storage a tensor, per strategy,
+/// feeding torch.
+fn one_storage_line(rows: &[Row]) -> String {
+    let per_batch = |strategy, layout| {
+        rows.iter()
+            .find(|row| {
+                row.feed
+                    == Feed::Rust {
+                        strategy,
+                        layout,
+                        torch_trains: true,
+                    }
+            })
+            .map(|row| row.per_batch)
+    };
+    let gains: Vec<String> = [
+        StrategyKind::FileDescriptor,
+        StrategyKind::FileSystem,
+        StrategyKind::Bytes,
+        StrategyKind::Memmap,
+    ]
+    .into_iter()
+    .filter_map(|strategy| {
+        let separate = per_batch(strategy, Layout::Separate)?;
+        let arena = per_batch(strategy, Layout::Arena)?;
+        Some(format!("{strategy} {:.2}x", separate / arena))
+    })
+    .collect();
+    format!(
+        "one storage a batch vs one a tensor, into torch: {}",
+        gains.join(", ")
+    )
+}
