@@ -161,6 +161,9 @@ impl ManagerConnection {
     /// object is unlinked, so unlink the segment (when this process is the
     /// one to) before calling this, as libshm does.
     pub fn unregister(&self, name: &SegmentName) {
+        // Its holder lets go of this connection next: if that was the last
+        // hold, the connection lingers, then closes.
+        linger::released();
         let mut state = self.lock();
         state.names.freed(name);
         if self.revive(&mut state).is_err() {

@@ -8,6 +8,13 @@
 //! their last use, the connections of a steady stream stay open, and one
 //! that falls idle still closes, so that a long-running process does not
 //! keep every peer's manager alive (torch keeps them all until it exits).
+//!
+//! A thread lets them go, and runs only while there may be something to
+//! let go: while a kept connection is idle, and for a few rounds after a
+//! segment was let go ([`released`]), since a holder lets go of its
+//! connection just after it says so. A process that holds its connections
+//! (a strategy built on one, a long-held tensor) has no thread polling
+//! them.
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 use std::time::{Duration, Instant};
@@ -21,18 +28,30 @@ pub(super) const LINGER: Duration = Duration::from_secs(1);
 /// longest is let go first. Each costs an fd and keeps a manager alive.
 const MAX_LINGERING: usize = 8;
 
+/// Rounds the thread goes on with nothing idle after the last segment let
+/// go, for the holder to drop its connection: the drop follows the
+/// release at once, so only a holder stalled this long (2 s) leaves an
+/// idle connection open until the next release.
+const ROUNDS_AFTER_RELEASE: u32 = 4;
+
 /// Connections held for [`LINGER`] after their last use, and whether a
 /// thread is there to let them go.
 static LINGERING: Mutex<Lingering> = Mutex::new(Lingering {
     kept: Vec::new(),
-    sweeping_in: None,
+    owner: None,
+    sweeping: false,
+    rounds_left: 0,
 });
 
 struct Lingering {
     kept: Vec<Kept>,
-    /// The process whose thread lets the connections go: a child forked
-    /// from it has a copy of the list and no such thread.
-    sweeping_in: Option<u32>,
+    /// The process the list belongs to: a child forked from it has a copy
+    /// of the list, and no thread.
+    owner: Option<u32>,
+    /// Whether the owner's thread runs.
+    sweeping: bool,
+    /// Rounds the thread runs on even with nothing idle.
+    rounds_left: u32,
 }
 
 struct Kept {
@@ -60,18 +79,8 @@ pub(super) fn keep(connection: &Arc<ManagerConnection>) {
         kept.idle_since = None;
         return;
     }
-    let this_process = std::process::id();
-    if lingering.sweeping_in != Some(this_process) {
-        // What a forked child inherited is its parent's to let go: dropped
-        // here, each would shut down the socket the two share.
-        std::mem::forget(std::mem::take(&mut lingering.kept));
-        let spawned = std::thread::Builder::new()
-            .name("tensorshare-shm-linger".into())
-            .spawn(sweep_loop);
-        if spawned.is_err() {
-            return;
-        }
-        lingering.sweeping_in = Some(this_process);
+    if !ensure_sweeping(&mut lingering) {
+        return;
     }
     if lingering.kept.len() >= MAX_LINGERING {
         let oldest = (0..lingering.kept.len()).min_by_key(|&i| {
@@ -89,16 +98,67 @@ pub(super) fn keep(connection: &Arc<ManagerConnection>) {
     });
 }
 
+/// Notes that a segment registered through a kept connection is being
+/// let go: its connection may fall idle, so the thread runs to see.
+pub(super) fn released() {
+    // Never waits for good: in a child forked while another thread held the
+    // lock it stays held, and the child has no thread to let go anyway.
+    // Others hold it for microseconds.
+    let mut attempts = 0;
+    let mut lingering = loop {
+        match LINGERING.try_lock() {
+            Ok(lingering) => break lingering,
+            Err(TryLockError::Poisoned(poisoned)) => break poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) if attempts < 10 => {
+                attempts += 1;
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(TryLockError::WouldBlock) => return,
+        }
+    };
+    if lingering.kept.is_empty() {
+        return;
+    }
+    lingering.rounds_left = ROUNDS_AFTER_RELEASE;
+    ensure_sweeping(&mut lingering);
+}
+
+/// Starts the thread that lets connections go, unless it runs; false when
+/// it could not be started.
+fn ensure_sweeping(lingering: &mut Lingering) -> bool {
+    let this_process = std::process::id();
+    if lingering.owner != Some(this_process) {
+        // What a forked child inherited is its parent's to let go: dropped
+        // here, each would shut down the socket the two share.
+        std::mem::forget(std::mem::take(&mut lingering.kept));
+        lingering.owner = Some(this_process);
+        lingering.sweeping = false;
+    }
+    if lingering.sweeping {
+        return true;
+    }
+    let spawned = std::thread::Builder::new()
+        .name("tensorshare-shm-linger".into())
+        .spawn(sweep_loop);
+    lingering.sweeping = spawned.is_ok();
+    lingering.sweeping
+}
+
 /// Lets go, every half [`LINGER`], of the connections idle that long; ends
-/// when none is left.
+/// when none is idle and no segment was let go for a few rounds.
 fn sweep_loop() {
     loop {
         std::thread::sleep(LINGER / 2);
         let mut lingering = lock();
         let released = release_idle(&mut lingering.kept, Instant::now());
-        let done = lingering.kept.is_empty();
+        let idle = lingering
+            .kept
+            .iter()
+            .any(|kept| Arc::strong_count(&kept.connection) == 1);
+        lingering.rounds_left = lingering.rounds_left.saturating_sub(1);
+        let done = !idle && lingering.rounds_left == 0;
         if done {
-            lingering.sweeping_in = None;
+            lingering.sweeping = false;
         }
         drop(lingering);
         // Closed outside the lock: closing shuts a socket down.
