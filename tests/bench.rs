@@ -1,8 +1,9 @@
 //! `tensorshare bench` runs every path, torch's and ours, and prints one
-//! row each with a ratio to torch's best, then a line comparing
-//! `file_descriptor` with torch's best sharing strategy, one on its floor
-//! (the fds sent alone), and one comparing the bytes strategy with torch's
-//! plain pickle path and memcpy.
+//! row each with a ratio to torch's best, then a line for each target:
+//! `file_descriptor` against torch's best sharing strategy and its floor
+//! (the fds sent alone), `file_system` into torch against torch and
+//! between Rust peers against `file_descriptor`, `memmap`'s time, and the
+//! bytes strategy against torch's plain pickle path and memcpy.
 
 mod support;
 
@@ -74,22 +75,30 @@ fn bench_runs_every_path_side_by_side() {
         .filter(|row| row.contains("torch -> torch") && row.ends_with(" 1.00x"))
         .count();
     assert_eq!(best, 1, "{stdout}");
-    let summary = line_starting(&stdout, "bytes: ");
-    assert!(
-        summary.contains("Rust -> Rust") && summary.contains("vs torch pickle"),
-        "{stdout}"
-    );
-    assert!(summary.contains(" GB/s"), "{stdout}");
-    let file_descriptor = line_starting(&stdout, "file_descriptor: ");
-    assert!(
-        file_descriptor.contains("Rust -> Rust") && file_descriptor.contains("vs torch file_"),
-        "{stdout}"
-    );
-    let floor = line_starting(&stdout, "floor: fds, no pickle ");
-    assert!(
-        floor.contains("x torch file_") && floor.contains("; rust-to-rust costs "),
-        "{stdout}"
-    );
+    for (prefix, contains) in [
+        ("file_descriptor: ", "Rust -> Rust"),
+        ("file_descriptor: ", " vs torch file_"),
+        ("floor: fds, no pickle ", "x torch file_"),
+        ("floor: fds, no pickle ", "; rust-to-rust costs "),
+        ("file_system: Rust -> torch ", " vs torch file_"),
+        (
+            "file_system: Rust -> Rust ",
+            "x Rust -> Rust file_descriptor ",
+        ),
+        ("memmap: Rust -> Rust ", "s"),
+        ("bytes: Rust -> Rust ", " vs torch pickle "),
+        ("bytes: Rust -> Rust ", " memcpy-times"),
+        ("memcpy: ", " GB/s (one thread)"),
+    ] {
+        assert!(
+            stdout
+                .lines()
+                .any(|line| line.starts_with(prefix) && line.contains(contains)),
+            "no line starting {prefix:?} with {contains:?}:\n{stdout}"
+        );
+    }
+    // 64 KiB is no target's size: no line gives a verdict.
+    assert!(!stdout.contains("(target "), "{stdout}");
 }
 
 #[test]
@@ -150,7 +159,10 @@ fn rust_only_paths_need_no_python() {
     assert!(rows.iter().all(|row| row.ends_with(" -")), "{stdout}");
     // Nor a comparison with torch; memcpy needs no peer.
     assert!(
-        stdout.contains("file_descriptor: needs rust-to-rust and torch-fd or torch-fs\n"),
+        stdout
+            .lines()
+            .any(|line| line.starts_with("file_descriptor: Rust -> Rust ")
+                && line.ends_with(": needs torch-fd or torch-fs too")),
         "{stdout}"
     );
     let floor = line_starting(&stdout, "floor: fds, no pickle ");
@@ -159,9 +171,38 @@ fn rust_only_paths_need_no_python() {
         "{stdout}"
     );
     assert!(
-        stdout.contains("bytes: needs rust-to-rust-bytes and torch-pickle; memcpy "),
+        stdout.contains("\nbytes: needs rust-to-rust-bytes\n"),
         "{stdout}"
     );
+    line_starting(&stdout, "memcpy: ");
+}
+
+#[test]
+fn lines_at_a_targets_size_give_its_verdict() {
+    let output = Command::new(support::tensorshare_exe())
+        .args(["bench", "--sizes", "4KiB", "--rounds", "1", "--quick"])
+        .args([
+            "--paths",
+            "rust-to-rust,rust-to-rust-fs,rust-to-rust-memmap",
+        ])
+        .args(["--python", "/nonexistent/python"])
+        .output()
+        .expect("run tensorshare bench");
+    let stdout = support::expect_success(&output, "tensorshare bench");
+    let between_rust = line_starting(&stdout, "file_system: Rust -> Rust ");
+    assert!(
+        between_rust.contains("x Rust -> Rust file_descriptor ")
+            && between_rust.contains(" (target <= 2x: "),
+        "{stdout}"
+    );
+    let memmap = line_starting(&stdout, "memmap: Rust -> Rust ");
+    assert!(memmap.contains(" (target <= 50.0 µs: "), "{stdout}");
+    for line in [between_rust, memmap] {
+        assert!(
+            line.ends_with(": met)") || line.ends_with(": NOT met)"),
+            "{line}"
+        );
+    }
 }
 
 #[test]

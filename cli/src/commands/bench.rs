@@ -16,6 +16,8 @@ use super::bench_stream::{Framing, Workload, consume, produce};
 use super::peer::{Peer, connect_back};
 use crate::error::CliError;
 
+mod targets;
+
 const BENCH_PEER: &str = include_str!("../../../compat/python/bench_peer.py");
 const BENCH_BATCHES: &str = include_str!("../../../compat/python/bench_batches.py");
 
@@ -129,12 +131,8 @@ enum Route {
 
 impl Route {
     fn label(self) -> String {
-        let ends = match (self.torch_produces(), self.torch_consumes()) {
-            (true, true) => "torch -> torch",
-            (false, false) => "Rust  -> Rust ",
-            (false, true) => "Rust  -> torch",
-            (true, false) => "torch -> Rust ",
-        };
+        // "Rust" padded to "torch"'s width keeps the arrows in one column.
+        let ends = self.ends().replace("Rust", "Rust ");
         if self.framing() == Framing::RawFds {
             return format!("{ends}  fds, no pickle");
         }
@@ -143,6 +141,26 @@ impl Route {
             return format!("{ends}  pickle (bytes)");
         }
         format!("{ends}  {}", self.strategy())
+    }
+
+    /// Who produces and who consumes, e.g. `Rust -> torch`.
+    fn ends(self) -> &'static str {
+        match (self.torch_produces(), self.torch_consumes()) {
+            (true, true) => "torch -> torch",
+            (false, false) => "Rust -> Rust",
+            (false, true) => "Rust -> torch",
+            (true, false) => "torch -> Rust",
+        }
+    }
+
+    /// The path as a line under the table names it: `torch file_system`,
+    /// `torch pickle`, `Rust -> Rust file_descriptor`.
+    fn short_label(self) -> String {
+        match self {
+            Route::TorchPickle => "torch pickle".to_owned(),
+            path if path.torch_only() => format!("torch {}", path.strategy()),
+            path => format!("{} {}", path.ends(), path.strategy()),
+        }
     }
 
     /// Who produces, who consumes, and the strategy every producer on this
@@ -419,115 +437,10 @@ fn print_rows(rows: &[Row], size: usize, memcpy: f64) {
             ratio,
         );
     }
-    println!("{}\n", summary(rows, size, memcpy));
-}
-
-/// A target of ours against torch: our path, torch's paths whose best it
-/// must beat, and by how much at which sizes.
-struct Target {
-    name: &'static str,
-    ours: Route,
-    theirs: &'static [Route],
-    ratios: &'static [(usize, f64)],
-}
-
-/// `file_descriptor` Rust to Rust: 10x torch's best sharing strategy at
-/// 4 KiB, and at least its throughput at 64 MiB.
-const FILE_DESCRIPTOR_TARGET: Target = Target {
-    name: "file_descriptor",
-    ours: Route::RustToRust,
-    theirs: &[Route::TorchFd, Route::TorchFs],
-    ratios: &[(4 << 10, 10.0), (64 << 20, 1.0)],
-};
-
-/// `bytes` Rust to Rust: 5x torch's plain pickle path at 64 MiB.
-const BYTES_TARGET: Target = Target {
-    name: "bytes",
-    ours: Route::RustToRustBytes,
-    theirs: &[Route::TorchPickle],
-    ratios: &[(64 << 20, 5.0)],
-};
-
-/// The lines under a size's rows: the `file_descriptor` target, its floor
-/// when that path ran, and the bytes target followed by the bandwidth of
-/// one in-process copy of `size` bytes, e.g.
-/// `bytes: Rust -> Rust 41.2 ms vs torch pickle 282 ms = 6.85x (target 5x: met); memcpy 9.81 GB/s (one thread)`.
-fn summary(rows: &[Row], size: usize, memcpy: f64) -> String {
-    let memcpy = format!("memcpy {:.2} GB/s (one thread)", size as f64 / memcpy / 1e9);
-    let floor = floor(rows).map(|line| line + "\n").unwrap_or_default();
-    format!(
-        "{}\n{floor}{}; {memcpy}",
-        versus(rows, size, &FILE_DESCRIPTOR_TARGET),
-        versus(rows, size, &BYTES_TARGET),
-    )
-}
-
-/// The row of `route`, if it ran.
-fn row_of(rows: &[Row], route: Route) -> Option<&Row> {
-    rows.iter().find(|row| row.path == route)
-}
-
-/// The fastest of `routes` among `rows`.
-fn fastest<'a>(rows: &'a [Row], routes: &[Route]) -> Option<&'a Row> {
-    rows.iter()
-        .filter(|row| routes.contains(&row.path))
-        .min_by(|a, b| a.per_tensor.total_cmp(&b.per_tensor))
-}
-
-/// The line on the `file_descriptor` floor, when its path ran: what the
-/// strategy's kernel work alone costs, against torch's best and against
-/// the whole path, e.g.
-/// `floor: fds, no pickle 14.2 µs = 11.55x torch file_system; rust-to-rust costs 1.85x that`.
-fn floor(rows: &[Row]) -> Option<String> {
-    let floor = row_of(rows, Route::RustToRustRawFds)?.per_tensor;
-    let mut line = format!("floor: fds, no pickle {}", super::format::duration(floor));
-    if let Some(best) = fastest(rows, FILE_DESCRIPTOR_TARGET.theirs) {
-        line += &format!(
-            " = {:.2}x torch {}",
-            best.per_tensor / floor,
-            best.path.strategy()
-        );
+    for line in targets::lines(rows, size, memcpy) {
+        println!("{line}");
     }
-    if let Some(ours) = row_of(rows, FILE_DESCRIPTOR_TARGET.ours) {
-        line += &format!(
-            "; {} costs {:.2}x that",
-            ours.path.name(),
-            ours.per_tensor / floor
-        );
-    }
-    Some(line)
-}
-
-/// `target`'s line: our path against torch's best, with the verdict at a
-/// size the target names; or which paths the line needs.
-fn versus(rows: &[Row], size: usize, target: &Target) -> String {
-    let ours = row_of(rows, target.ours);
-    let best = fastest(rows, target.theirs);
-    let (Some(ours), Some(best)) = (ours, best) else {
-        let theirs: Vec<String> = target.theirs.iter().map(|path| path.name()).collect();
-        return format!(
-            "{}: needs {} and {}",
-            target.name,
-            target.ours.name(),
-            theirs.join(" or ")
-        );
-    };
-    let ratio = best.per_tensor / ours.per_tensor;
-    let verdict = match target.ratios.iter().find(|(at, _)| *at == size) {
-        Some((_, wanted)) if ratio >= *wanted => format!(" (target {wanted}x: met)"),
-        Some((_, wanted)) => format!(" (target {wanted}x: NOT met)"),
-        None => String::new(),
-    };
-    let theirs = match best.path {
-        Route::TorchPickle => "torch pickle".to_owned(),
-        path => format!("torch {}", path.strategy()),
-    };
-    format!(
-        "{}: Rust -> Rust {} vs {theirs} {} = {ratio:.2}x{verdict}",
-        target.name,
-        super::format::duration(ours.per_tensor),
-        super::format::duration(best.per_tensor),
-    )
+    println!();
 }
 
 /// Median seconds for one plain copy of `size` bytes within this process,
@@ -683,4 +596,16 @@ impl TorchPeer {
             .filter_map(serde_json::Value::as_f64)
             .collect())
     }
+}
+
+/// The row of `route`, if it ran.
+fn row_of(rows: &[Row], route: Route) -> Option<&Row> {
+    rows.iter().find(|row| row.path == route)
+}
+
+/// The fastest of `routes` among `rows`.
+fn fastest<'a>(rows: &'a [Row], routes: &[Route]) -> Option<&'a Row> {
+    rows.iter()
+        .filter(|row| routes.contains(&row.path))
+        .min_by(|a, b| a.per_tensor.total_cmp(&b.per_tensor))
 }
