@@ -11,8 +11,8 @@
 //!
 //! A thread lets them go, and runs only while there may be something to
 //! let go: while a kept connection is idle, and for a few rounds after a
-//! segment was let go ([`released`]), since a holder lets go of its
-//! connection just after it says so. A process that holds its connections
+//! connection was handed out ([`keep`]) or a segment let go
+//! ([`released`]), since a holder lets go of its connection soon after. A process that holds its connections
 //! (a strategy built on one, a long-held tensor) has no thread polling
 //! them.
 
@@ -28,11 +28,12 @@ pub(super) const LINGER: Duration = Duration::from_secs(1);
 /// longest is let go first. Each costs an fd and keeps a manager alive.
 const MAX_LINGERING: usize = 8;
 
-/// Rounds the thread goes on with nothing idle after the last segment let
-/// go, for the holder to drop its connection: the drop follows the
-/// release at once, so only a holder stalled this long (2 s) leaves an
-/// idle connection open until the next release.
-const ROUNDS_AFTER_RELEASE: u32 = 4;
+/// Rounds the thread goes on with nothing idle after a connection was last
+/// handed out or a segment let go, for the holder to drop its connection:
+/// a holder lets go of it just after it releases its segment (or, having
+/// registered nothing, soon after it connected), so only one stalled this
+/// long (2 s) leaves an idle connection open until the next use.
+const ROUNDS_AFTER_USE: u32 = 4;
 
 /// Connections held for [`LINGER`] after their last use, and whether a
 /// thread is there to let them go.
@@ -77,8 +78,11 @@ pub(super) fn keep(connection: &Arc<ManagerConnection>) {
         .find(|kept| Arc::ptr_eq(&kept.connection, connection))
     {
         kept.idle_since = None;
+        lingering.rounds_left = ROUNDS_AFTER_USE;
+        ensure_sweeping(&mut lingering);
         return;
     }
+    lingering.rounds_left = ROUNDS_AFTER_USE;
     if !ensure_sweeping(&mut lingering) {
         return;
     }
@@ -119,7 +123,7 @@ pub(super) fn released() {
     if lingering.kept.is_empty() {
         return;
     }
-    lingering.rounds_left = ROUNDS_AFTER_RELEASE;
+    lingering.rounds_left = ROUNDS_AFTER_USE;
     ensure_sweeping(&mut lingering);
 }
 
