@@ -47,7 +47,12 @@ fn setting(name: &str) -> Option<f64> {
 fn kinds(python: bool, only: Option<&str>) -> Vec<(Strategy, Peers, Victim)> {
     let mut kinds = Vec::new();
     for strategy in Strategy::ALL {
-        for peers in [Peers::RustToRust, Peers::TorchToRust, Peers::RustToTorch] {
+        for peers in [
+            Peers::RustToRust,
+            Peers::TorchToRust,
+            Peers::TorchFdToRust,
+            Peers::RustToTorch,
+        ] {
             if peers.needs_python() && !python {
                 continue;
             }

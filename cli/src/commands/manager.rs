@@ -27,8 +27,9 @@ pub struct ManagerArgs {
     #[arg(long, value_name = "PATH")]
     socket: Option<PathBuf>,
     /// Exit after this many seconds with no client, unlinking every segment
-    /// still registered; also how long a segment whose last holder died is
-    /// kept for another process to claim it.
+    /// still registered (waiting on while a process still maps one); also
+    /// how long a segment whose last holder died is kept for another
+    /// process to claim it.
     #[arg(long, value_name = "SECS", default_value_t = DEFAULT_IDLE_TIMEOUT.as_secs_f64(),
           value_parser = parse_idle_timeout)]
     idle_timeout: f64,

@@ -93,7 +93,8 @@ fn is_executable_file(path: &Path) -> bool {
 ///
 /// The daemon runs in its own session, with no controlling terminal and its
 /// standard streams on `/dev/null`; it exits once it has had no client for
-/// its idle timeout (2 s), unlinking what was registered with it. Connect to
+/// its idle timeout (2 s), unlinking what was registered with it (later,
+/// if some process still maps a name it is to unlink). Connect to
 /// it at once: see [`own_manager`](super::own_manager), which does.
 ///
 /// # Errors

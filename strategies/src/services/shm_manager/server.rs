@@ -65,8 +65,12 @@ pub const MAX_REGISTERED_NAMES: usize = 1 << 20;
 ///   over with managers of their own, a holder may be registered with
 ///   another manager than this one, and torch aborts a process whose
 ///   segment was unlinked under it. An orphan still held is looked at
-///   again after each grace period, and left in place at exit
-///   ([`ManagerReport::left_held`]).
+///   again after each grace period. An idle manager does not exit while a
+///   name it is left to unlink is still held: such a holder may be dying
+///   without counting down (torch aborts a process whose manager vanished
+///   under a registration), and once it is gone nobody else would unlink
+///   the name. Only a manager stopped through its shutdown fd leaves held
+///   names in place ([`ManagerReport::left_held`]).
 ///
 /// Dropping it removes the socket, and the private directory it made.
 ///
@@ -172,8 +176,9 @@ impl ManagerServer {
         Ok(self)
     }
 
-    /// Serves clients until none has been connected for the idle timeout,
-    /// or the shutdown fd polls readable; then unlinks every name still
+    /// Serves clients until none has been connected for the idle timeout
+    /// and no name it is to unlink is still held by some process, or the
+    /// shutdown fd polls readable; then unlinks every name still
     /// registered, removes the socket (and private directory), and reports.
     ///
     /// # Errors
@@ -278,10 +283,11 @@ pub struct ManagerReport {
     /// user owns them: a client may register any name a message showed
     /// it, and this manager removes only its own user's objects.
     pub left_to_other_users: Vec<SegmentName>,
-    /// Segments still registered when it stopped that it left in place
-    /// because some process still had them open or mapped: a holder
-    /// registered with another manager, after this one took over from a
-    /// manager that died. Their holders unlink them as their counts reach
+    /// Segments still registered when it was stopped through its shutdown
+    /// fd that it left in place because some process still had them open
+    /// or mapped: a holder registered with another manager, after this one
+    /// took over from a manager that died. (An idle manager waits for such
+    /// holders instead.) Their holders unlink them as their counts reach
     /// zero; `tensorshare gc` reclaims those whose holders die first.
     pub left_held: Vec<SegmentName>,
 }

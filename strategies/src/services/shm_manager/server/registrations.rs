@@ -127,6 +127,19 @@ impl ServeState {
         }
     }
 
+    /// Unlinks every registered name that nothing holds, as an idle
+    /// manager about to exit; those some process still has open or mapped
+    /// stay registered. Whether any stayed.
+    pub(super) fn unlink_unheld(&mut self) -> bool {
+        let names: Vec<SegmentName> = self.names.keys().cloned().collect();
+        for name in names {
+            if self.unlink(&name) == Unlink::Done {
+                self.names.remove(&name);
+            }
+        }
+        !self.names.is_empty()
+    }
+
     /// Unlinks every name still registered that nothing holds.
     pub(super) fn unlink_all(&mut self) {
         for name in std::mem::take(&mut self.names).into_keys() {

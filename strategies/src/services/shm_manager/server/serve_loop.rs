@@ -82,7 +82,15 @@ impl ServeState {
                     // One last look: a client may have connected just now.
                     self.accept_paused_until = None;
                     if self.accept(listener, now) == 0 {
-                        return Ok(StopReason::Idle);
+                        if !self.unlink_unheld() {
+                            return Ok(StopReason::Idle);
+                        }
+                        // A process registered with a manager that died
+                        // still maps a name this one is left to unlink; it
+                        // may be dying without counting down. Look again
+                        // after another idle timeout rather than leave the
+                        // name to nobody.
+                        self.idle_since = Some(now);
                     }
                     continue;
                 }

@@ -365,21 +365,46 @@ fn a_client_that_never_reads_its_replies_holds_nothing() {
     manager.finish();
 }
 
+/// A manager that only its shutdown fd stops, serving on a thread.
+struct Stoppable {
+    handle: ManagerHandle,
+    signal: UnixStream,
+    thread: JoinHandle<Result<ManagerReport, ManagerError>>,
+}
+
+impl Stoppable {
+    fn start() -> Self {
+        let server = ManagerServer::bind_in_private_dir().unwrap();
+        let handle = server.handle().clone();
+        let (signal, stop) = UnixStream::pair().unwrap();
+        let options = ServeOptions::default()
+            .with_idle_timeout(Duration::from_secs(60))
+            .with_shutdown(stop);
+        let thread = std::thread::spawn(move || server.serve(options));
+        Stoppable {
+            handle,
+            signal,
+            thread,
+        }
+    }
+
+    /// Signals it to stop and waits for its report.
+    fn stop(self) -> ManagerReport {
+        (&self.signal).write_all(b"x").unwrap();
+        let report = self.thread.join().unwrap().unwrap();
+        assert_eq!(report.stop, StopReason::Shutdown);
+        report
+    }
+}
+
 #[test]
 fn the_shutdown_fd_stops_it() {
-    let server = ManagerServer::bind_in_private_dir().unwrap();
-    let handle = server.handle().clone();
-    let (signal, stop) = UnixStream::pair().unwrap();
-    let options = ServeOptions::default()
-        .with_idle_timeout(Duration::from_secs(60))
-        .with_shutdown(stop);
-    let thread = std::thread::spawn(move || server.serve(options));
+    let manager = Stoppable::start();
+    let handle = manager.handle.clone();
     let segment = TestSegment::create();
     let connection = ManagerConnection::open(&handle).unwrap();
     connection.register(&segment.0).unwrap();
-    (&signal).write_all(b"x").unwrap();
-    let report = thread.join().unwrap().unwrap();
-    assert_eq!(report.stop, StopReason::Shutdown);
+    let report = manager.stop();
     assert_eq!(report.unlinked, vec![segment.0.clone()]);
     assert!(!handle.path().exists());
 }
@@ -414,35 +439,4 @@ fn poll_timeouts_round_up() {
     assert_eq!(poll_timeout(Duration::MAX), PollTimeout::MAX);
 }
 
-#[test]
-fn an_orphan_some_process_still_maps_is_kept_until_it_is_let_go() {
-    let manager = Running::start(Duration::from_millis(200));
-    let segment = TestSegment::create();
-    // A holder registered with another manager, as after a takeover: this
-    // manager knows nothing of it, but the kernel does.
-    let holder = shm_open(segment.0.as_str(), OFlag::O_RDWR, Mode::empty()).expect("open");
-    let keeper = ManagerConnection::open(&manager.handle).unwrap();
-    let client = ManagerConnection::open(&manager.handle).unwrap();
-    client.register(&segment.0).unwrap();
-    drop(client);
-    std::thread::sleep(Duration::from_millis(800));
-    assert!(
-        segment.exists(),
-        "a segment still open elsewhere was unlinked"
-    );
-    drop(holder);
-    assert!(
-        eventually(Duration::from_secs(5), || !segment.exists()),
-        "the segment was kept once nothing held it"
-    );
-    // At exit too: a name still held is left, and reported.
-    let held = TestSegment::create();
-    let holder = shm_open(held.0.as_str(), OFlag::O_RDWR, Mode::empty()).expect("open");
-    keeper.register(&held.0).unwrap();
-    drop(keeper);
-    let report = manager.finish();
-    assert!(held.exists(), "a held segment was unlinked at exit");
-    assert_eq!(report.left_held, vec![held.0.clone()]);
-    assert_eq!(report.unlinked, vec![segment.0.clone()]);
-    drop(holder);
-}
+mod held;
