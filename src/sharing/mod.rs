@@ -45,6 +45,7 @@ use tensorshare_strategies::file_descriptor::{FdBudget, FdSegment, FileDescripto
 use tensorshare_strategies::file_system::FileSystemStrategy;
 use tensorshare_strategies::memmap::MemmapStrategy;
 use tensorshare_strategies::platform::fd_passing::MAX_FDS_PER_MESSAGE;
+use tensorshare_strategies::services::shm_manager;
 use tensorshare_strategies::{AllocateError, StrategyKind, WritableSegment};
 
 use form::{Reduced, TorchForm, WithStrategy};
@@ -519,12 +520,21 @@ impl SharingContext {
     /// Stops handing out fds: closes every fd no receiver has fetched yet
     /// and removes the resource sharer's socket. Later sends of shared
     /// storages fail; storages already received stay mapped.
+    ///
+    /// It also hands this process's `file_system` segments over to a live
+    /// shared-memory manager if its own died and the replacement is still
+    /// under way (see
+    /// [`settle_own_manager`](tensorshare_strategies::services::shm_manager::settle_own_manager)),
+    /// so that a process exiting next leaves none of them to nobody.
     pub fn shutdown(&self) {
         self.registrations.clear();
         self.sent_files.clear();
         if let Some(sharer) = self.sharer.get() {
             sharer.shutdown();
         }
+        // No manager could be started: what it would have unlinked is left
+        // to `tensorshare gc`, and this caller can do nothing better.
+        let _ = shm_manager::settle_own_manager();
     }
 
     /// What this process's resource sharer has done: fds fetched by

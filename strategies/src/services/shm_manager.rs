@@ -68,6 +68,7 @@ mod server;
 pub use alloc_info::{ALLOC_INFO_SIZE, AllocInfo, InvalidAllocInfo};
 pub use client::{
     MANAGER_ENV, ManagerConnection, REPLY_TIMEOUT, connect, own_manager, set_own_manager,
+    settle_own_manager,
 };
 pub use error::ManagerError;
 pub use handle::{MAX_HANDLE_LEN, ManagerHandle};

@@ -18,6 +18,7 @@ use super::{ManagerError, ManagerHandle};
 use crate::platform::segment_name::SegmentName;
 use link::Link;
 use registered_names::RegisteredNames;
+pub use replacement::settle_own_manager;
 
 /// The environment variable naming the socket of a running manager that
 /// [`own_manager`] uses instead of starting one.

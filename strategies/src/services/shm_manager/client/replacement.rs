@@ -80,6 +80,64 @@ pub(super) fn remove_socket_dir(handle: &ManagerHandle) {
     }
 }
 
+/// Hands this process's segments over to a live own manager before it
+/// exits: waits for a replacement of a dead manager under way, and makes
+/// one if the manager is found dead and nothing noticed yet.
+///
+/// A manager that died is replaced by a thread that watches it; a process
+/// exiting meanwhile would leave the names that only a manager can unlink
+/// (those other processes still map, and may die holding) to nobody, and
+/// the dead manager's socket directory in place. Call it from a process
+/// that stops in order (a server on SIGTERM), once it has stopped sending;
+/// a process that never made a `file_system` segment has nothing to do.
+///
+/// # Errors
+///
+/// [`ManagerError::NoReplacement`] when the manager died and no other
+/// could be started: the names are left to `tensorshare gc`.
+///
+/// # Examples
+///
+/// ```no_run
+/// use tensorshare_strategies::file_system::FileSystemStrategy;
+/// use tensorshare_strategies::services::shm_manager;
+/// use tensorshare_strategies::SharingStrategy;
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let segment = FileSystemStrategy::default().allocate(4096)?;
+/// // ... send it; on shutdown:
+/// shm_manager::settle_own_manager()?;
+/// # drop(segment);
+/// # Ok(())
+/// # }
+/// ```
+pub fn settle_own_manager() -> Result<(), ManagerError> {
+    match super::current_own_manager() {
+        Some(own) => own.settle(),
+        None => Ok(()),
+    }
+}
+
+impl ManagerConnection {
+    /// For this process's own manager: waits for a replacement under way,
+    /// and makes one now if the manager is found dead, so that a live
+    /// manager knows every name it registered.
+    pub(super) fn settle(&self) -> Result<(), ManagerError> {
+        let mut state = self.lock();
+        if !self.own {
+            return Ok(());
+        }
+        if state.link.broken.is_none() {
+            if !hung_up(&state.link.stream, Duration::ZERO) {
+                return Ok(());
+            }
+            let dead = state.link.handle.to_string();
+            state.link.fail(ManagerError::Closed { handle: dead });
+        }
+        self.replace(&mut state)
+    }
+}
+
 /// Starts the thread that watches `connection`'s socket and replaces its
 /// manager when it hangs up. Without it (the spawn failed), the next
 /// registration or free replaces it.
@@ -95,7 +153,7 @@ fn watch_loop(connection: &Weak<ManagerConnection>) {
         let Some(stream) = connection.upgrade().map(|c| c.current_stream()) else {
             return;
         };
-        if !hung_up(&stream) {
+        if !hung_up(&stream, WATCH_NAP) {
             continue;
         }
         let Some(connection) = connection.upgrade() else {
@@ -108,12 +166,12 @@ fn watch_loop(connection: &Weak<ManagerConnection>) {
     }
 }
 
-/// Whether the peer of `stream` closed it, waiting at most [`WATCH_NAP`].
-/// Replies waiting to be read do not wake it: only `POLLRDHUP` is asked
-/// for (errors and hang-ups are always reported).
-fn hung_up(stream: &UnixStream) -> bool {
+/// Whether the peer of `stream` closed it, waiting at most `nap`. Replies
+/// waiting to be read do not wake it: only `POLLRDHUP` is asked for
+/// (errors and hang-ups are always reported).
+fn hung_up(stream: &UnixStream, nap: Duration) -> bool {
     let mut fds = [PollFd::new(stream.as_fd(), POLLRDHUP)];
-    let nap = PollTimeout::try_from(WATCH_NAP).unwrap_or(PollTimeout::MAX);
+    let nap = PollTimeout::try_from(nap).unwrap_or(PollTimeout::MAX);
     match poll(&mut fds, nap) {
         Ok(0) | Err(Errno::EINTR) => false,
         // Only a hang-up or an error can have woken it (nix cannot show
