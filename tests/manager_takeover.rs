@@ -2,8 +2,8 @@
 //! notices, starts a new manager, registers its segments there and removes
 //! the dead manager's socket directory, so that a SIGKILL of the process
 //! later still leaves nothing in `/dev/shm` or its `TMPDIR`; and one
-//! that exits while the new manager is still starting first hands its
-//! segments over to it.
+//! that exits while the new manager is still starting, or while its
+//! manager is dying, first hands its segments over to a live one.
 
 mod support;
 
@@ -132,6 +132,32 @@ fn a_process_exiting_while_its_new_manager_starts_hands_its_segments_over() {
     let status = holder.0.wait().expect("reap the holder");
     assert!(status.success(), "the holder failed: {status}");
     std::fs::remove_file(&slow).expect("remove the slow launcher");
+    assert_nothing_left(tmp.path(), &names);
+}
+
+/// The holder exits in order while its manager is being killed but still
+/// holds its sockets open (here: stopped, then killed while the holder
+/// asks it whether it runs), as a manager SIGKILLed a moment ago on a
+/// loaded machine does: its socket has not hung up yet, and only asking
+/// tells.
+#[test]
+fn a_process_exiting_while_its_manager_dies_hands_its_segments_over() {
+    if std::env::var_os(HOLDER_ENV).is_some() {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("a TMPDIR");
+    let mut command = holder_command(tmp.path(), "exit");
+    command.stdin(Stdio::piped());
+    let (mut holder, handle, names) = start_holder(&mut command);
+    let manager = listener_pid(handle.path()).expect("the holder's manager listens");
+    let manager = nix::unistd::Pid::from_raw(manager as i32);
+    nix::sys::signal::kill(manager, nix::sys::signal::Signal::SIGSTOP).expect("stop the manager");
+    std::io::Write::write_all(&mut holder.0.stdin.take().expect("stdin piped"), b"exit\n")
+        .expect("tell the holder to exit");
+    std::thread::sleep(Duration::from_millis(300));
+    kill_manager(&handle);
+    let status = holder.0.wait().expect("reap the holder");
+    assert!(status.success(), "the holder failed: {status}");
     assert_nothing_left(tmp.path(), &names);
 }
 

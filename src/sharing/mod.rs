@@ -522,10 +522,11 @@ impl SharingContext {
     /// storages fail; storages already received stay mapped.
     ///
     /// It also hands this process's `file_system` segments over to a live
-    /// shared-memory manager if its own died and the replacement is still
-    /// under way (see
+    /// shared-memory manager if its own died, or is dying, and no
+    /// replacement has taken over yet (see
     /// [`settle_own_manager`](tensorshare_strategies::services::shm_manager::settle_own_manager)),
     /// so that a process exiting next leaves none of them to nobody.
+    /// Dropping the context does this too.
     pub fn shutdown(&self) {
         self.registrations.clear();
         self.sent_files.clear();
@@ -618,6 +619,15 @@ impl SharingContext {
 impl StorageAllocator for SharingContext {
     fn allocate_storage(&self, nbytes: usize) -> Result<StorageWriter, AllocateError> {
         self.allocate(nbytes)
+    }
+}
+
+/// A context dropped is one whose process may exit next: its segments go
+/// to a live manager first, as on [`shutdown`](SharingContext::shutdown).
+impl Drop for SharingContext {
+    fn drop(&mut self) {
+        // As in `shutdown`: without a manager, what is left is gc's.
+        let _ = shm_manager::settle_own_manager();
     }
 }
 

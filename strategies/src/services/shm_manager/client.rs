@@ -167,6 +167,11 @@ impl ManagerConnection {
         linger::released();
         let mut state = self.lock();
         state.names.freed(name);
+        // The object may outlive this process's hold (a receiver still maps
+        // it), and then only a manager unlinks it. If this process's own
+        // manager died, it is replaced now, not at the next registration,
+        // which a process on its way out never makes.
+        self.notice_hang_up(&mut state);
         if self.revive(&mut state).is_err() {
             return;
         }

@@ -150,6 +150,16 @@ impl Link {
         self.await_replies()
     }
 
+    /// Sends the probe alone, as a session's first message, and waits for
+    /// its answer: only a manager of this crate's answers it (torch's
+    /// never does), and only while it runs.
+    pub(super) fn probe(&mut self) -> Result<(), ManagerError> {
+        self.send_message(&pipeline_probe(registration_pid()))?;
+        self.replies = Replies::Asked;
+        self.owed += 2;
+        self.await_replies()
+    }
+
     /// Waits up to the reply timeout for every reply owed.
     fn await_replies(&mut self) -> Result<(), ManagerError> {
         let started = Instant::now();

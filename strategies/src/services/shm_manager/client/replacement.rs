@@ -10,8 +10,8 @@ use nix::errno::Errno;
 use nix::libc;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
-use super::link::Link;
-use super::{MANAGER_ENV, ManagerConnection, handle_from_env};
+use super::link::{Link, Replies};
+use super::{MANAGER_ENV, ManagerConnection, State, handle_from_env};
 use crate::platform::private_dir::{SocketDirKind, SocketDirName};
 use crate::services::orphans::{SocketDirScanOptions, scan_socket_dirs};
 use crate::services::shm_manager::{ManagerError, ManagerHandle, launch};
@@ -82,7 +82,9 @@ pub(super) fn remove_socket_dir(handle: &ManagerHandle) {
 
 /// Hands this process's segments over to a live own manager before it
 /// exits: waits for a replacement of a dead manager under way, and makes
-/// one if the manager is found dead and nothing noticed yet.
+/// one if the manager is found dead, or dying, and nothing noticed yet.
+/// A manager of this crate's is asked whether it runs on a new session: a
+/// manager killed a moment ago may still hold its sockets open.
 ///
 /// A manager that died is replaced by a thread that watches it; a process
 /// exiting meanwhile would leave the names that only a manager can unlink
@@ -127,15 +129,34 @@ impl ManagerConnection {
         if !self.own {
             return Ok(());
         }
-        if state.link.broken.is_none() {
-            if !hung_up(&state.link.stream, Duration::ZERO) {
-                return Ok(());
-            }
+        if state.link.broken.is_none() && !serves(&state.link) {
             let dead = state.link.handle.to_string();
             state.link.fail(ManagerError::Closed { handle: dead });
         }
-        self.replace(&mut state)
+        self.revive(&mut state)
     }
+
+    /// Marks the link to this process's own manager broken if the manager
+    /// hung up, so that the next use replaces it, without waiting for the
+    /// watching thread to notice.
+    pub(super) fn notice_hang_up(&self, state: &mut State) {
+        if self.own && state.link.broken.is_none() && hung_up(&state.link.stream, Duration::ZERO) {
+            let dead = state.link.handle.to_string();
+            state.link.fail(ManagerError::Closed { handle: dead });
+        }
+    }
+}
+
+/// Whether the manager behind `link` still serves. A manager killed a
+/// moment ago may not have closed its sockets yet (the dying process has
+/// to be scheduled first), so a manager of this crate's is asked on a new
+/// session, which only a running one answers; for another, its socket not
+/// hanging up is all there is to go by.
+fn serves(link: &Link) -> bool {
+    if link.replies != Replies::Unanswered {
+        return !hung_up(&link.stream, Duration::ZERO);
+    }
+    Link::open(&link.handle).is_ok_and(|mut fresh| fresh.probe().is_ok())
 }
 
 /// Starts the thread that watches `connection`'s socket and replaces its
