@@ -275,3 +275,27 @@ fn a_silent_peer_costs_the_listener_its_handshake_timeout_only() {
     connection.send_bytes(b"next").expect("send");
     assert_eq!(server.join().expect("server").expect("served"), b"next");
 }
+
+#[test]
+fn a_message_above_2_gib_takes_the_long_length_form_over_tcp() {
+    let authkey = Authkey::random().expect("a key");
+    // 2 GiB and 8 bytes: past i32::MAX, so -1 and an 8-byte length.
+    let len = (1usize << 31) + 8;
+    let options = ConnectionOptions::default().with_max_message_bytes(len);
+    let listener = listen_on("127.0.0.1", &authkey, options).expect("listener");
+    let address = listener.address().clone();
+    let server = thread::spawn(move || -> Result<(usize, u8, u8), ConnectionError> {
+        let mut connection = listener.accept()?;
+        let mut message = Vec::new();
+        let received = connection.recv_bytes_into(&mut message)?;
+        Ok((received, message[0], message[len - 1]))
+    });
+    let mut payload = vec![0u8; len];
+    payload[0] = 0xa5;
+    payload[len - 1] = 0x5a;
+    let mut connection = Client::connect(&address, &authkey, options).expect("connect");
+    connection.send_bytes(&payload).expect("send");
+    drop(payload);
+    let (received, first, last) = server.join().expect("server").expect("received");
+    assert_eq!((received, first, last), (len, 0xa5, 0x5a));
+}

@@ -288,10 +288,13 @@ class EchoClient:
     def connect(self, authkey: bytes | None = None) -> Connection:
         return Client(self.address, family="AF_UNIX", authkey=authkey or self.authkey)
 
+    def send(self, conn: Connection, obj: Any) -> None:
+        conn.send(obj)
+
     def echo(self, obj: Any) -> Any:
         if self._conn is None:
             self._conn = self.connect()
-        self._conn.send(obj)
+        self.send(self._conn, obj)
         if not self._conn.poll(ANSWER_TIMEOUT):
             raise CaseFailure(f"no echo within {ANSWER_TIMEOUT:.0f} s")
         return self._conn.recv()

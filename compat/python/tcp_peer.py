@@ -54,6 +54,7 @@ from echo_peer import (
     DTYPES,
     OPTIONAL_DTYPES,
     CaseFailure,
+    EchoClient,
     Tally,
     container_messages,
     describe,
@@ -63,7 +64,6 @@ from echo_peer import (
     matrix,
     optional_dtype_tensor,
     parameter_messages,
-    check_same,
     storage_ptr,
     view_messages,
 )
@@ -119,34 +119,19 @@ def echo_connection(conn: Connection) -> None:
 # ---------------------------------------------------------------- drive
 
 
-class TcpEchoClient:
-    """The connection cases share, reopened after a case that failed."""
+class TcpEchoClient(EchoClient):
+    """The Unix-socket peer's client on a `(host, port)` address, sending
+    with plain pickle."""
 
     def __init__(self, address: tuple[str, int], authkey: bytes) -> None:
-        self.address = address
-        self.authkey = authkey
-        self._conn: Connection | None = None
+        super().__init__("", authkey)
+        self.tcp_address = address
 
     def connect(self, authkey: bytes | None = None) -> Connection:
-        return Client(self.address, authkey=authkey or self.authkey)
+        return Client(self.tcp_address, authkey=authkey or self.authkey)
 
-    def echo(self, obj: Any) -> Any:
-        if self._conn is None:
-            self._conn = self.connect()
-        self._conn.send_bytes(pickle.dumps(obj))
-        if not self._conn.poll(ANSWER_TIMEOUT):
-            raise CaseFailure(f"no echo within {ANSWER_TIMEOUT:.0f} s")
-        return self._conn.recv()
-
-    def check_echo(self, sent: Any) -> Any:
-        got = self.echo(sent)
-        check_same(sent, got)
-        return got
-
-    def reset(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+    def send(self, conn: Connection, obj: Any) -> None:
+        conn.send_bytes(pickle.dumps(obj))
 
 
 def case_echo(client: TcpEchoClient, message: Any) -> None:

@@ -100,7 +100,9 @@ impl Listener {
     /// Listens on `address`; connections must prove they hold `authkey`.
     ///
     /// A TCP endpoint binds the first address its host resolves to that
-    /// binds, with `SO_REUSEADDR` as CPython's `SocketListener` sets it;
+    /// binds, IPv4 ones first as CPython binds a name (Python clients
+    /// connect over IPv4 alone), with `SO_REUSEADDR` as CPython's
+    /// `SocketListener` sets it;
     /// port 0 takes a free port. [`Listener::address`] then gives the bound
     /// IP address and port, as CPython's `Listener.address` does.
     ///

@@ -136,15 +136,21 @@ impl TcpAddress {
         Err(last.unwrap_or_else(|| io::Error::from(io::ErrorKind::NotFound)))
     }
 
-    /// A socket listening on the first resolved address that binds, with
-    /// `SO_REUSEADDR` as CPython's `SocketListener` sets it.
+    /// A socket listening on the first resolved address that binds, IPv4
+    /// ones first, with `SO_REUSEADDR` as CPython's `SocketListener` sets
+    /// it. CPython binds a name's IPv4 address (its `Listener` makes an
+    /// `AF_INET` socket for a tuple) and its `Client` connects over IPv4
+    /// alone, so a name such as `localhost` that resolves to `::1` first
+    /// still binds `127.0.0.1`, where a Python client finds it.
     ///
     /// # Errors
     ///
     /// The resolver's, or the last bind error (address in use, no such
     /// interface, a port below 1024 without the capability).
     pub(crate) fn listen(&self) -> io::Result<TcpListener> {
-        TcpListener::bind(self.resolve()?.as_slice())
+        let mut resolved = self.resolve()?;
+        resolved.sort_by_key(SocketAddr::is_ipv6);
+        TcpListener::bind(resolved.as_slice())
     }
 }
 
@@ -276,6 +282,14 @@ mod tests {
         for ip in ["10.0.0.1", "0.0.0.0", "::", "::ffff:10.0.0.1"] {
             assert!(!is_loopback(ip.parse().expect(ip)), "{ip}");
         }
+    }
+
+    #[test]
+    fn a_name_binds_its_ipv4_address_where_python_clients_connect() {
+        let named: TcpAddress = "localhost:0".parse().expect("name");
+        let listener = named.listen().expect("bind localhost");
+        let bound = listener.local_addr().expect("bound");
+        assert!(bound.is_ipv4() && bound.ip().is_loopback(), "{bound}");
     }
 
     #[test]
