@@ -6,7 +6,6 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
-use super::tcp_address::is_loopback;
 
 /// A connected stream socket, owned: the `AF_UNIX` socket of a local
 /// connection or the TCP socket of one that may cross hosts.
@@ -82,13 +81,6 @@ impl StreamSocket {
     /// no longer connected.
     pub fn tcp_peer(&self) -> Option<SocketAddr> {
         self.as_tcp()?.peer_addr().ok()
-    }
-
-    /// Whether the peer is in another host's reach: a TCP peer whose
-    /// address is not a loopback address (or one that can no longer be
-    /// told). `false` for a Unix socket.
-    pub fn peer_may_be_remote(&self) -> bool {
-        self.is_tcp() && !self.tcp_peer().is_some_and(|peer| is_loopback(peer.ip()))
     }
 
     /// Another handle to the same socket.
