@@ -38,9 +38,7 @@ import argparse
 import functools
 import multiprocessing
 import pickle
-import signal
 import sys
-import threading
 import warnings
 from collections.abc import Callable, Iterator
 from multiprocessing.connection import Client, Connection, Listener
@@ -51,21 +49,16 @@ import torch
 # The cases and checks of the Unix-socket peer, beside this file.
 from echo_peer import (
     ANSWER_TIMEOUT,
-    DTYPES,
-    OPTIONAL_DTYPES,
-    CaseFailure,
     EchoClient,
     Tally,
-    container_messages,
+    accept_forever,
+    case_wrong_authkey,
     describe,
-    dtype_tensor,
     expect,
     log,
     matrix,
-    optional_dtype_tensor,
-    parameter_messages,
     storage_ptr,
-    view_messages,
+    value_cases,
 )
 
 
@@ -89,18 +82,11 @@ def family_of(address: tuple[str, int]) -> str:
 
 
 def serve(address: tuple[str, int], authkey: bytes) -> None:
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     with Listener(address, family=family_of(address), authkey=authkey) as listener:
         host, port = listener.address[:2]
         shown = f"[{host}]" if ":" in host else host
         print(f"listening {shown}:{port}", flush=True)
-        while True:
-            try:
-                conn = listener.accept()
-            except (multiprocessing.AuthenticationError, OSError) as exc:
-                log(f"refused a client: {describe(exc)}")
-                continue
-            threading.Thread(target=echo_connection, args=(conn,), daemon=True).start()
+        accept_forever(listener, echo_connection)
 
 
 def echo_connection(conn: Connection) -> None:
@@ -134,14 +120,6 @@ class TcpEchoClient(EchoClient):
         conn.send_bytes(pickle.dumps(obj))
 
 
-def case_echo(client: TcpEchoClient, message: Any) -> None:
-    client.check_echo(message)
-
-
-def case_dtype(client: TcpEchoClient, name: str, seed: int, optional: bool) -> None:
-    client.check_echo(optional_dtype_tensor(name, seed) if optional else dtype_tensor(name, seed))
-
-
 def case_alias(client: TcpEchoClient) -> None:
     """One tensor twice stays one. Two views of one storage arrive on two:
     plain pickle writes each view's storage apart (torch makes a new storage
@@ -157,17 +135,6 @@ def case_copies(client: TcpEchoClient) -> None:
     got = client.check_echo(sent)
     expect(storage_ptr(got) != storage_ptr(sent), "the echo over TCP is the sent memory")
     expect(not got.is_shared(), "the echo over TCP is in shared memory")
-
-
-def case_wrong_authkey(client: TcpEchoClient) -> None:
-    wrong = bytes(b ^ 0xFF for b in client.authkey)
-    try:
-        client.connect(authkey=wrong).close()
-    except multiprocessing.AuthenticationError:
-        client.reset()
-        client.check_echo(torch.arange(10, dtype=torch.float64) * 1.5)
-    else:
-        raise CaseFailure("a client with the wrong authkey was let in")
 
 
 def case_shared_memory_refused(client: TcpEchoClient, strategy: str) -> None:
@@ -187,12 +154,7 @@ def case_shared_memory_refused(client: TcpEchoClient, strategy: str) -> None:
 
 def drive_cases(client: TcpEchoClient) -> Iterator[tuple[str, Callable[[], None]]]:
     partial = functools.partial
-    dtypes = [(name, False) for name in DTYPES] + [(name, True) for name in OPTIONAL_DTYPES]
-    for seed, (name, optional) in enumerate(dtypes):
-        yield f"dtype_{name}", partial(case_dtype, client, name, seed, optional)
-    messages = {**view_messages(), **parameter_messages(), **container_messages()}
-    for name, message in messages.items():
-        yield name, partial(case_echo, client, message)
+    yield from value_cases(client)
     yield "alias", partial(case_alias, client)
     yield "copies", partial(case_copies, client)
     yield "wrong_authkey", partial(case_wrong_authkey, client)
