@@ -15,7 +15,9 @@ use crate::sharing::{MessageOrigin, SharingContext};
 impl SharingContext {
     /// Connects to a listener at `address` (a torch process's
     /// `multiprocessing.connection.Listener`, or [`SharingContext::listen`]'s),
-    /// authenticating with this context's authkey.
+    /// authenticating with this context's authkey. A TCP `address`
+    /// (`host:port`) may be on another host: storages then go as bytes
+    /// (see [`Connection::send`]).
     ///
     /// # Errors
     ///
@@ -137,6 +139,12 @@ impl Connection {
     /// The fds of shared storages also ride on the message itself (see
     /// [`SharingContext::with_inline_fds`]); Python peers ignore them.
     ///
+    /// Over a TCP connection ([`Connection::is_tcp`]) every storage goes as
+    /// `bytes`, inline, whatever the context's strategy, since shared
+    /// memory does not reach another host; unless the strategy is
+    /// [pinned](SharingContext::with_pinned_strategy) to one that shares
+    /// memory, which is then an error ([`Error::PinnedStrategyOverTcp`]).
+    ///
     /// The fds registered for the message wait for the peer to fetch them
     /// for their [unfetched lifetime](SharingContext::with_unfetched_lifetime),
     /// or until the connection ends with its peer process exited: a process
@@ -212,7 +220,10 @@ impl Connection {
     /// [`recv_bytes`](Self::recv_bytes)), or [`Error::PeerAuthkey`] when it
     /// fails after a peer failed to authenticate to this process's resource
     /// sharer; [`Error::AuthkeyMismatch`] as for [`send`](Self::send); any
-    /// error of [`SharingContext::loads`].
+    /// error of [`SharingContext::loads`]. On a TCP connection, a storage
+    /// named by a shared-memory handle is refused with
+    /// [`Error::SharedMemoryOverTcp`] (inside [`Error::Attach`]), whose
+    /// message tells the sender to send bytes.
     ///
     /// # Examples
     ///

@@ -6,7 +6,6 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
-
 /// A connected stream socket, owned: the `AF_UNIX` socket of a local
 /// connection or the TCP socket of one that may cross hosts.
 ///
@@ -116,6 +115,18 @@ impl StreamSocket {
         match self {
             Self::Unix(stream) => stream.set_write_timeout(timeout),
             Self::Tcp(stream) => stream.set_write_timeout(timeout),
+        }
+    }
+
+    /// Makes reads and writes return `WouldBlock` instead of waiting.
+    ///
+    /// # Errors
+    ///
+    /// When the socket refuses the change.
+    pub fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {
+        match self {
+            Self::Unix(stream) => stream.set_nonblocking(nonblocking),
+            Self::Tcp(stream) => stream.set_nonblocking(nonblocking),
         }
     }
 
