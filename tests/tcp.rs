@@ -299,3 +299,39 @@ fn a_message_above_2_gib_takes_the_long_length_form_over_tcp() {
     let (received, first, last) = server.join().expect("server").expect("received");
     assert_eq!((received, first, last), (len, 0xa5, 0x5a));
 }
+
+#[test]
+fn tcp_connections_take_keepalive_and_a_user_timeout_from_the_dead_peer_timeout() {
+    use nix::sys::socket::getsockopt;
+    use nix::sys::socket::sockopt::{KeepAlive, TcpKeepIdle, TcpUserTimeout};
+
+    let authkey = Authkey::random().expect("a key");
+    for (timeout, expected) in [
+        (Some(Duration::from_secs(90)), (true, 30, 90_000)),
+        (None, (false, 0, 0)),
+    ] {
+        let options = ConnectionOptions::default().with_tcp_dead_peer_timeout(timeout);
+        let listener = listen_on("127.0.0.1", &authkey, options).expect("listener");
+        let address = listener.address().clone();
+        let server = thread::spawn(move || listener.accept().expect("accept"));
+        let client = Client::connect(&address, &authkey, options).expect("connect");
+        let accepted = server.join().expect("server");
+        for connection in [&client, &accepted] {
+            let tcp = connection.stream().as_tcp().expect("a TCP socket");
+            let keepalive = getsockopt(tcp, KeepAlive).expect("SO_KEEPALIVE");
+            let user_timeout = getsockopt(tcp, TcpUserTimeout).expect("TCP_USER_TIMEOUT");
+            assert_eq!(
+                (keepalive, user_timeout),
+                (expected.0, expected.2),
+                "{timeout:?}"
+            );
+            if keepalive {
+                assert_eq!(getsockopt(tcp, TcpKeepIdle).expect("idle"), expected.1);
+            }
+        }
+    }
+    assert_eq!(
+        ConnectionOptions::default().tcp_dead_peer_timeout,
+        Some(tensorshare::connection::DEFAULT_TCP_DEAD_PEER_TIMEOUT)
+    );
+}

@@ -115,7 +115,10 @@ pub use client::Client;
 pub use error::ConnectionError;
 pub(crate) use error::{is_fd_exhaustion, is_timeout};
 pub use listener::{IncomingConnection, Listener};
-pub use options::{ConnectionOptions, DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_MAX_MESSAGE_BYTES};
+pub use options::{
+    ConnectionOptions, DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_MAX_MESSAGE_BYTES,
+    DEFAULT_TCP_DEAD_PEER_TIMEOUT,
+};
 pub use private_dir::PrivateTempDir;
 pub use socket::StreamSocket;
 pub use tcp_address::TcpAddress;

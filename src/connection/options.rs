@@ -10,6 +10,9 @@ pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 1 << 30;
 /// The default [`ConnectionOptions::handshake_timeout`]: 30 seconds.
 pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The default [`ConnectionOptions::tcp_dead_peer_timeout`]: 2 minutes.
+pub const DEFAULT_TCP_DEAD_PEER_TIMEOUT: Duration = Duration::from_secs(120);
+
 /// Limits and choices for a connection.
 ///
 /// Build one from [`Default`] and change what you need:
@@ -44,6 +47,17 @@ pub struct ConnectionOptions {
     /// run-to-run noise with it on or off (the README's "Across hosts"
     /// section has the figures). Unix sockets ignore it.
     pub tcp_nodelay: bool,
+    /// How long a TCP connection goes on waiting for a peer that vanished
+    /// without a word (its host powered off, the link cut: no FIN or RST
+    /// ever comes) before the read or write waiting on it fails
+    /// (default: [`DEFAULT_TCP_DEAD_PEER_TIMEOUT`]). Keepalive probes
+    /// start after a third of it with nothing received, and data the peer
+    /// does not acknowledge is given up on after all of it
+    /// (`TCP_USER_TIMEOUT`); a live peer answers the probes, however long
+    /// it takes to read. `None` leaves the kernel's defaults, as CPython
+    /// does: no keepalive, and about 15 minutes of retransmissions. Unix
+    /// sockets ignore it.
+    pub tcp_dead_peer_timeout: Option<Duration>,
 }
 
 impl Default for ConnectionOptions {
@@ -53,6 +67,7 @@ impl Default for ConnectionOptions {
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
             dialect: Dialect::default(),
             tcp_nodelay: false,
+            tcp_dead_peer_timeout: Some(DEFAULT_TCP_DEAD_PEER_TIMEOUT),
         }
     }
 }
@@ -76,6 +91,13 @@ impl ConnectionOptions {
     #[must_use]
     pub const fn with_tcp_nodelay(mut self, nodelay: bool) -> Self {
         self.tcp_nodelay = nodelay;
+        self
+    }
+
+    /// These options with [`tcp_dead_peer_timeout`](Self::tcp_dead_peer_timeout) set.
+    #[must_use]
+    pub const fn with_tcp_dead_peer_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.tcp_dead_peer_timeout = timeout;
         self
     }
 

@@ -6,6 +6,13 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
+use nix::sys::socket::setsockopt;
+use nix::sys::socket::sockopt::{
+    KeepAlive, TcpKeepCount, TcpKeepIdle, TcpKeepInterval, TcpUserTimeout,
+};
+
+use super::ConnectionOptions;
+
 /// A connected stream socket, owned: the `AF_UNIX` socket of a local
 /// connection or the TCP socket of one that may cross hosts.
 ///
@@ -218,4 +225,32 @@ impl Write for StreamSocket {
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
     }
+}
+
+/// Keepalive probes a vanished TCP peer is given before the connection
+/// fails.
+const KEEPALIVE_PROBES: u32 = 8;
+
+/// Sets what `options` asks of a TCP connection: `TCP_NODELAY`, and the
+/// keepalive and user timeout of
+/// [`tcp_dead_peer_timeout`](ConnectionOptions::tcp_dead_peer_timeout).
+pub(super) fn configure_tcp(stream: &TcpStream, options: &ConnectionOptions) -> io::Result<()> {
+    if options.tcp_nodelay {
+        stream.set_nodelay(true)?;
+    }
+    let Some(timeout) = options.tcp_dead_peer_timeout else {
+        return Ok(());
+    };
+    let secs = |d: Duration| u32::try_from(d.as_secs()).unwrap_or(u32::MAX).max(1);
+    let idle = secs(timeout / 3);
+    let interval = secs(timeout.saturating_sub(timeout / 3) / KEEPALIVE_PROBES);
+    let user_timeout = u32::try_from(timeout.as_millis())
+        .unwrap_or(u32::MAX)
+        .max(1);
+    setsockopt(stream, KeepAlive, &true)?;
+    setsockopt(stream, TcpKeepIdle, &idle)?;
+    setsockopt(stream, TcpKeepInterval, &interval)?;
+    setsockopt(stream, TcpKeepCount, &KEEPALIVE_PROBES)?;
+    setsockopt(stream, TcpUserTimeout, &user_timeout)?;
+    Ok(())
 }

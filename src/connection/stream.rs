@@ -356,9 +356,9 @@ pub(crate) fn authenticate(
     authkey: &Authkey,
     options: ConnectionOptions,
 ) -> Result<Connection, ConnectionError> {
-    if let (StreamSocket::Tcp(tcp), true) = (&stream, options.tcp_nodelay) {
-        tcp.set_nodelay(true)
-            .map_err(|e| ConnectionError::io("setting TCP_NODELAY", e))?;
+    if let StreamSocket::Tcp(tcp) = &stream {
+        super::socket::configure_tcp(tcp, &options)
+            .map_err(|e| ConnectionError::io("setting the TCP connection's options", e))?;
     }
     let timeout = options.handshake_timeout;
     let mut bounded = DeadlineStream::new(&stream, timeout);
