@@ -47,16 +47,18 @@ pub struct ConnectionOptions {
     /// run-to-run noise with it on or off (the README's "Across hosts"
     /// section has the figures). Unix sockets ignore it.
     pub tcp_nodelay: bool,
-    /// How long a TCP connection goes on waiting for a peer that vanished
-    /// without a word (its host powered off, the link cut: no FIN or RST
-    /// ever comes) before the read or write waiting on it fails
-    /// (default: [`DEFAULT_TCP_DEAD_PEER_TIMEOUT`]). Keepalive probes
-    /// start after a third of it with nothing received, and data the peer
-    /// does not acknowledge is given up on after all of it
-    /// (`TCP_USER_TIMEOUT`); a live peer answers the probes, however long
-    /// it takes to read. `None` leaves the kernel's defaults, as CPython
-    /// does: no keepalive, and about 15 minutes of retransmissions. Unix
-    /// sockets ignore it.
+    /// How long a TCP connection waiting to receive goes on waiting for a
+    /// peer that vanished without a word (its host powered off, the link
+    /// cut: no FIN or RST ever comes) before the read fails (default:
+    /// [`DEFAULT_TCP_DEAD_PEER_TIMEOUT`]): keepalive probes start after a
+    /// third of it with nothing received, and the connection fails when
+    /// the rest of it passes unanswered. A live peer answers the probes,
+    /// however long it takes to send. A send to a vanished peer fails by
+    /// the kernel's retransmission limit (`net.ipv4.tcp_retries2`, about
+    /// 15 minutes): a shorter limit on unacknowledged data
+    /// (`TCP_USER_TIMEOUT`) would also cut off a live peer that is slow to
+    /// read. `None` leaves keepalive off, as CPython does. Unix sockets
+    /// ignore it.
     pub tcp_dead_peer_timeout: Option<Duration>,
 }
 

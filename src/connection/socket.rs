@@ -7,9 +7,7 @@ use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
 use nix::sys::socket::setsockopt;
-use nix::sys::socket::sockopt::{
-    KeepAlive, TcpKeepCount, TcpKeepIdle, TcpKeepInterval, TcpUserTimeout,
-};
+use nix::sys::socket::sockopt::{KeepAlive, TcpKeepCount, TcpKeepIdle, TcpKeepInterval};
 
 use super::ConnectionOptions;
 
@@ -232,8 +230,12 @@ impl Write for StreamSocket {
 const KEEPALIVE_PROBES: u32 = 8;
 
 /// Sets what `options` asks of a TCP connection: `TCP_NODELAY`, and the
-/// keepalive and user timeout of
+/// keepalive of
 /// [`tcp_dead_peer_timeout`](ConnectionOptions::tcp_dead_peer_timeout).
+///
+/// No `TCP_USER_TIMEOUT`: it also aborts a connection whose live peer
+/// keeps a zero window for that long (a reader busy for a while), as
+/// `tests/tcp.rs` shows.
 pub(super) fn configure_tcp(stream: &TcpStream, options: &ConnectionOptions) -> io::Result<()> {
     if options.tcp_nodelay {
         stream.set_nodelay(true)?;
@@ -244,13 +246,9 @@ pub(super) fn configure_tcp(stream: &TcpStream, options: &ConnectionOptions) -> 
     let secs = |d: Duration| u32::try_from(d.as_secs()).unwrap_or(u32::MAX).max(1);
     let idle = secs(timeout / 3);
     let interval = secs(timeout.saturating_sub(timeout / 3) / KEEPALIVE_PROBES);
-    let user_timeout = u32::try_from(timeout.as_millis())
-        .unwrap_or(u32::MAX)
-        .max(1);
     setsockopt(stream, KeepAlive, &true)?;
     setsockopt(stream, TcpKeepIdle, &idle)?;
     setsockopt(stream, TcpKeepInterval, &interval)?;
     setsockopt(stream, TcpKeepCount, &KEEPALIVE_PROBES)?;
-    setsockopt(stream, TcpUserTimeout, &user_timeout)?;
     Ok(())
 }
