@@ -7,7 +7,7 @@ use std::sync::Arc;
 use crate::Error;
 use crate::connection::{Address, Client, Connection, ConnectionError, Listener, RegisteredFds};
 use crate::model::Value;
-use crate::sharing::SharingContext;
+use crate::sharing::{MessageOrigin, SharingContext};
 
 /// Connections made with the context's own authkey: the key peers
 /// authenticate with is the key they fetch storages with, so the two
@@ -15,7 +15,9 @@ use crate::sharing::SharingContext;
 impl SharingContext {
     /// Connects to a listener at `address` (a torch process's
     /// `multiprocessing.connection.Listener`, or [`SharingContext::listen`]'s),
-    /// authenticating with this context's authkey.
+    /// authenticating with this context's authkey. A TCP `address`
+    /// (`host:port`) may be on another host: storages then go as bytes
+    /// (see [`Connection::send`]).
     ///
     /// # Errors
     ///
@@ -137,6 +139,12 @@ impl Connection {
     /// The fds of shared storages also ride on the message itself (see
     /// [`SharingContext::with_inline_fds`]); Python peers ignore them.
     ///
+    /// Over a TCP connection ([`Connection::is_tcp`]) every storage goes as
+    /// `bytes`, inline, whatever the context's strategy, since shared
+    /// memory does not reach another host; unless the strategy is
+    /// [pinned](SharingContext::with_pinned_strategy) to one that shares
+    /// memory, which is then an error ([`Error::PinnedStrategyOverTcp`]).
+    ///
     /// The fds registered for the message wait for the peer to fetch them
     /// for their [unfetched lifetime](SharingContext::with_unfetched_lifetime),
     /// or until the connection ends with its peer process exited: a process
@@ -186,7 +194,7 @@ impl Connection {
     /// ```
     pub fn send(&mut self, value: &Value, sharing: &SharingContext) -> Result<(), Error> {
         sharing.check_key(self)?;
-        let outgoing = sharing.dumps_outgoing(value)?;
+        let outgoing = sharing.dumps_outgoing(value, self.is_tcp())?;
         let keys = outgoing.registered_keys();
         if !keys.is_empty() {
             // Registered keys mean the sharer has started.
@@ -212,7 +220,10 @@ impl Connection {
     /// [`recv_bytes`](Self::recv_bytes)), or [`Error::PeerAuthkey`] when it
     /// fails after a peer failed to authenticate to this process's resource
     /// sharer; [`Error::AuthkeyMismatch`] as for [`send`](Self::send); any
-    /// error of [`SharingContext::loads`].
+    /// error of [`SharingContext::loads`]. On a TCP connection, a storage
+    /// named by a shared-memory handle is refused with
+    /// [`Error::SharedMemoryOverTcp`] (inside [`Error::Attach`]), whose
+    /// message tells the sender to send bytes.
     ///
     /// # Examples
     ///
@@ -252,7 +263,14 @@ impl Connection {
             .map_err(|error| sharing.connection_failed(error))?;
         // Large `bytes` in the message are decoded as slices of its buffer,
         // which comes back for the next message once they are all gone.
-        let value = sharing.loads_with_fds(&message.bytes, message.fds);
+        let origin = if self.is_tcp() {
+            MessageOrigin::Tcp {
+                peer: self.stream().tcp_peer(),
+            }
+        } else {
+            MessageOrigin::Local
+        };
+        let value = sharing.loads_with_fds(&message.bytes, message.fds, origin);
         drop(message.bytes);
         self.reuse_buffer(message.buffer);
         Ok(value?)

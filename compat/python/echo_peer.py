@@ -152,18 +152,24 @@ def log(message: str) -> None:
 
 
 def serve(address: str, authkey: bytes) -> None:
-    for signum in (signal.SIGTERM, signal.SIGINT):  # SIGINT may come in ignored
-        signal.signal(signum, signal.default_int_handler)
     with Listener(unix_address(address), family="AF_UNIX", authkey=authkey) as listener:
         print(f"listening {address}", flush=True)
-        with contextlib.suppress(KeyboardInterrupt):
-            while True:
-                try:
-                    conn = listener.accept()
-                except (multiprocessing.AuthenticationError, EOFError, ConnectionError) as exc:
-                    log(f"refused a client: {describe(exc)}")
-                    continue
-                threading.Thread(target=echo_connection, args=(conn,), daemon=True).start()
+        accept_forever(listener, echo_connection)
+
+
+def accept_forever(listener: Listener, echo: Callable[[Connection], None]) -> None:
+    """Hands every client that proves the key to `echo`, on a thread of its
+    own, until SIGTERM or SIGINT; logs and refuses the others."""
+    for signum in (signal.SIGTERM, signal.SIGINT):  # SIGINT may come in ignored
+        signal.signal(signum, signal.default_int_handler)
+    with contextlib.suppress(KeyboardInterrupt):
+        while True:
+            try:
+                conn = listener.accept()
+            except (multiprocessing.AuthenticationError, EOFError, ConnectionError) as exc:
+                log(f"refused a client: {describe(exc)}")
+                continue
+            threading.Thread(target=echo, args=(conn,), daemon=True).start()
 
 
 def echo_connection(conn: Connection) -> None:
@@ -288,10 +294,13 @@ class EchoClient:
     def connect(self, authkey: bytes | None = None) -> Connection:
         return Client(self.address, family="AF_UNIX", authkey=authkey or self.authkey)
 
+    def send(self, conn: Connection, obj: Any) -> None:
+        conn.send(obj)
+
     def echo(self, obj: Any) -> Any:
         if self._conn is None:
             self._conn = self.connect()
-        self._conn.send(obj)
+        self.send(self._conn, obj)
         if not self._conn.poll(ANSWER_TIMEOUT):
             raise CaseFailure(f"no echo within {ANSWER_TIMEOUT:.0f} s")
         return self._conn.recv()
@@ -476,7 +485,8 @@ def case_wrong_authkey(client: EchoClient) -> None:
         raise CaseFailure("a client with the wrong authkey was let in")
 
 
-def drive_cases(client: EchoClient, repeat: int) -> Iterator[tuple[str, Callable[[], None]]]:
+def value_cases(client: EchoClient) -> Iterator[tuple[str, Callable[[], None]]]:
+    """Every dtype, view, Parameter and container, each echoed and checked."""
     partial = functools.partial
     dtypes = [(name, False) for name in DTYPES] + [(name, True) for name in OPTIONAL_DTYPES]
     for seed, (name, optional) in enumerate(dtypes):
@@ -484,6 +494,11 @@ def drive_cases(client: EchoClient, repeat: int) -> Iterator[tuple[str, Callable
     messages = {**view_messages(), **parameter_messages(), **container_messages()}
     for name, message in messages.items():
         yield name, partial(case_echo, client, message)
+
+
+def drive_cases(client: EchoClient, repeat: int) -> Iterator[tuple[str, Callable[[], None]]]:
+    partial = functools.partial
+    yield from value_cases(client)
     yield "alias_same_tensor", partial(case_alias_same_tensor, client)
     yield "alias_views", partial(case_alias_views, client)
     yield "zero_copy", partial(case_zero_copy, client)

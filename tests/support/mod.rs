@@ -158,6 +158,27 @@ impl Server {
         server
     }
 
+    /// Starts `command`, which listens where its `listening ADDRESS` line
+    /// says (a TCP port 0 it bound), and waits for that line.
+    pub fn start_reporting(mut command: Command) -> Server {
+        let (mut child, line) = spawn_for_first_line(&mut command, "the server");
+        let stderr = child.stderr.take();
+        let Some(address) = line.strip_prefix("listening ") else {
+            let mut text = String::new();
+            if let Some(mut stderr) = stderr {
+                let _ = child.kill();
+                let _ = stderr.read_to_string(&mut text);
+            }
+            panic!("server did not start: {line:?}; stderr: {text}");
+        };
+        let address = address.parse().expect("a listening address");
+        Server {
+            child,
+            address,
+            stderr,
+        }
+    }
+
     /// `tensorshare echo` on a fresh address.
     pub fn echo(authkey: &Authkey, strategy: &str) -> Server {
         let (command, address) = Server::echo_command(authkey, strategy);
