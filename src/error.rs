@@ -33,7 +33,7 @@ use crate::safetensors::SafetensorsError;
 use crate::serde_value::SerdeError;
 use crate::sharing::SharingError;
 use crate::sharing::resource_sharer::{FetchError, RegisterError, SharerError};
-use crate::sharing::{peer_authkey_message, unfetched_message};
+use crate::sharing::{peer_authkey_message, shared_memory_over_tcp_message, unfetched_message};
 
 /// Everything that can go wrong loading or sharing tensors.
 ///
@@ -150,6 +150,24 @@ pub enum Error {
         pending: usize,
         /// How long was waited.
         waited: std::time::Duration,
+    },
+    /// A message that arrived over TCP named a storage in shared memory:
+    /// refused, since shared memory does not cross hosts (the message says
+    /// what the sender should do).
+    #[error("{}", shared_memory_over_tcp_message(form, peer.as_ref()))]
+    SharedMemoryOverTcp {
+        /// The rebuilder that named the storage, e.g. `rebuild_storage_fd`.
+        form: &'static str,
+        /// The peer, when its address could be told.
+        peer: Option<std::net::SocketAddr>,
+    },
+    /// A send over TCP with a context whose strategy is pinned to one that
+    /// shares memory
+    /// ([`SharingContext::with_pinned_strategy`](crate::SharingContext::with_pinned_strategy)).
+    #[error("{}", SharingError::PinnedStrategyOverTcp { strategy: *.strategy })]
+    PinnedStrategyOverTcp {
+        /// The pinned strategy.
+        strategy: tensorshare_strategies::StrategyKind,
     },
     /// A connection authenticated with one authkey was used with a
     /// [`SharingContext`](crate::SharingContext) holding another.
@@ -290,6 +308,12 @@ impl From<SharingError> for Error {
                 connection: None,
             },
             SharingError::Unfetched { pending, waited } => Error::Unfetched { pending, waited },
+            SharingError::SharedMemoryOverTcp { form, peer } => {
+                Error::SharedMemoryOverTcp { form, peer }
+            }
+            SharingError::PinnedStrategyOverTcp { strategy } => {
+                Error::PinnedStrategyOverTcp { strategy }
+            }
         }
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use crate::Error;
 use crate::connection::{Address, Client, Connection, ConnectionError, Listener, RegisteredFds};
 use crate::model::Value;
-use crate::sharing::SharingContext;
+use crate::sharing::{MessageOrigin, SharingContext};
 
 /// Connections made with the context's own authkey: the key peers
 /// authenticate with is the key they fetch storages with, so the two
@@ -186,7 +186,7 @@ impl Connection {
     /// ```
     pub fn send(&mut self, value: &Value, sharing: &SharingContext) -> Result<(), Error> {
         sharing.check_key(self)?;
-        let outgoing = sharing.dumps_outgoing(value)?;
+        let outgoing = sharing.dumps_outgoing(value, self.is_tcp())?;
         let keys = outgoing.registered_keys();
         if !keys.is_empty() {
             // Registered keys mean the sharer has started.
@@ -252,7 +252,14 @@ impl Connection {
             .map_err(|error| sharing.connection_failed(error))?;
         // Large `bytes` in the message are decoded as slices of its buffer,
         // which comes back for the next message once they are all gone.
-        let value = sharing.loads_with_fds(&message.bytes, message.fds);
+        let origin = if self.is_tcp() {
+            MessageOrigin::Tcp {
+                peer: self.stream().tcp_peer(),
+            }
+        } else {
+            MessageOrigin::Local
+        };
+        let value = sharing.loads_with_fds(&message.bytes, message.fds, origin);
         drop(message.bytes);
         self.reuse_buffer(message.buffer);
         Ok(value?)

@@ -1,5 +1,5 @@
-//! `AF_UNIX` addresses as CPython writes them, and private directories for
-//! listener sockets.
+//! Listener and client addresses: `AF_UNIX` paths and abstract names as
+//! CPython writes them, and TCP endpoints.
 
 use std::ffi::OsStr;
 use std::fmt;
@@ -10,7 +10,8 @@ use std::os::unix::net::{SocketAddr, UnixListener};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
-use super::{ConnectionError, random};
+use super::tcp_address::looks_like_tcp;
+use super::{ConnectionError, TcpAddress, random};
 
 /// The longest socket path or abstract name, in bytes: `sun_path` holds 108
 /// bytes, one of which is the path's terminating NUL or the abstract name's
@@ -20,7 +21,7 @@ pub const MAX_ADDRESS_LEN: usize =
 
 /// Random characters in generated directory and socket names, as CPython's
 /// `tempfile` uses.
-const RANDOM_NAME_LEN: usize = 8;
+pub(super) const RANDOM_NAME_LEN: usize = 8;
 
 /// Random characters in generated abstract names: nothing else makes them
 /// unique.
@@ -31,13 +32,21 @@ const ABSTRACT_RANDOM_LEN: usize = 16;
 /// retries are for good measure.
 const ABSTRACT_BIND_ATTEMPTS: usize = 8;
 
-/// An `AF_UNIX` socket address: a filesystem path or a Linux abstract name.
+/// Where a listener listens: an `AF_UNIX` filesystem path or Linux
+/// abstract name, or a TCP endpoint.
 ///
 /// Parsed from text as CPython shows addresses: `/tmp/x.sock` is a path;
 /// `"\0name"` (a leading NUL, as in Python's `Listener('\0name')`) or
 /// `@name` (for command lines) is the abstract name `name`. A path that
 /// really starts with `@` is written `./@name`. [`Display`](fmt::Display)
 /// writes abstract names as `@name`.
+///
+/// A text that does not start with `/`, `.`, `@` or NUL and ends in `:` and
+/// a port number (`localhost:6000`, `0.0.0.0:0`, `10.0.0.2:6000`), or
+/// starts with `[` (`[::1]:6000`), is a TCP endpoint ([`TcpAddress`]): what
+/// Python writes `Listener(("0.0.0.0", 6000))`. A relative socket path that
+/// ends so is written with `./` in front (`./sock:1`). Every other text is
+/// a path, as before TCP was supported.
 ///
 /// # Examples
 ///
@@ -53,6 +62,10 @@ const ABSTRACT_BIND_ATTEMPTS: usize = 8;
 /// assert_eq!(named.to_string(), "@tensorshare-echo");
 /// // What a torch pickle carries in a DupFd's `_id`:
 /// assert_eq!(Address::from_bytes(b"\0tensorshare-echo")?, named);
+///
+/// let tcp: Address = "datahost:6000".parse()?;
+/// assert_eq!(tcp.as_tcp().map(|t| (t.host(), t.port())), Some(("datahost", 6000)));
+/// assert_eq!(tcp.to_string(), "datahost:6000");
 /// # Ok::<(), tensorshare::connection::ConnectionError>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -62,6 +75,7 @@ pub struct Address(Repr);
 enum Repr {
     Path(PathBuf),
     Abstract(Vec<u8>),
+    Tcp(TcpAddress),
 }
 
 impl Address {
@@ -123,10 +137,20 @@ impl Address {
         Ok(Self(Repr::Abstract(name)))
     }
 
+    /// The TCP endpoint `host`, `port` (see [`TcpAddress::new`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`TcpAddress::new`].
+    pub fn tcp(host: impl Into<String>, port: u16) -> Result<Self, ConnectionError> {
+        TcpAddress::new(host, port).map(Self::from)
+    }
+
     /// The address from the byte form a pickle carries (the `address` of a
     /// `DupFd`'s `_id`, a Python `str` path or a `bytes` abstract name): a
     /// leading NUL starts an abstract name, anything else is a path. `@` has
-    /// no special meaning here.
+    /// no special meaning here, and the result is never a TCP endpoint: a
+    /// pickle cannot send a fetch across the network.
     ///
     /// # Errors
     ///
@@ -140,9 +164,11 @@ impl Address {
 
     /// The byte form Python uses: the path's bytes, or NUL and the abstract
     /// name. Python's `Client` accepts a path only as `str` and an abstract
-    /// name as `str` or `bytes`.
+    /// name as `str` or `bytes`. A TCP endpoint gives its text, `host:port`
+    /// (Python takes a `(host, port)` tuple instead).
     pub fn to_bytes(&self) -> Vec<u8> {
         match &self.0 {
+            Repr::Tcp(tcp) => tcp.to_string().into_bytes(),
             Repr::Path(path) => path.as_os_str().as_bytes().to_vec(),
             Repr::Abstract(name) => {
                 let mut bytes = Vec::with_capacity(name.len() + 1);
@@ -176,17 +202,23 @@ impl Address {
     /// # Errors
     ///
     /// Whatever `SocketAddr::from_pathname` or `from_abstract_name` return;
-    /// an `Address` always meets their limits.
+    /// an `AF_UNIX` `Address` always meets their limits. A TCP endpoint has
+    /// no `AF_UNIX` form: `InvalidInput` (resolve it with
+    /// [`TcpAddress::resolve`] instead).
     pub fn to_socket_addr(&self) -> io::Result<SocketAddr> {
         match &self.0 {
             Repr::Path(path) => SocketAddr::from_pathname(path),
             Repr::Abstract(name) => SocketAddr::from_abstract_name(name),
+            Repr::Tcp(tcp) => Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{tcp} is a TCP endpoint, not an AF_UNIX address"),
+            )),
         }
     }
 
     /// A fresh socket path `dir/listener-XXXXXXXX`, as CPython's
     /// `arbitrary_address('AF_UNIX')` makes. Nothing is created; use a
-    /// directory only this user can write to, such as a [`PrivateTempDir`].
+    /// directory only this user can write to, such as a [`PrivateTempDir`](super::PrivateTempDir).
     ///
     /// # Errors
     ///
@@ -214,12 +246,12 @@ impl Address {
         Self::abstract_name(format!("tensorshare-{tag}-{}-{suffix}", std::process::id()))
     }
 
-    /// A socket listening at this address.
+    /// An `AF_UNIX` socket listening at this address.
     ///
     /// # Errors
     ///
     /// What `bind` fails with: the path exists, the name is taken, the
-    /// directory is not writable.
+    /// directory is not writable; `InvalidInput` for a TCP endpoint.
     pub(crate) fn listen(&self) -> io::Result<UnixListener> {
         UnixListener::bind_addr(&self.to_socket_addr()?)
     }
@@ -252,16 +284,29 @@ impl Address {
     pub fn as_path(&self) -> Option<&Path> {
         match &self.0 {
             Repr::Path(path) => Some(path),
-            Repr::Abstract(_) => None,
+            Repr::Abstract(_) | Repr::Tcp(_) => None,
         }
     }
 
     /// The name without its leading NUL, for an abstract address.
     pub fn as_abstract_name(&self) -> Option<&[u8]> {
         match &self.0 {
-            Repr::Path(_) => None,
             Repr::Abstract(name) => Some(name),
+            Repr::Path(_) | Repr::Tcp(_) => None,
         }
+    }
+
+    /// The host and port, for a TCP endpoint.
+    pub fn as_tcp(&self) -> Option<&TcpAddress> {
+        match &self.0 {
+            Repr::Tcp(tcp) => Some(tcp),
+            Repr::Path(_) | Repr::Abstract(_) => None,
+        }
+    }
+
+    /// Whether this is a TCP endpoint.
+    pub fn is_tcp(&self) -> bool {
+        matches!(self.0, Repr::Tcp(_))
     }
 
     /// Whether this is an abstract name.
@@ -273,12 +318,28 @@ impl Address {
 impl FromStr for Address {
     type Err = ConnectionError;
 
-    /// Parses a path, `"\0name"` or `@name`.
+    /// Parses a path, `"\0name"`, `@name`, `host:port` or `[v6addr]:port`.
     fn from_str(text: &str) -> Result<Self, Self::Err> {
+        if looks_like_tcp(text) {
+            return text.parse::<TcpAddress>().map(Self::from);
+        }
         match text.strip_prefix('\0').or_else(|| text.strip_prefix('@')) {
             Some(name) => Self::abstract_name(name.as_bytes()),
             None => Self::path(text),
         }
+    }
+}
+
+impl From<TcpAddress> for Address {
+    fn from(tcp: TcpAddress) -> Self {
+        Self(Repr::Tcp(tcp))
+    }
+}
+
+impl From<std::net::SocketAddr> for Address {
+    /// The TCP endpoint of a socket address.
+    fn from(address: std::net::SocketAddr) -> Self {
+        Self(Repr::Tcp(address.into()))
     }
 }
 
@@ -310,6 +371,7 @@ impl fmt::Display for Address {
                 f.write_str("@")?;
                 write_escaped(f, name)
             }
+            Repr::Tcp(tcp) => write!(f, "{tcp}"),
         }
     }
 }
@@ -343,91 +405,6 @@ fn invalid_address(bytes: &[u8], reason: String) -> ConnectionError {
     }
 }
 
-/// A directory only this user can enter (mode 0700), made for listener
-/// sockets and removed with everything in it when dropped: CPython's
-/// `multiprocessing.util.get_temp_dir()` (`$TMPDIR/pymp-XXXXXXXX`).
-///
-/// # Examples
-///
-/// ```
-/// use tensorshare::connection::PrivateTempDir;
-///
-/// let dir = PrivateTempDir::create()?;
-/// let address = dir.unique_address()?;
-/// assert!(address.as_path().is_some_and(|p| p.starts_with(dir.path())));
-/// # Ok::<(), tensorshare::connection::ConnectionError>(())
-/// ```
-#[derive(Debug)]
-pub struct PrivateTempDir {
-    path: PathBuf,
-}
-
-impl PrivateTempDir {
-    /// Creates `pymp-XXXXXXXX` in the system temporary directory, or in
-    /// `/tmp` when that one cannot hold socket paths
-    /// ([`socket_parent_dir`](tensorshare_strategies::platform::private_dir::socket_parent_dir)).
-    ///
-    /// # Errors
-    ///
-    /// [`ConnectionError::Io`] when the directory cannot be created.
-    pub fn create() -> Result<Self, ConnectionError> {
-        // The socket path inside must fit in sun_path: "/pymp-X{8}/listener-X{8}".
-        const INNER_LEN: usize = 1 + 5 + RANDOM_NAME_LEN + 1 + 9 + RANDOM_NAME_LEN;
-        Self::create_in(tensorshare_strategies::platform::private_dir::socket_parent_dir(INNER_LEN))
-    }
-
-    /// Creates `pymp-XXXXXXXX` in `parent`.
-    ///
-    /// # Errors
-    ///
-    /// [`ConnectionError::Io`] when the directory cannot be created.
-    pub fn create_in(parent: impl AsRef<Path>) -> Result<Self, ConnectionError> {
-        let parent = parent.as_ref();
-        let path =
-            tensorshare_strategies::platform::private_dir::create_private_dir_in(parent, || {
-                Ok(format!("pymp-{}", random::name_suffix(RANDOM_NAME_LEN)?))
-            })
-            .map_err(|e| {
-                ConnectionError::io(
-                    format!(
-                        "creating a private socket directory in {}",
-                        parent.display()
-                    ),
-                    e,
-                )
-            })?;
-        Ok(Self { path })
-    }
-
-    /// Takes charge of a private directory made elsewhere: it is removed
-    /// with everything in it when dropped.
-    pub(crate) fn adopt(path: PathBuf) -> Self {
-        Self { path }
-    }
-
-    /// The directory's path.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// A fresh socket path inside: [`Address::unique_in`] this directory.
-    ///
-    /// # Errors
-    ///
-    /// As [`Address::unique_in`].
-    pub fn unique_address(&self) -> Result<Address, ConnectionError> {
-        Address::unique_in(&self.path)
-    }
-}
-
-impl Drop for PrivateTempDir {
-    fn drop(&mut self) {
-        // Nothing to do about a failure here: the directory only holds our
-        // sockets and the system's temporary-file cleaning will get it.
-        let _ = std::fs::remove_dir_all(&self.path);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -453,6 +430,33 @@ mod tests {
         assert_eq!(
             Address::from_bytes(b"@name").expect("a path").as_path(),
             Some(Path::new("@name"))
+        );
+    }
+
+    #[test]
+    fn tcp_endpoints_parse_and_print_back_and_paths_stay_paths() {
+        for text in ["localhost:6000", "0.0.0.0:0", "10.0.0.2:6000", "[::1]:6000"] {
+            let address: Address = text.parse().expect(text);
+            assert!(address.is_tcp() && address.as_path().is_none(), "{text}");
+            assert_eq!(address.to_string(), text);
+            assert_eq!(
+                address.to_string().parse::<Address>().expect("again"),
+                address
+            );
+            assert!(address.to_socket_addr().is_err());
+        }
+        for path in ["/tmp/x:1", "./sock:1", "sock", "a:b", "@name:1"] {
+            let address: Address = path.parse().expect(path);
+            assert!(!address.is_tcp(), "{path}");
+        }
+        assert!("host:99999".parse::<Address>().is_err());
+        let std: std::net::SocketAddr = "[::ffff:127.0.0.1]:5".parse().expect("std");
+        assert_eq!(Address::from(std).to_string(), "127.0.0.1:5");
+        // A pickle's address bytes never name a TCP endpoint.
+        assert!(
+            !Address::from_bytes(b"127.0.0.1:6000")
+                .expect("a path")
+                .is_tcp()
         );
     }
 
@@ -506,30 +510,5 @@ mod tests {
                 address
             );
         }
-    }
-
-    #[test]
-    fn private_dirs_are_0700_and_removed_on_drop() {
-        use std::os::unix::fs::PermissionsExt;
-
-        let dir = PrivateTempDir::create().expect("private dir");
-        let path = dir.path().to_path_buf();
-        let mode = std::fs::metadata(&path)
-            .expect("metadata")
-            .permissions()
-            .mode();
-        assert_eq!(mode & 0o777, 0o700);
-        let name = path.file_name().and_then(OsStr::to_str).expect("name");
-        assert!(name.starts_with("pymp-") && name.len() == 13, "{name}");
-        let address = dir.unique_address().expect("address");
-        let file = address
-            .as_path()
-            .and_then(Path::file_name)
-            .and_then(OsStr::to_str);
-        assert!(file.is_some_and(|f| f.starts_with("listener-") && f.len() == 17));
-        assert_ne!(address, dir.unique_address().expect("address"));
-        std::fs::write(path.join("left-behind"), b"x").expect("write");
-        drop(dir);
-        assert!(!path.exists());
     }
 }

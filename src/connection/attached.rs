@@ -15,22 +15,23 @@
 
 use std::io::{self, IoSlice, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::os::unix::net::UnixStream;
 
 use tensorshare_strategies::platform::fd_passing::{
     MAX_FDS_PER_MESSAGE, RecvFdsError, SendFdsError, recv_some, send_with_fds,
 };
 
+use super::StreamSocket;
+
 /// Writes to a stream, attaching `fds` to the first write.
 pub(super) struct AttachingWriter<'a> {
-    pub(super) stream: &'a UnixStream,
+    pub(super) stream: &'a StreamSocket,
     pub(super) fds: &'a [BorrowedFd<'a>],
 }
 
 impl Write for AttachingWriter<'_> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         if self.fds.is_empty() || buf.is_empty() {
-            return self.stream.write(buf);
+            return { self.stream }.write(buf);
         }
         let sent = send_with_fds(self.stream.as_fd(), buf, self.fds).map_err(send_error)?;
         self.fds = &[];
@@ -40,7 +41,7 @@ impl Write for AttachingWriter<'_> {
     fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
         match bufs.iter().find(|buf| !buf.is_empty()) {
             Some(first) if !self.fds.is_empty() => self.write(first),
-            _ => self.stream.write_vectored(bufs),
+            _ => { self.stream }.write_vectored(bufs),
         }
     }
 
@@ -69,14 +70,14 @@ fn send_error(error: SendFdsError) -> io::Error {
 /// kernel drops some, the whole set is spoiled and closed: a receiver
 /// cannot tell which storage a partial set belongs to.
 pub(super) struct CollectingReader<'a> {
-    stream: &'a UnixStream,
+    stream: &'a StreamSocket,
     fds: Vec<OwnedFd>,
     spoiled: bool,
     started: bool,
 }
 
 impl<'a> CollectingReader<'a> {
-    pub(super) fn new(stream: &'a UnixStream) -> Self {
+    pub(super) fn new(stream: &'a StreamSocket) -> Self {
         Self {
             stream,
             fds: Vec::new(),
@@ -93,8 +94,9 @@ impl<'a> CollectingReader<'a> {
 
 impl Read for CollectingReader<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if self.started {
-            return self.stream.read(buf);
+        // Nothing rides on a TCP stream's bytes: no `recvmsg` for it.
+        if self.started || self.stream.is_tcp() {
+            return { self.stream }.read(buf);
         }
         let received = recv_some(self.stream.as_fd(), buf, MAX_FDS_PER_MESSAGE).map_err(
             |error| match error {
@@ -118,7 +120,8 @@ mod tests {
 
     #[test]
     fn fds_ride_with_the_message_and_plain_readers_see_only_bytes() {
-        let (left, right) = UnixStream::pair().expect("socketpair");
+        let (left, right) = std::os::unix::net::UnixStream::pair().expect("socketpair");
+        let (left, right) = (StreamSocket::from(left), StreamSocket::from(right));
         let file = std::fs::File::open("/proc/self/exe").expect("open");
         let fds = [file.as_fd()];
         let mut writer = AttachingWriter {

@@ -50,9 +50,16 @@ impl Client {
     /// Connects to `address` and runs the authkey handshake with `authkey`,
     /// within [`ConnectionOptions::handshake_timeout`].
     ///
+    /// A TCP endpoint's host is resolved by `getaddrinfo` and each address
+    /// it gives is tried in turn until one connects, each within the
+    /// handshake timeout: `localhost:6000` reaches a Python listener on
+    /// `("localhost", 6000)`, which binds IPv4 alone, even where `localhost`
+    /// resolves to `::1` first.
+    ///
     /// # Errors
     ///
-    /// [`ConnectionError::Connect`] when nothing listens there,
+    /// [`ConnectionError::Connect`] when nothing listens there or the host
+    /// does not resolve,
     /// [`ConnectionError::Auth`] when the authkeys differ or the listener does
     /// not speak the handshake, [`ConnectionError::HandshakeTimeout`] when it
     /// does not answer in time.
@@ -65,8 +72,17 @@ impl Client {
             address: address.clone(),
             cause,
         };
-        let socket_address = address.to_socket_addr().map_err(connect_error)?;
-        let stream = UnixStream::connect_addr(&socket_address).map_err(connect_error)?;
+        let stream = match address.as_tcp() {
+            Some(tcp) => (tcp.connect(options.handshake_timeout))
+                .map_err(connect_error)?
+                .into(),
+            None => {
+                let socket_address = address.to_socket_addr().map_err(connect_error)?;
+                UnixStream::connect_addr(&socket_address)
+                    .map_err(connect_error)?
+                    .into()
+            }
+        };
         authenticate(stream, Role::Client, address, authkey, options)
     }
 }

@@ -1,23 +1,51 @@
-//! A Unix stream whose reads and writes all end by one deadline.
+//! A stream socket whose reads and writes all end by one deadline.
 //!
 //! The handshake and the framing read in several calls; a per-call socket
 //! timeout alone would let a peer that trickles bytes hold a connection for
 //! many timeouts. Each call here sets the socket timeout to what is left.
 
 use std::io::{self, ErrorKind, Read, Write};
-use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
-/// `&UnixStream` with an overall deadline.
-pub(crate) struct DeadlineStream<'a> {
-    stream: &'a UnixStream,
+use std::os::unix::net::UnixStream;
+
+use super::StreamSocket;
+
+/// A socket whose reads and writes time out: the connection's, or the
+/// resource sharer's Unix stream.
+pub(crate) trait TimedSocket {
+    fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()>;
+    fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()>;
+}
+
+impl TimedSocket for UnixStream {
+    fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        UnixStream::set_read_timeout(self, timeout)
+    }
+    fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        UnixStream::set_write_timeout(self, timeout)
+    }
+}
+
+impl TimedSocket for StreamSocket {
+    fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        StreamSocket::set_read_timeout(self, timeout)
+    }
+    fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        StreamSocket::set_write_timeout(self, timeout)
+    }
+}
+
+/// A socket with an overall deadline.
+pub(crate) struct DeadlineStream<'a, S = UnixStream> {
+    stream: &'a S,
     /// `None` when the timeout is too long to represent: no deadline.
     deadline: Option<Instant>,
 }
 
-impl<'a> DeadlineStream<'a> {
+impl<'a, S: TimedSocket> DeadlineStream<'a, S> {
     /// Reads and writes on `stream` must finish within `timeout` from now.
-    pub(crate) fn new(stream: &'a UnixStream, timeout: Duration) -> Self {
+    pub(crate) fn new(stream: &'a S, timeout: Duration) -> Self {
         Self {
             stream,
             deadline: Instant::now().checked_add(timeout),
@@ -50,17 +78,23 @@ impl<'a> DeadlineStream<'a> {
     }
 }
 
-impl Read for DeadlineStream<'_> {
+impl<S: TimedSocket> Read for DeadlineStream<'_, S>
+where
+    for<'s> &'s S: Read,
+{
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         self.arm_read_timeout()?;
-        self.stream.read(buf)
+        { self.stream }.read(buf)
     }
 }
 
-impl Write for DeadlineStream<'_> {
+impl<S: TimedSocket> Write for DeadlineStream<'_, S>
+where
+    for<'s> &'s S: Write,
+{
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         self.arm_write_timeout()?;
-        self.stream.write(buf)
+        { self.stream }.write(buf)
     }
 
     fn flush(&mut self) -> io::Result<()> {

@@ -13,7 +13,8 @@ use super::Address;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConnectionError {
-    /// A string or byte string is not a usable `AF_UNIX` address.
+    /// A string or byte string is not a usable `AF_UNIX` address or TCP
+    /// endpoint.
     #[error("invalid socket address {address:?}: {reason}")]
     InvalidAddress {
         /// The address as given, escaped.
@@ -214,7 +215,8 @@ fn connect_hint(error: &io::Error) -> &'static str {
     match error.kind() {
         ErrorKind::NotFound | ErrorKind::ConnectionRefused => {
             "; is the listener running at that address? (a listener on a path removes its \
-             socket file when it stops)"
+             socket file when it stops; a TCP listener must be bound to an address this host \
+             can reach, not 127.0.0.1 on another host)"
         }
         ErrorKind::PermissionDenied => "; this user may not open the socket file",
         _ => "",

@@ -1,18 +1,48 @@
 //! The listening side: Python's `multiprocessing.connection.Listener`.
 
+use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::fs::MetadataExt;
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
 
 use super::stream::{Role, authenticate};
-use super::{Address, Authkey, Connection, ConnectionError, ConnectionOptions, PrivateTempDir};
+use super::tcp_address::is_loopback;
+use super::{
+    Address, Authkey, Connection, ConnectionError, ConnectionOptions, PrivateTempDir, StreamSocket,
+};
 
-/// A listening `AF_UNIX` socket that authenticates every connection, as
-/// Python's `Listener(address, authkey=...)`.
+/// A listening `AF_UNIX` or TCP socket that authenticates every connection,
+/// as Python's `Listener(address, authkey=...)`.
 ///
 /// Dropping it closes the socket and removes the socket file it created
 /// (and the directory, for [`Listener::bind_in_private_dir`]).
+///
+/// A TCP listener (`Listener::bind(&"0.0.0.0:6000".parse()?, ...)`) is
+/// what Python's `Listener(("0.0.0.0", 6000), authkey=...)` is: the
+/// authkey handshake proves a peer holds the key, and nothing is
+/// encrypted. Anyone on the path reads every tensor, and one who can
+/// also inject traffic can take over a connection after its handshake.
+/// Listen on a non-loopback address only on a network you trust, with a
+/// long random key ([`Authkey::random`]). Storages go as bytes over TCP
+/// (see [`Connection::send`]).
+///
+/// ```
+/// use tensorshare::connection::ConnectionOptions;
+/// use tensorshare::{Address, Authkey, Client, Listener};
+///
+/// let authkey = Authkey::random()?;
+/// let options = ConnectionOptions::default();
+/// // Port 0: the kernel picks a free port, and `address` says which.
+/// let listener = Listener::bind(&"127.0.0.1:0".parse()?, &authkey, options)?;
+/// let address: Address = listener.address().clone();
+/// assert_ne!(address.as_tcp().map(|tcp| tcp.port()), Some(0));
+/// assert!(!listener.is_reachable_from_other_hosts());
+/// let server = std::thread::spawn(move || listener.accept()?.recv_bytes());
+/// Client::connect(&address, &authkey, options)?.send_bytes(b"\x80\x04N.")?;
+/// assert_eq!(server.join().expect("the listener thread")?, b"\x80\x04N.");
+/// # Ok::<(), tensorshare::connection::ConnectionError>(())
+/// ```
 ///
 /// # Examples
 ///
@@ -40,7 +70,7 @@ use super::{Address, Authkey, Connection, ConnectionError, ConnectionOptions, Pr
 /// ```
 #[derive(Debug)]
 pub struct Listener {
-    socket: UnixListener,
+    socket: ListeningSocket,
     address: Address,
     authkey: Authkey,
     options: ConnectionOptions,
@@ -48,6 +78,13 @@ pub struct Listener {
     /// Declared after everything else so it is removed last, once the
     /// socket file inside it is gone.
     private_dir: Option<PrivateTempDir>,
+}
+
+/// A listening socket of either family.
+#[derive(Debug)]
+enum ListeningSocket {
+    Unix(UnixListener),
+    Tcp(TcpListener),
 }
 
 /// The socket file `bind` created, identified so that `Drop` removes only
@@ -62,21 +99,39 @@ struct SocketFile {
 impl Listener {
     /// Listens on `address`; connections must prove they hold `authkey`.
     ///
+    /// A TCP endpoint binds the first address its host resolves to that
+    /// binds, with `SO_REUSEADDR` as CPython's `SocketListener` sets it;
+    /// port 0 takes a free port. [`Listener::address`] then gives the bound
+    /// IP address and port, as CPython's `Listener.address` does.
+    ///
     /// # Errors
     ///
     /// [`ConnectionError::Bind`] when the socket cannot be bound, e.g. the
-    /// path exists already (CPython does not replace it either) or the
-    /// abstract name is taken.
+    /// path exists already (CPython does not replace it either), the
+    /// abstract name or port is taken, or the host does not resolve.
     pub fn bind(
         address: &Address,
         authkey: &Authkey,
         options: ConnectionOptions,
     ) -> Result<Self, ConnectionError> {
-        let socket = address.listen().map_err(|cause| ConnectionError::Bind {
+        let bind_error = |cause| ConnectionError::Bind {
             address: address.clone(),
             cause,
-        })?;
-        Ok(Self::listening(socket, address, authkey, options))
+        };
+        let Some(tcp) = address.as_tcp() else {
+            let socket = address.listen().map_err(bind_error)?;
+            return Ok(Self::listening(socket, address, authkey, options));
+        };
+        let socket = tcp.listen().map_err(bind_error)?;
+        let bound = socket.local_addr().map_err(bind_error)?;
+        Ok(Self {
+            socket: ListeningSocket::Tcp(socket),
+            address: Address::from(bound),
+            authkey: authkey.clone(),
+            options,
+            socket_file: None,
+            private_dir: None,
+        })
     }
 
     /// Listens on a fresh abstract name ([`Address::unique_abstract`]
@@ -113,7 +168,7 @@ impl Listener {
             })
         });
         Self {
-            socket,
+            socket: ListeningSocket::Unix(socket),
             address: address.clone(),
             authkey: authkey.clone(),
             options,
@@ -191,8 +246,12 @@ impl Listener {
     /// [`ConnectionError::Accept`] as for [`Listener::accept`].
     pub fn accept_unauthenticated(&self) -> Result<IncomingConnection, ConnectionError> {
         let stream = loop {
-            match self.socket.accept() {
-                Ok((stream, _)) => break stream,
+            let accepted = match &self.socket {
+                ListeningSocket::Unix(socket) => socket.accept().map(|(s, _)| s.into()),
+                ListeningSocket::Tcp(socket) => socket.accept().map(|(s, _)| s.into()),
+            };
+            match accepted {
+                Ok(stream) => break stream,
                 Err(e)
                     if matches!(
                         e.kind(),
@@ -222,14 +281,28 @@ impl Listener {
     ///
     /// [`ConnectionError::Io`] when the socket refuses the change.
     pub fn set_nonblocking(&self, nonblocking: bool) -> Result<(), ConnectionError> {
-        self.socket
-            .set_nonblocking(nonblocking)
-            .map_err(|e| ConnectionError::io("changing the listener's blocking mode", e))
+        match &self.socket {
+            ListeningSocket::Unix(socket) => socket.set_nonblocking(nonblocking),
+            ListeningSocket::Tcp(socket) => socket.set_nonblocking(nonblocking),
+        }
+        .map_err(|e| ConnectionError::io("changing the listener's blocking mode", e))
     }
 
-    /// Where this listener listens.
+    /// Where this listener listens; for TCP, the bound IP address and the
+    /// real port.
     pub fn address(&self) -> &Address {
         &self.address
+    }
+
+    /// Whether peers on other hosts can connect: a TCP listener bound to
+    /// an address other than a loopback one (`0.0.0.0` and `::` included).
+    pub fn is_reachable_from_other_hosts(&self) -> bool {
+        match &self.socket {
+            ListeningSocket::Unix(_) => false,
+            ListeningSocket::Tcp(socket) => !socket
+                .local_addr()
+                .is_ok_and(|bound| is_loopback(bound.ip())),
+        }
     }
 
     /// The options every accepted connection gets.
@@ -241,7 +314,10 @@ impl Listener {
 impl AsFd for Listener {
     /// The listening socket, readable when a peer is waiting.
     fn as_fd(&self) -> BorrowedFd<'_> {
-        self.socket.as_fd()
+        match &self.socket {
+            ListeningSocket::Unix(socket) => socket.as_fd(),
+            ListeningSocket::Tcp(socket) => socket.as_fd(),
+        }
     }
 }
 
@@ -266,13 +342,18 @@ impl Drop for Listener {
 /// before [`IncomingConnection::authenticate`].
 #[derive(Debug)]
 pub struct IncomingConnection {
-    stream: UnixStream,
+    stream: StreamSocket,
     address: Address,
     authkey: Authkey,
     options: ConnectionOptions,
 }
 
 impl IncomingConnection {
+    /// The peer's address, for a TCP connection: who to name in a log.
+    pub fn tcp_peer(&self) -> Option<SocketAddr> {
+        self.stream.tcp_peer()
+    }
+
     /// Runs the authkey handshake, within
     /// [`ConnectionOptions::handshake_timeout`].
     ///

@@ -1,4 +1,4 @@
-//! `multiprocessing.connection` over `AF_UNIX` sockets: a [`Listener`] that
+//! `multiprocessing.connection` over `AF_UNIX` and TCP sockets: a [`Listener`] that
 //! Python's `multiprocessing.connection.Client` connects to, a [`Client`]
 //! that connects to Python's `Listener`, and the [`Connection`] both give.
 //!
@@ -39,6 +39,21 @@
 //! to 3.11 and older, which also always authenticate) but not to a 3.12 peer
 //! with an empty key. Skipping authentication would let any local process
 //! that can reach the socket send pickles, so there is no switch for it.
+//!
+//! # Addresses
+//!
+//! An [`Address`] is an `AF_UNIX` path (`/tmp/x.sock`), an abstract name
+//! (`@name`, Python's `"\0name"`), or a TCP endpoint ([`TcpAddress`]:
+//! `host:port`, `[v6addr]:port`; Python's `("host", port)`). Text that does
+//! not start with `/`, `.`, `@` or NUL and ends in `:PORT`, or starts with
+//! `[`, is TCP; everything else is a path, as it always was.
+//!
+//! A TCP connection carries the same framing (the 8-byte length form
+//! above 2 GiB included) and the same handshake in both dialects. It
+//! authenticates but does not encrypt: see [`Listener`] for what that
+//! means on a network. [`Connection::send`] sends storages over it as
+//! bytes, and [`Connection::recv`] refuses shared-memory handles arriving
+//! on it (see [`SharingContext::with_pinned_strategy`](crate::SharingContext::with_pinned_strategy)).
 //!
 //! # Dialects
 //!
@@ -87,17 +102,25 @@ pub(crate) mod deadline;
 mod error;
 mod listener;
 mod options;
+mod private_dir;
 mod random;
 mod sent_registrations;
+mod socket;
 mod stream;
+mod tcp_address;
 
-pub use address::{Address, MAX_ADDRESS_LEN, PrivateTempDir};
+pub use address::{Address, MAX_ADDRESS_LEN};
 pub use authkey::{AUTHKEY_ENV, Authkey, RANDOM_AUTHKEY_LEN};
 pub use client::Client;
 pub use error::ConnectionError;
 pub(crate) use error::{is_fd_exhaustion, is_timeout};
 pub use listener::{IncomingConnection, Listener};
 pub use options::{ConnectionOptions, DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_MAX_MESSAGE_BYTES};
+pub use private_dir::PrivateTempDir;
+pub use socket::StreamSocket;
+pub use tcp_address::TcpAddress;
+pub(crate) use tcp_address::is_loopback;
+
 pub(crate) use sent_registrations::RegisteredFds;
 pub use stream::Connection;
 // The wire protocol's own types, from the format crate: the handshake's

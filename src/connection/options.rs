@@ -36,6 +36,13 @@ pub struct ConnectionOptions {
     pub handshake_timeout: Duration,
     /// The challenge this side delivers; either side answers both forms.
     pub dialect: Dialect,
+    /// Whether a TCP connection sets `TCP_NODELAY` (default: off, as
+    /// CPython leaves it). Every message goes out in one `writev` of its
+    /// header and payload, so Nagle's algorithm never holds a message's
+    /// tail back waiting for an acknowledgement of its head: the
+    /// measurement in the README's TCP section found no difference on
+    /// loopback for 4 KiB or 64 MiB messages. Unix sockets ignore it.
+    pub tcp_nodelay: bool,
 }
 
 impl Default for ConnectionOptions {
@@ -44,6 +51,7 @@ impl Default for ConnectionOptions {
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
             dialect: Dialect::default(),
+            tcp_nodelay: false,
         }
     }
 }
@@ -60,6 +68,13 @@ impl ConnectionOptions {
     #[must_use]
     pub const fn with_handshake_timeout(mut self, handshake_timeout: Duration) -> Self {
         self.handshake_timeout = handshake_timeout;
+        self
+    }
+
+    /// These options with [`tcp_nodelay`](Self::tcp_nodelay) set.
+    #[must_use]
+    pub const fn with_tcp_nodelay(mut self, nodelay: bool) -> Self {
+        self.tcp_nodelay = nodelay;
         self
     }
 

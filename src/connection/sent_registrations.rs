@@ -12,11 +12,12 @@
 //! peer that closed the connection and lives on may still unpickle what it
 //! read, so its fds wait for their lifetime as before.
 
-use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Weak};
 
 use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
 use tensorshare_strategies::platform::process::has_exited;
+
+use super::StreamSocket;
 
 /// What holds the fds registered for the messages sent on a connection:
 /// the resource sharer, in the sharing layer above.
@@ -55,7 +56,7 @@ impl SentRegistrations {
     /// `stream`.
     pub(super) fn note(
         &mut self,
-        stream: &UnixStream,
+        stream: &StreamSocket,
         sharer: &Arc<dyn RegisteredFds>,
         keys: &[i64],
     ) {
@@ -113,8 +114,9 @@ impl Drop for SentRegistrations {
 }
 
 /// The pid of the process at the other end of `stream` when it connected,
-/// if this pid namespace can name it (`SO_PEERCRED` gives 0 otherwise).
-fn peer_pid(stream: &UnixStream) -> Option<u32> {
-    let credentials = getsockopt(stream, PeerCredentials).ok()?;
+/// if this pid namespace can name it (`SO_PEERCRED` gives 0 otherwise);
+/// `None` for a TCP peer, which may be on another host.
+fn peer_pid(stream: &StreamSocket) -> Option<u32> {
+    let credentials = getsockopt(stream.as_unix()?, PeerCredentials).ok()?;
     u32::try_from(credentials.pid()).ok().filter(|&pid| pid > 0)
 }

@@ -3,7 +3,6 @@
 use std::fmt;
 use std::io::IoSlice;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,10 +17,10 @@ use tensorshare_strategies::bytes::message_window::take_message_buffer;
 use super::attached::{AttachingWriter, CollectingReader};
 use super::deadline::DeadlineStream;
 use super::sent_registrations::{RegisteredFds, SentRegistrations};
-use super::{Address, Authkey, ConnectionError, ConnectionOptions};
+use super::{Address, Authkey, ConnectionError, ConnectionOptions, StreamSocket};
 
 /// One end of a `multiprocessing.connection` connection: length-framed
-/// byte messages over a Unix stream socket.
+/// byte messages over a Unix or TCP stream socket ([`StreamSocket`]).
 ///
 /// Tensors and other Python objects go with [`send`](Self::send) and
 /// [`recv`](Self::recv) and a [`SharingContext`](crate::SharingContext);
@@ -38,7 +37,7 @@ use super::{Address, Authkey, ConnectionError, ConnectionOptions};
 /// next one (up to 256 MiB), so that a stream of
 /// large messages does not pay for fresh memory every time.
 pub struct Connection {
-    stream: UnixStream,
+    stream: StreamSocket,
     options: ConnectionOptions,
     /// The buffer of the last message, kept when nothing received from it
     /// holds on to it.
@@ -91,10 +90,11 @@ impl fmt::Debug for Connection {
 
 impl Connection {
     /// Wraps a connected socket without any handshake, e.g. one end of
-    /// `UnixStream::pair()`, or a socket authenticated elsewhere.
-    pub fn from_stream(stream: UnixStream, options: ConnectionOptions) -> Self {
+    /// `UnixStream::pair()`, or a socket (Unix or TCP) authenticated
+    /// elsewhere.
+    pub fn from_stream(stream: impl Into<StreamSocket>, options: ConnectionOptions) -> Self {
         Self {
-            stream,
+            stream: stream.into(),
             options,
             receive_buffer: Vec::new(),
             sent: SentRegistrations::default(),
@@ -168,7 +168,9 @@ impl Connection {
         fds: &[BorrowedFd<'_>],
     ) -> Result<(), ConnectionError> {
         let len: usize = payload.iter().map(|slice| slice.len()).sum();
-        if len >= LARGE_MESSAGE_BYTES && !self.send_buffer_raised {
+        // Not on TCP: a fixed SO_SNDBUF turns off the kernel's autotuning,
+        // which sizes a TCP send buffer to the link better than any constant.
+        if len >= LARGE_MESSAGE_BYTES && !self.send_buffer_raised && !self.stream.is_tcp() {
             // Only ever a speed-up: a refusal leaves the default buffer.
             let _ = setsockopt(&self.stream, SndBuf, &LARGE_SEND_BUFFER);
             self.send_buffer_raised = true;
@@ -309,14 +311,22 @@ impl Connection {
         Ok(clone)
     }
 
-    /// The socket itself.
-    pub fn into_stream(self) -> UnixStream {
+    /// The socket itself: [`StreamSocket::into_unix`] gives the
+    /// `UnixStream` of a local connection.
+    pub fn into_stream(self) -> StreamSocket {
         self.stream
     }
 
-    /// The socket, for calls this type does not wrap.
-    pub fn stream(&self) -> &UnixStream {
+    /// The socket, for calls this type does not wrap
+    /// ([`StreamSocket::as_unix`], [`StreamSocket::as_tcp`]).
+    pub fn stream(&self) -> &StreamSocket {
         &self.stream
+    }
+
+    /// Whether this connection runs over TCP, and so may reach another
+    /// host: [`send`](Self::send) sends storages as bytes on it.
+    pub fn is_tcp(&self) -> bool {
+        self.stream.is_tcp()
     }
 }
 
@@ -340,12 +350,16 @@ pub(crate) enum Role {
 /// Runs the handshake on `stream` within `options.handshake_timeout`, then
 /// clears the socket's timeouts and makes the connection.
 pub(crate) fn authenticate(
-    stream: UnixStream,
+    stream: StreamSocket,
     role: Role,
     address: &Address,
     authkey: &Authkey,
     options: ConnectionOptions,
 ) -> Result<Connection, ConnectionError> {
+    if let (StreamSocket::Tcp(tcp), true) = (&stream, options.tcp_nodelay) {
+        tcp.set_nodelay(true)
+            .map_err(|e| ConnectionError::io("setting TCP_NODELAY", e))?;
+    }
     let timeout = options.handshake_timeout;
     let mut bounded = DeadlineStream::new(&stream, timeout);
     let result: Result<NegotiatedDigests, AuthError> = match role {

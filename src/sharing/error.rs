@@ -5,6 +5,7 @@ use tensorshare_compat::pickle::{EncodeError, Global};
 use tensorshare_strategies::memmap::InvalidMemmapDir;
 use tensorshare_strategies::{AllocateError, ExportError, ImportError};
 
+use super::network::shared_memory_over_tcp_message;
 use super::resource_sharer::{FetchError, RegisterError, SharerError};
 use crate::reduce::ReduceError;
 use crate::registry::{LoadError, RebuildError};
@@ -57,6 +58,28 @@ pub enum SharingError {
     PeerAuthkey {
         /// How many times, since this process started sharing.
         failures: u64,
+    },
+    /// A message that arrived over TCP named a storage in shared memory
+    /// (an fd, a `file_system` segment or a `memmap` file): refused, since
+    /// shared memory does not cross hosts. The message says what the
+    /// sender should do instead.
+    #[error("{}", shared_memory_over_tcp_message(form, peer.as_ref()))]
+    SharedMemoryOverTcp {
+        /// The rebuilder that named the storage, e.g. `rebuild_storage_fd`.
+        form: &'static str,
+        /// The peer, when its address could be told.
+        peer: Option<std::net::SocketAddr>,
+    },
+    /// A send over TCP with a context whose strategy is pinned to one that
+    /// shares memory ([`SharingContext::with_pinned_strategy`](super::SharingContext::with_pinned_strategy)).
+    #[error(
+        "this context's strategy is pinned to {strategy}, which shares memory and cannot reach \
+         a peer over TCP: set it with with_strategy instead (TCP connections then send \
+         storages as bytes, local ones keep {strategy}), or pin bytes"
+    )]
+    PinnedStrategyOverTcp {
+        /// The pinned strategy.
+        strategy: tensorshare_strategies::StrategyKind,
     },
     /// Storages sent were not fetched in the time given.
     #[error("{}", unfetched_message(*.pending, *.waited))]

@@ -137,10 +137,10 @@ pub(crate) trait WithStrategy {
 }
 
 impl SharingContext {
-    /// Runs `work` with this context's strategy: the one place a strategy
-    /// is picked by its kind.
-    pub(crate) fn using_strategy<W: WithStrategy>(&self, work: W) -> W::Output {
-        match self.strategy {
+    /// Runs `work` with the strategy `kind`: the one place a strategy is
+    /// picked by its kind.
+    pub(crate) fn using_strategy<W: WithStrategy>(&self, kind: StrategyKind, work: W) -> W::Output {
+        match kind {
             StrategyKind::FileDescriptor => work.run::<FileDescriptorStrategy>(self),
             StrategyKind::FileSystem => work.run::<FileSystemStrategy>(self),
             StrategyKind::Bytes => work.run::<BytesStrategy>(self),

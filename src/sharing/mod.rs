@@ -19,6 +19,7 @@ mod file_system;
 mod form;
 mod memmap;
 mod memmap_pool;
+mod network;
 mod notices;
 mod parked;
 mod receipt;
@@ -52,6 +53,7 @@ use shares::Shares;
 
 pub use error::SharingError;
 pub(crate) use error::{peer_authkey_message, unfetched_message};
+pub(crate) use network::{MessageOrigin, shared_memory_over_tcp_message};
 pub use tensorshare_strategies::{ExportError, ImportError, memmap::InvalidMemmapDir};
 
 use crate::connection::{Authkey, ConnectionOptions};
@@ -99,7 +101,9 @@ const DEFAULT_UNFETCHED_LIFETIME: Duration = Duration::from_secs(300);
 pub struct SharingContext {
     registry: Registry,
     authkey: Authkey,
+    /// The strategy for local peers, and for TCP ones too when pinned.
     strategy: StrategyKind,
+    strategy_pinned: bool,
     fetch_timeout: Duration,
     sharer: OnceLock<Arc<ResourceSharer>>,
     /// Where the resource sharer listens; `None` for what
@@ -166,6 +170,7 @@ impl SharingContext {
         Self {
             registry: Registry::default(),
             strategy: StrategyKind::FileDescriptor,
+            strategy_pinned: false,
             fetch_timeout: DEFAULT_FETCH_TIMEOUT,
             sharer: OnceLock::new(),
             sharer_socket: None,
@@ -210,6 +215,12 @@ impl SharingContext {
     /// or `bytes` (copies inline, as plain `pickle.dumps` writes them).
     /// Receiving takes every strategy whatever this says.
     ///
+    /// This is the strategy for local peers: over a TCP connection
+    /// [`Connection::send`](crate::Connection::send) sends storages as
+    /// `bytes` whatever it says, since shared memory does not cross hosts
+    /// ([`with_pinned_strategy`](Self::with_pinned_strategy) makes that an
+    /// error instead).
+    ///
     /// See the [crate docs](crate#what-a-sender-keeps-alive) for what each
     /// asks of the sender.
     ///
@@ -231,6 +242,7 @@ impl SharingContext {
     /// ```
     pub fn with_strategy(mut self, strategy: StrategyKind) -> Self {
         self.strategy = strategy;
+        self.strategy_pinned = false;
         self
     }
 
@@ -328,7 +340,8 @@ impl SharingContext {
         &self.registry
     }
 
-    /// The strategy storages are sent with.
+    /// The strategy storages are sent with to local peers (to every peer,
+    /// when [pinned](Self::with_pinned_strategy)).
     pub fn strategy(&self) -> StrategyKind {
         self.strategy
     }
@@ -410,7 +423,7 @@ impl SharingContext {
                 S::allocate_writer(context, self.0)
             }
         }
-        self.using_strategy(Allocate(nbytes))
+        self.using_strategy(self.strategy, Allocate(nbytes))
     }
 
     /// Pickles `value` as torch's `ForkingPickler` would, sharing every
@@ -421,12 +434,17 @@ impl SharingContext {
     /// When a storage cannot be shared (out of fds or memory, a storage whose
     /// bytes are not in this process) or the value has no pickled form.
     pub fn dumps(&self, value: &Value) -> Result<Vec<u8>, SharingError> {
-        Ok(self.dumps_outgoing(value)?.pickle.into_vec())
+        Ok(self.dumps_outgoing(value, false)?.pickle.into_vec())
     }
 
     /// Pickles `value` as [`dumps`](Self::dumps) does, keeping the storages
-    /// whose fds may ride on the message.
-    pub(crate) fn dumps_outgoing(&self, value: &Value) -> Result<Outgoing, SharingError> {
+    /// whose fds may ride on the message; `over_tcp` for a message to a
+    /// peer that may be on another host, whose storages go as bytes.
+    pub(crate) fn dumps_outgoing(
+        &self,
+        value: &Value,
+        over_tcp: bool,
+    ) -> Result<Outgoing, SharingError> {
         struct Reduce<'v>(&'v Value);
         impl WithStrategy for Reduce<'_> {
             type Output = Result<Reduced, SharingError>;
@@ -437,7 +455,7 @@ impl SharingContext {
         let Reduced {
             pickle,
             attachable: mut shared,
-        } = self.using_strategy(Reduce(value))?;
+        } = self.using_strategy(self.strategy_for(over_tcp)?, Reduce(value))?;
         let pickle = encode_vectored(&pickle, &EncodeOptions::new())?;
         let registered = shared.iter().map(|(key, _)| *key).collect();
         if !self.inline_fds || shared.len() > MAX_FDS_PER_MESSAGE {
@@ -464,7 +482,8 @@ impl SharingContext {
     /// (sender gone, wrong authkey).
     pub fn loads(&self, bytes: &[u8]) -> Result<Value, SharingError> {
         let limits = self.registry.options().limits;
-        self.rebuild_message(decode_all(bytes, &self.registry, &limits)?, Vec::new())
+        let decoded = decode_all(bytes, &self.registry, &limits)?;
+        self.rebuild_message(decoded, Vec::new(), MessageOrigin::Local)
     }
 
     /// Rebuilds a pickle that arrived with `fds` attached (see
@@ -474,20 +493,26 @@ impl SharingContext {
     ///
     /// Large `bytes` in the message (a `bytes`-strategy storage) are read
     /// from `message`'s buffer: a storage's bytes are copied once, into the
-    /// storage.
+    /// storage. A message of `origin` TCP may name no shared memory.
     pub(crate) fn loads_with_fds(
         &self,
         message: &SharedBytes,
         fds: Vec<OwnedFd>,
+        origin: MessageOrigin,
     ) -> Result<Value, SharingError> {
         let limits = self.registry.options().limits;
         let decoded = decode_all_shared(message, &self.registry, &limits)?;
-        self.rebuild_message(decoded, fds)
+        self.rebuild_message(decoded, fds, origin)
     }
 
-    fn rebuild_message(&self, decoded: Decoded, fds: Vec<OwnedFd>) -> Result<Value, SharingError> {
+    fn rebuild_message(
+        &self,
+        decoded: Decoded,
+        fds: Vec<OwnedFd>,
+        origin: MessageOrigin,
+    ) -> Result<Value, SharingError> {
         let mut walker = Walker::new(&self.registry, &decoded.pickle, None);
-        let receipt = Receipt::new(self, &mut walker, fds);
+        let receipt = Receipt::new(self, &mut walker, fds, origin);
         walker
             .attaching(&receipt)
             .run()

@@ -19,8 +19,7 @@ use std::os::fd::OwnedFd;
 
 use tensorshare_compat::pickle::Global;
 
-use super::SharingContext;
-use super::SharingError;
+use super::{MessageOrigin, SharingContext, SharingError};
 use crate::model::{DupFdRef, SegmentRef, Storage, Value};
 use crate::registry::attach::{AttachError, StorageAttacher};
 use crate::registry::rebuild::Walker;
@@ -29,6 +28,7 @@ use crate::registry::rebuild::Walker;
 pub(crate) struct Receipt<'a> {
     context: &'a SharingContext,
     attached: Option<AttachedFds>,
+    origin: MessageOrigin,
 }
 
 /// Fds that arrived with a message, each with the key of the `DupFd` it
@@ -61,18 +61,24 @@ impl<'a> Receipt<'a> {
         context: &'a SharingContext,
         walker: &mut Walker<'_>,
         fds: Vec<OwnedFd>,
+        origin: MessageOrigin,
     ) -> Self {
         let attached = if fds.is_empty() {
             None
         } else {
             attached_fds(walker, fds)
         };
-        Self { context, attached }
+        Self {
+            context,
+            attached,
+            origin,
+        }
     }
 
     /// The storage a `DupFd` names, `nbytes` long: mapped from the attached
     /// fd when one came for it, else fetched from the sender's sharer.
     fn fd(&self, dup_fd: &DupFdRef, nbytes: usize) -> Result<Storage, SharingError> {
+        self.origin.admit_shared_memory("rebuild_storage_fd")?;
         let attached = self
             .attached
             .as_ref()
@@ -102,11 +108,15 @@ impl StorageAttacher for Receipt<'_> {
     }
 
     fn attach_segment(&self, segment: &SegmentRef, nbytes: usize) -> Result<Storage, AttachError> {
-        (self.context.map_segment(segment, nbytes)).map_err(AttachError::new)
+        let origin = self.origin.admit_shared_memory("rebuild_storage_filename");
+        (origin.and_then(|()| self.context.map_segment(segment, nbytes))).map_err(AttachError::new)
     }
 
     fn attach_file(&self, path: &str, nbytes: usize) -> Result<Storage, AttachError> {
-        (self.context.map_file(path, nbytes)).map_err(AttachError::new)
+        let origin = self
+            .origin
+            .admit_shared_memory("UntypedStorage.from_file (memmap)");
+        (origin.and_then(|()| self.context.map_file(path, nbytes))).map_err(AttachError::new)
     }
 }
 

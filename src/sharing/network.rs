@@ -1,0 +1,124 @@
+//! Which strategy a message goes with, by the connection it travels on:
+//! shared memory reaches only processes on this host, so a TCP connection
+//! carries storages as bytes, and refuses shared-memory handles coming in.
+//!
+//! A context's strategy ([`SharingContext::with_strategy`]) is a preference
+//! for local peers (`AF_UNIX` connections, and [`SharingContext::dumps`]):
+//! over TCP every storage goes as `bytes`, which is what
+//! `pickle.dumps(tensor)` writes and any torch rebuilds unaided. A context
+//! whose strategy is pinned ([`SharingContext::with_pinned_strategy`])
+//! sends with it everywhere, and a pinned shared-memory strategy over TCP
+//! is an error rather than a message the peer cannot open.
+//!
+//! Received handles (`rebuild_storage_fd`, `rebuild_storage_filename`,
+//! `UntypedStorage.from_file`) are refused on every TCP connection,
+//! loopback included. From another host they name memory that is not on
+//! this one, or worse, memory on this one the sender has no business
+//! naming; from loopback they would work, but only until the peer moves to
+//! another host, so a program tested on one machine would fail on two.
+//! Peers on one host that want zero-copy connect over an `AF_UNIX`
+//! address.
+
+use std::net::SocketAddr;
+
+use tensorshare_strategies::StrategyKind;
+
+use super::{SharingContext, SharingError};
+use crate::connection::is_loopback;
+
+/// Where a received message came from, for the storages it names.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum MessageOrigin {
+    /// An `AF_UNIX` connection, or bytes handed to
+    /// [`SharingContext::loads`]: handles are attached.
+    Local,
+    /// A TCP connection, from `peer` when it can be told: handles are
+    /// refused.
+    Tcp {
+        /// The peer's address.
+        peer: Option<SocketAddr>,
+    },
+}
+
+impl MessageOrigin {
+    /// `Ok` when a storage named by the rebuilder `form` may be attached
+    /// from a message of this origin.
+    pub(crate) fn admit_shared_memory(self, form: &'static str) -> Result<(), SharingError> {
+        match self {
+            Self::Local => Ok(()),
+            Self::Tcp { peer } => Err(SharingError::SharedMemoryOverTcp { form, peer }),
+        }
+    }
+}
+
+impl SharingContext {
+    /// Sends storages with `strategy` on every connection: unlike
+    /// [`with_strategy`](Self::with_strategy), which TCP connections
+    /// override with `bytes`, a pinned shared-memory strategy makes
+    /// [`Connection::send`](crate::Connection::send) on a TCP connection
+    /// fail with [`SharingError::SharedMemoryOverTcp`]. For a program that
+    /// must never copy storages, where a copy would be a bug to report.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tensorshare::{Authkey, SharingContext, StrategyKind};
+    ///
+    /// let preferred = SharingContext::new(Authkey::random()?);
+    /// assert!(!preferred.is_strategy_pinned());
+    /// let pinned = SharingContext::new(Authkey::random()?)
+    ///     .with_pinned_strategy(StrategyKind::FileSystem);
+    /// assert_eq!((pinned.strategy(), pinned.is_strategy_pinned()), (StrategyKind::FileSystem, true));
+    /// # Ok::<(), tensorshare::connection::ConnectionError>(())
+    /// ```
+    pub fn with_pinned_strategy(mut self, strategy: StrategyKind) -> Self {
+        self.strategy = strategy;
+        self.strategy_pinned = true;
+        self
+    }
+
+    /// Whether the strategy holds over TCP too
+    /// ([`with_pinned_strategy`](Self::with_pinned_strategy)).
+    pub fn is_strategy_pinned(&self) -> bool {
+        self.strategy_pinned
+    }
+
+    /// The strategy for a message on a connection; `over_tcp` for one that
+    /// may reach another host.
+    pub(crate) fn strategy_for(&self, over_tcp: bool) -> Result<StrategyKind, SharingError> {
+        if !over_tcp || self.strategy == StrategyKind::Bytes {
+            return Ok(self.strategy);
+        }
+        if self.strategy_pinned {
+            return Err(SharingError::PinnedStrategyOverTcp {
+                strategy: self.strategy,
+            });
+        }
+        Ok(StrategyKind::Bytes)
+    }
+}
+
+/// What to say of a shared-memory handle that arrived over TCP.
+pub(crate) fn shared_memory_over_tcp_message(form: &str, peer: Option<&SocketAddr>) -> String {
+    let from = match peer {
+        Some(peer) if is_loopback(peer.ip()) => {
+            format!(
+                "a TCP connection from {peer} (loopback: refused all the same, so that a peer \
+                 behaves alike on one host and on two; connect over an AF_UNIX address for \
+                 shared memory on one host)"
+            )
+        }
+        Some(peer) => format!("a TCP connection from {peer}"),
+        None => "a TCP connection".to_owned(),
+    };
+    format!(
+        "{form} arrived over {from}: shared memory does not cross hosts, so only storages \
+         carried as bytes are accepted over TCP. The sender must send them inline: a \
+         tensorshare sender does so over TCP unless its strategy is pinned (drop \
+         with_pinned_strategy, or pin bytes); a torch sender must send \
+         conn.send_bytes(pickle.dumps(obj)) instead of conn.send(obj), because conn.send \
+         pickles with multiprocessing's ForkingPickler, for which torch registers its \
+         shared-memory reductions whatever torch.multiprocessing.set_sharing_strategy says, \
+         while plain pickle writes each storage's bytes"
+    )
+}
