@@ -8,7 +8,9 @@ tensorshare on another, over `multiprocessing.connection` on TCP.
     cross_host_peer.py send-large --address HOST:PORT --authkey HEX --nbytes N
     cross_host_peer.py send-shared --address HOST:PORT --authkey HEX --strategy STRATEGY
 
-Run it with the pinned torch. HOST:PORT is an IPv4 address or name and a
+Run it with the pinned torch. A listener's first line on stdout is its
+address, and all it says later goes to stderr: its starter may stop
+reading stdout after that line. HOST:PORT is an IPv4 address or name and a
 port (CPython's `multiprocessing.connection` makes an `AF_INET` socket for
 every `(host, port)`); a listener given port 0 binds a free one. HEX is the
 authkey. Shared memory does not cross hosts, so every tensor goes as
@@ -30,10 +32,11 @@ drive        echo_peer.py's drive cases (every dtype, views, Parameter,
 large        A listener for one client and one message: a uint8 tensor with
              the pattern of `large_tensor`, which it checks, adds 1 to every
              byte of in place, and sends back. Prints `listening HOST:PORT`,
-             then `received NBYTES in SECS s`, `checked`, `sent in SECS s`.
-send-large   A listener that, once its one client is in, prints `sending`
-             and sends one NBYTES-byte tensor (then `sent`): the sender of a
-             message the link is cut under.
+             then on stderr `received NBYTES in SECS s`, `checked`, `sent in
+             SECS s`.
+send-large   A listener that, once its one client is in, sends one
+             NBYTES-byte tensor (saying `sending`, then `sent`, on stderr):
+             the sender of a message the link is cut under.
 send-shared  A client that sends one tensor shared by torch's STRATEGY, then
              prints `closed` once the server hung up (or `answered` if it
              sent anything back).
@@ -193,16 +196,16 @@ def large(address: tuple[str, int], authkey: bytes) -> None:
         received = time.monotonic() - start
         t = pickle.loads(message)
         del message
-        print(f"received {t.numel()} bytes in {received:.2f} s", flush=True)
+        log(f"received {t.numel()} bytes in {received:.2f} s")
         check_large(t, 0)
-        print("checked", flush=True)
+        log("checked")
         t.add_(1)
         # One copy of the tensor at a time: its pickle replaces it.
         message = pickle.dumps(t)
         del t
         start = time.monotonic()
         conn.send_bytes(message)
-        print(f"sent in {time.monotonic() - start:.2f} s", flush=True)
+        log(f"sent in {time.monotonic() - start:.2f} s")
         del message
         # Until the receiver has it all and hangs up.
         try:
@@ -217,9 +220,9 @@ def large(address: tuple[str, int], authkey: bytes) -> None:
 def send_large(address: tuple[str, int], authkey: bytes, nbytes: int) -> None:
     message = pickle.dumps(torch.ones(nbytes, dtype=torch.uint8))
     with listen(address, authkey) as listener, listener.accept() as conn:
-        print("sending", flush=True)
+        log("sending")
         conn.send_bytes(message)
-        print("sent", flush=True)
+        log("sent")
         time.sleep(3600)
 
 

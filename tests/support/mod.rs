@@ -159,6 +159,29 @@ impl Server {
         server
     }
 
+    /// Starts `command`, a server that chooses its address (port 0) and
+    /// reports it in its `listening ADDRESS` line, and waits for that line.
+    pub fn start_reporting_address(mut command: Command) -> Server {
+        let (mut child, line) = spawn_for_first_line(&mut command, "the server");
+        let stderr = child.stderr.take();
+        let reported = line.strip_prefix("listening ").map(str::parse::<Address>);
+        let mut server = Server {
+            child,
+            address: match &reported {
+                Some(Ok(address)) => address.clone(),
+                _ => "@not-listening".parse().expect("an abstract address"),
+            },
+            stderr,
+        };
+        if !matches!(reported, Some(Ok(_))) {
+            panic!(
+                "server did not start ({line:?}); stderr: {}",
+                server.stop_and_read_stderr()
+            );
+        }
+        server
+    }
+
     /// `tensorshare echo` on a fresh address.
     pub fn echo(authkey: &Authkey, strategy: &str) -> Server {
         let (command, address) = Server::echo_command(authkey, strategy);
