@@ -4,53 +4,44 @@
 //! `tensorshare echo` serving torch clients in `cross_host_echo.rs`. Every
 //! dtype and view, a 3 GiB message each way (the 8-byte length form), a
 //! wrong authkey, a sender that vanishes mid-message, and shared-memory
-//! handles refused. The torch side is `compat/python/cross_host_peer.py`.
+//! handles refused. The torch side is `compat/python/tcp_peer.py` and
+//! `cross_host_peer.py`.
 
 mod support;
 
 use std::time::{Duration, Instant};
 
-use support::netns::{Host, HostPair};
-use support::{Server, cases, python_script, test_python};
+use support::netns::{Host, one_at_a_time, python_and_hosts};
+use support::{Server, cases, python_script};
 use tensorshare::connection::{ConnectionError, ConnectionOptions};
 use tensorshare::{
     Address, Authkey, Client, Connection, DType, Error, SharingContext, Storage, Tensor,
     TensorView, Value,
 };
 
-/// The tests here run one at a time: each starts torch processes on a
-/// machine of few cores, one moves 3 GiB each way, and some count this
-/// process's fds.
-fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
+/// A stock torch echo listener sending back plain pickles.
+const TORCH_ECHO: [&str; 2] = ["tcp_peer.py", "serve"];
 
-/// The test Python and two hosts, or `None` (with a notice) where either
-/// is missing.
-fn python_and_hosts(test: &str) -> Option<(String, HostPair)> {
-    let python = test_python(test)?;
-    Some((python, HostPair::create(test)?))
-}
+/// The torch side of what `tcp_peer.py` does not do.
+const CROSS_HOST_PEER: &str = "cross_host_peer.py";
 
-/// `cross_host_peer.py COMMAND` listening on `host`'s IPv4 address, port
-/// chosen by the system.
+/// `SCRIPT COMMAND` (a script of `compat/python/`) listening on `host`'s
+/// IPv4 address, port chosen by the system.
 fn torch_listener(
     host: &Host,
     python: &str,
-    command: &str,
+    [script, command]: [&str; 2],
     authkey: &Authkey,
     args: &[&str],
 ) -> Server {
     let mut torch = host.command(python);
     torch
-        .arg(python_script("cross_host_peer.py"))
+        .arg(python_script(script))
         .arg(command)
         .args(["--address", &format!("{}:0", host.ipv4())])
         .args(["--authkey", &authkey.to_hex()])
         .args(args);
-    Server::start_reporting_address(torch)
+    Server::start_reporting(torch)
 }
 
 /// A connection from this thread to `address`, with `options`.
@@ -73,7 +64,7 @@ fn a_rust_client_echoes_every_case_through_a_torch_listener_on_another_host() {
     };
     let (torch_host, rust_host) = pair.hosts();
     let authkey = Authkey::random().expect("a key");
-    let torch = torch_listener(torch_host, &python, "serve", &authkey, &[]);
+    let torch = torch_listener(torch_host, &python, TORCH_ECHO, &authkey, &[]);
     let address = torch.address.clone();
     let failures = rust_host.run_on(|| {
         // The context prefers file_descriptor, as by default: over TCP
@@ -102,7 +93,7 @@ fn a_wrong_authkey_from_a_rust_client_is_refused_by_a_torch_listener() {
     };
     let (torch_host, rust_host) = pair.hosts();
     let authkey = Authkey::random().expect("a key");
-    let mut torch = torch_listener(torch_host, &python, "serve", &authkey, &[]);
+    let mut torch = torch_listener(torch_host, &python, TORCH_ECHO, &authkey, &[]);
     let address = torch.address.clone();
     let wrong = Authkey::random().expect("another key");
     let refused = rust_host
@@ -185,7 +176,13 @@ fn a_3_gib_tensor_crosses_to_torch_and_back_in_the_long_length_form() {
     };
     let (torch_host, rust_host) = pair.hosts();
     let authkey = Authkey::random().expect("a key");
-    let mut torch = torch_listener(torch_host, &python, "large", &authkey, &[]);
+    let mut torch = torch_listener(
+        torch_host,
+        &python,
+        [CROSS_HOST_PEER, "large"],
+        &authkey,
+        &[],
+    );
     let address = torch.address.clone();
     let options = ConnectionOptions::default().with_max_message_bytes(LARGE_BYTES + (1 << 20));
     let (sent_in, received_in, echoed) = rust_host.run_on(|| {
@@ -239,7 +236,13 @@ fn a_torch_sender_that_vanishes_mid_message_fails_the_read_within_its_timeout() 
     };
     let (torch_host, rust_host) = pair.hosts();
     let authkey = Authkey::random().expect("a key");
-    let mut torch = torch_listener(torch_host, &python, "send-large", &authkey, &[]);
+    let mut torch = torch_listener(
+        torch_host,
+        &python,
+        [CROSS_HOST_PEER, "send-large"],
+        &authkey,
+        &[],
+    );
     let address = torch.address.clone();
     let fds_before = own_fds();
     let timeout = Duration::from_secs(3);
@@ -294,9 +297,9 @@ fn shared_memory_handles_from_a_torch_listener_are_refused() {
         let torch = torch_listener(
             torch_host,
             &python,
-            "serve",
+            [CROSS_HOST_PEER, "serve-shared"],
             &authkey,
-            &["--reply-shared", strategy],
+            &["--strategy", strategy],
         );
         let address = torch.address.clone();
         let error = rust_host.run_on(|| {

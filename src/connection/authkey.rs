@@ -11,6 +11,14 @@ pub const AUTHKEY_ENV: &str = "TENSORSHARE_AUTHKEY";
 /// `os.urandom(32)`.
 pub const RANDOM_AUTHKEY_LEN: usize = 32;
 
+/// The shortest authkey a network listener should accept: 16 bytes, 128
+/// bits. The handshake sends a random challenge and its HMAC in the clear,
+/// so anyone who sees one handshake on the wire can test guesses at the
+/// key offline, as fast as they can compute HMACs; only a key too long to
+/// guess survives that. `tensorshare echo` refuses a shorter key for a TCP
+/// listener; [`Authkey::random`] makes 32 bytes, as CPython does.
+pub const MIN_TCP_AUTHKEY_LEN: usize = 16;
+
 /// The secret both ends of a connection prove they hold.
 ///
 /// `Debug` shows only the length: keys do not end up in logs. See the

@@ -110,7 +110,7 @@ mod stream;
 mod tcp_address;
 
 pub use address::{Address, MAX_ADDRESS_LEN};
-pub use authkey::{AUTHKEY_ENV, Authkey, RANDOM_AUTHKEY_LEN};
+pub use authkey::{AUTHKEY_ENV, Authkey, MIN_TCP_AUTHKEY_LEN, RANDOM_AUTHKEY_LEN};
 pub use client::Client;
 pub use error::ConnectionError;
 pub(crate) use error::{is_fd_exhaustion, is_timeout};

@@ -159,27 +159,25 @@ impl Server {
         server
     }
 
-    /// Starts `command`, a server that chooses its address (port 0) and
-    /// reports it in its `listening ADDRESS` line, and waits for that line.
-    pub fn start_reporting_address(mut command: Command) -> Server {
+    /// Starts `command`, which listens where its `listening ADDRESS` line
+    /// says (a TCP port 0 it bound), and waits for that line.
+    pub fn start_reporting(mut command: Command) -> Server {
         let (mut child, line) = spawn_for_first_line(&mut command, "the server");
         let stderr = child.stderr.take();
-        let reported = line.strip_prefix("listening ").map(str::parse::<Address>);
-        let mut server = Server {
-            child,
-            address: match &reported {
-                Some(Ok(address)) => address.clone(),
-                _ => "@not-listening".parse().expect("an abstract address"),
-            },
-            stderr,
+        let Some(address) = line.strip_prefix("listening ") else {
+            let mut text = String::new();
+            if let Some(mut stderr) = stderr {
+                let _ = child.kill();
+                let _ = stderr.read_to_string(&mut text);
+            }
+            panic!("server did not start: {line:?}; stderr: {text}");
         };
-        if !matches!(reported, Some(Ok(_))) {
-            panic!(
-                "server did not start ({line:?}); stderr: {}",
-                server.stop_and_read_stderr()
-            );
+        let address = address.parse().expect("a listening address");
+        Server {
+            child,
+            address,
+            stderr,
         }
-        server
     }
 
     /// `tensorshare echo` on a fresh address.

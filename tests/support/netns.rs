@@ -91,6 +91,22 @@ pub fn netns_required() -> bool {
     std::env::var("TENSORSHARE_REQUIRE_NETNS").as_deref() == Ok("1")
 }
 
+/// The test Python and two hosts, or `None` after a notice where either
+/// cannot be had.
+pub fn python_and_hosts(test: &str) -> Option<(String, HostPair)> {
+    let python = super::test_python(test)?;
+    Some((python, HostPair::create(test)?))
+}
+
+/// Held by each test of a binary that runs torch across hosts, so that
+/// they run one at a time: each starts torch processes on a machine of
+/// few cores, one moves 3 GiB each way, and some count this process's fds.
+pub fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 impl HostPair {
     /// Makes two hosts joined by a veth pair, links up, `lo` up in each;
     /// or `None` after a loud notice where namespaces cannot be made

@@ -1,14 +1,21 @@
 //! `tensorshare echo --listen ADDRESS --strategy NAME`, the authkey in
 //! `TENSORSHARE_AUTHKEY`, `--authkey-file PATH` or `--authkey HEX`: rebuild
 //! every message and send it back re-pickled, for as many peers as connect.
+//!
+//! On a TCP address it sends storages back as bytes (shared memory does not
+//! cross hosts), refuses keys shorter than [`MIN_TCP_AUTHKEY_LEN`], says on
+//! stderr that the traffic is authenticated but not encrypted, and listens
+//! on an address other hosts can reach only with `--allow-remote`.
 
 use std::io::Write;
 use std::sync::Arc;
 
 use clap::Args;
 use clap::builder::RangedU64ValueParser;
-use tensorshare::connection::{ConnectionError, ConnectionOptions, IncomingConnection};
-use tensorshare::{Address, Error, Listener, SharingContext, StrategyKind};
+use tensorshare::connection::{
+    ConnectionError, ConnectionOptions, IncomingConnection, MIN_TCP_AUTHKEY_LEN,
+};
+use tensorshare::{Address, Authkey, Error, Listener, SharingContext, StrategyKind};
 
 use super::authkey::AuthkeyArgs;
 use super::shutdown::{ShutdownSignal, Wake};
@@ -17,9 +24,21 @@ use crate::error::CliError;
 
 #[derive(Debug, Args)]
 pub struct EchoArgs {
-    /// Where to listen: a socket path, or `@name` for the abstract namespace.
+    /// Where to listen: a socket path, `@name` for the abstract namespace,
+    /// or a TCP `HOST:PORT` (`127.0.0.1:6000`, `[::1]:0`; port 0 picks a
+    /// free port, which the `listening` line shows). Over TCP storages go
+    /// back as bytes, whatever --strategy says.
     #[arg(long, value_name = "ADDRESS")]
     listen: Address,
+    /// Listen on a TCP address other hosts can reach (anything but a
+    /// loopback address, 0.0.0.0 included). Traffic is authenticated with
+    /// the authkey but not encrypted: use it on a network you trust.
+    #[arg(long)]
+    allow_remote: bool,
+    /// How long a peer has to finish the authkey handshake before its
+    /// connection is closed (other peers are served meanwhile).
+    #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = RangedU64ValueParser::<u64>::new().range(1..))]
+    handshake_timeout: u64,
     // The peers' `multiprocessing.current_process().authkey`; required.
     #[command(flatten)]
     authkey: AuthkeyArgs,
@@ -76,9 +95,29 @@ pub fn run(args: EchoArgs) -> Result<(), CliError> {
         sharing = sharing.with_max_held_memmap_bytes(max);
     }
     let sharing = Arc::new(sharing);
-    let options = ConnectionOptions::default().with_max_message_bytes(args.max_message_bytes);
+    let options = ConnectionOptions::default()
+        .with_max_message_bytes(args.max_message_bytes)
+        .with_handshake_timeout(std::time::Duration::from_secs(args.handshake_timeout));
+    if args.listen.is_tcp() {
+        check_tcp_authkey(&authkey)?;
+    }
     let shutdown = ShutdownSignal::install()?;
     let listener = Listener::bind(&args.listen, &authkey, options)?;
+    if listener.is_reachable_from_other_hosts() && !args.allow_remote {
+        return Err(format!(
+            "{} is reachable from other hosts, and echo serves them only when asked: pass \
+             --allow-remote (traffic is authenticated but not encrypted), or listen on \
+             127.0.0.1:PORT for this machine only",
+            listener.address()
+        )
+        .into());
+    }
+    if args.listen.is_tcp() {
+        eprintln!(
+            "tensorshare echo: TCP traffic is authenticated with the authkey but not encrypted: \
+             anyone on the path can read every tensor; storages go as bytes"
+        );
+    }
     listener.set_nonblocking(true)?;
     println!("listening {}", listener.address());
     std::io::stdout().flush()?;
@@ -101,11 +140,16 @@ pub fn run(args: EchoArgs) -> Result<(), CliError> {
             }
         };
         next_peer += 1;
-        let peer = next_peer;
+        let peer = match incoming.tcp_peer() {
+            Some(address) => format!("{next_peer} ({address})"),
+            None => next_peer.to_string(),
+        };
         let sharing = Arc::clone(&sharing);
+        let named = peer.clone();
         let spawned = std::thread::Builder::new()
-            .name(format!("echo-peer-{peer}"))
+            .name(format!("echo-peer-{next_peer}"))
             .spawn(move || {
+                let peer = named;
                 if let Err(reason) = serve_peer(incoming, &sharing) {
                     eprintln!(
                         "tensorshare echo: peer {peer}: {}; closed its connection",
@@ -123,6 +167,20 @@ pub fn run(args: EchoArgs) -> Result<(), CliError> {
     sharing.shutdown();
     drop(listener);
     Ok(())
+}
+
+/// Refuses a key too short for a TCP listener: see [`MIN_TCP_AUTHKEY_LEN`].
+fn check_tcp_authkey(authkey: &Authkey) -> Result<(), String> {
+    let len = authkey.as_bytes().len();
+    if len >= MIN_TCP_AUTHKEY_LEN {
+        return Ok(());
+    }
+    Err(format!(
+        "the authkey is {len} bytes; a TCP listener needs at least {MIN_TCP_AUTHKEY_LEN}: \
+         whoever sees one handshake on the wire can test guesses at the key offline. Use a \
+         random key of 32 bytes, e.g. `python3 -c \"import os; print(os.urandom(32).hex())\"`, \
+         and give it to the peers as their multiprocessing authkey"
+    ))
 }
 
 /// How long to pause after a failed accept before polling again.

@@ -1,0 +1,91 @@
+//! `tensorshare echo` on one host serving peers on another, across a veth
+//! pair (`support/netns.rs`): stock torch clients with nothing but
+//! `multiprocessing.connection.Client` (`compat/python/tcp_peer.py drive`:
+//! every dtype and view, a wrong authkey, torch's shared-memory handles
+//! refused), and a Rust client over IPv6.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use support::netns::{Host, one_at_a_time, python_and_hosts};
+use support::{Server, cases, expect_success, output_within, python_script, tensorshare_exe};
+use tensorshare::connection::ConnectionOptions;
+use tensorshare::{Authkey, Client, SharingContext};
+
+/// How long a torch driver may take for all its cases.
+const DRIVE_LIMIT: Duration = Duration::from_secs(120);
+
+/// `tensorshare echo` on `host` at `ip`, port chosen by the system,
+/// serving other hosts.
+fn echo_on(host: &Host, ip: std::net::IpAddr, authkey: &Authkey) -> Server {
+    let mut echo = host.command(tensorshare_exe());
+    echo.args(["echo", "--allow-remote", "--listen"])
+        .arg(SocketAddr::new(ip, 0).to_string())
+        .args(["--authkey", &authkey.to_hex()])
+        .env_remove(tensorshare::connection::AUTHKEY_ENV);
+    Server::start_reporting(echo)
+}
+
+#[test]
+fn a_torch_client_on_another_host_echoes_every_case_through_tensorshare_echo() {
+    let test = "a_torch_client_on_another_host_echoes_every_case_through_tensorshare_echo";
+    let _serial = one_at_a_time();
+    let Some((python, pair)) = python_and_hosts(test) else {
+        return;
+    };
+    let (echo_host, torch_host) = pair.hosts();
+    let authkey = Authkey::random().expect("a key");
+    let mut echo = echo_on(echo_host, echo_host.ipv4(), &authkey);
+    let output = output_within(
+        torch_host
+            .command(&python)
+            .arg(python_script("tcp_peer.py"))
+            .args(["drive", "--address", &echo.address.to_string()])
+            .args(["--authkey", &authkey.to_hex()]),
+        DRIVE_LIMIT,
+    );
+    let report = expect_success(&output, "tcp_peer.py drive across hosts");
+    assert!(report.contains(" cases passed, 0 failed"), "{report}");
+    for case in ["dtype_float32", "view_channels_last", "wrong_authkey"] {
+        assert!(report.contains(&format!("ok {case}\n")), "{report}");
+    }
+    let log = echo.stop_and_read_stderr();
+    // The torch client's `conn.send(tensor)`, a handle to its shared
+    // memory, refused once per strategy, each naming the torch host.
+    for form in ["rebuild_storage_fd", "rebuild_storage_filename"] {
+        let refusal = format!(
+            "{form} arrived over a TCP connection from {}:",
+            torch_host.ipv4()
+        );
+        assert!(log.contains(&refusal), "no `{refusal}` in: {log}");
+    }
+    assert!(log.contains("shared memory does not cross hosts"), "{log}");
+    assert!(
+        log.contains("authenticated with the authkey but not encrypted"),
+        "{log}"
+    );
+}
+
+#[test]
+fn a_rust_client_on_another_host_echoes_every_case_over_ipv6() {
+    let test = "a_rust_client_on_another_host_echoes_every_case_over_ipv6";
+    let _serial = one_at_a_time();
+    // Python is not needed here, but the pair is made the same way.
+    let Some(pair) = support::netns::HostPair::create(test) else {
+        return;
+    };
+    let (echo_host, client_host) = pair.hosts();
+    let authkey = Authkey::random().expect("a key");
+    let echo = echo_on(echo_host, echo_host.ipv6(), &authkey);
+    let address = echo.address.clone();
+    assert!(address.to_string().starts_with('['), "{address}");
+    let failures = client_host.run_on(|| {
+        let sharing = SharingContext::new(authkey.clone());
+        let mut connection = Client::connect(&address, &authkey, ConnectionOptions::default())
+            .unwrap_or_else(|e| panic!("connect to {address}: {e}"));
+        cases::echo_failures(&mut connection, &sharing)
+    });
+    assert!(failures.is_empty(), "echoes differ: {failures:#?}");
+}
