@@ -2,15 +2,20 @@
 //! pair (`support/netns.rs`): stock torch clients with nothing but
 //! `multiprocessing.connection.Client` (`compat/python/tcp_peer.py drive`:
 //! every dtype and view, a wrong authkey, torch's shared-memory handles
-//! refused), and a Rust client over IPv6.
+//! refused), a Rust client over IPv6, and a torch client that vanishes
+//! mid-message.
 
 mod support;
 
 use std::net::SocketAddr;
+use std::process::Stdio;
 use std::time::Duration;
 
 use support::netns::{Host, one_at_a_time, python_and_hosts};
-use support::{Server, cases, expect_success, output_within, python_script, tensorshare_exe};
+use support::{
+    ChildGuard, Server, cases, eventually, expect_success, open_fds, output_within, python_script,
+    tensorshare_exe,
+};
 use tensorshare::connection::ConnectionOptions;
 use tensorshare::{Authkey, Client, SharingContext};
 
@@ -85,6 +90,58 @@ fn a_rust_client_on_another_host_echoes_every_case_over_ipv6() {
         let sharing = SharingContext::new(authkey.clone());
         let mut connection = Client::connect(&address, &authkey, ConnectionOptions::default())
             .unwrap_or_else(|e| panic!("connect to {address}: {e}"));
+        cases::echo_failures(&mut connection, &sharing)
+    });
+    assert!(failures.is_empty(), "echoes differ: {failures:#?}");
+}
+
+#[test]
+fn echo_serves_on_after_a_torch_client_vanishes_mid_message() {
+    let test = "echo_serves_on_after_a_torch_client_vanishes_mid_message";
+    let _serial = one_at_a_time();
+    let Some((python, pair)) = python_and_hosts(test) else {
+        return;
+    };
+    let (echo_host, torch_host) = pair.hosts();
+    let authkey = Authkey::random().expect("a key");
+    let echo = echo_on(echo_host, echo_host.ipv4(), &authkey);
+    let fds_before = open_fds(echo.pid());
+    // 64 MiB at 80 Mbit/s: nearly 7 s in flight.
+    pair.limit_rate(torch_host, "80mbit");
+    let mut torch = ChildGuard(
+        torch_host
+            .command(&python)
+            .arg(python_script("cross_host_peer.py"))
+            .args([
+                "send-large",
+                "--connect",
+                "--nbytes",
+                &(64 << 20).to_string(),
+            ])
+            .args(["--address", &echo.address.to_string()])
+            .args(["--authkey", &authkey.to_hex()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start the torch client"),
+    );
+    eventually("echo has the torch client's connection", || {
+        open_fds(echo.pid()) > fds_before
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    pair.take_link_down(torch_host);
+    let _ = torch.0.kill();
+    let _ = torch.0.wait();
+
+    // A client on the echo's own host, as the torch host is cut off: the
+    // half-read message holds its connection's thread, not the listener.
+    let address = echo.address.clone();
+    let failures = echo_host.run_on(|| {
+        let sharing = SharingContext::new(authkey.clone());
+        let mut connection = Client::connect(&address, &authkey, ConnectionOptions::default())
+            .unwrap_or_else(|e| {
+                panic!("connect to {address} after the torch client vanished: {e}")
+            });
         cases::echo_failures(&mut connection, &sharing)
     });
     assert!(failures.is_empty(), "echoes differ: {failures:#?}");

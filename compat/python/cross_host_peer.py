@@ -5,12 +5,13 @@ large messages, a sender cut off mid-message, and shared-memory handles
 sent across hosts on purpose.
 
     cross_host_peer.py large        --address HOST:PORT --authkey HEX
-    cross_host_peer.py send-large   --address HOST:PORT --authkey HEX [--nbytes N]
+    cross_host_peer.py send-large   --address HOST:PORT --authkey HEX [--nbytes N] [--connect]
     cross_host_peer.py serve-shared --address HOST:PORT --authkey HEX --strategy STRATEGY
 
 Run it with the pinned torch. Each is a listener on HOST:PORT (IPv4 or a
 name; port 0 binds a free one), for one client at a time, with the
-authkey HEX. Its first line on stdout is `listening HOST:PORT`; all it says
+authkey HEX; send-large --connect is a client of HOST:PORT instead. A
+listener's first line on stdout is `listening HOST:PORT`; all it says
 later goes to stderr, since its starter may stop reading stdout after that
 line. Tensors travel as `pickle.dumps(tensor)` writes them (the storage's
 bytes inline), the only form that crosses hosts, except under
@@ -21,8 +22,9 @@ large         Receives one uint8 tensor holding the pattern of
               sends it back, and waits for the client to hang up; says
               `received NBYTES in SECS s`, `checked`, `sent in SECS s`.
 send-large    Sends one tensor of N bytes (default 256 MiB, pickled before
-              listening) as soon as its client is in, saying `sending` and
-              `sent`: the sender of a message the link is cut under.
+              listening) as soon as its client is in (or it is connected),
+              saying `sending` and `sent`: the sender of a message the link
+              is cut under.
 serve-shared  Echoes every message as torch's `conn.send` would over TCP:
               pickled by `ForkingPickler`, a handle to shared memory under
               torch's STRATEGY (file_descriptor or file_system), which a
@@ -35,7 +37,7 @@ import pickle
 import signal
 import sys
 import time
-from multiprocessing.connection import Listener
+from multiprocessing.connection import Client, Listener
 from multiprocessing.reduction import ForkingPickler
 
 import torch
@@ -134,9 +136,14 @@ def large(address: tuple[str, int], authkey: bytes) -> None:
 # ---------------------------------------------------------------- send-large
 
 
-def send_large(address: tuple[str, int], authkey: bytes, nbytes: int) -> None:
+def send_large(address: tuple[str, int], authkey: bytes, nbytes: int, connect: bool) -> None:
     message = pickle.dumps(torch.ones(nbytes, dtype=torch.uint8))
-    with listen(address, authkey) as listener, listener.accept() as conn:
+    if connect:
+        conn = Client(address, family="AF_INET", authkey=authkey)
+    else:
+        with listen(address, authkey) as listener:
+            conn = listener.accept()
+    with conn:
         log("sending")
         conn.send_bytes(message)
         log("sent")
@@ -150,12 +157,13 @@ def main() -> int:
     parser.add_argument("--authkey", type=bytes.fromhex, required=True, help="hex")
     parser.add_argument("--strategy", choices=TORCH_STRATEGIES, default="file_descriptor")
     parser.add_argument("--nbytes", type=int, default=256 << 20)
+    parser.add_argument("--connect", action="store_true")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     if args.command == "large":
         large(args.address, args.authkey)
     elif args.command == "send-large":
-        send_large(args.address, args.authkey, args.nbytes)
+        send_large(args.address, args.authkey, args.nbytes, args.connect)
     else:
         serve_shared(args.address, args.authkey, args.strategy)
     return 0

@@ -161,6 +161,25 @@ impl HostPair {
     pub fn take_link_down(&self, host: &Host) {
         ip(&["-n", &host.name, "link", "set", "dev", LINK, "down"]);
     }
+
+    /// Limits what `host` sends over the veth to `rate` (`tc` syntax, e.g.
+    /// `80mbit`): a large message then stays in flight for seconds.
+    pub fn limit_rate(&self, host: &Host, rate: &str) {
+        let args = [
+            "-n", &host.name, "qdisc", "add", "dev", LINK, "root", "tbf", "rate",
+        ];
+        let output = Command::new("tc")
+            .args(args)
+            .args([rate, "burst", "64kb", "latency", "400ms"])
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run `tc` (iproute2): {e}"));
+        assert!(
+            output.status.success(),
+            "`tc {} {rate} ...` failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
 }
 
 impl Drop for HostPair {
