@@ -11,7 +11,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use support::netns::{Host, one_at_a_time, python_and_hosts};
+use support::netns::{Host, TorchAcrossHosts};
 use support::{Server, cases, python_script};
 use tensorshare::connection::{ConnectionError, ConnectionOptions};
 use tensorshare::{
@@ -57,20 +57,20 @@ fn own_fds() -> usize {
 
 #[test]
 fn a_rust_client_echoes_every_case_through_a_torch_listener_on_another_host() {
-    let test = "a_rust_client_echoes_every_case_through_a_torch_listener_on_another_host";
-    let _serial = one_at_a_time();
-    let Some((python, pair)) = python_and_hosts(test) else {
+    let Some(setup) = TorchAcrossHosts::set_up(
+        "a_rust_client_echoes_every_case_through_a_torch_listener_on_another_host",
+    ) else {
         return;
     };
+    let (python, pair, authkey) = (&setup.python, &setup.pair, &setup.authkey);
     let (torch_host, rust_host) = pair.hosts();
-    let authkey = Authkey::random().expect("a key");
-    let torch = torch_listener(torch_host, &python, TORCH_ECHO, &authkey, &[]);
+    let torch = torch_listener(torch_host, python, TORCH_ECHO, authkey, &[]);
     let address = torch.address.clone();
     let failures = rust_host.run_on(|| {
         // The context prefers file_descriptor, as by default: over TCP
         // every storage goes as bytes all the same.
         let sharing = SharingContext::new(authkey.clone());
-        let mut connection = connect(&address, &authkey, ConnectionOptions::default());
+        let mut connection = connect(&address, authkey, ConnectionOptions::default());
         cases::echo_failures(&mut connection, &sharing)
     });
     // Torch's plain pickle writes each tensor's storage on its own
@@ -86,14 +86,14 @@ fn a_rust_client_echoes_every_case_through_a_torch_listener_on_another_host() {
 
 #[test]
 fn a_wrong_authkey_from_a_rust_client_is_refused_by_a_torch_listener() {
-    let test = "a_wrong_authkey_from_a_rust_client_is_refused_by_a_torch_listener";
-    let _serial = one_at_a_time();
-    let Some((python, pair)) = python_and_hosts(test) else {
+    let Some(setup) = TorchAcrossHosts::set_up(
+        "a_wrong_authkey_from_a_rust_client_is_refused_by_a_torch_listener",
+    ) else {
         return;
     };
+    let (python, pair, authkey) = (&setup.python, &setup.pair, &setup.authkey);
     let (torch_host, rust_host) = pair.hosts();
-    let authkey = Authkey::random().expect("a key");
-    let mut torch = torch_listener(torch_host, &python, TORCH_ECHO, &authkey, &[]);
+    let mut torch = torch_listener(torch_host, python, TORCH_ECHO, authkey, &[]);
     let address = torch.address.clone();
     let wrong = Authkey::random().expect("another key");
     let refused = rust_host
@@ -107,7 +107,7 @@ fn a_wrong_authkey_from_a_rust_client_is_refused_by_a_torch_listener() {
     // The listener refused that client only: the right key still gets in.
     let echoed = rust_host.run_on(|| {
         let sharing = SharingContext::new(authkey.clone());
-        let mut connection = connect(&address, &authkey, ConnectionOptions::default());
+        let mut connection = connect(&address, authkey, ConnectionOptions::default());
         connection
             .send(&Value::Int(19), &sharing)
             .and_then(|()| connection.recv(&sharing))
@@ -169,25 +169,19 @@ fn first_wrong_chunk(bytes: &[u8], bump: u8) -> Option<usize> {
 
 #[test]
 fn a_3_gib_tensor_crosses_to_torch_and_back_in_the_long_length_form() {
-    let test = "a_3_gib_tensor_crosses_to_torch_and_back_in_the_long_length_form";
-    let _serial = one_at_a_time();
-    let Some((python, pair)) = python_and_hosts(test) else {
+    let Some(setup) = TorchAcrossHosts::set_up(
+        "a_3_gib_tensor_crosses_to_torch_and_back_in_the_long_length_form",
+    ) else {
         return;
     };
+    let (python, pair, authkey) = (&setup.python, &setup.pair, &setup.authkey);
     let (torch_host, rust_host) = pair.hosts();
-    let authkey = Authkey::random().expect("a key");
-    let mut torch = torch_listener(
-        torch_host,
-        &python,
-        [CROSS_HOST_PEER, "large"],
-        &authkey,
-        &[],
-    );
+    let mut torch = torch_listener(torch_host, python, [CROSS_HOST_PEER, "large"], authkey, &[]);
     let address = torch.address.clone();
     let options = ConnectionOptions::default().with_max_message_bytes(LARGE_BYTES + (1 << 20));
     let (sent_in, received_in, echoed) = rust_host.run_on(|| {
         let sharing = SharingContext::new(authkey.clone());
-        let mut connection = connect(&address, &authkey, options);
+        let mut connection = connect(&address, authkey, options);
         // One copy of the tensor at a time on each side: ours is gone
         // once sent, before torch sends its own back.
         let tensor = Value::Tensor(large_tensor());
@@ -229,25 +223,25 @@ fn a_3_gib_tensor_crosses_to_torch_and_back_in_the_long_length_form() {
 
 #[test]
 fn a_torch_sender_that_vanishes_mid_message_fails_the_read_within_its_timeout() {
-    let test = "a_torch_sender_that_vanishes_mid_message_fails_the_read_within_its_timeout";
-    let _serial = one_at_a_time();
-    let Some((python, pair)) = python_and_hosts(test) else {
+    let Some(setup) = TorchAcrossHosts::set_up(
+        "a_torch_sender_that_vanishes_mid_message_fails_the_read_within_its_timeout",
+    ) else {
         return;
     };
+    let (python, pair, authkey) = (&setup.python, &setup.pair, &setup.authkey);
     let (torch_host, rust_host) = pair.hosts();
-    let authkey = Authkey::random().expect("a key");
     let mut torch = torch_listener(
         torch_host,
-        &python,
+        python,
         [CROSS_HOST_PEER, "send-large"],
-        &authkey,
+        authkey,
         &[],
     );
     let address = torch.address.clone();
     let fds_before = own_fds();
     let timeout = Duration::from_secs(3);
     let mut connection =
-        rust_host.run_on(|| connect(&address, &authkey, ConnectionOptions::default()));
+        rust_host.run_on(|| connect(&address, authkey, ConnectionOptions::default()));
     // Torch writes 256 MiB, pickled before it listened, as soon as the
     // connection is up. Unread, at most the socket buffers' few MiB of it
     // get through before its write blocks: the message is in flight when
@@ -283,28 +277,28 @@ fn a_torch_sender_that_vanishes_mid_message_fails_the_read_within_its_timeout() 
 
 #[test]
 fn shared_memory_handles_from_a_torch_listener_are_refused() {
-    let test = "shared_memory_handles_from_a_torch_listener_are_refused";
-    let _serial = one_at_a_time();
-    let Some((python, pair)) = python_and_hosts(test) else {
+    let Some(setup) =
+        TorchAcrossHosts::set_up("shared_memory_handles_from_a_torch_listener_are_refused")
+    else {
         return;
     };
+    let (python, pair, authkey) = (&setup.python, &setup.pair, &setup.authkey);
     let (torch_host, rust_host) = pair.hosts();
-    let authkey = Authkey::random().expect("a key");
     for (strategy, form) in [
         ("file_descriptor", "rebuild_storage_fd"),
         ("file_system", "rebuild_storage_filename"),
     ] {
         let torch = torch_listener(
             torch_host,
-            &python,
+            python,
             [CROSS_HOST_PEER, "serve-shared"],
-            &authkey,
+            authkey,
             &["--strategy", strategy],
         );
         let address = torch.address.clone();
         let error = rust_host.run_on(|| {
             let sharing = SharingContext::new(authkey.clone());
-            let mut connection = connect(&address, &authkey, ConnectionOptions::default());
+            let mut connection = connect(&address, authkey, ConnectionOptions::default());
             let tensor = Value::Tensor(cases::contiguous(DType::Float32, &[4], 1, false));
             connection.send(&tensor, &sharing).expect("send a tensor");
             connection

@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::process::Stdio;
 use std::time::Duration;
 
-use support::netns::{Host, one_at_a_time, python_and_hosts};
+use support::netns::{Host, HostPair, TorchAcrossHosts};
 use support::{
     ChildGuard, Server, cases, eventually, expect_success, open_fds, output_within, python_script,
     tensorshare_exe,
@@ -35,17 +35,17 @@ fn echo_on(host: &Host, ip: std::net::IpAddr, authkey: &Authkey) -> Server {
 
 #[test]
 fn a_torch_client_on_another_host_echoes_every_case_through_tensorshare_echo() {
-    let test = "a_torch_client_on_another_host_echoes_every_case_through_tensorshare_echo";
-    let _serial = one_at_a_time();
-    let Some((python, pair)) = python_and_hosts(test) else {
+    let Some(setup) = TorchAcrossHosts::set_up(
+        "a_torch_client_on_another_host_echoes_every_case_through_tensorshare_echo",
+    ) else {
         return;
     };
+    let (python, pair, authkey) = (&setup.python, &setup.pair, &setup.authkey);
     let (echo_host, torch_host) = pair.hosts();
-    let authkey = Authkey::random().expect("a key");
-    let mut echo = echo_on(echo_host, echo_host.ipv4(), &authkey);
+    let mut echo = echo_on(echo_host, echo_host.ipv4(), authkey);
     let output = output_within(
         torch_host
-            .command(&python)
+            .command(python)
             .arg(python_script("tcp_peer.py"))
             .args(["drive", "--address", &echo.address.to_string()])
             .args(["--authkey", &authkey.to_hex()]),
@@ -75,10 +75,9 @@ fn a_torch_client_on_another_host_echoes_every_case_through_tensorshare_echo() {
 
 #[test]
 fn a_rust_client_on_another_host_echoes_every_case_over_ipv6() {
-    let test = "a_rust_client_on_another_host_echoes_every_case_over_ipv6";
-    let _serial = one_at_a_time();
-    // Python is not needed here, but the pair is made the same way.
-    let Some(pair) = support::netns::HostPair::create(test) else {
+    // Rust at both ends: no Python, and no need to wait for a turn.
+    let Some(pair) = HostPair::create("a_rust_client_on_another_host_echoes_every_case_over_ipv6")
+    else {
         return;
     };
     let (echo_host, client_host) = pair.hosts();
@@ -97,20 +96,20 @@ fn a_rust_client_on_another_host_echoes_every_case_over_ipv6() {
 
 #[test]
 fn echo_serves_on_after_a_torch_client_vanishes_mid_message() {
-    let test = "echo_serves_on_after_a_torch_client_vanishes_mid_message";
-    let _serial = one_at_a_time();
-    let Some((python, pair)) = python_and_hosts(test) else {
+    let Some(setup) =
+        TorchAcrossHosts::set_up("echo_serves_on_after_a_torch_client_vanishes_mid_message")
+    else {
         return;
     };
+    let (python, pair, authkey) = (&setup.python, &setup.pair, &setup.authkey);
     let (echo_host, torch_host) = pair.hosts();
-    let authkey = Authkey::random().expect("a key");
-    let echo = echo_on(echo_host, echo_host.ipv4(), &authkey);
+    let echo = echo_on(echo_host, echo_host.ipv4(), authkey);
     let fds_before = open_fds(echo.pid());
     // 64 MiB at 80 Mbit/s: nearly 7 s in flight.
     pair.limit_rate(torch_host, "80mbit");
     let mut torch = ChildGuard(
         torch_host
-            .command(&python)
+            .command(python)
             .arg(python_script("cross_host_peer.py"))
             .args([
                 "send-large",
@@ -138,7 +137,7 @@ fn echo_serves_on_after_a_torch_client_vanishes_mid_message() {
     let address = echo.address.clone();
     let failures = echo_host.run_on(|| {
         let sharing = SharingContext::new(authkey.clone());
-        let mut connection = Client::connect(&address, &authkey, ConnectionOptions::default())
+        let mut connection = Client::connect(&address, authkey, ConnectionOptions::default())
             .unwrap_or_else(|e| {
                 panic!("connect to {address} after the torch client vanished: {e}")
             });

@@ -91,20 +91,39 @@ pub fn netns_required() -> bool {
     std::env::var("TENSORSHARE_REQUIRE_NETNS").as_deref() == Ok("1")
 }
 
-/// The test Python and two hosts, or `None` after a notice where either
-/// cannot be had.
-pub fn python_and_hosts(test: &str) -> Option<(String, HostPair)> {
-    let python = super::test_python(test)?;
-    Some((python, HostPair::create(test)?))
+/// What a test across hosts with torch starts from: the test Python, two
+/// hosts, a fresh authkey, and its turn. The tests of a binary that hold
+/// one run one at a time: each starts torch processes on a machine of few
+/// cores, one moves 3 GiB each way, and some count this process's fds.
+pub struct TorchAcrossHosts {
+    pub python: String,
+    pub pair: HostPair,
+    pub authkey: tensorshare::Authkey,
+    /// Released last, once the hosts are gone.
+    _turn: std::sync::MutexGuard<'static, ()>,
 }
 
-/// Held by each test of a binary that runs torch across hosts, so that
-/// they run one at a time: each starts torch processes on a machine of
-/// few cores, one moves 3 GiB each way, and some count this process's fds.
-pub fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+impl TorchAcrossHosts {
+    /// Waits for this test's turn, then finds the test Python and makes
+    /// two hosts; `None` after a notice where either cannot be had.
+    pub fn set_up(test: &str) -> Option<TorchAcrossHosts> {
+        static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let turn = TURN
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let python = super::test_python(test)?;
+        Some(TorchAcrossHosts {
+            python,
+            pair: HostPair::create(test)?,
+            authkey: tensorshare::Authkey::random().expect("a random authkey"),
+            _turn: turn,
+        })
+    }
+
+    /// The two hosts.
+    pub fn hosts(&self) -> (&Host, &Host) {
+        self.pair.hosts()
+    }
 }
 
 impl HostPair {
