@@ -57,6 +57,14 @@ fn a_torch_client_on_another_host_echoes_every_case_through_tensorshare_echo() {
         assert!(report.contains(&format!("ok {case}\n")), "{report}");
     }
     let log = echo.stop_and_read_stderr();
+    // The wrong authkey, named by its host on echo's side too.
+    let refused = format!("({}:", torch_host.ipv4());
+    assert!(
+        log.lines().any(|line| line.contains(&refused)
+            && line.contains("authentication failed: the authkeys differ")),
+        "no refused handshake from {} in: {log}",
+        torch_host.ipv4()
+    );
     // The torch client's `conn.send(tensor)`, a handle to its shared
     // memory, refused once per strategy, each naming the torch host.
     for form in ["rebuild_storage_fd", "rebuild_storage_filename"] {
