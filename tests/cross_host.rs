@@ -3,12 +3,13 @@
 //! (`support/netns.rs`): a Rust client driving a torch listener here, and
 //! `tensorshare echo` serving torch clients in `cross_host_echo.rs`. Every
 //! dtype and view, a 3 GiB message each way (the 8-byte length form), a
-//! wrong authkey, a sender that vanishes mid-message, and shared-memory
-//! handles refused. The torch side is `compat/python/tcp_peer.py` and
+//! wrong authkey, a sender and a receiver that vanish mid-message, and
+//! shared-memory handles refused. The torch side is `compat/python/tcp_peer.py` and
 //! `cross_host_peer.py`.
 
 mod support;
 
+use std::io::ErrorKind;
 use std::time::{Duration, Instant};
 
 use support::netns::{Host, TorchAcrossHosts};
@@ -273,6 +274,63 @@ fn a_torch_sender_that_vanishes_mid_message_fails_the_read_within_its_timeout() 
     eprintln!("a vanished sender: `{error}` after {waited:.2?}");
     drop(connection);
     assert_eq!(own_fds(), fds_before, "fds left after the failed read");
+}
+
+#[test]
+fn a_rust_sender_whose_torch_receiver_vanishes_fails_the_write_within_its_timeout() {
+    let Some(setup) = TorchAcrossHosts::set_up(
+        "a_rust_sender_whose_torch_receiver_vanishes_fails_the_write_within_its_timeout",
+    ) else {
+        return;
+    };
+    let (python, pair, authkey) = (&setup.python, &setup.pair, &setup.authkey);
+    let (torch_host, rust_host) = pair.hosts();
+    let mut torch = torch_listener(torch_host, python, [CROSS_HOST_PEER, "stall"], authkey, &[]);
+    let address = torch.address.clone();
+    let fds_before = own_fds();
+    let timeout = Duration::from_secs(3);
+    let (error, waited) = std::thread::scope(|scope| {
+        // 256 MiB that torch never reads: the write blocks once the
+        // socket buffers' few MiB are full, and then the link goes down.
+        scope.spawn(|| {
+            std::thread::sleep(Duration::from_millis(500));
+            pair.take_link_down(torch_host);
+        });
+        rust_host.run_on(|| {
+            let sharing = SharingContext::new(authkey.clone());
+            let mut connection = connect(&address, authkey, ConnectionOptions::default());
+            connection
+                .set_write_timeout(Some(timeout))
+                .expect("set a write timeout");
+            let view = TensorView::contiguous(DType::UInt8, &[256 << 20]);
+            let storage = Storage::from_vec(vec![7; 256 << 20]);
+            let tensor = Value::Tensor(Tensor::new(storage, view).expect("a contiguous view"));
+            let start = Instant::now();
+            let error = connection
+                .send(&tensor, &sharing)
+                .expect_err("256 MiB sent to a receiver that is gone");
+            (error, start.elapsed())
+        })
+    });
+    let _ = torch.child.kill();
+    let Error::Connection(ConnectionError::Send { cause, .. }) = &error else {
+        panic!("{error}");
+    };
+    assert!(
+        matches!(cause.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut),
+        "{error}"
+    );
+    assert!(error.to_string().contains("write timeout"), "{error}");
+    // The timeout bounds each write call (`SO_SNDTIMEO`), and a call that
+    // moved some bytes into the socket buffers, which keep growing for a
+    // while after the link went down, starts the next one: a few timeouts
+    // at most, never a hang.
+    assert!(
+        waited >= timeout && waited < timeout * 5,
+        "failed after {waited:?} with a write timeout of {timeout:?}"
+    );
+    eprintln!("a vanished receiver: `{error}` after {waited:.2?}");
+    assert_eq!(own_fds(), fds_before, "fds left after the failed send");
 }
 
 #[test]

@@ -7,6 +7,7 @@ sent across hosts on purpose.
     cross_host_peer.py large        --address HOST:PORT --authkey HEX
     cross_host_peer.py send-large   --address HOST:PORT --authkey HEX [--nbytes N] [--connect]
     cross_host_peer.py serve-shared --address HOST:PORT --authkey HEX --strategy STRATEGY
+    cross_host_peer.py stall        --address HOST:PORT --authkey HEX
 
 Run it with the pinned torch. Each is a listener on HOST:PORT (IPv4 or a
 name; port 0 binds a free one), for one client at a time, with the
@@ -29,6 +30,8 @@ serve-shared  Echoes every message as torch's `conn.send` would over TCP:
               pickled by `ForkingPickler`, a handle to shared memory under
               torch's STRATEGY (file_descriptor or file_system), which a
               receiver on another host cannot open and must refuse.
+stall         Lets its one client in and reads nothing until killed: a
+              receiver whose host is gone once the link is down.
 """
 
 import argparse
@@ -133,7 +136,7 @@ def large(address: tuple[str, int], authkey: bytes) -> None:
             pass
 
 
-# ---------------------------------------------------------------- send-large
+# ---------------------------------------------------------------- send-large, stall
 
 
 def send_large(address: tuple[str, int], authkey: bytes, nbytes: int, connect: bool) -> None:
@@ -150,9 +153,15 @@ def send_large(address: tuple[str, int], authkey: bytes, nbytes: int, connect: b
         time.sleep(3600)
 
 
+def stall(address: tuple[str, int], authkey: bytes) -> None:
+    with listen(address, authkey) as listener, listener.accept():
+        log("reading nothing")
+        time.sleep(3600)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=["large", "send-large", "serve-shared"])
+    parser.add_argument("command", choices=["large", "send-large", "serve-shared", "stall"])
     parser.add_argument("--address", type=tcp_address, required=True, help="HOST:PORT")
     parser.add_argument("--authkey", type=bytes.fromhex, required=True, help="hex")
     parser.add_argument("--strategy", choices=TORCH_STRATEGIES, default="file_descriptor")
@@ -164,8 +173,10 @@ def main() -> int:
         large(args.address, args.authkey)
     elif args.command == "send-large":
         send_large(args.address, args.authkey, args.nbytes, args.connect)
-    else:
+    elif args.command == "serve-shared":
         serve_shared(args.address, args.authkey, args.strategy)
+    else:
+        stall(args.address, args.authkey)
     return 0
 
 
