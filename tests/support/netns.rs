@@ -119,11 +119,6 @@ impl TorchAcrossHosts {
             _turn: turn,
         })
     }
-
-    /// The two hosts.
-    pub fn hosts(&self) -> (&Host, &Host) {
-        self.pair.hosts()
-    }
 }
 
 impl HostPair {
