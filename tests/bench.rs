@@ -333,3 +333,57 @@ fn bench_names_the_feeds_it_knows() {
         "{stderr}"
     );
 }
+
+#[test]
+fn bench_times_bytes_over_tcp_against_torch_pickle_over_the_same_link() {
+    let Some(python) = support::test_python("bench_times_bytes_over_tcp") else {
+        return;
+    };
+    // `env` as the wrapper stands for `ip netns exec NS`: it runs the peer.
+    let tcp = [
+        "--workload",
+        "tcp",
+        "--tcp-address",
+        "127.0.0.1:0",
+        "--tcp-peer-wrapper",
+        "env",
+    ];
+    let (stdout, rows) = quick_bench(&[&["--python", python.as_str()][..], &tcp].concat());
+    assert_rows(
+        &stdout,
+        &rows,
+        &[
+            "torch -> torch  pickle",
+            "Rust  -> Rust   bytes",
+            "Rust  -> torch  bytes",
+            "torch -> Rust   pickle (bytes)",
+        ],
+    );
+    let title = line_starting(&stdout, "tensorshare bench: bytes over TCP at 127.0.0.1:0");
+    assert!(title.contains("TCP_NODELAY off"), "{title}");
+    for row in &rows {
+        let ratio = row.split_whitespace().last().unwrap_or_default();
+        let ratio: f64 = ratio.trim_end_matches('x').parse().expect("a ratio");
+        assert!(ratio > 0.0, "{row}");
+        if row.contains("torch -> torch") {
+            assert!(row.ends_with(" 1.00x"), "{row}");
+        }
+    }
+}
+
+#[test]
+fn a_tcp_bench_needs_a_tcp_address() {
+    let output = Command::new(support::tensorshare_exe())
+        .args([
+            "bench",
+            "--workload",
+            "tcp",
+            "--tcp-address",
+            "/tmp/not-tcp.sock",
+        ])
+        .output()
+        .expect("run tensorshare bench");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(stderr.contains("is not HOST:PORT"), "{stderr}");
+}

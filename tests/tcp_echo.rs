@@ -113,19 +113,22 @@ fn a_rust_client_drives_a_stock_torch_listener_over_tcp() {
         return;
     };
     let authkey = Authkey::random().expect("a key");
-    let server = Server::start_reporting(torch_peer(&python, "serve", "127.0.0.1:0", &authkey));
-    // The context prefers file_descriptor; over TCP its storages go as bytes.
-    let sharing = SharingContext::new(authkey.clone());
-    let mut connection = sharing.connect(&server.address).expect("connect to torch");
-    assert!(connection.is_tcp());
-    let failures = torch_pickle_echo_failures(&mut connection, &sharing);
-    assert!(failures.is_empty(), "{failures:#?}");
-    let wrong = Authkey::random().expect("another key");
-    let refused = Client::connect(&server.address, &wrong, ConnectionOptions::default());
-    assert!(refused.is_err(), "torch let a wrong key in");
-    let mut again = sharing.connect(&server.address).expect("connect");
-    let again = torch_pickle_echo_failures(&mut again, &sharing);
-    assert!(again.is_empty(), "{again:#?}");
+    // CPython's Listener takes IPv6 when told the family (its Client does not).
+    for listen in ["127.0.0.1:0", "[::1]:0"] {
+        let server = Server::start_reporting(torch_peer(&python, "serve", listen, &authkey));
+        // The context prefers file_descriptor; over TCP its storages go as bytes.
+        let sharing = SharingContext::new(authkey.clone());
+        let mut connection = sharing.connect(&server.address).expect("connect to torch");
+        assert!(connection.is_tcp());
+        let failures = torch_pickle_echo_failures(&mut connection, &sharing);
+        assert!(failures.is_empty(), "{listen}: {failures:#?}");
+        let wrong = Authkey::random().expect("another key");
+        let refused = Client::connect(&server.address, &wrong, ConnectionOptions::default());
+        assert!(refused.is_err(), "torch let a wrong key in");
+        let mut again = sharing.connect(&server.address).expect("connect");
+        let again = torch_pickle_echo_failures(&mut again, &sharing);
+        assert!(again.is_empty(), "{listen}: {again:#?}");
+    }
 }
 
 #[test]

@@ -278,8 +278,8 @@ def run_torch_producer(args):
 
 def run_consume(args):
     authkey = bench_peer.adopt_authkey(args.authkey)
-    address = bench_peer.socket_address(args.address)
-    with multiprocessing.connection.Client(address, family="AF_UNIX", authkey=authkey) as conn:
+    address, family = bench_peer.socket_address(args.address)
+    with multiprocessing.connection.Client(address, family=family, authkey=authkey) as conn:
         seconds = train_from_connection(conn)
     return {"feed": "connection", "seconds": seconds}
 

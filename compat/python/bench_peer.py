@@ -75,7 +75,11 @@ Subcommands:
         TOTAL counts every tensor received, warm-up included: W + N * R.
 
 `produce` and `torch-to-torch` take `--warmup W` (default 10). ADDR is an
-AF_UNIX path, or `@name` for a name in Linux's abstract namespace. HEX is the
+AF_UNIX path, `@name` for a name in Linux's abstract namespace, or a TCP
+`HOST:PORT` (IPv4 or a name: multiprocessing makes AF_INET sockets for
+tuples), as tensorshare tells them apart; `consume --listen` on port 0
+prints the port it bound. Over TCP only the `bytes` strategy makes sense:
+torch's shared-memory reductions name memory on this host. HEX is the
 connection's authkey; it also becomes this process's
 `multiprocessing.current_process().authkey`, which the resource sharer uses
 to authenticate fd hand-offs under `file_descriptor`. Instead of `--authkey`,
@@ -300,8 +304,8 @@ def run_torch_to_torch(args):
 def run_produce(args):
     """produce: connects to the listening consumer and produces into it."""
     authkey = adopt_authkey(args.authkey)
-    address = socket_address(args.address)
-    with multiprocessing.connection.Client(address, family="AF_UNIX", authkey=authkey) as conn:
+    address, family = socket_address(args.address)
+    with multiprocessing.connection.Client(address, family=family, authkey=authkey) as conn:
         seconds = produce_stream(
             conn, args.strategy, args.size, args.count, args.rounds, args.warmup
         )
@@ -311,18 +315,16 @@ def run_produce(args):
 def run_consume(args):
     """consume: connects to the listening producer (or listens, with --listen)."""
     authkey = adopt_authkey(args.authkey)
-    address = socket_address(args.address)
+    address, family = socket_address(args.address)
     if args.listen:
         with multiprocessing.connection.Listener(
-            address, family="AF_UNIX", authkey=authkey
+            address, family=family, authkey=authkey
         ) as listener:
-            print(f"listening {args.address}", flush=True)
+            print(f"listening {shown_address(listener.address, args.address)}", flush=True)
             with listener.accept() as conn:
                 received = consume_stream(conn)
     else:
-        with multiprocessing.connection.Client(
-            address, family="AF_UNIX", authkey=authkey
-        ) as conn:
+        with multiprocessing.connection.Client(address, family=family, authkey=authkey) as conn:
             received = consume_stream(conn)
     return {"scenario": "rust-to-torch", "received": received}
 
@@ -348,8 +350,22 @@ def adopt_authkey(authkey):
 
 
 def socket_address(text):
-    """`@name` is a Linux abstract socket name; anything else is a path."""
-    return "\0" + text[1:] if text.startswith("@") else text
+    """ADDR and its family: `@name` is a Linux abstract socket name;
+    `HOST:PORT` not starting with `/` or `.` is a TCP endpoint, as
+    tensorshare tells them apart; anything else is a path."""
+    if text.startswith("@"):
+        return "\0" + text[1:], "AF_UNIX"
+    host, sep, port = text.rpartition(":")
+    if sep and host and port.isdigit() and not text.startswith(("/", ".")):
+        return (host, int(port)), "AF_INET"
+    return text, "AF_UNIX"
+
+
+def shown_address(bound, given):
+    """What `listening` shows: a TCP listener's bound `HOST:PORT`, else ADDR."""
+    if isinstance(bound, tuple):
+        return f"{bound[0]}:{bound[1]}"
+    return given
 
 
 def describe(error):

@@ -6,9 +6,10 @@
     tcp_peer.py drive --address HOST:PORT --authkey HEX
 
 Run it with the pinned torch: `"$(scripts/python-env)" compat/python/tcp_peer.py ...`.
-HOST:PORT is an IPv4 address or a name and a port (CPython's
-multiprocessing.connection makes an AF_INET socket for every tuple, so IPv6
-is not reachable from here); port 0 under `serve` takes a free one.
+HOST:PORT is an IPv4 address or a name and a port, or `[v6addr]:PORT` for
+`serve` alone: CPython's `Listener` takes `family="AF_INET6"`, but its
+`Client` makes an AF_INET socket for every tuple, so a torch client reaches
+IPv4 listeners only. Port 0 under `serve` takes a free one.
 
 Over TCP a torch process sends tensors with `conn.send_bytes(pickle.dumps(obj))`:
 `conn.send(obj)` pickles with multiprocessing's ForkingPickler, for which
@@ -69,11 +70,19 @@ from echo_peer import (
 
 
 def tcp_address(text: str) -> tuple[str, int]:
-    """`host:port` as the `(host, port)` tuple multiprocessing takes."""
+    """`host:port` or `[v6addr]:port` as the `(host, port)` tuple
+    multiprocessing takes."""
     host, sep, port = text.rpartition(":")
     if not sep or not host or not port.isdigit():
         raise argparse.ArgumentTypeError(f"not HOST:PORT: {text!r}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
     return host, int(port)
+
+
+def family_of(address: tuple[str, int]) -> str:
+    """AF_INET6 for an IPv6 host, which only a Listener can be told."""
+    return "AF_INET6" if ":" in address[0] else "AF_INET"
 
 
 # ---------------------------------------------------------------- serve
@@ -81,9 +90,10 @@ def tcp_address(text: str) -> tuple[str, int]:
 
 def serve(address: tuple[str, int], authkey: bytes) -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    with Listener(address, authkey=authkey) as listener:
-        host, port = listener.address
-        print(f"listening {host}:{port}", flush=True)
+    with Listener(address, family=family_of(address), authkey=authkey) as listener:
+        host, port = listener.address[:2]
+        shown = f"[{host}]" if ":" in host else host
+        print(f"listening {shown}:{port}", flush=True)
         while True:
             try:
                 conn = listener.accept()

@@ -17,6 +17,7 @@ use super::peer::{Peer, connect_back};
 use crate::error::CliError;
 
 mod targets;
+mod tcp;
 
 const BENCH_PEER: &str = include_str!("../../../compat/python/bench_peer.py");
 const BENCH_BATCHES: &str = include_str!("../../../compat/python/bench_batches.py");
@@ -27,8 +28,10 @@ pub struct BenchArgs {
     #[arg(long)]
     python: Option<PathBuf>,
     /// What to time: single tensors streamed one way (`--sizes`,
-    /// `--paths`), or DataLoader-shaped batches fed to a torch training
-    /// loop by torch's DataLoader and by every producer.
+    /// `--paths`), DataLoader-shaped batches fed to a torch training
+    /// loop by torch's DataLoader and by every producer, or `bytes` over
+    /// TCP (`--sizes`, `--tcp-address`) against torch pickling to torch
+    /// over the same link.
     #[arg(long, value_enum, default_value = "streams")]
     workload: BenchWorkload,
     /// Tensor sizes, comma-separated, e.g. 4KiB,1MiB,64MiB.
@@ -66,6 +69,22 @@ pub struct BenchArgs {
     /// rust-to-rust-fd-arena into the same loop in Rust.
     #[arg(long, value_delimiter = ',', value_name = "FEEDS")]
     feeds: Vec<String>,
+    /// With `--workload tcp`, where the listening end of each path binds:
+    /// `HOST:PORT`, port 0 for a free one. A non-loopback address times the
+    /// link it is on (a veth pair, a NIC); the other end connects to the
+    /// address the listener reports.
+    #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:0")]
+    tcp_address: Address,
+    /// With `--workload tcp`, set TCP_NODELAY on tensorshare's ends (torch's
+    /// stay as CPython leaves them, off).
+    #[arg(long)]
+    tcp_nodelay: bool,
+    /// With `--workload tcp`, words put before the command of every
+    /// connecting peer, e.g. `ip netns exec other`, so that it runs across
+    /// a link from the listening end (which this process and, for
+    /// torch -> torch, torch's consumer are).
+    #[arg(long, value_name = "COMMAND", value_delimiter = ' ', num_args = 1..)]
+    tcp_peer_wrapper: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -80,6 +99,9 @@ pub struct BenchPeerArgs {
     /// Train on the batches workload's batches (`--workload batches`).
     #[arg(long, conflicts_with = "raw_fds")]
     batches: bool,
+    /// Set TCP_NODELAY on a TCP connection (`--workload tcp --tcp-nodelay`).
+    #[arg(long)]
+    tcp_nodelay: bool,
 }
 
 /// What `bench` times.
@@ -89,6 +111,9 @@ enum BenchWorkload {
     Streams,
     /// Batches into a training loop (`bench_batches`).
     Batches,
+    /// `bytes` over TCP, Rust and torch at either end, against torch's
+    /// pickle over the same link.
+    Tcp,
 }
 
 /// The paths compared, in table order.
@@ -271,6 +296,19 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
         return super::bench_batches::run(&torch, &args.feeds, args.rounds, args.quick);
     }
     let torch = TorchPeer { python, script };
+    if args.workload == BenchWorkload::Tcp {
+        if !args.tcp_address.is_tcp() {
+            return Err(format!("--tcp-address {} is not HOST:PORT", args.tcp_address).into());
+        }
+        torch.check()?;
+        let link = tcp::TcpLink {
+            torch: &torch,
+            address: args.tcp_address,
+            nodelay: args.tcp_nodelay,
+            wrapper: args.tcp_peer_wrapper,
+        };
+        return tcp::run(&link, &args.sizes, args.rounds, args.quick);
+    }
     // Before any peer runs, so that none of them competes with it.
     let memcpy: Vec<f64> = args
         .sizes
@@ -327,7 +365,8 @@ pub(super) fn spinner() -> ProgressBar {
 
 /// The consumer of a Rust-to-Rust run.
 pub fn run_peer(args: BenchPeerArgs) -> Result<(), CliError> {
-    let (authkey, mut connection) = connect_back(&args.connect)?;
+    let options = ConnectionOptions::default().with_tcp_nodelay(args.tcp_nodelay);
+    let (authkey, mut connection) = connect_back(&args.connect, options)?;
     let sharing = SharingContext::new(authkey);
     if args.batches {
         let seconds = super::bench_batch_stream::consume_batches(&mut connection, &sharing)?;

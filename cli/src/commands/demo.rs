@@ -118,7 +118,7 @@ pub fn run(args: DemoArgs) -> Result<(), CliError> {
 
 /// The second process: mirrors [`run`].
 pub fn run_peer(args: DemoPeerArgs) -> Result<(), CliError> {
-    let (authkey, mut connection) = connect_back(&args.connect)?;
+    let (authkey, mut connection) = connect_back(&args.connect, ConnectionOptions::default())?;
     let workload = workload(args.tensors);
     let hidden = ProgressBar::hidden();
     let control = SharingContext::new(authkey.clone());

@@ -42,6 +42,12 @@ impl Peer {
         )
     }
 
+    /// The peer's stdout, if piped and not taken yet, for a peer that says
+    /// something before it finishes; [`Peer::finish`] then has none.
+    pub fn take_stdout(&mut self) -> Option<std::process::ChildStdout> {
+        self.0.as_mut()?.stdout.take()
+    }
+
     /// The peer's pid.
     pub fn id(&self) -> u32 {
         self.0.as_ref().map_or(0, Child::id)
@@ -106,9 +112,12 @@ impl Drop for Peer {
 }
 
 /// The peer's side of [`Peer::spawn_self`]: the authkey from the
-/// environment, and a connection to `address`.
-pub fn connect_back(address: &Address) -> Result<(Authkey, Connection), CliError> {
+/// environment, and a connection to `address` made with `options`.
+pub fn connect_back(
+    address: &Address,
+    options: ConnectionOptions,
+) -> Result<(Authkey, Connection), CliError> {
     let authkey = Authkey::from_env()?.ok_or("TENSORSHARE_AUTHKEY is not set")?;
-    let connection = Client::connect(address, &authkey, ConnectionOptions::default())?;
+    let connection = Client::connect(address, &authkey, options)?;
     Ok((authkey, connection))
 }

@@ -1,0 +1,217 @@
+//! `tensorshare bench --workload tcp`: the `bytes` strategy over TCP, Rust
+//! and torch at either end, against torch pickling to torch over the same
+//! link. The listening end binds `--tcp-address` (loopback by default; an
+//! address on a veth pair or a real NIC to cross hosts).
+//!
+//! Every path streams fresh uint8 tensors one way as the streams workload
+//! does (`bench_peer.py`'s protocol): a Rust producer allocates each on the
+//! heap and sends it as `bytes` (written from the storage, no copy before
+//! the socket); torch's producer sends `conn.send_bytes(pickle.dumps(t))`.
+//! Consumers rebuild every tensor and check it.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use tensorshare::connection::AUTHKEY_ENV;
+
+use tensorshare::connection::ConnectionOptions;
+use tensorshare::{Address, Authkey, Listener, SharingContext, StrategyKind};
+
+use super::super::bench_stream::{Framing, Workload, consume, produce};
+use super::super::peer::Peer;
+use super::{TorchPeer, median, spinner, workload_for};
+use crate::error::CliError;
+
+/// Who produces and who consumes over TCP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TcpRoute {
+    TorchToTorch,
+    RustToRust,
+    RustToTorch,
+    TorchToRust,
+}
+
+impl TcpRoute {
+    const ALL: [TcpRoute; 4] = [
+        TcpRoute::TorchToTorch,
+        TcpRoute::RustToRust,
+        TcpRoute::RustToTorch,
+        TcpRoute::TorchToRust,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            TcpRoute::TorchToTorch => "torch -> torch  pickle",
+            TcpRoute::RustToRust => "Rust  -> Rust   bytes",
+            TcpRoute::RustToTorch => "Rust  -> torch  bytes",
+            TcpRoute::TorchToRust => "torch -> Rust   pickle (bytes)",
+        }
+    }
+}
+
+/// Where and how the listening end of every path listens.
+pub(super) struct TcpLink<'a> {
+    pub(super) torch: &'a TorchPeer,
+    /// Where the listening end binds; port 0 for a free one.
+    pub(super) address: Address,
+    /// TCP_NODELAY on tensorshare's ends (torch's stay as CPython leaves
+    /// them: off).
+    pub(super) nodelay: bool,
+    /// Words before every connecting peer's command (`ip netns exec NS`).
+    pub(super) wrapper: Vec<String>,
+}
+
+pub(super) fn run(
+    link: &TcpLink<'_>,
+    sizes: &[usize],
+    rounds: usize,
+    quick: bool,
+) -> Result<(), CliError> {
+    println!(
+        "tensorshare bench: bytes over TCP at {} (TCP_NODELAY {} on tensorshare's ends); uint8 \
+         tensors streamed one way, the producer writing every byte; median of {rounds} rounds\n",
+        link.address,
+        if link.nodelay { "on" } else { "off" },
+    );
+    println!(
+        "{:<9} {:<32} {:>7} {:>12} {:>8} {:>16}",
+        "size", "path", "tensors", "per tensor", "GB/s", "vs torch pickle"
+    );
+    let spinner = spinner();
+    for &size in sizes {
+        let workload = workload_for(super::Route::RustToRustBytes, size, rounds, quick, u64::MAX);
+        let mut rows = Vec::new();
+        for route in TcpRoute::ALL {
+            let size_text = super::super::format::bytes(size as u64);
+            spinner.set_message(format!("{size_text} {} over TCP", route.label()));
+            let seconds = link.run_route(route, workload)?;
+            rows.push((route, median(seconds) / workload.count as f64));
+        }
+        spinner.suspend(|| print_rows(&rows, size, workload.count));
+    }
+    spinner.finish_and_clear();
+    Ok(())
+}
+
+fn print_rows(rows: &[(TcpRoute, f64)], size: usize, count: usize) {
+    let torch = rows
+        .iter()
+        .find(|(route, _)| *route == TcpRoute::TorchToTorch)
+        .map(|(_, per_tensor)| *per_tensor);
+    for &(route, per_tensor) in rows {
+        let ratio = torch.map_or_else(|| "-".into(), |t| format!("{:.2}x", t / per_tensor));
+        println!(
+            "{:<9} {:<32} {:>7} {:>12} {:>8.2} {:>16}",
+            super::super::format::bytes(size as u64),
+            route.label(),
+            count,
+            super::super::format::duration(per_tensor),
+            size as f64 / per_tensor / 1e9,
+            ratio,
+        );
+    }
+    println!();
+}
+
+impl TcpLink<'_> {
+    fn options(&self) -> ConnectionOptions {
+        ConnectionOptions::default().with_tcp_nodelay(self.nodelay)
+    }
+
+    /// This program's `bench-peer`, connecting to `address`.
+    fn rust_peer(&self, address: &str, authkey: &Authkey) -> Result<Command, CliError> {
+        let exe = std::env::current_exe().map_err(|e| format!("finding this program: {e}"))?;
+        let mut command = Command::new(exe);
+        command
+            .args(["bench-peer", "--connect", address])
+            .env(AUTHKEY_ENV, authkey.to_hex())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if self.nodelay {
+            command.arg("--tcp-nodelay");
+        }
+        Ok(command)
+    }
+
+    /// Starts a connecting peer's `command`, behind the wrapper if any.
+    fn spawn(&self, command: &mut Command) -> Result<Peer, String> {
+        let Some((program, words)) = self.wrapper.split_first() else {
+            return Peer::spawn(command).map_err(|e| format!("starting a peer: {e}"));
+        };
+        let mut wrapped = Command::new(program);
+        wrapped
+            .args(words)
+            .arg(command.get_program())
+            .args(command.get_args())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (key, value) in command.get_envs() {
+            match value {
+                Some(value) => wrapped.env(key, value),
+                None => wrapped.env_remove(key),
+            };
+        }
+        Peer::spawn(&mut wrapped).map_err(|e| format!("starting {program} for a peer: {e}"))
+    }
+
+    /// Seconds per round of `route`.
+    fn run_route(&self, route: TcpRoute, workload: Workload) -> Result<Vec<f64>, CliError> {
+        let authkey = Authkey::random()?;
+        if route == TcpRoute::TorchToTorch {
+            return self.torch_to_torch(workload, &authkey);
+        }
+        let sharing = SharingContext::new(authkey.clone()).with_strategy(StrategyKind::Bytes);
+        let listener = Listener::bind(&self.address, &authkey, self.options())?;
+        let address = listener.address().to_string();
+        let connect = Some((address.as_str(), &authkey));
+        let mut command = match route {
+            TcpRoute::RustToTorch => self.torch.command(&["consume"], None, connect),
+            TcpRoute::TorchToRust => {
+                let produce = ["produce", "--strategy", "bytes"];
+                self.torch.command(&produce, Some(workload), connect)
+            }
+            _ => self.rust_peer(&address, &authkey)?,
+        };
+        let mut peer = self.spawn(&mut command)?;
+        let mut connection = peer.accept(&listener)?;
+        if route == TcpRoute::TorchToRust {
+            consume(&mut connection, &sharing, Framing::Pickled)?;
+            return self.torch.seconds(peer.finish()?);
+        }
+        let rounds = produce(&mut connection, &sharing, workload, Framing::Pickled)?;
+        peer.finish()?;
+        Ok(rounds.iter().map(Duration::as_secs_f64).collect())
+    }
+
+    /// torch's consumer listening at the link's address, torch's producer
+    /// pickling into it.
+    fn torch_to_torch(&self, workload: Workload, authkey: &Authkey) -> Result<Vec<f64>, CliError> {
+        let address = self.address.to_string();
+        let listen = Some((address.as_str(), authkey));
+        let mut consumer = self.torch.spawn(&["consume", "--listen"], None, listen)?;
+        let stdout = consumer
+            .take_stdout()
+            .ok_or("the torch consumer has no stdout")?;
+        // Kept until the consumer is done: it prints its result at the end.
+        let mut consumer_stdout = BufReader::new(stdout);
+        let mut line = String::new();
+        consumer_stdout
+            .read_line(&mut line)
+            .map_err(|e| format!("reading the torch consumer's address: {e}"))?;
+        let Some(bound) = line.trim_end().strip_prefix("listening ") else {
+            let said = format!("the torch consumer said {line:?} instead of where it listens");
+            return Err(consumer.finish().err().unwrap_or(said).into());
+        };
+        let connect = Some((bound, authkey));
+        let mut produce =
+            self.torch
+                .command(&["produce", "--strategy", "bytes"], Some(workload), connect);
+        let producer = self.spawn(&mut produce)?.finish()?;
+        consumer.finish()?;
+        drop(consumer_stdout);
+        self.torch.seconds(producer)
+    }
+}
