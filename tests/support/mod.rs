@@ -5,6 +5,7 @@
 pub mod cases;
 pub mod kill_trials;
 pub mod leftovers;
+pub mod netns;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
