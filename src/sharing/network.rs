@@ -56,7 +56,7 @@ impl SharingContext {
     /// [`with_strategy`](Self::with_strategy), which TCP connections
     /// override with `bytes`, a pinned shared-memory strategy makes
     /// [`Connection::send`](crate::Connection::send) on a TCP connection
-    /// fail with [`SharingError::SharedMemoryOverTcp`]. For a program that
+    /// fail with [`SharingError::PinnedStrategyOverTcp`]. For a program that
     /// must never copy storages, where a copy would be a bug to report.
     ///
     /// # Examples
