@@ -165,6 +165,19 @@ fn kept_files_outlive_their_holders() {
     assert!(!memmap_segment(tensor.storage()).removes_file());
 }
 
+/// A process that shuts its context down and exits with threads still
+/// holding it (a server on SIGTERM) leaves no file kept for reuse.
+#[test]
+fn shutdown_removes_the_files_kept_for_reuse() {
+    let dir = tempfile::tempdir().unwrap();
+    let sharing = memmap_context(&Authkey::random().unwrap(), dir.path());
+    let storage = sharing.allocate(4096).unwrap().freeze();
+    drop(storage);
+    assert_eq!(files_in(dir.path()).len(), 1, "the file is kept for reuse");
+    sharing.shutdown();
+    assert_eq!(files_in(dir.path()), Vec::<PathBuf>::new());
+}
+
 #[test]
 fn echo_removes_the_files_it_made_unless_told_to_keep_them() {
     for (flags, kept) in [(&[][..], 0), (&["--keep-files"][..], 1)] {

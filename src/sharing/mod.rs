@@ -544,7 +544,11 @@ impl SharingContext {
 
     /// Stops handing out fds: closes every fd no receiver has fetched yet
     /// and removes the resource sharer's socket. Later sends of shared
-    /// storages fail; storages already received stay mapped.
+    /// storages fail; storages already received stay mapped. The `memmap`
+    /// files and `file_system` segments kept for reuse go too (a file
+    /// removed, a segment unlinked once its receivers let go), so that a
+    /// process exiting next, with threads that still hold the context,
+    /// leaves none of them.
     ///
     /// It also hands this process's `file_system` segments over to a live
     /// shared-memory manager if its own died, or is dying, and no
@@ -555,6 +559,8 @@ impl SharingContext {
     pub fn shutdown(&self) {
         self.registrations.clear();
         self.sent_files.clear();
+        self.memmap_pool.clear();
+        self.fs_pool.clear();
         if let Some(sharer) = self.sharer.get() {
             sharer.shutdown();
         }
