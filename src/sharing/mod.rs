@@ -10,6 +10,7 @@
 
 mod aging;
 mod batch;
+mod by_length;
 mod bytes;
 mod cache;
 mod error;

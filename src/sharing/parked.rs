@@ -3,10 +3,11 @@
 //! pool says when one of them is free; this says how many are kept and for
 //! how long.
 
-use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use tensorshare_strategies::Segment;
+
+use super::by_length::{ByLength, MIN_KEPT_BYTES};
 
 /// How long a segment stays after its storage died here, waiting for its
 /// receivers to let go of it or for an allocation of its size.
@@ -16,15 +17,10 @@ pub(crate) const PARKED_LIFETIME: Duration = Duration::from_secs(10);
 /// is free: receivers usually let go in the order they received.
 const SCAN_LIMIT: usize = 16;
 
-/// The least bytes kept, however little the producer held at once.
-const MIN_PARKED_BYTES: usize = 64 << 20;
-
 /// Segments by length, oldest first, with the bounds they are kept within.
 #[derive(Debug)]
 pub(crate) struct Parked<S> {
-    by_len: HashMap<usize, VecDeque<(Instant, S)>>,
-    pub(crate) segments: usize,
-    pub(crate) bytes: usize,
+    pub(crate) queue: ByLength<S>,
     /// Bytes of the segments the pool made that are alive, in a storage or
     /// parked, and the most there ever were at once: up to that much is
     /// kept.
@@ -39,9 +35,7 @@ pub(crate) struct Parked<S> {
 impl<S: Segment> Parked<S> {
     pub(crate) fn new(max_segments: usize, max_bytes: usize) -> Self {
         Self {
-            by_len: HashMap::new(),
-            segments: 0,
-            bytes: 0,
+            queue: ByLength::default(),
             tracked_bytes: 0,
             peak_tracked_bytes: 0,
             max_segments,
@@ -73,19 +67,13 @@ impl<S: Segment> Parked<S> {
     /// Parks the segment of a storage that died; returns those that no
     /// longer fit, oldest first, already forgotten.
     fn park(&mut self, segment: S, now: Instant) -> Vec<S> {
-        let len = segment.as_bytes().len();
-        self.bytes += len;
-        self.segments += 1;
-        self.by_len
-            .entry(len)
-            .or_default()
-            .push_back((now, segment));
+        self.queue.push(segment, now);
         let byte_limit = self
             .max_bytes
-            .min(self.peak_tracked_bytes.max(MIN_PARKED_BYTES));
+            .min(self.peak_tracked_bytes.max(MIN_KEPT_BYTES));
         let mut evicted = Vec::new();
-        while self.segments > self.max_segments || self.bytes > byte_limit {
-            let Some(oldest) = self.pop_oldest() else {
+        while self.queue.segments > self.max_segments || self.queue.bytes > byte_limit {
+            let Some(oldest) = self.queue.pop_oldest() else {
                 break;
             };
             self.forget(std::slice::from_ref(&oldest));
@@ -96,7 +84,7 @@ impl<S: Segment> Parked<S> {
 
     /// Whether segments of `nbytes` are parked.
     pub(crate) fn has_len(&self, nbytes: usize) -> bool {
-        self.by_len.contains_key(&nbytes)
+        self.queue.has_len(nbytes)
     }
 
     /// The oldest of the first few segments of `nbytes` that `is_free`
@@ -104,57 +92,15 @@ impl<S: Segment> Parked<S> {
     pub(crate) fn take_free(
         &mut self,
         nbytes: usize,
-        mut is_free: impl FnMut(&S) -> bool,
+        is_free: impl FnMut(&S) -> bool,
     ) -> Option<S> {
-        let queue = self.by_len.get_mut(&nbytes)?;
-        let index = queue
-            .iter()
-            .take(SCAN_LIMIT)
-            .position(|(_, segment)| is_free(segment))?;
-        let (_, segment) = queue.remove(index)?;
-        if queue.is_empty() {
-            self.by_len.remove(&nbytes);
-        }
-        self.bytes -= nbytes;
-        self.segments -= 1;
-        Some(segment)
-    }
-
-    /// Takes out the segment parked longest, of any length.
-    fn pop_oldest(&mut self) -> Option<S> {
-        let len = self
-            .by_len
-            .iter()
-            .filter_map(|(len, queue)| queue.front().map(|(since, _)| (*since, *len)))
-            .min()?
-            .1;
-        let queue = self.by_len.get_mut(&len)?;
-        let (_, segment) = queue.pop_front()?;
-        if queue.is_empty() {
-            self.by_len.remove(&len);
-        }
-        self.bytes -= len;
-        self.segments -= 1;
-        Some(segment)
+        self.queue.take_first(nbytes, SCAN_LIMIT, is_free)
     }
 
     /// Takes out and forgets the segments parked since before `cutoff`, or
     /// all of them.
     pub(crate) fn drain(&mut self, cutoff: Option<Instant>) -> Vec<S> {
-        let mut drained = Vec::new();
-        for queue in self.by_len.values_mut() {
-            while let Some((since, _)) = queue.front() {
-                if cutoff.is_some_and(|cutoff| *since >= cutoff) {
-                    break;
-                }
-                drained.extend(queue.pop_front().map(|(_, segment)| segment));
-            }
-        }
-        self.by_len.retain(|_, queue| !queue.is_empty());
-        for segment in &drained {
-            self.bytes -= segment.as_bytes().len();
-            self.segments -= 1;
-        }
+        let drained = self.queue.drain(cutoff);
         self.forget(&drained);
         drained
     }
@@ -171,7 +117,7 @@ impl<S: Segment> Parked<S> {
     /// Stops counting segments about to be dropped.
     fn forget(&mut self, segments: &[S]) {
         for segment in segments {
-            self.tracked_bytes = self.tracked_bytes.saturating_sub(segment.as_bytes().len());
+            self.tracked_bytes = self.tracked_bytes.saturating_sub(segment.len());
         }
     }
 }

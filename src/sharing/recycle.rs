@@ -19,7 +19,7 @@
 //! segments are ever reused, and only the memory of a storage that died
 //! here.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -27,20 +27,17 @@ use tensorshare_strategies::Segment;
 use tensorshare_strategies::file_descriptor::{FdSegment, FileIdentity};
 
 use super::aging::AgingMap;
+use super::by_length::{ByLength, MIN_KEPT_BYTES};
 use super::lock;
 use super::resource_sharer::KeyReports;
 use super::watched::Watcher;
 
 /// How long a segment waits for its receivers' reports after its storage
 /// died here before the pool frees it.
-const PARKED_LIFETIME: Duration = Duration::from_secs(30);
+const UNREPORTED_LIFETIME: Duration = Duration::from_secs(30);
 
 /// How long a free segment waits to be reused before the pool frees it.
 const IDLE_LIFETIME: Duration = Duration::from_secs(10);
-
-/// The most bytes the pool keeps free when the producer never held more at
-/// once than [`MIN_IDLE_BYTES`].
-const MIN_IDLE_BYTES: usize = 64 << 20;
 
 /// Memfds this process made for storages, and those of them free for reuse.
 #[derive(Debug)]
@@ -54,7 +51,8 @@ pub(crate) struct SegmentPool {
 
 #[derive(Debug, Default)]
 struct PoolState {
-    idle: Idle,
+    /// Free segments by length, oldest first, with when each became free.
+    idle: ByLength<FdSegment>,
     /// Segments whose storage died here while some receiver may still map
     /// them, oldest first.
     parked: AgingMap<FileIdentity, FdSegment>,
@@ -77,55 +75,6 @@ struct Tracked {
     /// Whether a receiver fetched it through the resource sharer: one that
     /// never reports (a Python process), so it is never reused.
     fetched: bool,
-}
-
-/// Free segments by length, oldest first, with when each became free.
-#[derive(Debug, Default)]
-struct Idle {
-    by_len: HashMap<usize, VecDeque<(Instant, FdSegment)>>,
-    bytes: usize,
-    segments: usize,
-}
-
-impl Idle {
-    fn push(&mut self, segment: FdSegment, now: Instant) {
-        self.bytes += segment.len();
-        self.segments += 1;
-        self.by_len
-            .entry(segment.len())
-            .or_default()
-            .push_back((now, segment));
-    }
-
-    fn pop(&mut self, nbytes: usize) -> Option<FdSegment> {
-        let queue = self.by_len.get_mut(&nbytes)?;
-        let (_, segment) = queue.pop_front()?;
-        if queue.is_empty() {
-            self.by_len.remove(&nbytes);
-        }
-        self.bytes -= nbytes;
-        self.segments -= 1;
-        Some(segment)
-    }
-
-    /// Takes out the segments free since before `cutoff`, or all of them.
-    fn drain(&mut self, cutoff: Option<Instant>) -> Vec<FdSegment> {
-        let mut drained = Vec::new();
-        for queue in self.by_len.values_mut() {
-            while let Some((since, _)) = queue.front() {
-                if cutoff.is_some_and(|cutoff| *since >= cutoff) {
-                    break;
-                }
-                drained.extend(queue.pop_front().map(|(_, segment)| segment));
-            }
-        }
-        self.by_len.retain(|_, queue| !queue.is_empty());
-        for segment in &drained {
-            self.bytes -= segment.len();
-            self.segments -= 1;
-        }
-        drained
-    }
 }
 
 impl SegmentPool {
@@ -212,7 +161,7 @@ impl SegmentPool {
     fn make_idle(&self, state: &mut PoolState, segment: FdSegment, now: Instant) {
         let byte_limit = self
             .max_idle_bytes
-            .min(state.peak_tracked_bytes.max(MIN_IDLE_BYTES));
+            .min(state.peak_tracked_bytes.max(MIN_KEPT_BYTES));
         if state.idle.segments >= self.max_idle_segments
             || state.idle.bytes.saturating_add(segment.len()) > byte_limit
         {
@@ -283,7 +232,7 @@ impl PoolState {
         while self
             .parked
             .oldest()
-            .is_some_and(|since| now.duration_since(since) > PARKED_LIFETIME)
+            .is_some_and(|since| now.duration_since(since) > UNREPORTED_LIFETIME)
         {
             let Some((identity, _)) = self.parked.pop_oldest() else {
                 break;
@@ -427,7 +376,7 @@ mod tests {
         assert_eq!((state.idle.segments, state.parked.len()), (1, 1));
         state.expire(Instant::now() + IDLE_LIFETIME + Duration::from_secs(1));
         assert_eq!((state.idle.segments, state.parked.len()), (0, 1));
-        state.expire(Instant::now() + PARKED_LIFETIME + Duration::from_secs(1));
+        state.expire(Instant::now() + UNREPORTED_LIFETIME + Duration::from_secs(1));
         assert_eq!(state.parked.len(), 0);
         assert!(state.tracked.is_empty() && state.keys.is_empty());
     }
@@ -443,7 +392,7 @@ mod tests {
         // Free bytes stay within the most the producer held at once, or
         // the floor for small producers.
         let pool = Arc::new(SegmentPool::new(64, 1 << 30));
-        let big = MIN_IDLE_BYTES / 2 + 4096;
+        let big = MIN_KEPT_BYTES / 2 + 4096;
         let segments: Vec<_> = (0..2).map(|_| storage_segment(&pool, big).0).collect();
         drop(segments);
         assert_eq!(pool.idle_segments(), 2, "both were held at once");

@@ -101,7 +101,7 @@ impl RefcountedPool {
     /// How many segments are pooled, free or not.
     #[cfg(test)]
     fn pooled(&self) -> usize {
-        lock(&self.parked).segments
+        lock(&self.parked).queue.segments
     }
 }
 
@@ -235,7 +235,10 @@ mod tests {
         let mut parked = lock(&pool.parked);
         let later = Instant::now() + PARKED_LIFETIME + Duration::from_secs(1);
         let expired = parked.expire(later);
-        assert_eq!((expired.len(), parked.segments, parked.bytes), (2, 0, 0));
+        assert_eq!(
+            (expired.len(), parked.queue.segments, parked.queue.bytes),
+            (2, 0, 0)
+        );
         assert_eq!(parked.tracked_bytes, 0);
     }
 }

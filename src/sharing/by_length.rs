@@ -1,0 +1,108 @@
+//! Segments queued by length, oldest first, with when each was queued: the
+//! free lists of the pools. Each pool says which segments go in and how
+//! long they stay; this keeps the count and the bytes.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Instant;
+
+use tensorshare_strategies::Segment;
+
+/// The least bytes a pool keeps for reuse, however little the producer
+/// held at once.
+pub(crate) const MIN_KEPT_BYTES: usize = 64 << 20;
+
+#[derive(Debug)]
+pub(crate) struct ByLength<S> {
+    queues: HashMap<usize, VecDeque<(Instant, S)>>,
+    pub(crate) segments: usize,
+    pub(crate) bytes: usize,
+}
+
+impl<S> Default for ByLength<S> {
+    fn default() -> Self {
+        Self {
+            queues: HashMap::new(),
+            segments: 0,
+            bytes: 0,
+        }
+    }
+}
+
+impl<S: Segment> ByLength<S> {
+    /// Queues `segment`, queued at `now`.
+    pub(crate) fn push(&mut self, segment: S, now: Instant) {
+        let len = segment.len();
+        self.bytes += len;
+        self.segments += 1;
+        self.queues
+            .entry(len)
+            .or_default()
+            .push_back((now, segment));
+    }
+
+    /// Whether segments of `nbytes` are queued.
+    pub(crate) fn has_len(&self, nbytes: usize) -> bool {
+        self.queues.contains_key(&nbytes)
+    }
+
+    /// The oldest of the first `scan` segments of `nbytes` that `wanted`
+    /// accepts, taken out.
+    pub(crate) fn take_first(
+        &mut self,
+        nbytes: usize,
+        scan: usize,
+        wanted: impl FnMut(&S) -> bool,
+    ) -> Option<S> {
+        let mut wanted = wanted;
+        let queue = self.queues.get_mut(&nbytes)?;
+        let index = queue
+            .iter()
+            .take(scan)
+            .position(|(_, segment)| wanted(segment))?;
+        let (_, segment) = queue.remove(index)?;
+        if queue.is_empty() {
+            self.queues.remove(&nbytes);
+        }
+        self.taken(nbytes);
+        Some(segment)
+    }
+
+    /// The oldest segment of `nbytes`, taken out.
+    pub(crate) fn pop(&mut self, nbytes: usize) -> Option<S> {
+        self.take_first(nbytes, 1, |_| true)
+    }
+
+    /// The segment queued longest, of any length, taken out.
+    pub(crate) fn pop_oldest(&mut self) -> Option<S> {
+        let len = self
+            .queues
+            .iter()
+            .filter_map(|(len, queue)| queue.front().map(|(since, _)| (*since, *len)))
+            .min()?
+            .1;
+        self.pop(len)
+    }
+
+    /// Takes out the segments queued before `cutoff`, or all of them.
+    pub(crate) fn drain(&mut self, cutoff: Option<Instant>) -> Vec<S> {
+        let mut drained = Vec::new();
+        for queue in self.queues.values_mut() {
+            while let Some((since, _)) = queue.front() {
+                if cutoff.is_some_and(|cutoff| *since >= cutoff) {
+                    break;
+                }
+                drained.extend(queue.pop_front().map(|(_, segment)| segment));
+            }
+        }
+        self.queues.retain(|_, queue| !queue.is_empty());
+        for segment in &drained {
+            self.taken(segment.len());
+        }
+        drained
+    }
+
+    fn taken(&mut self, nbytes: usize) {
+        self.bytes -= nbytes;
+        self.segments -= 1;
+    }
+}
