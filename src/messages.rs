@@ -265,7 +265,7 @@ impl Connection {
         // which comes back for the next message once they are all gone.
         let origin = if self.is_tcp() {
             MessageOrigin::Tcp {
-                peer: self.stream().tcp_peer(),
+                peer: self.tcp_peer(),
             }
         } else {
             MessageOrigin::Local

@@ -7,7 +7,7 @@ use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
 
 use super::stream::{Role, authenticate};
-use super::tcp_address::is_loopback;
+use super::tcp_address::{TcpAddress, is_loopback};
 use super::{
     Address, Authkey, Connection, ConnectionError, ConnectionOptions, PrivateTempDir, StreamSocket,
 };
@@ -299,12 +299,10 @@ impl Listener {
     /// Whether peers on other hosts can connect: a TCP listener bound to
     /// an address other than a loopback one (`0.0.0.0` and `::` included).
     pub fn is_reachable_from_other_hosts(&self) -> bool {
-        match &self.socket {
-            ListeningSocket::Unix(_) => false,
-            ListeningSocket::Tcp(socket) => !socket
-                .local_addr()
-                .is_ok_and(|bound| is_loopback(bound.ip())),
-        }
+        self.address
+            .as_tcp()
+            .and_then(TcpAddress::ip)
+            .is_some_and(|ip| !is_loopback(ip))
     }
 
     /// The options every accepted connection gets.

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::io::IoSlice;
+use std::net::SocketAddr;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,8 +49,13 @@ pub struct Connection {
     /// The authkey the handshake proved the peer holds; `None` for a
     /// socket wrapped without one.
     authkey: Option<Authkey>,
-    /// Whether the socket's send buffer was raised for large messages.
-    send_buffer_raised: bool,
+    /// Whether the socket's send buffer is as large messages want it:
+    /// raised once one is sent, and from the start on TCP, where a fixed
+    /// `SO_SNDBUF` would turn off the kernel's autotuning.
+    send_buffer_settled: bool,
+    /// The TCP peer's address, looked up once, for errors about what it
+    /// sent; `None` for a Unix socket.
+    tcp_peer: Option<SocketAddr>,
 }
 
 /// A message read into a connection's kept buffer, and the fds that came
@@ -93,13 +99,15 @@ impl Connection {
     /// `UnixStream::pair()`, or a socket (Unix or TCP) authenticated
     /// elsewhere.
     pub fn from_stream(stream: impl Into<StreamSocket>, options: ConnectionOptions) -> Self {
+        let stream = stream.into();
         Self {
-            stream: stream.into(),
             options,
             receive_buffer: Vec::new(),
             sent: SentRegistrations::default(),
             authkey: None,
-            send_buffer_raised: false,
+            send_buffer_settled: stream.is_tcp(),
+            tcp_peer: stream.tcp_peer(),
+            stream,
         }
     }
 
@@ -168,12 +176,10 @@ impl Connection {
         fds: &[BorrowedFd<'_>],
     ) -> Result<(), ConnectionError> {
         let len: usize = payload.iter().map(|slice| slice.len()).sum();
-        // Not on TCP: a fixed SO_SNDBUF turns off the kernel's autotuning,
-        // which sizes a TCP send buffer to the link better than any constant.
-        if len >= LARGE_MESSAGE_BYTES && !self.send_buffer_raised && !self.stream.is_tcp() {
+        if len >= LARGE_MESSAGE_BYTES && !self.send_buffer_settled {
             // Only ever a speed-up: a refusal leaves the default buffer.
             let _ = setsockopt(&self.stream, SndBuf, &LARGE_SEND_BUFFER);
-            self.send_buffer_raised = true;
+            self.send_buffer_settled = true;
         }
         let send_error = |cause| ConnectionError::Send { len, cause };
         let mut writer = AttachingWriter {
@@ -327,6 +333,12 @@ impl Connection {
     /// host: [`send`](Self::send) sends storages as bytes on it.
     pub fn is_tcp(&self) -> bool {
         self.stream.is_tcp()
+    }
+
+    /// The TCP peer's address as it was when the connection was made;
+    /// `None` for a Unix socket.
+    pub(crate) fn tcp_peer(&self) -> Option<SocketAddr> {
+        self.tcp_peer
     }
 }
 
