@@ -34,7 +34,7 @@ pub enum ImageDType {
 }
 
 impl ImageDType {
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             ImageDType::UInt8 => "uint8",
             ImageDType::Float32 => "float32",

@@ -4,10 +4,10 @@
 //! with and without a batch in one storage ([`SharingContext::batch`]);
 //! and Rust to Rust. The torch side is `compat/python/bench_batches.py`.
 
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
-use tensorshare::connection::{AUTHKEY_ENV, ConnectionOptions};
+use tensorshare::connection::ConnectionOptions;
 use tensorshare::{Authkey, Listener, SharingContext, StrategyKind};
 
 use super::bench::{TorchPeer, median};
@@ -189,7 +189,7 @@ pub fn run(
         let [c, h, w] = size.sample;
         let title = format!(
             "{} [{}, {c}, {h}, {w}] + int64 [{}]: {} a batch",
-            dtype_name(size.dtype),
+            size.dtype.name(),
             size.batch,
             size.batch,
             super::format::bytes(spec.nbytes() as u64)
@@ -222,13 +222,6 @@ pub fn run(
     }
     spinner.finish_and_clear();
     Ok(())
-}
-
-fn dtype_name(dtype: ImageDType) -> &'static str {
-    match dtype {
-        ImageDType::UInt8 => "uint8",
-        ImageDType::Float32 => "float32",
-    }
 }
 
 /// Enough batches a round to outlast timer noise, without moving more than
@@ -270,12 +263,9 @@ fn run_feed(feed: Feed, spec: BatchSpec, torch: &TorchPeer) -> Result<Vec<f64>, 
     let mut peer = if torch_trains {
         torch.spawn(&["consume"], None, Some((&address, &authkey)))?
     } else {
-        // As Peer::spawn_self, with the stdout its result is printed on.
+        // With the stdout its result is printed on.
         Peer::spawn(
-            Command::new(std::env::current_exe()?)
-                .args(["bench-peer", "--batches", "--connect", &address])
-                .env(AUTHKEY_ENV, authkey.to_hex())
-                .stdin(Stdio::null())
+            Peer::self_command("bench-peer", &address, &authkey, &["--batches"])?
                 .stdout(Stdio::piped()),
         )?
     };
@@ -295,7 +285,7 @@ fn spec_args(spec: &BatchSpec) -> Vec<String> {
         &h,
         &w,
         "--dtype",
-        dtype_name(spec.dtype),
+        spec.dtype.name(),
         "--batches",
         &spec.batches.to_string(),
         "--rounds",

@@ -33,13 +33,29 @@ impl Peer {
         authkey: &Authkey,
         args: &[&str],
     ) -> std::io::Result<Self> {
-        Self::spawn(
-            Command::new(std::env::current_exe()?)
-                .args([subcommand, "--connect", &address.to_string()])
-                .args(args)
-                .env(AUTHKEY_ENV, authkey.to_hex())
-                .stdin(Stdio::null()),
-        )
+        Self::spawn(&mut Self::self_command(
+            subcommand,
+            &address.to_string(),
+            authkey,
+            args,
+        )?)
+    }
+
+    /// The command [`spawn_self`](Self::spawn_self) starts, for a caller
+    /// that pipes its output or runs it behind a wrapper.
+    pub fn self_command(
+        subcommand: &str,
+        address: &str,
+        authkey: &Authkey,
+        args: &[&str],
+    ) -> std::io::Result<Command> {
+        let mut command = Command::new(std::env::current_exe()?);
+        command
+            .args([subcommand, "--connect", address])
+            .args(args)
+            .env(AUTHKEY_ENV, authkey.to_hex())
+            .stdin(Stdio::null());
+        Ok(command)
     }
 
     /// The peer's stdout, if piped and not taken yet, for a peer that says

@@ -13,8 +13,6 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use tensorshare::connection::AUTHKEY_ENV;
-
 use tensorshare::connection::ConnectionOptions;
 use tensorshare::{Address, Authkey, Listener, SharingContext, StrategyKind};
 
@@ -121,14 +119,9 @@ impl TcpLink<'_> {
 
     /// This program's `bench-peer`, connecting to `address`.
     fn rust_peer(&self, address: &str, authkey: &Authkey) -> Result<Command, CliError> {
-        let exe = std::env::current_exe().map_err(|e| format!("finding this program: {e}"))?;
-        let mut command = Command::new(exe);
-        command
-            .args(["bench-peer", "--connect", address])
-            .env(AUTHKEY_ENV, authkey.to_hex())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+        let mut command = Peer::self_command("bench-peer", address, authkey, &[])
+            .map_err(|e| format!("finding this program: {e}"))?;
+        command.stdout(Stdio::piped()).stderr(Stdio::piped());
         if self.nodelay {
             command.arg("--tcp-nodelay");
         }
