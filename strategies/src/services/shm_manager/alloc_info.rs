@@ -10,9 +10,9 @@ use crate::platform::segment_name::{InvalidSegmentName, SegmentName};
 pub const ALLOC_INFO_SIZE: usize = 68;
 
 /// Where `free` sits.
-const FREE_OFFSET: usize = 4;
+pub(super) const FREE_OFFSET: usize = 4;
 /// Where `filename` starts.
-const NAME_OFFSET: usize = 5;
+pub(super) const NAME_OFFSET: usize = 5;
 /// The size of `filename`, terminating NUL included.
 const NAME_FIELD_LEN: usize = 60;
 
@@ -72,6 +72,19 @@ impl InvalidAllocInfo {
     }
 }
 
+/// The struct's bytes for `pid`, `free` and the name field's leading
+/// bytes `name` (at most 59 of them are kept, so that a NUL ends the
+/// field); the rest is zero.
+pub(super) fn encode_fields(pid: i32, free: bool, name: &[u8]) -> [u8; ALLOC_INFO_SIZE] {
+    let mut bytes = [0u8; ALLOC_INFO_SIZE];
+    bytes[..FREE_OFFSET].copy_from_slice(&pid.to_ne_bytes());
+    bytes[FREE_OFFSET] = u8::from(free);
+    let field = &mut bytes[NAME_OFFSET..NAME_OFFSET + NAME_FIELD_LEN];
+    let len = name.len().min(NAME_FIELD_LEN - 1);
+    field[..len].copy_from_slice(&name[..len]);
+    bytes
+}
+
 impl AllocInfo {
     /// A registration of `name` by this process.
     pub fn register(name: SegmentName) -> Self {
@@ -95,16 +108,9 @@ impl AllocInfo {
     /// after the name's NUL are zero, as libshm's `AllocInfo info = {}` leaves
     /// them.
     pub fn encode(&self) -> [u8; ALLOC_INFO_SIZE] {
-        let mut bytes = [0u8; ALLOC_INFO_SIZE];
-        bytes[..FREE_OFFSET].copy_from_slice(&self.pid.to_ne_bytes());
-        bytes[FREE_OFFSET] = u8::from(self.free);
-        let name = self.name.as_str().as_bytes();
         // A SegmentName holds at most MAX_SEGMENT_NAME_LEN (59) bytes, so
         // the name and its NUL fit the 60-byte field.
-        let field = &mut bytes[NAME_OFFSET..NAME_OFFSET + NAME_FIELD_LEN];
-        let len = name.len().min(NAME_FIELD_LEN - 1);
-        field[..len].copy_from_slice(&name[..len]);
-        bytes
+        encode_fields(self.pid, self.free, self.name.as_str().as_bytes())
     }
 
     /// Reads a message, trusting none of its bytes: the name must end with a

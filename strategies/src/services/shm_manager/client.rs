@@ -221,8 +221,7 @@ impl ManagerConnection {
         if !Arc::ptr_eq(&state.link.stream, watched) {
             return Ok(());
         }
-        let dead = state.link.handle.to_string();
-        state.link.fail(ManagerError::Closed { handle: dead });
+        state.link.fail_closed();
         self.replace(&mut state)
     }
 

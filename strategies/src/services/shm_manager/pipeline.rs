@@ -35,15 +35,11 @@
 //! The probe's name is not a [`SegmentName`](crate::file_system::SegmentName):
 //! the manager recognises its bytes before decoding any message.
 
-use super::alloc_info::ALLOC_INFO_SIZE;
+use super::alloc_info::{ALLOC_INFO_SIZE, FREE_OFFSET, NAME_OFFSET, encode_fields};
 
 /// The name field of the probe, NUL-terminated: no torch or tensorshare
 /// segment is ever called so.
 const PROBE_NAME: &[u8] = b"/tensorshare_pipelined_registrations_1\0";
-
-/// Where libshm's `AllocInfo` puts its `free` flag and its name.
-const FREE_OFFSET: usize = 4;
-const NAME_OFFSET: usize = 5;
 
 /// The bytes a manager answers [`pipeline_probe`] with when it takes
 /// registrations without replies; the same length as `OK`, so a client
@@ -53,11 +49,7 @@ pub(super) const PIPELINE_ACK: [u8; 2] = *b"PL";
 /// The probe as sent by process `pid`: libshm's `AllocInfo` with the free
 /// flag set and [`PROBE_NAME`].
 pub(super) fn pipeline_probe(pid: i32) -> [u8; ALLOC_INFO_SIZE] {
-    let mut bytes = [0u8; ALLOC_INFO_SIZE];
-    bytes[..FREE_OFFSET].copy_from_slice(&pid.to_ne_bytes());
-    bytes[FREE_OFFSET] = 1;
-    bytes[NAME_OFFSET..NAME_OFFSET + PROBE_NAME.len()].copy_from_slice(PROBE_NAME);
-    bytes
+    encode_fields(pid, true, PROBE_NAME)
 }
 
 /// Whether a message is the probe, from any pid: a free naming

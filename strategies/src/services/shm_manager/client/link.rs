@@ -104,6 +104,12 @@ impl Link {
         error
     }
 
+    /// Marks the link broken by its manager having hung up.
+    pub(super) fn fail_closed(&mut self) {
+        let handle = self.handle.to_string();
+        self.fail(ManagerError::Closed { handle });
+    }
+
     /// [`ManagerError::Broken`] once the link is.
     pub(super) fn check_usable(&self) -> Result<(), ManagerError> {
         match &self.broken {

@@ -130,8 +130,7 @@ impl ManagerConnection {
             return Ok(());
         }
         if state.link.broken.is_none() && !serves(&state.link) {
-            let dead = state.link.handle.to_string();
-            state.link.fail(ManagerError::Closed { handle: dead });
+            state.link.fail_closed();
         }
         self.revive(&mut state)
     }
@@ -141,8 +140,7 @@ impl ManagerConnection {
     /// watching thread to notice.
     pub(super) fn notice_hang_up(&self, state: &mut State) {
         if self.own && state.link.broken.is_none() && hung_up(&state.link.stream, Duration::ZERO) {
-            let dead = state.link.handle.to_string();
-            state.link.fail(ManagerError::Closed { handle: dead });
+            state.link.fail_closed();
         }
     }
 }
