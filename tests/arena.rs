@@ -101,6 +101,7 @@ fn check_received(received: &Value, first: u8) {
 
 #[test]
 fn a_rust_receiver_gets_one_storage_with_every_view_aligned() {
+    support::build_manager_executable();
     for strategy in STRATEGIES {
         let authkey = Authkey::random().unwrap();
         let producer = SharingContext::new(authkey.clone()).with_strategy(strategy);
@@ -199,6 +200,7 @@ fn a_torch_receiver_rebuilds_one_storage_per_batch() {
     else {
         return;
     };
+    support::build_manager_executable();
     for strategy in STRATEGIES {
         let authkey = Authkey::random().unwrap();
         let sharing = SharingContext::new(authkey.clone()).with_strategy(strategy);

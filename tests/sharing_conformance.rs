@@ -87,6 +87,9 @@ struct Peers {
 
 impl Peers {
     fn new(kind: StrategyKind) -> Self {
+        if kind == StrategyKind::FileSystem {
+            support::build_manager_executable();
+        }
         let turn = ONE_AT_A_TIME
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);

@@ -50,9 +50,12 @@ pub fn interop_required() -> bool {
 /// (`CARGO_BIN_EXE_tensorshare`): the first call builds it, with the
 /// profile and into the target directory of this test binary
 /// (`<target>/<profile>/deps/<test>`), so that it is never older than the
-/// library under test. Under `cargo test --workspace` it is built already
-/// and the build does nothing. It lands where the library looks for the
-/// shared-memory manager's executable, next to `deps/`.
+/// library under test; when it is up to date the build does nothing.
+/// `cargo test --workspace` does not build it either (the CLI package has
+/// no integration tests), so a test that needs it, or makes a
+/// `file_system` storage, calls this first rather than relying on another
+/// test binary having run before. It lands where the library looks for
+/// the shared-memory manager's executable, next to `deps/`.
 pub fn tensorshare_exe() -> &'static Path {
     static EXE: OnceLock<PathBuf> = OnceLock::new();
     EXE.get_or_init(build_tensorshare)
