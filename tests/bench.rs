@@ -3,7 +3,8 @@
 //! `file_descriptor` against torch's best sharing strategy and its floor
 //! (the fds sent alone), `file_system` into torch against torch and
 //! between Rust peers against `file_descriptor`, `memmap`'s time, and the
-//! bytes strategy against torch's plain pickle path and memcpy.
+//! bytes strategy against torch's plain pickle path, memcpy and its floor
+//! (the bytes sent alone).
 
 mod support;
 
@@ -65,7 +66,8 @@ fn bench_runs_every_path_side_by_side() {
             "Rust  -> Rust   file_system",
             "Rust  -> torch  file_system",
             "torch -> Rust   file_system",
-            "Rust  -> Rust   bytes",
+            "Rust  -> Rust   bytes  ",
+            "Rust  -> Rust   bytes, no pickle",
             "Rust  -> Rust   memmap",
         ],
     );
@@ -88,6 +90,8 @@ fn bench_runs_every_path_side_by_side() {
         ("memmap: Rust -> Rust ", "s"),
         ("bytes: Rust -> Rust ", " vs torch pickle "),
         ("bytes: Rust -> Rust ", " memcpy-times"),
+        ("floor: bytes, no pickle ", " memcpy-times; "),
+        ("floor: bytes, no pickle ", "; rust-to-rust-bytes costs "),
         ("memcpy: ", " GB/s (one thread)"),
     ] {
         assert!(
@@ -209,13 +213,22 @@ fn lines_at_a_targets_size_give_its_verdict() {
 fn rust_bytes_and_memmap_paths_need_no_python() {
     let (stdout, rows) = quick_bench(&[
         "--paths",
-        "rust-to-rust-bytes,rust-to-rust-memmap",
+        "rust-to-rust-bytes,rust-to-rust-raw-bytes,rust-to-rust-memmap",
         "--python",
         "/nonexistent/python",
     ]);
-    assert_eq!(rows.len(), 2, "{stdout}");
-    assert!(rows[0].contains("Rust  -> Rust   bytes"), "{stdout}");
-    assert!(rows[1].contains("Rust  -> Rust   memmap"), "{stdout}");
+    assert_eq!(rows.len(), 3, "{stdout}");
+    assert!(rows[0].contains("Rust  -> Rust   bytes  "), "{stdout}");
+    assert!(
+        rows[1].contains("Rust  -> Rust   bytes, no pickle"),
+        "{stdout}"
+    );
+    assert!(rows[2].contains("Rust  -> Rust   memmap"), "{stdout}");
+    let floor = line_starting(&stdout, "floor: bytes, no pickle ");
+    assert!(
+        floor.contains(" memcpy-times; rust-to-rust-bytes costs "),
+        "{stdout}"
+    );
 }
 
 #[test]

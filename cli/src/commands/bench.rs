@@ -59,7 +59,7 @@ pub struct BenchArgs {
         value_enum,
         default_value = "torch-fd,torch-fs,torch-pickle,rust-to-rust,rust-to-rust-raw-fds,\
                          rust-to-torch,torch-to-rust,rust-to-rust-fs,rust-to-torch-fs,torch-to-rust-fs,\
-                         rust-to-rust-bytes,rust-to-rust-memmap"
+                         rust-to-rust-bytes,rust-to-rust-raw-bytes,rust-to-rust-memmap"
     )]
     paths: Vec<Route>,
     /// With `--workload batches`, the feeds to run, comma-separated
@@ -92,12 +92,12 @@ pub struct BenchPeerArgs {
     /// The producer's listener; the authkey comes in TENSORSHARE_AUTHKEY.
     #[arg(long)]
     connect: Address,
-    /// Receive each storage's fd alone on an empty message (the producer's
-    /// `rust-to-rust-raw-fds` path), not pickled tensors.
-    #[arg(long)]
-    raw_fds: bool,
+    /// How the producer's tensors travel: pickled, or raw as on its
+    /// `rust-to-rust-raw-fds` and `rust-to-rust-raw-bytes` paths.
+    #[arg(long, value_enum, default_value = "pickled")]
+    framing: Framing,
     /// Train on the batches workload's batches (`--workload batches`).
-    #[arg(long, conflicts_with = "raw_fds")]
+    #[arg(long, conflicts_with = "framing")]
     batches: bool,
     /// Set TCP_NODELAY on a TCP connection (`--workload tcp --tcp-nodelay`).
     #[arg(long)]
@@ -144,6 +144,10 @@ enum Route {
     TorchToRustFs,
     /// Rust producer, Rust consumer, bytes.
     RustToRustBytes,
+    /// Rust producer, Rust consumer, each storage's bytes alone as one
+    /// message: the socket's two copies without the pickle around them,
+    /// the floor under rust-to-rust-bytes.
+    RustToRustRawBytes,
     /// Rust producer, torch consumer, bytes.
     RustToTorchBytes,
     /// torch producer (stock `pickle`), Rust consumer, bytes.
@@ -158,8 +162,10 @@ impl Route {
     fn label(self) -> String {
         // "Rust" padded to "torch"'s width keeps the arrows in one column.
         let ends = self.ends().replace("Rust", "Rust ");
-        if self.framing() == Framing::RawFds {
-            return format!("{ends}  fds, no pickle");
+        match self.framing() {
+            Framing::RawFds => return format!("{ends}  fds, no pickle"),
+            Framing::RawBytes => return format!("{ends}  bytes, no pickle"),
+            Framing::Pickled => {}
         }
         if self.torch_produces() && self.strategy() == StrategyKind::Bytes {
             // torch has no bytes strategy: its producer pickles the tensor.
@@ -204,7 +210,7 @@ impl Route {
             Route::RustToRustFs => (Rust, Rust, FileSystem),
             Route::RustToTorchFs => (Rust, Torch, FileSystem),
             Route::TorchToRustFs => (Torch, Rust, FileSystem),
-            Route::RustToRustBytes => (Rust, Rust, Bytes),
+            Route::RustToRustBytes | Route::RustToRustRawBytes => (Rust, Rust, Bytes),
             Route::RustToTorchBytes => (Rust, Torch, Bytes),
             Route::TorchToRustBytes => (Torch, Rust, Bytes),
             Route::RustToRustMemmap => (Rust, Rust, Memmap),
@@ -217,10 +223,10 @@ impl Route {
     }
 
     fn framing(self) -> Framing {
-        if self == Route::RustToRustRawFds {
-            Framing::RawFds
-        } else {
-            Framing::Pickled
+        match self {
+            Route::RustToRustRawFds => Framing::RawFds,
+            Route::RustToRustRawBytes => Framing::RawBytes,
+            _ => Framing::Pickled,
         }
     }
 
@@ -373,12 +379,7 @@ pub fn run_peer(args: BenchPeerArgs) -> Result<(), CliError> {
         println!("{}", serde_json::json!({ "seconds": seconds }));
         return Ok(());
     }
-    let framing = if args.raw_fds {
-        Framing::RawFds
-    } else {
-        Framing::Pickled
-    };
-    consume(&mut connection, &sharing, framing)?;
+    consume(&mut connection, &sharing, args.framing)?;
     Ok(())
 }
 
@@ -438,11 +439,17 @@ fn run_path(path: Route, workload: Workload, torch: &TorchPeer) -> Result<Vec<f6
     } else if path.torch_consumes() {
         torch.spawn(&["consume"], None, Some((&address, &authkey)))?
     } else {
-        let raw: &[&str] = match path.framing() {
-            Framing::RawFds => &["--raw-fds"],
-            Framing::Pickled => &[],
-        };
-        Peer::spawn_self("bench-peer", listener.address(), &authkey, raw)?
+        let framing = path
+            .framing()
+            .to_possible_value()
+            .map(|value| value.get_name().to_owned())
+            .unwrap_or_default();
+        Peer::spawn_self(
+            "bench-peer",
+            listener.address(),
+            &authkey,
+            &["--framing", &framing],
+        )?
     };
     let mut connection = peer.accept(&listener)?;
     if path.torch_produces() {

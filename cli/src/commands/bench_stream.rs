@@ -10,9 +10,11 @@
 //! Tensor `i` of a run is `size` bytes of uint8, every byte `i % 251`,
 //! written by the producer straight into shared memory.
 //!
-//! Between two Rust ends the tensors may also travel as [`Framing::RawFds`]:
-//! the same storages, each fd alone on an empty message, which measures
-//! what the `file_descriptor` strategy costs without the pickle around it.
+//! Between two Rust ends the tensors may also travel raw, as the floor
+//! under a strategy: [`Framing::RawFds`] sends each storage's fd alone on
+//! an empty message (what `file_descriptor` costs without the pickle
+//! around it), [`Framing::RawBytes`] each storage's bytes as the whole
+//! message (what a socket costs `bytes`).
 
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -25,7 +27,7 @@ use tensorshare_strategies::{Segment, SharingStrategy};
 const FILL_MODULUS: usize = 251;
 
 /// How the tensors of a Rust-to-Rust run travel.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Framing {
     /// Pickled as torch's `ForkingPickler` writes them, fds attached and
     /// registered with the resource sharer: the path programs take.
@@ -37,6 +39,11 @@ pub enum Framing {
     /// tensors after the ack, when the consumer has unmapped them all; the
     /// consumer maps each one afresh.
     RawFds,
+    /// Each storage's bytes as one message, read by the consumer into a
+    /// buffer it keeps: the two copies through the socket that the `bytes`
+    /// strategy cannot avoid, without the pickle, the receive buffers
+    /// handed to storages, or the cache.
+    RawBytes,
 }
 
 /// What the producer announces.
@@ -113,12 +120,21 @@ fn send_run(
         let mut writer = sharing.allocate(size)?;
         fill_in_parallel(writer.as_bytes_mut(), (index % FILL_MODULUS) as u8);
         let storage = writer.freeze();
-        if framing == Framing::RawFds {
-            let fd = storage
-                .local_segment::<FdSegment>()
-                .and_then(FdSegment::fd)
-                .ok_or("raw fds need the file_descriptor strategy")?;
-            connection.send_bytes_with_fds(&[], &[fd])?;
+        match framing {
+            Framing::RawFds => {
+                let fd = storage
+                    .local_segment::<FdSegment>()
+                    .and_then(FdSegment::fd)
+                    .ok_or("raw fds need the file_descriptor strategy")?;
+                connection.send_bytes_with_fds(&[], &[fd])?;
+            }
+            Framing::RawBytes => {
+                let bytes = storage
+                    .bytes()
+                    .ok_or("raw bytes need a storage in this process")?;
+                connection.send_bytes(bytes)?;
+            }
+            Framing::Pickled => {}
         }
         let tensor = Value::Tensor(Tensor::new(
             storage,
@@ -177,7 +193,18 @@ pub fn consume(
     framing: Framing,
 ) -> Result<(), CliError> {
     let workload = Workload::from_value(&connection.recv(sharing)?)?;
-    let mut run = |count| receive_run(connection, sharing, framing, workload.size, count);
+    // Kept across messages, as a connection keeps its receive buffer.
+    let mut buffer = Vec::new();
+    let mut run = |count| {
+        receive_run(
+            connection,
+            sharing,
+            framing,
+            workload.size,
+            count,
+            &mut buffer,
+        )
+    };
     run(workload.warmup)?;
     for _ in 0..workload.rounds {
         run(workload.count)?;
@@ -191,13 +218,17 @@ fn receive_run(
     framing: Framing,
     size: usize,
     count: usize,
+    buffer: &mut Vec<u8>,
 ) -> Result<(), CliError> {
-    let mut empty = Vec::new();
     for index in 0..count {
         match framing {
             Framing::Pickled => check_tensor(&connection.recv(sharing)?, size, index)?,
+            Framing::RawBytes => {
+                let len = connection.recv_bytes_into(buffer)?;
+                check_bytes(buffer.get(..len), size, index)?;
+            }
             Framing::RawFds => {
-                let fds = connection.recv_bytes_with_fds(&mut empty)?;
+                let fds = connection.recv_bytes_with_fds(buffer)?;
                 let [fd] = <[_; 1]>::try_from(fds)
                     .map_err(|fds| format!("tensor {index}: {} fds, expected 1", fds.len()))?;
                 let segment = FileDescriptorStrategy.import(fd, size)?;

@@ -91,9 +91,10 @@ pub(super) fn lines(rows: &[Row], size: usize, memcpy: f64) -> Vec<String> {
         .iter()
         .map(|target| line(rows, size, memcpy, target))
         .collect();
-    if let Some(floor) = floor(rows) {
+    if let Some(floor) = fd_floor(rows) {
         lines.insert(1, floor);
     }
+    lines.extend(bytes_floor(rows, memcpy));
     lines.push(format!(
         "memcpy: {:.2} GB/s (one thread)",
         size as f64 / memcpy / 1e9
@@ -170,22 +171,49 @@ fn verdict(target: String, met: bool) -> String {
 /// strategy's kernel work alone costs, against torch's best and against
 /// the whole path, e.g.
 /// `floor: fds, no pickle 14.2 µs = 11.55x torch file_system; rust-to-rust costs 1.85x that`.
-fn floor(rows: &[Row]) -> Option<String> {
+fn fd_floor(rows: &[Row]) -> Option<String> {
     let floor = row_of(rows, Route::RustToRustRawFds)?.per_tensor;
-    let mut line = format!("floor: fds, no pickle {}", duration(floor));
-    if let Some(best) = fastest(rows, TORCH_SHARING) {
-        line += &format!(
+    let against = fastest(rows, TORCH_SHARING).map(|best| {
+        format!(
             " = {:.2}x {}",
             best.per_tensor / floor,
             best.path.short_label()
-        );
-    }
-    if let Some(ours) = row_of(rows, Route::RustToRust) {
+        )
+    });
+    Some(floor_line("fds", floor, against, rows, Route::RustToRust))
+}
+
+/// The line on the `bytes` floor, when its path ran: what the socket's two
+/// copies cost with the producer's writes and nothing else, in
+/// memcpy-times, and what the whole path costs over it, e.g.
+/// `floor: bytes, no pickle 14.9 ms = 2.95 memcpy-times; rust-to-rust-bytes costs 1.06x that`.
+fn bytes_floor(rows: &[Row], memcpy: f64) -> Option<String> {
+    let floor = row_of(rows, Route::RustToRustRawBytes)?.per_tensor;
+    let against = Some(format!(" = {:.2} memcpy-times", floor / memcpy));
+    Some(floor_line(
+        "bytes",
+        floor,
+        against,
+        rows,
+        Route::RustToRustBytes,
+    ))
+}
+
+fn floor_line(
+    what: &str,
+    floor: f64,
+    against: Option<String>,
+    rows: &[Row],
+    over: Route,
+) -> String {
+    let mut line = format!("floor: {what}, no pickle {}", duration(floor));
+    line += &against.unwrap_or_default();
+    if let Some(ours) = row_of(rows, over) {
         line += &format!(
             "; {} costs {:.2}x that",
             ours.path.name(),
             ours.per_tensor / floor
         );
     }
-    Some(line)
+    line
 }

@@ -18,8 +18,8 @@
 //!   transparent huge pages are in `madvise` mode.
 //! - Dropping such a buffer gives its mapping to a process-wide pool; the
 //!   next buffer of the same rounded length takes it back, already faulted
-//!   in. The pool keeps at most 8 mappings and 512 MiB; past either bound
-//!   the least recently returned mapping is unmapped.
+//!   in. The pool keeps at most 512 MiB of mappings (so at most 256);
+//!   past that the least recently returned mapping is unmapped.
 //! - A pooled mapping is advised `MADV_FREE`: under memory pressure the
 //!   kernel may take its pages back (a later write faults in zeros) instead
 //!   of swapping them, so pooled memory goes back to the system when it
@@ -71,8 +71,12 @@ const MAPPED_MIN_BYTES: usize = 1 << 20;
 /// of arm64 with 4 KiB pages.
 const HUGE_PAGE_BYTES: usize = 2 << 20;
 
-/// The most mappings the process-wide pool keeps.
-const POOL_MAX_BUFFERS: usize = 8;
+/// The most mappings the process-wide pool keeps: as many as its byte
+/// bound holds, so that a producer keeping a window of 1 MiB storages in
+/// flight (each a 2 MiB mapping) gets every one of them back. With 8, a
+/// window of 64 faulted 56 fresh huge pages in per round, and a round
+/// took up to 5 times as long.
+const POOL_MAX_BUFFERS: usize = POOL_MAX_BYTES / HUGE_PAGE_BYTES;
 
 /// The most bytes (of mapping lengths) the process-wide pool keeps.
 const POOL_MAX_BYTES: usize = 512 << 20;
