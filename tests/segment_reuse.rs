@@ -3,8 +3,9 @@
 //! a receiver, tensorshare or stock torch, maps it, nor while a message
 //! naming it waits to be opened. Under `file_system` the count in the
 //! segment's header tells; under `memmap` the opens the kernel saw. Reused
-//! segments stay registered with the manager, and neither leaves anything
-//! in `/dev/shm` or the memmap directory once its context is gone.
+//! segments stay registered with the manager, a Rust receiver maps one sent
+//! again through the mapping it kept, and neither leaves anything in
+//! `/dev/shm` or the memmap directory once its context is gone.
 
 mod support;
 
@@ -144,6 +145,50 @@ fn held_by_a_rust_receiver(shared: &Shared) -> Storage {
     assert_eq!(second.bytes(), Some(&[8; NBYTES][..]));
     drop((again, producer));
     second
+}
+
+/// How many of this process's mappings map `/dev/shm/NAME`.
+fn mappings_of(name: &str) -> usize {
+    let maps = std::fs::read_to_string("/proc/self/maps").expect("/proc/self/maps");
+    let path = format!("/dev/shm{name}");
+    maps.lines().filter(|line| line.ends_with(&path)).count()
+}
+
+#[test]
+fn a_segment_sent_again_arrives_in_the_mapping_its_receiver_kept() {
+    let shared = Shared::file_system();
+    let authkey = Authkey::random().unwrap();
+    let (producer, consumer) = (shared.context(&authkey), shared.context(&authkey));
+    let (mut tx, mut rx) = support::connection_pair();
+    let mut send_and_drop = |byte: u8| {
+        let sent = filled(&producer, byte);
+        tx.send(&tensor(&sent), &producer).expect("send");
+        let received = received_storage(&rx.recv(&consumer).expect("recv"));
+        assert_eq!(received.bytes(), Some(&[byte; NBYTES][..]));
+        let name = name(&sent);
+        let mapped = mappings_of(&name);
+        drop((sent, received));
+        let kept = mappings_of(&name);
+        (name, mapped, kept)
+    };
+    // The first time, the receiver lets the mapping go: nothing says the
+    // segment will come back.
+    let (first, mapped, kept) = send_and_drop(5);
+    assert_eq!((mapped, kept), (2, 1), "the producer's and the receiver's");
+    // It came back: now the receiver keeps its mapping, counting for
+    // nothing, so that the segment is still free to reuse.
+    let (name, mapped, kept) = send_and_drop(6);
+    assert_eq!(name, first);
+    assert_eq!((mapped, kept), (2, 2));
+    // And the next time it arrives through that mapping.
+    let (name, mapped, kept) = send_and_drop(7);
+    assert_eq!(name, first);
+    assert_eq!((mapped, kept), (2, 2), "mapped through the kept mapping");
+    // Shutting the receiver's context down lets its kept mapping go.
+    consumer.shutdown();
+    assert_eq!(mappings_of(&first), 1, "the producer's alone");
+    drop(producer);
+    assert!(!shared.exists(&first), "{first} left behind");
 }
 
 #[test]

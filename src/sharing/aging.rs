@@ -27,11 +27,11 @@ impl<K, V> Default for AgingMap<K, V> {
     }
 }
 
-impl<K: Copy + Eq + Hash, V> AgingMap<K, V> {
+impl<K: Clone + Eq + Hash, V> AgingMap<K, V> {
     /// Inserts `value` under `key` as of `now`; the value it replaces.
     pub(crate) fn insert(&mut self, key: K, value: V, now: Instant) -> Option<V> {
         self.stamps += 1;
-        self.order.push_back((now, self.stamps, key));
+        self.order.push_back((now, self.stamps, key.clone()));
         let replaced = self.entries.insert(key, (self.stamps, value));
         // Places left by entries removed out of order go before they
         // outnumber the entries.

@@ -2,6 +2,8 @@
 //! segments with a reference-count header, and the name travels
 //! (`rebuild_storage_filename(UntypedStorage, manager_handle, name, nbytes)`).
 
+use std::sync::Arc;
+
 use tensorshare_compat::pickle::{Node, NodeId};
 use tensorshare_strategies::file_system::{
     FileSystemSegment, FileSystemStrategy, SegmentHandle, SegmentName,
@@ -99,7 +101,13 @@ impl SharingContext {
         let name = SegmentName::parse(&segment.name).map_err(|e| invalid(e.to_string()))?;
         let manager = ManagerHandle::from_bytes(&segment.manager_handle)
             .map_err(|e| invalid(format!("the manager handle: {e}")))?;
-        self.fs
-            .receive_plain(SegmentHandle::received(manager, name), nbytes)
+        let dormant = &self.fs_dormant;
+        let arrival = self.fs.receive(
+            SegmentHandle::received(manager, name),
+            nbytes,
+            |name| dormant.take(name),
+            |segment| Storage::from_segment(Arc::new(dormant.watched(segment))),
+        )?;
+        Ok(arrival.storage)
     }
 }

@@ -13,6 +13,7 @@ mod batch;
 mod by_length;
 mod bytes;
 mod cache;
+mod dormant;
 mod error;
 mod expiry;
 mod file_descriptor;
@@ -151,6 +152,9 @@ pub struct SharingContext {
     memmap_pool: Arc<memmap_pool::MemmapPool>,
     /// The received storages whose senders hear when they are unmapped.
     notices: Arc<notices::NoticeBoard>,
+    /// Received `file_system` segments kept mapped and registered after
+    /// their storages died, for their senders to send again.
+    fs_dormant: Arc<dormant::DormantSegments>,
 }
 
 /// The most bytes of free memfds a context keeps for reuse, however much
@@ -201,6 +205,7 @@ impl SharingContext {
             )),
             memmap_pool: new_memmap_pool(),
             notices: Arc::new(notices::NoticeBoard::new(Arc::downgrade(&releases))),
+            fs_dormant: Arc::default(),
             releases,
             authkey,
         }
@@ -547,9 +552,10 @@ impl SharingContext {
     /// and removes the resource sharer's socket. Later sends of shared
     /// storages fail; storages already received stay mapped. The `memmap`
     /// files and `file_system` segments kept for reuse go too (a file
-    /// removed, a segment unlinked once its receivers let go), so that a
-    /// process exiting next, with threads that still hold the context,
-    /// leaves none of them.
+    /// removed, a segment unlinked once its receivers let go), and so do
+    /// the received segments kept mapped for their senders to send again,
+    /// so that a process exiting next, with threads that still hold the
+    /// context, leaves none of them.
     ///
     /// It also hands this process's `file_system` segments over to a live
     /// shared-memory manager if its own died, or is dying, and no
@@ -562,6 +568,7 @@ impl SharingContext {
         self.sent_files.clear();
         self.memmap_pool.clear();
         self.fs_pool.clear();
+        self.fs_dormant.clear();
         if let Some(sharer) = self.sharer.get() {
             sharer.shutdown();
         }

@@ -14,75 +14,25 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use tensorshare_strategies::SharingStrategy;
 use tensorshare_strategies::file_descriptor::{
     DormantMapping, FdSegment, FileDescriptorStrategy, FileIdentity,
 };
 
-use super::aging::AgingMap;
+use super::dormant::DormantMappings;
 use super::lock;
 use super::release::Releases;
 use super::watched::{Watched, Watcher};
-
-/// How long a dormant mapping waits for its memfd to arrive again.
-const DORMANT_LIFETIME: Duration = Duration::from_secs(2);
-
-/// The most bytes dormant mappings hold: pages their senders may have
-/// freed meanwhile stay allocated until the mapping goes.
-const MAX_DORMANT_BYTES: usize = 32 << 20;
-
-/// The most dormant mappings kept.
-const MAX_DORMANT_MAPPINGS: usize = 4096;
 
 /// What this process owes the senders of the storages it received with
 /// fds attached: the keys to report unmapped once each storage dies here.
 #[derive(Debug)]
 pub(crate) struct NoticeBoard {
     entries: Mutex<HashMap<FileIdentity, Notice>>,
-    dormant: Mutex<Dormant>,
+    dormant: Mutex<DormantMappings<DormantMapping>>,
     releases: Weak<Releases>,
-}
-
-/// Mappings of noticed storages that died here, by file, oldest first.
-#[derive(Debug, Default)]
-struct Dormant {
-    mappings: AgingMap<FileIdentity, DormantMapping>,
-    bytes: usize,
-}
-
-impl Dormant {
-    fn put(&mut self, mapping: DormantMapping, now: Instant) {
-        self.bytes += mapping.len();
-        if let Some(old) = self.mappings.insert(mapping.identity(), mapping, now) {
-            self.bytes -= old.len();
-        }
-        self.evict(now);
-    }
-
-    fn take(&mut self, identity: FileIdentity, now: Instant) -> Option<DormantMapping> {
-        self.evict(now);
-        let mapping = self.mappings.remove(&identity)?;
-        self.bytes -= mapping.len();
-        Some(mapping)
-    }
-
-    /// Unmaps the oldest until the rest are young enough and within the
-    /// caps.
-    fn evict(&mut self, now: Instant) {
-        while let Some(since) = self.mappings.oldest() {
-            let over = self.bytes > MAX_DORMANT_BYTES
-                || self.mappings.len() > MAX_DORMANT_MAPPINGS
-                || now.duration_since(since) > DORMANT_LIFETIME;
-            if !over {
-                return;
-            }
-            if let Some((_, mapping)) = self.mappings.pop_oldest() {
-                self.bytes -= mapping.len();
-            }
-        }
-    }
 }
 
 #[derive(Debug)]
@@ -102,14 +52,14 @@ impl NoticeBoard {
     pub(crate) fn new(releases: Weak<Releases>) -> Self {
         Self {
             entries: Mutex::new(HashMap::new()),
-            dormant: Mutex::new(Dormant::default()),
+            dormant: Mutex::new(DormantMappings::default()),
             releases,
         }
     }
 
     /// The dormant mapping of the file `identity`, if one is kept.
     pub(crate) fn take_dormant(&self, identity: FileIdentity) -> Option<DormantMapping> {
-        lock(&self.dormant).take(identity, Instant::now())
+        lock(&self.dormant).take(&identity, Instant::now())
     }
 
     /// Wraps a segment just mapped from an fd that arrived attached under
@@ -236,35 +186,6 @@ mod tests {
             .map_received(received, 4096, Some(dormant))
             .expect("same file");
         assert_eq!(again.identity(), identity);
-    }
-
-    #[test]
-    fn dormant_mappings_stay_within_their_caps() {
-        let mut dormant = Dormant::default();
-        let now = Instant::now();
-        let big = MAX_DORMANT_BYTES / 2;
-        let identities: Vec<FileIdentity> = (0..3)
-            .map(|_| {
-                let memfd = FileDescriptorStrategy.allocate(big).expect("memfd");
-                let identity = memfd.identity();
-                let kept = FileDescriptorStrategy.keep_dormant(memfd);
-                dormant.put(kept.expect("sealed"), now);
-                identity
-            })
-            .collect();
-        assert!(dormant.bytes <= MAX_DORMANT_BYTES);
-        assert!(
-            dormant.take(identities[0], now).is_none(),
-            "the oldest went"
-        );
-        assert!(dormant.take(identities[2], now).is_some());
-        assert!(
-            dormant
-                .take(identities[1], now + DORMANT_LIFETIME * 2)
-                .is_none(),
-            "too old"
-        );
-        assert_eq!(dormant.bytes, 0);
     }
 
     #[test]

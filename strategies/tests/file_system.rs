@@ -1,5 +1,6 @@
 //! The `file_system` strategy beyond the conformance suite: whose segments
-//! an import accepts, and what it leaves behind when it refuses one.
+//! an import accepts, what it leaves behind when it refuses one, and that a
+//! dormant mapping is taken only for the object it maps.
 //!
 //! The tests make real segments in `/dev/shm` laid out as torch's libshm
 //! writes them, give them to another user with `fchown` (they need root,
@@ -15,7 +16,7 @@ use std::path::PathBuf;
 
 use tensorshare_strategies::file_system::{HEADER_BYTES, SegmentHandle, SegmentName};
 use tensorshare_strategies::services::shm_manager;
-use tensorshare_strategies::{ImportError, SharingStrategy, UnixUser};
+use tensorshare_strategies::{ImportError, Segment, SharingStrategy, UnixUser, WritableSegment};
 
 /// The uid that owns the other user's segments: `nobody` on Linux.
 const NOBODY: u32 = 65534;
@@ -159,4 +160,33 @@ fn the_last_holder_leaves_another_object_under_its_name_alone() {
         "the last holder unlinked another object"
     );
     assert_eq!(theirs.contents(), before);
+}
+
+#[test]
+fn a_dormant_segment_is_not_taken_for_another_object_under_its_name() {
+    let strategy = support::file_system_strategy();
+    let mut ours = strategy.allocate(4096).expect("allocate");
+    ours.as_bytes_mut().fill(1);
+    let received = strategy
+        .import(strategy.export(&ours).expect("export"), 4096)
+        .expect("import");
+    let dormant = strategy.keep_dormant(received).expect("kept dormant");
+    assert_eq!(ours.refcount(), 1, "the dormant mapping counts for nothing");
+    // The name now opens another object of the same size (the segment's
+    // name was removed, and someone made one under it).
+    let name = ours.name().clone();
+    nix::sys::mman::shm_unlink(name.as_str()).expect("unlink our segment's name");
+    let data = pattern(4096);
+    let (theirs, _file) = TorchSegment::create(name.clone(), &data);
+
+    let handle = SegmentHandle::received(ours.manager(), name);
+    let opened = strategy.open(handle).expect("open");
+    let mapped = strategy
+        .map_received(opened, 4096, Some(dormant))
+        .expect("map the object the name opens");
+    assert_eq!(mapped.as_bytes(), &data[..], "the new object's bytes");
+    assert_ne!(mapped.identity(), ours.identity());
+    assert_eq!(ours.as_bytes(), &[1; 4096][..]);
+    // Its creator's count, ours added and the message's taken back.
+    assert_eq!(theirs.refcount(), 1);
 }

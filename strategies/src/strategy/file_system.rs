@@ -59,7 +59,6 @@
 #![allow(unsafe_code)]
 
 use std::any::Any;
-use std::convert::Infallible;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -72,6 +71,9 @@ use nix::sys::statvfs::statvfs;
 use nix::unistd::ftruncate;
 
 pub use crate::platform::segment_name::{InvalidSegmentName, MAX_SEGMENT_NAME_LEN, SegmentName};
+pub use dormant::DormantSegment;
+
+mod dormant;
 
 use crate::platform::segment_name::SHM_DIR;
 
@@ -136,14 +138,17 @@ impl FileSystemStrategy {
 
 /// One process's mapping of a named segment: header and data.
 ///
-/// Dropping it takes this holder's count away, unlinks the name if that was
-/// the last, unmaps, and tells the manager.
+/// Dropping it takes this holder's count away (if it still holds one),
+/// unlinks the name if that was the last, unmaps, and tells the manager.
 #[derive(Debug)]
 struct MappedObject {
     mapping: SharedMapping,
     name: SegmentName,
     identity: FileIdentity,
     manager: Arc<ManagerConnection>,
+    /// Whether one count of the header is this holder's: not while the
+    /// mapping is [dormant](DormantSegment).
+    holds_count: bool,
 }
 
 impl MappedObject {
@@ -158,17 +163,21 @@ impl MappedObject {
     }
 
     /// Takes one count away; unlinks the name when it reaches 0 and still
-    /// names this segment.
-    fn decref(&self) {
-        if self.refcount().fetch_sub(1, Ordering::AcqRel) == 1 {
+    /// names this segment. Returns whether it reached 0.
+    fn decref(&self) -> bool {
+        let last = self.refcount().fetch_sub(1, Ordering::AcqRel) == 1;
+        if last {
             unlink_if_same(&self.name, self.identity);
         }
+        last
     }
 }
 
 impl Drop for MappedObject {
     fn drop(&mut self) {
-        self.decref();
+        if self.holds_count {
+            self.decref();
+        }
         self.manager.unregister(&self.name);
     }
 }
@@ -349,9 +358,8 @@ impl SharingStrategy for FileSystemStrategy {
     /// The name is all there is to open before mapping.
     type Received = SegmentHandle;
     type Key = SegmentName;
-    /// A named segment is mapped with its header, which counts holders: a
-    /// mapping kept past its segment would keep counting.
-    type Dormant = Infallible;
+    /// A received segment's mapping and registration, its count given back.
+    type Dormant = DormantSegment;
 
     fn allocate(&self, nbytes: usize) -> Result<FileSystemSegment, AllocateError> {
         let total = mapped_len(nbytes).ok_or(AllocateError::TooLarge { nbytes })?;
@@ -392,6 +400,7 @@ impl SharingStrategy for FileSystemStrategy {
             name,
             identity: FileIdentity::of(&stat),
             manager,
+            holds_count: true,
         };
         object.refcount().store(1, Ordering::Release);
         Ok(FileSystemSegment {
@@ -422,8 +431,11 @@ impl SharingStrategy for FileSystemStrategy {
         held.absorb(handle)
     }
 
-    fn keep_dormant(&self, _segment: FileSystemSegment) -> Option<Infallible> {
-        None
+    /// Gives the segment's count back and keeps its mapping and its
+    /// registration, unless it was the last holder (the name is unlinked
+    /// then), a handle still refers to it, or it was truncated.
+    fn keep_dormant(&self, segment: FileSystemSegment) -> Option<DormantSegment> {
+        DormantSegment::keep(Arc::try_unwrap(segment.object).ok()?)
     }
 
     fn received_key(handle: &SegmentHandle) -> Option<SegmentName> {
@@ -434,11 +446,14 @@ impl SharingStrategy for FileSystemStrategy {
         Some(segment.name().clone())
     }
 
+    /// Opens the name and checks what it names; takes `dormant` when it is
+    /// a mapping of that object, of that length, registered with the
+    /// manager the message names, instead of mapping and registering anew.
     fn map_received(
         &self,
         handle: SegmentHandle,
         nbytes: usize,
-        _dormant: Option<Infallible>,
+        dormant: Option<DormantSegment>,
     ) -> Result<FileSystemSegment, ImportError> {
         if nbytes > MAX_SEGMENT_BYTES {
             return Err(ImportError::TooLarge { nbytes });
@@ -462,6 +477,13 @@ impl SharingStrategy for FileSystemStrategy {
         })?;
         check_covers(&stat, HEADER_BYTES as u64, nbytes)?;
         let total = mapped_len(nbytes).ok_or(ImportError::TooLarge { nbytes })?;
+        let identity = FileIdentity::of(&stat);
+        if let Some(object) =
+            dormant.and_then(|dormant| dormant.wake(identity, total, &manager_handle))
+        {
+            drop(fd);
+            return Ok(counted_in(object, in_flight));
+        }
         // SAFETY: `fstat` just showed the object covers `total` bytes; a
         // holder that truncates it later is what the guard handles.
         let mapping = unsafe { SharedMapping::map_guarded(fd.as_fd(), total) }
@@ -478,16 +500,24 @@ impl SharingStrategy for FileSystemStrategy {
         let object = MappedObject {
             mapping,
             name,
-            identity: FileIdentity::of(&stat),
+            identity,
             manager,
+            holds_count: false,
         };
-        object.incref();
-        // The message's count: this process now holds the segment in its stead.
-        object.decref();
-        in_flight.delivered();
-        Ok(FileSystemSegment {
-            object: Arc::new(object),
-        })
+        Ok(counted_in(object, in_flight))
+    }
+}
+
+/// A received segment, mapped and registered: this process counts itself
+/// in its header and takes back the count its message carried.
+fn counted_in(mut object: MappedObject, in_flight: InFlightCount) -> FileSystemSegment {
+    object.incref();
+    object.holds_count = true;
+    // The message's count: this process now holds the segment in its stead.
+    object.decref();
+    in_flight.delivered();
+    FileSystemSegment {
+        object: Arc::new(object),
     }
 }
 
