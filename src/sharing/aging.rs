@@ -57,6 +57,19 @@ impl<K: Clone + Eq + Hash, V> AgingMap<K, V> {
         self.order.front().map(|(since, _, _)| *since)
     }
 
+    /// Removes the oldest entry if `over(when it came in, how many
+    /// entries there are)` says it is past its time or over a bound.
+    pub(crate) fn pop_oldest_if(
+        &mut self,
+        over: impl FnOnce(Instant, usize) -> bool,
+    ) -> Option<(K, V)> {
+        let since = self.oldest()?;
+        if !over(since, self.entries.len()) {
+            return None;
+        }
+        self.pop_oldest()
+    }
+
     /// Removes the oldest entry.
     pub(crate) fn pop_oldest(&mut self) -> Option<(K, V)> {
         self.drop_stale_front();
@@ -98,6 +111,23 @@ mod tests {
         assert_eq!(map.pop_oldest(), Some(('b', 2)));
         assert_eq!(map.pop_oldest(), Some(('a', 3)));
         assert_eq!((map.pop_oldest(), map.len()), (None, 0));
+    }
+
+    #[test]
+    fn the_oldest_goes_only_when_asked_to() {
+        let start = Instant::now();
+        let mut map = AgingMap::default();
+        map.insert('a', 1, start);
+        map.insert('b', 2, start + Duration::from_secs(1));
+        let mut seen = Vec::new();
+        while let Some(entry) = map.pop_oldest_if(|since, len| {
+            seen.push((since, len));
+            len > 1
+        }) {
+            assert_eq!(entry, ('a', 1));
+        }
+        assert_eq!(seen, [(start, 2), (start + Duration::from_secs(1), 1)]);
+        assert_eq!(map.len(), 1);
     }
 
     #[test]

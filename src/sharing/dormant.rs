@@ -6,7 +6,7 @@
 //! is never read.
 
 use std::hash::Hash;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use tensorshare_strategies::SharingStrategy;
@@ -17,7 +17,7 @@ use tensorshare_strategies::file_system::{
 
 use super::aging::AgingMap;
 use super::lock;
-use super::watched::{Watched, Watcher};
+use super::watched::Watcher;
 
 /// How long a dormant mapping waits for its object to arrive again.
 const DORMANT_LIFETIME: Duration = Duration::from_secs(2);
@@ -28,6 +28,12 @@ const MAX_DORMANT_BYTES: usize = 32 << 20;
 
 /// The most dormant mappings of one kind kept.
 const MAX_DORMANT_MAPPINGS: usize = 4096;
+
+/// Whether the oldest of `len` entries, in since `since`, goes at `now`:
+/// too old, or one too many.
+fn over(now: Instant, since: Instant, len: usize) -> bool {
+    len > MAX_DORMANT_MAPPINGS || now.duration_since(since) > DORMANT_LIFETIME
+}
 
 /// A mapping that can be kept dormant: what finds it again, and its size.
 pub(super) trait Dormant: Send + std::fmt::Debug {
@@ -76,36 +82,45 @@ impl<D: Dormant> Default for DormantMappings<D> {
     }
 }
 
+/// The mappings a call let go of, for its caller to drop once it released
+/// the lock it holds the mappings under: dropping a `file_system` one tells
+/// its manager.
+#[must_use = "drop it once the lock is released"]
+pub(super) struct Evicted<D>(Vec<D>);
+
 impl<D: Dormant> DormantMappings<D> {
-    pub(super) fn put(&mut self, mapping: D, now: Instant) {
+    pub(super) fn put(&mut self, mapping: D, now: Instant) -> Evicted<D> {
         self.bytes += mapping.len();
-        if let Some(old) = self.mappings.insert(mapping.key(), mapping, now) {
+        let replaced = self.mappings.insert(mapping.key(), mapping, now);
+        if let Some(old) = &replaced {
             self.bytes -= old.len();
         }
-        self.evict(now);
+        let mut evicted = self.evict(now);
+        evicted.0.extend(replaced);
+        evicted
     }
 
-    pub(super) fn take(&mut self, key: &D::Key, now: Instant) -> Option<D> {
-        self.evict(now);
-        let mapping = self.mappings.remove(key)?;
-        self.bytes -= mapping.len();
-        Some(mapping)
+    pub(super) fn take(&mut self, key: &D::Key, now: Instant) -> (Option<D>, Evicted<D>) {
+        let evicted = self.evict(now);
+        let mapping = self.mappings.remove(key);
+        if let Some(mapping) = &mapping {
+            self.bytes -= mapping.len();
+        }
+        (mapping, evicted)
     }
 
     /// Lets the oldest go until the rest are young enough and within the
     /// caps.
-    fn evict(&mut self, now: Instant) {
-        while let Some(since) = self.mappings.oldest() {
-            let over = self.bytes > MAX_DORMANT_BYTES
-                || self.mappings.len() > MAX_DORMANT_MAPPINGS
-                || now.duration_since(since) > DORMANT_LIFETIME;
-            if !over {
-                return;
-            }
-            if let Some((_, mapping)) = self.mappings.pop_oldest() {
-                self.bytes -= mapping.len();
-            }
+    fn evict(&mut self, now: Instant) -> Evicted<D> {
+        let mut evicted = Vec::new();
+        while let Some((_, mapping)) = self
+            .mappings
+            .pop_oldest_if(|since, len| self.bytes > MAX_DORMANT_BYTES || over(now, since, len))
+        {
+            self.bytes -= mapping.len();
+            evicted.push(mapping);
         }
+        Evicted(evicted)
     }
 }
 
@@ -132,34 +147,27 @@ impl SegmentsState {
     /// Forgets the oldest names until the rest are young enough and few
     /// enough.
     fn forget_old(&mut self, now: Instant) {
-        while let Some(since) = self.let_go.oldest() {
-            let over = self.let_go.len() > MAX_DORMANT_MAPPINGS
-                || now.duration_since(since) > DORMANT_LIFETIME;
-            if !over {
-                return;
-            }
-            self.let_go.pop_oldest();
-        }
+        while self
+            .let_go
+            .pop_oldest_if(|since, len| over(now, since, len))
+            .is_some()
+        {}
     }
 }
 
 impl DormantSegments {
-    /// Wraps a segment just received, to be kept dormant when its storage
-    /// dies.
-    pub(super) fn watched(self: &Arc<Self>, segment: FileSystemSegment) -> Watched<Self> {
-        Watched::new(segment, self)
-    }
-
     /// The dormant segment named `name`, if one is kept; notes that the
     /// name came back.
     pub(super) fn take(&self, name: &SegmentName) -> Option<DormantSegment> {
         let now = Instant::now();
         let mut state = lock(&self.state);
-        let dormant = state.segments.take(name, now);
+        let (dormant, evicted) = state.segments.take(name, now);
         if dormant.is_some() || state.let_go.remove(name).is_some() {
             state.let_go.insert(name.clone(), true, now);
         }
         state.forget_old(now);
+        drop(state);
+        drop(evicted);
         dormant
     }
 
@@ -188,7 +196,9 @@ impl Watcher for DormantSegments {
             return;
         }
         if let Some(dormant) = FileSystemStrategy::default().keep_dormant(segment) {
-            lock(&self.state).segments.put(dormant, now);
+            // Dropped after the lock, as the statement ends.
+            let evicted = lock(&self.state).segments.put(dormant, now);
+            drop(evicted);
         }
     }
 }
@@ -209,19 +219,20 @@ mod tests {
                 let memfd = FileDescriptorStrategy.allocate(big).expect("memfd");
                 let identity = memfd.identity();
                 let kept = FileDescriptorStrategy.keep_dormant(memfd);
-                dormant.put(kept.expect("sealed"), now);
+                drop(dormant.put(kept.expect("sealed"), now));
                 identity
             })
             .collect();
         assert!(dormant.bytes <= MAX_DORMANT_BYTES);
         assert!(
-            dormant.take(&identities[0], now).is_none(),
+            dormant.take(&identities[0], now).0.is_none(),
             "the oldest went"
         );
-        assert!(dormant.take(&identities[2], now).is_some());
+        assert!(dormant.take(&identities[2], now).0.is_some());
         assert!(
             dormant
                 .take(&identities[1], now + DORMANT_LIFETIME * 2)
+                .0
                 .is_none(),
             "too old"
         );

@@ -106,7 +106,7 @@ impl SharingContext {
             SegmentHandle::received(manager, name),
             nbytes,
             |name| dormant.take(name),
-            |segment| Storage::from_segment(Arc::new(dormant.watched(segment))),
+            |segment| Storage::from_segment(Arc::new(Watched::new(segment, dormant))),
         )?;
         Ok(arrival.storage)
     }

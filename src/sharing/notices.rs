@@ -59,7 +59,10 @@ impl NoticeBoard {
 
     /// The dormant mapping of the file `identity`, if one is kept.
     pub(crate) fn take_dormant(&self, identity: FileIdentity) -> Option<DormantMapping> {
-        lock(&self.dormant).take(&identity, Instant::now())
+        // The guard goes as the statement ends, before what was evicted.
+        let (mapping, evicted) = lock(&self.dormant).take(&identity, Instant::now());
+        drop(evicted);
+        mapping
     }
 
     /// Wraps a segment just mapped from an fd that arrived attached under
@@ -127,7 +130,8 @@ impl Watcher for NoticeBoard {
             return;
         };
         if let Some(dormant) = FileDescriptorStrategy.keep_dormant(segment) {
-            lock(&self.dormant).put(dormant, Instant::now());
+            let evicted = lock(&self.dormant).put(dormant, Instant::now());
+            drop(evicted);
         }
         if let Some(releases) = self.releases.upgrade() {
             releases.unmapped(address, keys);

@@ -229,14 +229,10 @@ impl PoolState {
                 self.untrack(segment.identity());
             }
         }
-        while self
+        while let Some((identity, _)) = self
             .parked
-            .oldest()
-            .is_some_and(|since| now.duration_since(since) > UNREPORTED_LIFETIME)
+            .pop_oldest_if(|since, _| now.duration_since(since) > UNREPORTED_LIFETIME)
         {
-            let Some((identity, _)) = self.parked.pop_oldest() else {
-                break;
-            };
             self.untrack(identity);
         }
     }

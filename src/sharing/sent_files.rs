@@ -54,20 +54,12 @@ impl ExpiringQueue for Held {
     /// Takes out the leases past their deadline at `now` or over the
     /// bounds, oldest first (dropping one may unlink its file).
     fn take_expired(&mut self, now: Instant, evicted: &mut Vec<Arc<FileLease>>) {
-        loop {
-            let expired = self
-                .leases
-                .oldest()
-                .is_some_and(|since| since + self.limits.lifetime <= now);
-            let over = self.leases.len() > 1
-                && (self.leases.len() > self.limits.max_files
-                    || self.bytes > self.limits.max_bytes);
-            if !expired && !over {
-                return;
-            }
-            let Some((_, lease)) = self.leases.pop_oldest() else {
-                return;
-            };
+        while let Some((_, lease)) = self.leases.pop_oldest_if(|since, len| {
+            let expired = since + self.limits.lifetime <= now;
+            let over =
+                len > 1 && (len > self.limits.max_files || self.bytes > self.limits.max_bytes);
+            expired || over
+        }) {
             self.bytes -= lease.len();
             evicted.push(lease);
         }

@@ -119,29 +119,26 @@ fn send_run(
     for index in 0..count {
         let mut writer = sharing.allocate(size)?;
         fill_in_parallel(writer.as_bytes_mut(), (index % FILL_MODULUS) as u8);
-        let storage = writer.freeze();
+        let tensor = Value::Tensor(Tensor::new(
+            writer.freeze(),
+            TensorView::contiguous(DType::UInt8, &[size]),
+        )?);
+        let storage = || tensor.as_tensor().map(Tensor::storage);
         match framing {
+            Framing::Pickled => connection.send(&tensor, sharing)?,
             Framing::RawFds => {
-                let fd = storage
-                    .local_segment::<FdSegment>()
+                let fd = storage()
+                    .and_then(|storage| storage.local_segment::<FdSegment>())
                     .and_then(FdSegment::fd)
                     .ok_or("raw fds need the file_descriptor strategy")?;
                 connection.send_bytes_with_fds(&[], &[fd])?;
             }
             Framing::RawBytes => {
-                let bytes = storage
-                    .bytes()
+                let bytes = storage()
+                    .and_then(|storage| storage.bytes())
                     .ok_or("raw bytes need a storage in this process")?;
                 connection.send_bytes(bytes)?;
             }
-            Framing::Pickled => {}
-        }
-        let tensor = Value::Tensor(Tensor::new(
-            storage,
-            TensorView::contiguous(DType::UInt8, &[size]),
-        )?);
-        if framing == Framing::Pickled {
-            connection.send(&tensor, sharing)?;
         }
         kept.push(tensor);
     }

@@ -172,15 +172,21 @@ fn verdict(target: String, met: bool) -> String {
 /// the whole path, e.g.
 /// `floor: fds, no pickle 14.2 µs = 11.55x torch file_system; rust-to-rust costs 1.85x that`.
 fn fd_floor(rows: &[Row]) -> Option<String> {
-    let floor = row_of(rows, Route::RustToRustRawFds)?.per_tensor;
-    let against = fastest(rows, TORCH_SHARING).map(|best| {
-        format!(
-            " = {:.2}x {}",
-            best.per_tensor / floor,
-            best.path.short_label()
-        )
-    });
-    Some(floor_line("fds", floor, against, rows, Route::RustToRust))
+    floor_line(
+        rows,
+        "fds",
+        Route::RustToRustRawFds,
+        Route::RustToRust,
+        |floor| {
+            fastest(rows, TORCH_SHARING).map_or_else(String::new, |best| {
+                format!(
+                    " = {:.2}x {}",
+                    best.per_tensor / floor,
+                    best.path.short_label()
+                )
+            })
+        },
+    )
 }
 
 /// The line on the `bytes` floor, when its path ran: what the socket's two
@@ -188,26 +194,30 @@ fn fd_floor(rows: &[Row]) -> Option<String> {
 /// memcpy-times, and what the whole path costs over it, e.g.
 /// `floor: bytes, no pickle 14.9 ms = 2.95 memcpy-times; rust-to-rust-bytes costs 1.06x that`.
 fn bytes_floor(rows: &[Row], memcpy: f64) -> Option<String> {
-    let floor = row_of(rows, Route::RustToRustRawBytes)?.per_tensor;
-    let against = Some(format!(" = {:.2} memcpy-times", floor / memcpy));
-    Some(floor_line(
-        "bytes",
-        floor,
-        against,
+    floor_line(
         rows,
+        "bytes",
+        Route::RustToRustRawBytes,
         Route::RustToRustBytes,
-    ))
+        |floor| format!(" = {:.2} memcpy-times", floor / memcpy),
+    )
 }
 
+/// The line on the floor `raw` measures under `over`, when `raw` ran:
+/// its cost, what `against` says of it, and `over`'s cost as a multiple.
 fn floor_line(
-    what: &str,
-    floor: f64,
-    against: Option<String>,
     rows: &[Row],
+    what: &str,
+    raw: Route,
     over: Route,
-) -> String {
-    let mut line = format!("floor: {what}, no pickle {}", duration(floor));
-    line += &against.unwrap_or_default();
+    against: impl FnOnce(f64) -> String,
+) -> Option<String> {
+    let floor = row_of(rows, raw)?.per_tensor;
+    let mut line = format!(
+        "floor: {what}, no pickle {}{}",
+        duration(floor),
+        against(floor)
+    );
     if let Some(ours) = row_of(rows, over) {
         line += &format!(
             "; {} costs {:.2}x that",
@@ -215,5 +225,5 @@ fn floor_line(
             ours.per_tensor / floor
         );
     }
-    line
+    Some(line)
 }

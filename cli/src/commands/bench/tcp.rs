@@ -80,8 +80,8 @@ pub(super) fn run(
     for &size in sizes {
         let workload = workload_for(super::Route::RustToRustBytes, size, rounds, quick, u64::MAX);
         let mut rows = Vec::new();
+        let size_text = super::super::format::bytes(size as u64);
         for route in TcpRoute::ALL {
-            let size_text = super::super::format::bytes(size as u64);
             spinner.set_message(format!("{size_text} {} over TCP", route.label()));
             let seconds = link.run_route(route, workload)?;
             rows.push((route, median(seconds) / workload.count as f64));
@@ -91,6 +91,9 @@ pub(super) fn run(
     spinner.finish_and_clear();
     Ok(())
 }
+
+/// The torch peer's arguments for a producer pickling plain tensors.
+const TORCH_PRODUCES_BYTES: [&str; 3] = ["produce", "--strategy", "bytes"];
 
 fn print_rows(rows: &[(TcpRoute, f64)], size: usize, count: usize) {
     let torch = rows
@@ -163,8 +166,8 @@ impl TcpLink<'_> {
         let mut command = match route {
             TcpRoute::RustToTorch => self.torch.command(&["consume"], None, connect),
             TcpRoute::TorchToRust => {
-                let produce = ["produce", "--strategy", "bytes"];
-                self.torch.command(&produce, Some(workload), connect)
+                self.torch
+                    .command(&TORCH_PRODUCES_BYTES, Some(workload), connect)
             }
             _ => self.rust_peer(&address, &authkey)?,
         };
@@ -199,9 +202,9 @@ impl TcpLink<'_> {
             return Err(consumer.finish().err().unwrap_or(said).into());
         };
         let connect = Some((bound, authkey));
-        let mut produce =
-            self.torch
-                .command(&["produce", "--strategy", "bytes"], Some(workload), connect);
+        let mut produce = self
+            .torch
+            .command(&TORCH_PRODUCES_BYTES, Some(workload), connect);
         let producer = self.spawn(&mut produce)?.finish()?;
         consumer.finish()?;
         drop(consumer_stdout);

@@ -106,6 +106,14 @@ impl ManagerConnection {
         self.lock().link.broken.is_some()
     }
 
+    /// Whether this connection talks to the manager at `handle` and is not
+    /// [broken](Self::is_broken): what a segment registered through it
+    /// needs to stay registered where a message names it.
+    pub fn serves(&self, handle: &ManagerHandle) -> bool {
+        let state = self.lock();
+        state.link.broken.is_none() && state.link.handle == *handle
+    }
+
     /// Tells the manager this process uses `name`, and waits up to
     /// [`REPLY_TIMEOUT`] for its `OK`; with this crate's manager, only the
     /// first registration on a connection waits

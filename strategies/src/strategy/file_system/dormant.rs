@@ -66,8 +66,7 @@ impl DormantSegment {
         let same = object.identity == identity
             && object.mapping.len() == total
             && !object.mapping.was_truncated()
-            && !object.manager.is_broken()
-            && object.manager.handle() == *manager;
+            && object.manager.serves(manager);
         same.then_some(self.object)
     }
 }
