@@ -9,8 +9,8 @@ use tensorshare_compat::connection::{
     AuthError, CHALLENGE, Dialect, FAILURE, FrameHeader, FramePart, FramingError,
     HANDSHAKE_MAX_MESSAGE_LEN, HmacDigest, Rejection, SINGLE_WRITE_MAX_LEN, WELCOME,
     answer_challenge, client_handshake, deliver_challenge, read_header, read_message,
-    read_message_into, read_message_reusing, server_handshake, write_message,
-    write_message_vectored,
+    read_message_into, read_message_reusing, server_handshake, server_handshake_noting_refusal,
+    write_message, write_message_vectored,
 };
 
 /// Records each `write` call, to check how many writes a message takes.
@@ -431,6 +431,36 @@ fn wrong_authkey_is_refused_on_both_sides() {
             );
         }
     }
+}
+
+#[test]
+fn a_refusal_is_noted_before_the_peer_hears_of_it() {
+    let (mut server, mut client) = socket_pair();
+    let peer = thread::spawn(move || client_handshake(&mut client, b"client key", Dialect::Modern));
+    let mut noted = None;
+    let error =
+        server_handshake_noting_refusal(&mut server, b"server key", Dialect::Modern, |refusal| {
+            // Long enough for a peer already told `#FAILURE#` to have returned.
+            thread::sleep(Duration::from_millis(100));
+            noted = Some((refusal.to_string(), peer.is_finished()));
+        })
+        .unwrap_err();
+    let (noted, peer_had_returned) = noted.expect("the refusal was noted");
+    assert_eq!(noted, error.to_string());
+    assert!(!peer_had_returned, "the peer heard of the refusal first");
+    assert!(matches!(
+        peer.join().unwrap().unwrap_err(),
+        AuthError::WrongAuthkey(Rejection::PeerRejectedOurDigest)
+    ));
+
+    // Nothing is noted when the keys agree.
+    let (mut server, mut client) = socket_pair();
+    let peer = thread::spawn(move || client_handshake(&mut client, b"key", Dialect::Modern));
+    server_handshake_noting_refusal(&mut server, b"key", Dialect::Modern, |refusal| {
+        panic!("noted {refusal}")
+    })
+    .unwrap();
+    peer.join().unwrap().unwrap();
 }
 
 /// Plays a scripted peer: sends `to_send` frames in order, after reading one

@@ -125,6 +125,29 @@ pub fn deliver_challenge<S: Read + Write + ?Sized>(
     authkey: &[u8],
     dialect: Dialect,
 ) -> Result<HmacDigest, AuthError> {
+    deliver_challenge_noting_refusal(stream, authkey, dialect, |_| {})
+}
+
+/// As [`deliver_challenge`], calling `before_refusing` with the refusal
+/// before `#FAILURE#` is sent.
+///
+/// A server that counts refusals counts each one there, so that the count
+/// already holds it when the refused peer hears `#FAILURE#` and acts on it
+/// (for example by breaking another connection to the server's process).
+///
+/// # Errors
+///
+/// As [`deliver_challenge`].
+pub fn deliver_challenge_noting_refusal<S, F>(
+    stream: &mut S,
+    authkey: &[u8],
+    dialect: Dialect,
+    before_refusing: F,
+) -> Result<HmacDigest, AuthError>
+where
+    S: Read + Write + ?Sized,
+    F: FnOnce(&AuthError),
+{
     let challenge = new_challenge(dialect)?;
     let mut message = Vec::with_capacity(CHALLENGE.len() + challenge.len());
     message.extend_from_slice(CHALLENGE);
@@ -137,6 +160,7 @@ pub fn deliver_challenge<S: Read + Write + ?Sized>(
             Ok(digest)
         }
         Err(refusal) => {
+            before_refusing(&refusal);
             // The refusal is what the caller needs to see; a peer that has
             // already gone away cannot be told.
             let _ = send(stream, FAILURE);
@@ -211,7 +235,28 @@ pub fn server_handshake<S: Read + Write + ?Sized>(
     authkey: &[u8],
     dialect: Dialect,
 ) -> Result<NegotiatedDigests, AuthError> {
-    let peer_answered_with = deliver_challenge(stream, authkey, dialect)?;
+    server_handshake_noting_refusal(stream, authkey, dialect, |_| {})
+}
+
+/// As [`server_handshake`], calling `before_refusing` with the refusal
+/// before the peer is sent `#FAILURE#` (see
+/// [`deliver_challenge_noting_refusal`]).
+///
+/// # Errors
+///
+/// As [`server_handshake`].
+pub fn server_handshake_noting_refusal<S, F>(
+    stream: &mut S,
+    authkey: &[u8],
+    dialect: Dialect,
+    before_refusing: F,
+) -> Result<NegotiatedDigests, AuthError>
+where
+    S: Read + Write + ?Sized,
+    F: FnOnce(&AuthError),
+{
+    let peer_answered_with =
+        deliver_challenge_noting_refusal(stream, authkey, dialect, before_refusing)?;
     let we_answered_with = answer_challenge(stream, authkey)?;
     Ok(NegotiatedDigests {
         peer_answered_with,

@@ -8,7 +8,9 @@
 //! - [`server_handshake`] / [`client_handshake`]: what `Listener.accept` and
 //!   `Client` do when given an authkey, built from [`deliver_challenge`] and
 //!   [`answer_challenge`]. Both the CPython <= 3.11 HMAC-MD5 form and the
-//!   CPython >= 3.12 `{sha256}` form are spoken ([`Dialect`]).
+//!   CPython >= 3.12 `{sha256}` form are spoken ([`Dialect`]). The
+//!   `_noting_refusal` forms let a server count a refusal before the peer
+//!   hears of it.
 //!
 //! Nothing here sets timeouts: a peer that stops sending blocks the read, so
 //! give sockets a read timeout before the handshake.
@@ -31,7 +33,7 @@ mod framing;
 pub use auth::{
     AuthError, CHALLENGE, Dialect, FAILURE, HANDSHAKE_MAX_MESSAGE_LEN, MODERN_CHALLENGE_LEN,
     NegotiatedDigests, Rejection, WELCOME, answer_challenge, client_handshake, deliver_challenge,
-    server_handshake,
+    deliver_challenge_noting_refusal, server_handshake, server_handshake_noting_refusal,
 };
 pub use digest::{HmacDigest, LEGACY_CHALLENGE_LEN};
 pub use framing::{

@@ -13,7 +13,9 @@ use std::time::Duration;
 use nix::sys::socket::getsockopt;
 use nix::sys::socket::sockopt::PeerCredentials;
 use nix::unistd::geteuid;
-use tensorshare_compat::connection::{AuthError, FramingError, read_message, server_handshake};
+use tensorshare_compat::connection::{
+    AuthError, FramingError, read_message, server_handshake_noting_refusal,
+};
 use tensorshare_compat::resource_sharer::{MAX_REQUEST_LEN, SharerRequest};
 use tensorshare_strategies::platform::fd_passing::send_fd_batch;
 
@@ -121,7 +123,7 @@ pub(crate) fn worker_loop(shared: &Shared, receiver: &Mutex<Receiver<UnixStream>
         // Checked after publishing the stream: shutdown sets the flag before
         // it cuts off published streams, so one of the two sees the other.
         if !shared.stopping.load(Ordering::SeqCst) {
-            shared.counters.record(serve_connection(shared, &stream));
+            serve_connection(shared, &stream);
         }
         if let Some(in_flight) = in_flight {
             *lock(in_flight) = None;
@@ -132,13 +134,36 @@ pub(crate) fn worker_loop(shared: &Shared, receiver: &Mutex<Receiver<UnixStream>
 /// One connection, as CPython's `_serve` loop body: handshake, read
 /// `(key, pid)`, pop the key, send its fd, close our copy. A tensorshare
 /// receiver's [`ReleaseRequest`](tensorshare_compat::resource_sharer::ReleaseRequest) instead closes the
-/// fds it names, which reached it attached to their message.
-fn serve_connection(shared: &Shared, stream: &UnixStream) -> Outcome {
+/// fds it names, which reached it attached to their message. How it ended
+/// is counted in `shared.counters`.
+fn serve_connection(shared: &Shared, stream: &UnixStream) {
     let mut io = DeadlineStream::new(stream, shared.options.connection_timeout());
-    if let Err(error) = server_handshake(&mut io, &shared.authkey, shared.options.dialect()) {
-        return handshake_outcome(&error);
-    }
-    let payload = match read_message(&mut io, MAX_REQUEST_LEN) {
+    // A refusal is counted before the peer hears `#FAILURE#`: a refused peer
+    // may give up and break its connection to this process at once, and the
+    // error that raises here names the refusal as its cause only if the
+    // count already holds it.
+    let mut refusal_counted = false;
+    let handshake = server_handshake_noting_refusal(
+        &mut io,
+        &shared.authkey,
+        shared.options.dialect(),
+        |refusal| {
+            shared.counters.record(handshake_outcome(refusal));
+            refusal_counted = true;
+        },
+    );
+    let outcome = match handshake {
+        Ok(_) => serve_request(shared, stream, &mut io),
+        Err(_) if refusal_counted => return,
+        Err(error) => handshake_outcome(&error),
+    };
+    shared.counters.record(outcome);
+}
+
+/// After the handshake: the `(key, pid)` request, or a tensorshare
+/// receiver's release or unmapped notice.
+fn serve_request(shared: &Shared, stream: &UnixStream, io: &mut DeadlineStream<'_>) -> Outcome {
+    let payload = match read_message(io, MAX_REQUEST_LEN) {
         Ok(payload) => payload,
         Err(error) => return framing_outcome(&error),
     };
