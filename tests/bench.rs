@@ -71,12 +71,18 @@ fn bench_runs_every_path_side_by_side() {
             "Rust  -> Rust   memmap",
         ],
     );
-    // Exactly one torch path is torch's best.
-    let best = rows
+    // Torch's best path is 1.00x, and none beats it (two within half a
+    // percent of each other both print 1.00x).
+    let torch_ratios: Vec<f64> = rows
         .iter()
-        .filter(|row| row.contains("torch -> torch") && row.ends_with(" 1.00x"))
-        .count();
-    assert_eq!(best, 1, "{stdout}");
+        .filter(|row| row.contains("torch -> torch"))
+        .map(|row| {
+            let ratio = row.split_whitespace().last().unwrap_or_default();
+            ratio.trim_end_matches('x').parse().expect("a ratio")
+        })
+        .collect();
+    assert!(torch_ratios.contains(&1.0), "{stdout}");
+    assert!(torch_ratios.iter().all(|&ratio| ratio <= 1.0), "{stdout}");
     for (prefix, contains) in [
         ("file_descriptor: ", "Rust -> Rust"),
         ("file_descriptor: ", " vs torch file_"),
@@ -397,6 +403,9 @@ fn a_tcp_bench_needs_a_tcp_address() {
         .output()
         .expect("run tensorshare bench");
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(!output.status.success(), "{stderr}");
-    assert!(stderr.contains("is not HOST:PORT"), "{stderr}");
+    assert_eq!(output.status.code(), Some(2), "a usage error: {stderr}");
+    assert!(
+        stderr.contains("--tcp-address") && stderr.contains("a TCP address is host:port"),
+        "{stderr}"
+    );
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use clap::builder::RangedU64ValueParser;
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
-use tensorshare::connection::{AUTHKEY_ENV, ConnectionOptions, PrivateTempDir};
+use tensorshare::connection::{AUTHKEY_ENV, ConnectionOptions, PrivateTempDir, TcpAddress};
 use tensorshare::{Address, Authkey, Listener, SharingContext, StrategyKind};
 
 use super::bench_stream::{Framing, Workload, consume, produce};
@@ -74,7 +74,7 @@ pub struct BenchArgs {
     /// link it is on (a veth pair, a NIC); the other end connects to the
     /// address the listener reports.
     #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:0")]
-    tcp_address: Address,
+    tcp_address: TcpAddress,
     /// With `--workload tcp`, set TCP_NODELAY on tensorshare's ends (torch's
     /// stay as CPython leaves them, off).
     #[arg(long)]
@@ -303,13 +303,10 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
     }
     let torch = TorchPeer { python, script };
     if args.workload == BenchWorkload::Tcp {
-        if !args.tcp_address.is_tcp() {
-            return Err(format!("--tcp-address {} is not HOST:PORT", args.tcp_address).into());
-        }
         torch.check()?;
         let link = tcp::TcpLink {
             torch: &torch,
-            address: args.tcp_address,
+            address: args.tcp_address.into(),
             nodelay: args.tcp_nodelay,
             wrapper: args.tcp_peer_wrapper,
         };

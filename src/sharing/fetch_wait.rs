@@ -1,0 +1,84 @@
+//! Waiting for receivers: what a producer checks before it exits.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::resource_sharer::SharerStats;
+use super::{SharingContext, SharingError};
+
+impl SharingContext {
+    /// What this process's resource sharer has done: fds fetched by
+    /// receivers (`served`) and given back by tensorshare receivers that got
+    /// them attached to the message (`released`). `None` before the first
+    /// storage is sent.
+    pub fn sharer_stats(&self) -> Option<SharerStats> {
+        self.sharer.get().map(|sharer| sharer.stats())
+    }
+
+    /// How many shared fds are waiting for their receivers.
+    pub fn unfetched_shares(&self) -> usize {
+        self.registrations.pending()
+    }
+
+    /// Waits until every storage this context sent by `file_descriptor`
+    /// has been fetched by its receiver, or given back by a tensorshare
+    /// receiver that got its fd with the message, for at most `timeout`:
+    /// what a producer calls before it exits, since a receiver that fetches
+    /// from a process that is gone fails (`FileNotFoundError` in torch).
+    ///
+    /// Only `file_descriptor` storages need their sender at the receiver's
+    /// fetch. A `file_system` segment outlives its sender while a message
+    /// or a receiver counts it; a `bytes` message carries its storages; a
+    /// `memmap` file stays after its sender only if the context keeps files
+    /// ([`with_memmap_keep_files`](Self::with_memmap_keep_files)), since
+    /// torch tells no sender that it mapped one.
+    ///
+    /// # Errors
+    ///
+    /// [`SharingError::PeerAuthkey`] as soon as a receiver failed to
+    /// authenticate to this process's resource sharer (it will never
+    /// fetch), and [`SharingError::Unfetched`] when storages are still
+    /// waiting after `timeout`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tensorshare::{Authkey, SharingContext};
+    ///
+    /// let sharing = SharingContext::new(Authkey::new(b"secret".to_vec()));
+    /// // Nothing was sent: nothing to wait for.
+    /// sharing.wait_until_fetched(Duration::from_secs(1))?;
+    /// # Ok::<(), tensorshare::Error>(())
+    /// ```
+    pub fn wait_until_fetched(&self, timeout: Duration) -> Result<(), SharingError> {
+        let start = Instant::now();
+        let mut pause = Duration::from_millis(1);
+        loop {
+            if let Some(failures) = self.new_auth_failures() {
+                return Err(SharingError::PeerAuthkey { failures });
+            }
+            let pending = self.registrations.pending();
+            if pending == 0 {
+                return Ok(());
+            }
+            let waited = start.elapsed();
+            if waited >= timeout {
+                return Err(SharingError::Unfetched { pending, waited });
+            }
+            std::thread::sleep(pause.min(timeout - waited));
+            pause = (pause * 2).min(Duration::from_millis(50));
+        }
+    }
+
+    /// How many peers have failed the resource sharer's handshake, when
+    /// some did since the last report: such a peer holds another authkey
+    /// and can fetch none of the storages sent to it.
+    pub(crate) fn new_auth_failures(&self) -> Option<u64> {
+        let failures = self.sharer_stats()?.wrong_authkey;
+        let reported = self
+            .reported_auth_failures
+            .fetch_max(failures, Ordering::Relaxed);
+        (failures > reported).then_some(failures)
+    }
+}
