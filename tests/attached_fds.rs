@@ -27,6 +27,7 @@ fn tensor(seed: u8) -> Value {
 
 #[test]
 fn attached_fds_are_mapped_and_their_keys_given_back() {
+    let _fds = support::own_fds::making();
     let authkey = Authkey::random().expect("authkey");
     let sender = SharingContext::new(authkey.clone());
     let receiver = SharingContext::new(authkey.clone());
@@ -38,12 +39,20 @@ fn attached_fds_are_mapped_and_their_keys_given_back() {
         cases::check_echo(&sent, &got).expect("same tensor");
     }
     assert_eq!(settle_unfetched(&sender), 0, "every key came back");
-    let stats = sender.sharer_stats().expect("a sharer");
+    // A release is counted once its request is served, which may be after
+    // its keys left the table.
+    let mut stats = None;
+    support::wait_until(std::time::Duration::from_secs(5), || {
+        stats = sender.sharer_stats();
+        stats.is_some_and(|stats| stats.released == 50)
+    });
+    let stats = stats.expect("a sharer");
     assert_eq!((stats.served, stats.released), (0, 50), "{stats:?}");
 }
 
 #[test]
 fn without_attached_fds_every_fd_is_fetched() {
+    let _fds = support::own_fds::making();
     let authkey = Authkey::random().expect("authkey");
     let sender = SharingContext::new(authkey.clone()).with_inline_fds(false);
     let receiver = SharingContext::new(authkey.clone());
@@ -67,6 +76,7 @@ fn without_attached_fds_every_fd_is_fetched() {
 
 #[test]
 fn fds_that_do_not_pair_are_closed_and_the_storage_fetched() {
+    let _fds = support::own_fds::counting();
     let authkey = Authkey::random().expect("authkey");
     let sender = SharingContext::new(authkey.clone());
     let receiver = SharingContext::new(authkey.clone());
@@ -144,6 +154,7 @@ fn legacy_float_storage_pickle(address: &str, key: i64) -> Vec<u8> {
 
 #[test]
 fn a_legacy_storage_class_counts_elements_when_attached() {
+    let _fds = support::own_fds::making();
     use tensorshare::resource_sharer::ResourceSharer;
     use tensorshare_strategies::SharingStrategy;
     use tensorshare_strategies::file_descriptor::FileDescriptorStrategy;

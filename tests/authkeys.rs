@@ -125,13 +125,13 @@ fn a_producer_waits_until_its_storages_are_fetched() {
         "{error}"
     );
 
+    let start = Instant::now();
     let reading = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(200));
         (0..4)
             .map(|_| inbound.recv(&receiver).expect("recv"))
             .collect::<Vec<_>>()
     });
-    let start = Instant::now();
     sender
         .wait_until_fetched(Duration::from_secs(30))
         .expect("fetched");

@@ -607,9 +607,9 @@ fn a_long_torch_stream_leaves_the_memmap_echo_flat_and_idle_frees_the_rest() {
 fn sent_files_are_kept_within_their_bounds_and_expire_while_idle() {
     let dir = tempfile::tempdir().unwrap();
     let authkey = Authkey::random().unwrap();
-    let lifetime = std::time::Duration::from_millis(300);
+    // The bounds are counts: no file may expire by age while they are
+    // checked, however slow the machine.
     let sharing = memmap_context(&authkey, dir.path())
-        .with_unfetched_lifetime(lifetime)
         .with_max_held_memmap_files(3)
         .with_max_held_memmap_bytes(1 << 20);
     // Each tensor dies after its send: only the context's lease keeps its
@@ -639,7 +639,9 @@ fn sent_files_are_kept_within_their_bounds_and_expire_while_idle() {
         "the context's end removes them"
     );
 
-    // Idle: no send and no count, the timer alone lets go of them.
+    // Idle: no send and no count, the timer alone lets go of them (long
+    // enough to see all three first).
+    let lifetime = std::time::Duration::from_secs(2);
     let sharing = memmap_context(&authkey, dir.path()).with_unfetched_lifetime(lifetime);
     for byte in 0..3 {
         let sent = cases::contiguous(DType::UInt8, &[4096], byte, false);

@@ -146,7 +146,9 @@ fn listens_in_the_abstract_namespace_by_default() {
     let (_segment, fd) = shared_fd(b"x");
     let registration = sharer.register(fd).expect("register");
     sharer.shutdown();
-    assert!(!is_bound(&sharer), "the name goes with the socket");
+    // A child another test spawns at this moment holds a copy of the
+    // socket until it execs.
+    eventually("the name goes with the socket", || !is_bound(&sharer));
     assert!(
         !registration.is_pending(),
         "registered fds closed at shutdown"
@@ -231,7 +233,7 @@ fn dropping_the_last_arc_shuts_down() {
         b"kept alive"
     );
     drop(registration);
-    assert!(!bound());
+    eventually("the last registration ends the sharer", || !bound());
 }
 
 #[test]
@@ -418,7 +420,9 @@ fn registers_from_many_threads() {
 fn refused_clients_are_counted_and_serving_goes_on() {
     let options = SharerOptions::new()
         .with_workers(1)
-        .with_connection_timeout(Duration::from_millis(300));
+        // Long enough that no client meant to be refused for what it sends
+        // times out first on a loaded machine.
+        .with_connection_timeout(Duration::from_secs(2));
     let sharer = ResourceSharer::start_with(AUTHKEY, options).expect("start sharer");
     let address = sharer.address().to_vec();
     let good = sharer
@@ -482,7 +486,7 @@ fn refused_clients_are_counted_and_serving_goes_on() {
         .fetch(AUTHKEY, TIMEOUT)
         .expect("fetch after the stalled client");
     assert!(
-        start.elapsed() < Duration::from_secs(3),
+        start.elapsed() < Duration::from_secs(8),
         "took {:?}",
         start.elapsed()
     );

@@ -208,7 +208,6 @@ fn start_helper_client(handle: &ManagerHandle) -> (ChildGuard, SegmentName) {
 
 #[test]
 fn a_daemon_outlives_its_launcher_and_reclaims_a_killed_clients_segment() {
-    let started = Instant::now();
     let launcher = Command::new(bin())
         .args(["manager", "--daemon", "--idle-timeout", "3"])
         .stdin(Stdio::null())
@@ -228,11 +227,12 @@ fn a_daemon_outlives_its_launcher_and_reclaims_a_killed_clients_segment() {
     let stdout = String::from_utf8(output.stdout).unwrap();
     let handle = ManagerHandle::from_bytes(stdout.trim_end().as_bytes()).unwrap();
     assert_eq!(stdout.lines().count(), 1, "{stdout:?}");
-    assert!(
-        started.elapsed() < Duration::from_millis(2500),
-        "the launcher took {:?}: did the daemon hold its pipes?",
-        started.elapsed()
-    );
+    // A client keeps the daemon from its idle exit while it is looked at,
+    // however slow this machine is to start the helper below. Had the
+    // daemon held the launcher's pipes, they would have closed only at
+    // that exit, and there would be nothing to connect to.
+    let keeper = ManagerConnection::open(&handle)
+        .unwrap_or_else(|e| panic!("the daemon outlives its launcher's pipes: {e}"));
 
     let daemon = server_pid(&handle);
     assert_ne!(daemon, launcher_pid);
@@ -249,11 +249,11 @@ fn a_daemon_outlives_its_launcher_and_reclaims_a_killed_clients_segment() {
     }
 
     let (mut client, name) = start_helper_client(&handle);
+    drop(keeper);
     let segment = ShmObject { name };
     assert!(segment.exists());
     client.0.kill().unwrap();
     client.0.wait().unwrap();
-    let killed = Instant::now();
     assert!(
         wait_until(Duration::from_secs(10), || !segment.exists()),
         "the daemon kept the killed client's segment"
@@ -262,7 +262,6 @@ fn a_daemon_outlives_its_launcher_and_reclaims_a_killed_clients_segment() {
         wait_until(Duration::from_secs(10), || has_exited(daemon)),
         "the daemon did not exit once idle"
     );
-    assert!(killed.elapsed() < Duration::from_secs(8));
     assert!(!handle.path().exists());
     assert!(!handle.path().parent().unwrap().exists());
 }

@@ -16,6 +16,7 @@ use support::{Server, cases, open_fds, python_script, test_python};
 
 #[test]
 fn stock_torch_drives_tensorshare_echo() {
+    let _fds = support::own_fds::making();
     let Some(python) = test_python("stock_torch_drives_tensorshare_echo") else {
         return;
     };
@@ -28,7 +29,13 @@ fn stock_torch_drives_tensorshare_echo() {
         &authkey,
         &["--hostile", "--repeat", "3000"],
     );
-    let fds_after = open_fds(server.pid());
+    // The echo closes the connection of the torch process that left, and
+    // what it registered for it, as it notices.
+    let mut fds_after = 0;
+    support::wait_until(std::time::Duration::from_secs(15), || {
+        fds_after = open_fds(server.pid());
+        fds_after <= fds_before + 4
+    });
     assert!(
         fds_after <= fds_before + 4,
         "echo fds grew from {fds_before} to {fds_after}"
@@ -37,6 +44,7 @@ fn stock_torch_drives_tensorshare_echo() {
 
 #[test]
 fn tensorshare_drives_a_stock_torch_echo() {
+    let _fds = support::own_fds::counting();
     let Some(python) = test_python("tensorshare_drives_a_stock_torch_echo") else {
         return;
     };
@@ -74,6 +82,7 @@ fn tensorshare_drives_a_stock_torch_echo() {
 
 #[test]
 fn a_torch_worker_pool_fed_by_a_rust_producer() {
+    let _fds = support::own_fds::making();
     let Some(python) = test_python("a_torch_worker_pool_fed_by_a_rust_producer") else {
         return;
     };
@@ -196,6 +205,7 @@ fn torch_loads(python: &str, sharing: &SharingContext, authkey: &Authkey) -> Str
 
 #[test]
 fn stock_torch_fetches_from_a_sharer_in_the_abstract_namespace() {
+    let _fds = support::own_fds::making();
     let Some(python) = test_python("stock_torch_fetches_from_a_sharer_in_the_abstract_namespace")
     else {
         return;

@@ -191,22 +191,34 @@ mod tests {
         }
     }
 
+    /// Polls `count` until it is `expected`, for at most `limit`.
+    fn count_reaches(count: &AtomicUsize, expected: usize, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        while count.load(Ordering::SeqCst) != expected {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            thread::sleep(Duration::from_millis(5));
+        }
+        true
+    }
+
     #[test]
     fn entries_expire_on_time_while_nothing_touches_the_queue() {
         let dropped = Arc::new(AtomicUsize::new(0));
         let queue = Expiring::new(Deadlines(VecDeque::new()), "expiry-test");
         let now = Instant::now();
-        queue.update(|q| {
-            q.0.push_back((now + Duration::from_millis(400), Counted(dropped.clone())));
-        });
-        // An earlier deadline wakes the sleeping thread.
+        let later = now + Duration::from_secs(5);
+        queue.update(|q| q.0.push_back((later, Counted(dropped.clone()))));
+        // An earlier deadline wakes the thread sleeping until `later`.
         queue.update(|q| {
             q.0.push_front((now + Duration::from_millis(20), Counted(dropped.clone())));
         });
-        thread::sleep(Duration::from_millis(200));
+        assert!(count_reaches(&dropped, 1, Duration::from_secs(4)));
+        assert!(Instant::now() < later, "the earlier deadline woke it");
         assert_eq!(dropped.load(Ordering::SeqCst), 1);
-        thread::sleep(Duration::from_millis(400));
-        assert_eq!(dropped.load(Ordering::SeqCst), 2);
+        assert!(count_reaches(&dropped, 2, Duration::from_secs(15)));
+        assert!(Instant::now() >= later, "not before its deadline");
         assert_eq!(queue.read(|q| q.0.len()), 0);
     }
 
@@ -218,7 +230,8 @@ mod tests {
         queue.update(|q| q.0.push_back((later, Counted(dropped.clone()))));
         let started = Instant::now();
         drop(queue);
-        assert!(started.elapsed() < Duration::from_secs(1));
+        // Far sooner than the entry's hour: the thread was not waiting it out.
+        assert!(started.elapsed() < Duration::from_secs(10));
         assert_eq!(dropped.load(Ordering::SeqCst), 1);
     }
 }

@@ -6,6 +6,7 @@ pub mod cases;
 pub mod kill_trials;
 pub mod leftovers;
 pub mod netns;
+pub mod own_fds;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};

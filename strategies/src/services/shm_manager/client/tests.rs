@@ -69,6 +69,9 @@ fn a_late_ok_is_consumed_by_the_next_registration() {
     let err = connection.register(&SegmentName::fresh()).unwrap_err();
     assert!(matches!(err, ManagerError::ReplyTimeout { .. }), "{err}");
     assert!(!connection.is_broken());
+    // The next reply waits on a thread that a loaded machine may be slow to
+    // run: time enough.
+    connection.lock().link.reply_timeout = Duration::from_secs(10);
     // The late OK and the next one, split across writes.
     peer.write_all(b"OKO").unwrap();
     let writer = std::thread::spawn(move || {

@@ -19,7 +19,7 @@ fn hold(segment: &TestSegment) -> std::os::fd::OwnedFd {
 
 #[test]
 fn an_orphan_some_process_still_maps_is_kept_until_it_is_let_go() {
-    let manager = Running::start(Duration::from_millis(200));
+    let manager = Running::start(Duration::from_millis(300));
     let segment = TestSegment::create();
     let holder = hold(&segment);
     let keeper = ManagerConnection::open(&manager.handle).unwrap();
@@ -49,7 +49,7 @@ fn an_orphan_some_process_still_maps_is_kept_until_it_is_let_go() {
 /// name to nobody.
 #[test]
 fn an_idle_manager_waits_for_the_holders_of_names_it_is_to_unlink() {
-    let manager = Running::start(Duration::from_millis(100));
+    let manager = Running::start(Duration::from_millis(300));
     let orphaned = TestSegment::create();
     let freed = TestSegment::create();
     let holders = (hold(&orphaned), hold(&freed));
