@@ -27,7 +27,7 @@ fn tensor(seed: u8) -> Value {
 
 #[test]
 fn attached_fds_are_mapped_and_their_keys_given_back() {
-    let _fds = support::own_fds::making();
+    let _counts = support::process_counts::making();
     let authkey = Authkey::random().expect("authkey");
     let sender = SharingContext::new(authkey.clone());
     let receiver = SharingContext::new(authkey.clone());
@@ -52,7 +52,7 @@ fn attached_fds_are_mapped_and_their_keys_given_back() {
 
 #[test]
 fn without_attached_fds_every_fd_is_fetched() {
-    let _fds = support::own_fds::making();
+    let _counts = support::process_counts::making();
     let authkey = Authkey::random().expect("authkey");
     let sender = SharingContext::new(authkey.clone()).with_inline_fds(false);
     let receiver = SharingContext::new(authkey.clone());
@@ -76,7 +76,7 @@ fn without_attached_fds_every_fd_is_fetched() {
 
 #[test]
 fn fds_that_do_not_pair_are_closed_and_the_storage_fetched() {
-    let _fds = support::own_fds::counting();
+    let _counts = support::process_counts::counting();
     let authkey = Authkey::random().expect("authkey");
     let sender = SharingContext::new(authkey.clone());
     let receiver = SharingContext::new(authkey.clone());
@@ -154,7 +154,7 @@ fn legacy_float_storage_pickle(address: &str, key: i64) -> Vec<u8> {
 
 #[test]
 fn a_legacy_storage_class_counts_elements_when_attached() {
-    let _fds = support::own_fds::making();
+    let _counts = support::process_counts::making();
     use tensorshare::resource_sharer::ResourceSharer;
     use tensorshare_strategies::SharingStrategy;
     use tensorshare_strategies::file_descriptor::FileDescriptorStrategy;

@@ -14,7 +14,7 @@ use support::{Server, cases, open_fds, settle_unfetched, shared_mappings, wait_u
 
 #[test]
 fn every_case_comes_back_intact() {
-    let _fds = support::own_fds::making();
+    let _counts = support::process_counts::making();
     let authkey = Authkey::random().unwrap();
     let mut server = Server::echo(&authkey, "file_descriptor");
     let sharing = SharingContext::new(authkey.clone());
@@ -24,7 +24,7 @@ fn every_case_comes_back_intact() {
 
 #[test]
 fn an_echoed_storage_is_the_storage_sent() {
-    let _fds = support::own_fds::making();
+    let _counts = support::process_counts::making();
     let authkey = Authkey::random().unwrap();
     let server = Server::echo(&authkey, "file_descriptor");
     let sharing = SharingContext::new(authkey.clone());
@@ -59,7 +59,7 @@ fn an_echoed_storage_is_the_storage_sent() {
 
 #[test]
 fn thousands_of_messages_leak_no_fds_or_mappings() {
-    let _fds = support::own_fds::counting();
+    let _counts = support::process_counts::counting();
     let authkey = Authkey::random().unwrap();
     let server = Server::echo(&authkey, "file_descriptor");
     let sharing = SharingContext::new(authkey.clone());
@@ -144,7 +144,7 @@ fn still_serves(server: &Server, authkey: &Authkey, sharing: &SharingContext) {
 
 #[test]
 fn bad_messages_close_only_their_connection() {
-    let _fds = support::own_fds::making();
+    let _counts = support::process_counts::making();
     let authkey = Authkey::random().unwrap();
     let mut server = Server::echo(&authkey, "file_descriptor");
     let sharing = SharingContext::new(authkey.clone());
@@ -198,7 +198,7 @@ fn bad_messages_close_only_their_connection() {
 
 #[test]
 fn sigterm_and_sigint_remove_the_socket() {
-    let _fds = support::own_fds::making();
+    let _counts = support::process_counts::making();
     for signal in ["TERM", "INT"] {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("echo.sock");
@@ -254,7 +254,7 @@ fn sigterm_and_sigint_remove_the_socket() {
 
 #[test]
 fn an_unknown_strategy_is_refused_with_advice() {
-    let _fds = support::own_fds::making();
+    let _counts = support::process_counts::making();
     let output = std::process::Command::new(support::tensorshare_exe())
         .args([
             "echo",
@@ -289,7 +289,7 @@ fn assert_usage_error(output: &std::process::Output, needle: &str) {
 
 #[test]
 fn the_authkey_comes_from_the_environment_a_file_or_the_command_line() {
-    let _fds = support::own_fds::making();
+    let _counts = support::process_counts::making();
     let help = tensorshare(&["echo", "--help"]).output().unwrap();
     let help = String::from_utf8_lossy(&help.stdout);
     for needle in ["`ps`", AUTHKEY_ENV, "--authkey-file"] {
@@ -373,7 +373,7 @@ fn the_authkey_comes_from_the_environment_a_file_or_the_command_line() {
 
 #[test]
 fn help_lists_the_four_strategies() {
-    let _fds = support::own_fds::making();
+    let _counts = support::process_counts::making();
     let names: Vec<&str> = StrategyKind::ALL.iter().map(|kind| kind.name()).collect();
     let short = tensorshare(&["echo", "-h"]).output().unwrap();
     let short = String::from_utf8_lossy(&short.stdout);
@@ -389,7 +389,7 @@ fn help_lists_the_four_strategies() {
 
 #[test]
 fn a_zero_message_limit_is_a_usage_error() {
-    let _fds = support::own_fds::making();
+    let _counts = support::process_counts::making();
     for limit in ["0", "-1", ""] {
         let output = support::output_within(
             &mut tensorshare(&[

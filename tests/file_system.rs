@@ -10,7 +10,6 @@ use std::fs::OpenOptions;
 use std::io::Write;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{PoisonError, RwLock, RwLockReadGuard};
 
 use tensorshare::{Authkey, DType, SharingContext, Storage, StrategyKind, Value};
 use tensorshare_strategies::file_system::{FileSystemSegment, HEADER_BYTES, SegmentName};
@@ -18,17 +17,6 @@ use tensorshare_strategies::services::shm_manager;
 use tensorshare_strategies::{AllocateError, Segment, UnixUser};
 
 use support::{Server, cases, eventually, open_fds, segments_of, shared_mappings, test_python};
-
-/// A test that counts every segment of this process holds this lock
-/// exclusively; every other test that makes segments holds it shared, so
-/// that a slow one cannot leave segments in the count.
-static PROCESS_SEGMENTS: RwLock<()> = RwLock::new(());
-
-fn making_segments() -> RwLockReadGuard<'static, ()> {
-    PROCESS_SEGMENTS
-        .read()
-        .unwrap_or_else(PoisonError::into_inner)
-}
 
 fn fs_context(authkey: &Authkey) -> SharingContext {
     support::build_manager_executable();
@@ -43,7 +31,7 @@ fn fs_segment(storage: &Storage) -> &FileSystemSegment {
 
 #[test]
 fn every_case_comes_back_intact() {
-    let _segments = making_segments();
+    let _counts = support::process_counts::making();
     let authkey = Authkey::random().unwrap();
     let mut server = Server::echo(&authkey, "file_system");
     let sharing = fs_context(&authkey);
@@ -53,7 +41,7 @@ fn every_case_comes_back_intact() {
 
 #[test]
 fn an_echoed_segment_is_the_one_sent_and_counts_return_to_one() {
-    let _segments = making_segments();
+    let _counts = support::process_counts::making();
     let authkey = Authkey::random().unwrap();
     let server = Server::echo(&authkey, "file_system");
     let sharing = fs_context(&authkey);
@@ -80,9 +68,7 @@ fn an_echoed_segment_is_the_one_sent_and_counts_return_to_one() {
 
 #[test]
 fn thousands_of_messages_leave_nothing_behind() {
-    let _alone = PROCESS_SEGMENTS
-        .write()
-        .unwrap_or_else(PoisonError::into_inner);
+    let _alone = support::process_counts::counting();
     // What earlier tests left to be unlinked later (a killed torch peer's
     // counts go with this process's manager) is not this test's.
     let me = std::process::id();
@@ -121,9 +107,7 @@ fn thousands_of_messages_leave_nothing_behind() {
 #[test]
 fn a_full_dev_shm_is_an_error_naming_it_and_leaves_nothing() {
     // Alone: a segment another test has made but not sized yet is empty.
-    let _alone = PROCESS_SEGMENTS
-        .write()
-        .unwrap_or_else(PoisonError::into_inner);
+    let _alone = support::process_counts::counting();
     let stats = nix::sys::statvfs::statvfs("/dev/shm").expect("statvfs /dev/shm");
     let size = stats.blocks() * stats.fragment_size();
     let too_big = usize::try_from(size).unwrap() + (1 << 20);
@@ -150,7 +134,7 @@ fn a_full_dev_shm_is_an_error_naming_it_and_leaves_nothing() {
 
 #[test]
 fn hostile_segment_references_are_refused_and_the_server_keeps_serving() {
-    let _segments = making_segments();
+    let _counts = support::process_counts::making();
     let authkey = Authkey::random().unwrap();
     let mut server = Server::echo(&authkey, "file_system");
     let sharing = fs_context(&authkey);
@@ -224,7 +208,7 @@ impl Drop for OtherUsersSegment {
 
 #[test]
 fn another_users_segment_is_refused_by_echo_under_file_system_and_file_descriptor() {
-    let _segments = making_segments();
+    let _counts = support::process_counts::making();
     if !nix::unistd::geteuid().is_root() {
         // Through the handle, not eprintln!, so that test capture does not hide it.
         let _ = writeln!(
@@ -283,7 +267,7 @@ fn another_users_segment_is_refused_by_echo_under_file_system_and_file_descripto
 
 #[test]
 fn stock_torch_drives_tensorshare_echo() {
-    let _segments = making_segments();
+    let _counts = support::process_counts::making();
     let Some(python) = test_python("file_system::stock_torch_drives_tensorshare_echo") else {
         return;
     };
@@ -302,7 +286,7 @@ fn stock_torch_drives_tensorshare_echo() {
 
 #[test]
 fn tensorshare_drives_a_stock_torch_echo() {
-    let _segments = making_segments();
+    let _counts = support::process_counts::making();
     let Some(python) = test_python("file_system::tensorshare_drives_a_stock_torch_echo") else {
         return;
     };

@@ -16,7 +16,7 @@ use support::{Server, cases, open_fds, python_script, test_python};
 
 #[test]
 fn stock_torch_drives_tensorshare_echo() {
-    let _fds = support::own_fds::making();
+    let _counts = support::process_counts::making();
     let Some(python) = test_python("stock_torch_drives_tensorshare_echo") else {
         return;
     };
@@ -44,7 +44,7 @@ fn stock_torch_drives_tensorshare_echo() {
 
 #[test]
 fn tensorshare_drives_a_stock_torch_echo() {
-    let _fds = support::own_fds::counting();
+    let _counts = support::process_counts::counting();
     let Some(python) = test_python("tensorshare_drives_a_stock_torch_echo") else {
         return;
     };
@@ -82,7 +82,7 @@ fn tensorshare_drives_a_stock_torch_echo() {
 
 #[test]
 fn a_torch_worker_pool_fed_by_a_rust_producer() {
-    let _fds = support::own_fds::making();
+    let _counts = support::process_counts::making();
     let Some(python) = test_python("a_torch_worker_pool_fed_by_a_rust_producer") else {
         return;
     };
@@ -205,7 +205,7 @@ fn torch_loads(python: &str, sharing: &SharingContext, authkey: &Authkey) -> Str
 
 #[test]
 fn stock_torch_fetches_from_a_sharer_in_the_abstract_namespace() {
-    let _fds = support::own_fds::making();
+    let _counts = support::process_counts::making();
     let Some(python) = test_python("stock_torch_fetches_from_a_sharer_in_the_abstract_namespace")
     else {
         return;

@@ -11,11 +11,17 @@ use tensorshare_strategies::Segment;
 /// held at once.
 pub(crate) const MIN_KEPT_BYTES: usize = 64 << 20;
 
+/// The most bytes a pool keeps for reuse: as many as its producer held at
+/// once (`peak`), at least [`MIN_KEPT_BYTES`], at most `max`.
+pub(crate) fn kept_bytes_limit(max: usize, peak: usize) -> usize {
+    max.min(peak.max(MIN_KEPT_BYTES))
+}
+
 #[derive(Debug)]
 pub(crate) struct ByLength<S> {
     queues: HashMap<usize, VecDeque<(Instant, S)>>,
-    pub(crate) segments: usize,
-    pub(crate) bytes: usize,
+    segments: usize,
+    bytes: usize,
 }
 
 impl<S> Default for ByLength<S> {
@@ -25,6 +31,18 @@ impl<S> Default for ByLength<S> {
             segments: 0,
             bytes: 0,
         }
+    }
+}
+
+impl<S> ByLength<S> {
+    /// How many segments are queued.
+    pub(crate) fn segments(&self) -> usize {
+        self.segments
+    }
+
+    /// How many bytes the queued segments hold.
+    pub(crate) fn bytes(&self) -> usize {
+        self.bytes
     }
 }
 
@@ -51,9 +69,8 @@ impl<S: Segment> ByLength<S> {
         &mut self,
         nbytes: usize,
         scan: usize,
-        wanted: impl FnMut(&S) -> bool,
+        mut wanted: impl FnMut(&S) -> bool,
     ) -> Option<S> {
-        let mut wanted = wanted;
         let queue = self.queues.get_mut(&nbytes)?;
         let index = queue
             .iter()

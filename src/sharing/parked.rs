@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use tensorshare_strategies::Segment;
 
-use super::by_length::{ByLength, MIN_KEPT_BYTES};
+use super::by_length::{ByLength, kept_bytes_limit};
 
 /// How long a segment stays after its storage died here, waiting for its
 /// receivers to let go of it or for an allocation of its size.
@@ -68,11 +68,9 @@ impl<S: Segment> Parked<S> {
     /// longer fit, oldest first, already forgotten.
     fn park(&mut self, segment: S, now: Instant) -> Vec<S> {
         self.queue.push(segment, now);
-        let byte_limit = self
-            .max_bytes
-            .min(self.peak_tracked_bytes.max(MIN_KEPT_BYTES));
+        let byte_limit = kept_bytes_limit(self.max_bytes, self.peak_tracked_bytes);
         let mut evicted = Vec::new();
-        while self.queue.segments > self.max_segments || self.queue.bytes > byte_limit {
+        while self.queue.segments() > self.max_segments || self.queue.bytes() > byte_limit {
             let Some(oldest) = self.queue.pop_oldest() else {
                 break;
             };

@@ -27,7 +27,7 @@ use tensorshare_strategies::Segment;
 use tensorshare_strategies::file_descriptor::{FdSegment, FileIdentity};
 
 use super::aging::AgingMap;
-use super::by_length::{ByLength, MIN_KEPT_BYTES};
+use super::by_length::{ByLength, kept_bytes_limit};
 use super::lock;
 use super::resource_sharer::KeyReports;
 use super::watched::Watcher;
@@ -159,11 +159,9 @@ impl SegmentPool {
     /// Puts `segment` on the free list, or frees it when the pool holds
     /// enough.
     fn make_idle(&self, state: &mut PoolState, segment: FdSegment, now: Instant) {
-        let byte_limit = self
-            .max_idle_bytes
-            .min(state.peak_tracked_bytes.max(MIN_KEPT_BYTES));
-        if state.idle.segments >= self.max_idle_segments
-            || state.idle.bytes.saturating_add(segment.len()) > byte_limit
+        let byte_limit = kept_bytes_limit(self.max_idle_bytes, state.peak_tracked_bytes);
+        if state.idle.segments() >= self.max_idle_segments
+            || state.idle.bytes().saturating_add(segment.len()) > byte_limit
         {
             state.untrack(segment.identity());
             return;
@@ -185,7 +183,7 @@ impl SegmentPool {
     /// How many segments are free for reuse.
     #[cfg(test)]
     fn idle_segments(&self) -> usize {
-        lock(&self.state).idle.segments
+        lock(&self.state).idle.segments()
     }
 }
 
@@ -254,6 +252,7 @@ impl PoolState {
 mod tests {
     use std::sync::Arc;
 
+    use super::super::by_length::MIN_KEPT_BYTES;
     use super::super::watched::Watched;
     use super::*;
     use tensorshare_strategies::SharingStrategy;
@@ -369,9 +368,9 @@ mod tests {
         pool.sent(identity, 1);
         drop((idle, parked));
         let mut state = lock(&pool.state);
-        assert_eq!((state.idle.segments, state.parked.len()), (1, 1));
+        assert_eq!((state.idle.segments(), state.parked.len()), (1, 1));
         state.expire(Instant::now() + IDLE_LIFETIME + Duration::from_secs(1));
-        assert_eq!((state.idle.segments, state.parked.len()), (0, 1));
+        assert_eq!((state.idle.segments(), state.parked.len()), (0, 1));
         state.expire(Instant::now() + UNREPORTED_LIFETIME + Duration::from_secs(1));
         assert_eq!(state.parked.len(), 0);
         assert!(state.tracked.is_empty() && state.keys.is_empty());

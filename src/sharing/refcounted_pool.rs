@@ -101,7 +101,7 @@ impl RefcountedPool {
     /// How many segments are pooled, free or not.
     #[cfg(test)]
     fn pooled(&self) -> usize {
-        lock(&self.parked).queue.segments
+        lock(&self.parked).queue.segments()
     }
 }
 
@@ -236,7 +236,7 @@ mod tests {
         let later = Instant::now() + PARKED_LIFETIME + Duration::from_secs(1);
         let expired = parked.expire(later);
         assert_eq!(
-            (expired.len(), parked.queue.segments, parked.queue.bytes),
+            (expired.len(), parked.queue.segments(), parked.queue.bytes()),
             (2, 0, 0)
         );
         assert_eq!(parked.tracked_bytes, 0);

@@ -6,7 +6,7 @@ pub mod cases;
 pub mod kill_trials;
 pub mod leftovers;
 pub mod netns;
-pub mod own_fds;
+pub mod process_counts;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};

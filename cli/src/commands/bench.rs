@@ -249,9 +249,15 @@ impl Route {
 
     /// The name `--paths` takes.
     fn name(self) -> String {
-        self.to_possible_value()
-            .map_or_else(|| format!("{self:?}"), |value| value.get_name().to_owned())
+        value_name(self)
     }
+}
+
+/// The name a command line gives `value`.
+fn value_name(value: impl ValueEnum + std::fmt::Debug) -> String {
+    value
+        .to_possible_value()
+        .map_or_else(|| format!("{value:?}"), |name| name.get_name().to_owned())
 }
 
 /// One end of a path.
@@ -436,11 +442,7 @@ fn run_path(path: Route, workload: Workload, torch: &TorchPeer) -> Result<Vec<f6
     } else if path.torch_consumes() {
         torch.spawn(&["consume"], None, Some((&address, &authkey)))?
     } else {
-        let framing = path
-            .framing()
-            .to_possible_value()
-            .map(|value| value.get_name().to_owned())
-            .unwrap_or_default();
+        let framing = value_name(path.framing());
         Peer::spawn_self(
             "bench-peer",
             listener.address(),
