@@ -27,9 +27,13 @@ impl SharingContext {
     /// from a process that is gone fails (`FileNotFoundError` in torch).
     ///
     /// Only `file_descriptor` storages need their sender at the receiver's
-    /// fetch. A `file_system` segment outlives its sender while a message
-    /// or a receiver counts it; a `bytes` message carries its storages; a
-    /// `memmap` file stays after its sender only if the context keeps files
+    /// fetch, and only they are waited for. A `file_system` segment
+    /// outlives its sender, exited or killed, while a message or a receiver
+    /// counts it: the shared-memory manager keeps a segment whose message
+    /// is still to be opened for as long as any of its clients (the
+    /// receiver among them, once it opened any segment of this process) is
+    /// connected. A `bytes` message carries its storages. A `memmap` file
+    /// stays after its sender only if the context keeps files
     /// ([`with_memmap_keep_files`](Self::with_memmap_keep_files)), since
     /// torch tells no sender that it mapped one.
     ///

@@ -175,10 +175,11 @@ impl MappedObject {
 
 impl Drop for MappedObject {
     fn drop(&mut self) {
-        if self.holds_count {
-            self.decref();
+        if self.holds_count && self.decref() {
+            self.manager.unregister(&self.name);
+        } else {
+            self.manager.unregister_in_use(&self.name);
         }
-        self.manager.unregister(&self.name);
     }
 }
 

@@ -170,6 +170,24 @@ impl ManagerConnection {
     /// object is unlinked, so unlink the segment (when this process is the
     /// one to) before calling this, as libshm does.
     pub fn unregister(&self, name: &SegmentName) {
+        self.free(name, false);
+    }
+
+    /// Tells the manager at once that this process no longer uses `name`,
+    /// whose object outlives this hold: a receiver maps it, or a message
+    /// naming it is still to be opened.
+    ///
+    /// [`unregister`](Self::unregister) holds a free back until the next
+    /// message, and one held back when the process exits never arrives:
+    /// the manager then takes the name for one whose holder died without
+    /// counting down, and a count still in the header for a message in
+    /// flight (see the manager's orphans). Sent now, the manager knows this
+    /// process gave its count back.
+    pub fn unregister_in_use(&self, name: &SegmentName) {
+        self.free(name, true);
+    }
+
+    fn free(&self, name: &SegmentName, at_once: bool) {
         // Its holder lets go of this connection next: if that was the last
         // hold, the connection lingers, then closes.
         linger::released();
@@ -190,6 +208,9 @@ impl ManagerConnection {
             if self.own && link::manager_gone(&error) && self.replace(&mut state).is_ok() {
                 let _ = state.link.free(name);
             }
+        }
+        if at_once {
+            let _ = state.link.flush_frees();
         }
     }
 

@@ -52,7 +52,11 @@ pub const MAX_REGISTERED_NAMES: usize = 1 << 20;
 ///   disconnects without freeing it, the name is unlinked after the grace
 ///   period (the idle timeout) unless someone registers it again, so a
 ///   long-lived manager does not keep dead processes' segments until it
-///   exits;
+///   exits. A name whose header still counts more than the registrants that
+///   vanished (a message naming it not yet opened by its receiver) is kept
+///   instead, while any client is connected, as torch's manager keeps every
+///   name: a sender that exits or is killed loses none of the messages it
+///   sent;
 /// - running out of fds while accepting pauses accepting instead of
 ///   spinning;
 /// - names reach `shm_unlink` only after parsing as a [`SegmentName`], and

@@ -9,6 +9,7 @@ use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::sys::mman::{shm_open, shm_unlink};
 use nix::sys::stat::{Mode, fstat};
+use nix::sys::uio::pread;
 
 use super::MAX_REGISTERED_NAMES;
 use super::serve_loop::{ServeState, log};
@@ -25,6 +26,11 @@ pub(super) struct Registration {
     registrants: HashSet<u64>,
     /// When its last registrant disconnected without freeing it.
     orphaned_at: Option<Instant>,
+    /// The counts in the segment's header that belong to registrants gone
+    /// without freeing it: each registrant counted itself once per
+    /// registration, and a process that vanished never takes its count
+    /// back. Whatever the header holds beyond them is someone's alive.
+    dead_holds: u32,
 }
 
 impl ServeState {
@@ -86,11 +92,12 @@ impl ServeState {
     /// A client is gone: the names it still held lose a registrant, and
     /// those left with none start their grace period.
     pub(super) fn disconnect(&mut self, id: u64, client: Client, now: Instant) {
-        for name in client.names.into_keys() {
+        for (name, holds) in client.names {
             let Some(registration) = self.names.get_mut(&name) else {
                 continue;
             };
             registration.registrants.remove(&id);
+            registration.dead_holds = registration.dead_holds.saturating_add(holds);
             if registration.registrants.is_empty() {
                 registration.orphaned_at = Some(now);
                 self.orphans.push_back((now, name));
@@ -99,7 +106,18 @@ impl ServeState {
     }
 
     /// Unlinks the names whose grace period is over and that nobody
-    /// registered again.
+    /// registered again, unless a message naming one is still on its way
+    /// to a receiver while other clients are connected.
+    ///
+    /// A sender that exits (or is killed) with messages in flight leaves
+    /// their segments with no registrant; the receiver registers each only
+    /// when it opens it, which a slow receiver may do long after. The
+    /// header tells: every message adds a count that only its receiver
+    /// takes back, so a count beyond those of the registrants that
+    /// vanished is a message not yet opened (or a holder registered
+    /// elsewhere). Such a name is kept as a freed one is, until the last
+    /// holder unlinks it or this manager goes idle, as torch's manager
+    /// keeps every name until it exits.
     pub(super) fn expire_orphans(&mut self, now: Instant) {
         while let Some((since, _)) = self.orphans.front() {
             if now < *since + self.idle_timeout {
@@ -108,10 +126,13 @@ impl ServeState {
             let Some((since, name)) = self.orphans.pop_front() else {
                 return;
             };
-            let still_orphaned = self.names.get(&name).is_some_and(|registration| {
+            let Some(registration) = self.names.get_mut(&name).filter(|registration| {
                 registration.registrants.is_empty() && registration.orphaned_at == Some(since)
-            });
-            if !still_orphaned {
+            }) else {
+                continue;
+            };
+            if !self.clients.is_empty() && counted_beyond(&name, registration.dead_holds) {
+                registration.orphaned_at = None;
                 continue;
             }
             if self.unlink(&name) == Unlink::Held {
@@ -224,6 +245,20 @@ fn open_read_only(name: &SegmentName) -> Result<OwnedFd, Errno> {
         OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY,
         Mode::empty(),
     )
+}
+
+/// Whether the reference count in the header of the segment `name` is
+/// above `dead_holds`. A count that cannot be read (the object is gone,
+/// shorter than a count, or cannot be opened) counts as none.
+fn counted_beyond(name: &SegmentName, dead_holds: u32) -> bool {
+    let Ok(fd) = open_read_only(name) else {
+        return false;
+    };
+    let mut count = [0u8; 4];
+    match pread(&fd, &mut count, 0) {
+        Ok(4) => i64::from(i32::from_ne_bytes(count)) > i64::from(dead_holds),
+        _ => false,
+    }
 }
 
 /// Whether a shared-memory object named `name` exists, as libshm tests it:

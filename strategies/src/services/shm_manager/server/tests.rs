@@ -43,6 +43,14 @@ impl TestSegment {
         TestSegment(name)
     }
 
+    /// Writes `count` into the header's reference count, sizing the
+    /// object to hold it.
+    fn set_refcount(&self, count: i32) {
+        let fd = shm_open(self.0.as_str(), OFlag::O_RDWR, Mode::empty())
+            .expect("open the shared-memory object");
+        nix::sys::uio::pwrite(&fd, &count.to_ne_bytes(), 0).expect("write the count");
+    }
+
     pub(super) fn exists(&self) -> bool {
         Path::new("/dev/shm").join(self.0.file_name()).exists()
     }
@@ -243,6 +251,49 @@ fn a_dead_registrants_segment_is_unlinked_after_the_grace() {
     drop(keeper);
     let report = manager.finish();
     assert_eq!(report.unlinked, vec![segment.0.clone(), other.0.clone()]);
+}
+
+#[test]
+fn a_dead_registrants_segment_with_a_message_in_flight_waits_for_its_receiver() {
+    let manager = Running::start(Duration::from_millis(300));
+    let segment = TestSegment::create();
+    // The creator's own count and one for a message not yet opened.
+    segment.set_refcount(2);
+    let receiver = ManagerConnection::open(&manager.handle).unwrap();
+    let creator = ManagerConnection::open(&manager.handle).unwrap();
+    creator.register(&segment.0).unwrap();
+    drop(creator);
+    std::thread::sleep(Duration::from_millis(900));
+    assert!(
+        segment.exists(),
+        "a segment with a message in flight was unlinked while its receiver may open it"
+    );
+    // The receiver opens it, counts itself and takes the message's count
+    // back, then lets go: only the dead creator's count is left.
+    receiver.register(&segment.0).unwrap();
+    segment.set_refcount(1);
+    receiver.unregister_in_use(&segment.0);
+    drop(receiver);
+    let report = manager.finish();
+    assert!(!segment.exists());
+    assert_eq!(report.unlinked, vec![segment.0.clone()]);
+}
+
+#[test]
+fn a_dead_registrants_own_count_alone_does_not_keep_its_segment() {
+    let manager = Running::start(Duration::from_millis(300));
+    let segment = TestSegment::create();
+    segment.set_refcount(1);
+    let keeper = ManagerConnection::open(&manager.handle).unwrap();
+    let creator = ManagerConnection::open(&manager.handle).unwrap();
+    creator.register(&segment.0).unwrap();
+    drop(creator);
+    assert!(
+        eventually(Duration::from_secs(5), || !segment.exists()),
+        "the segment of a vanished creator, counted by nobody else, was kept"
+    );
+    drop(keeper);
+    manager.finish();
 }
 
 #[test]

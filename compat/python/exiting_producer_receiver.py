@@ -1,0 +1,102 @@
+"""Stock torch receiving the batches of a Rust producer that exits (or is
+killed) while its messages wait: every batch it sent must still rebuild.
+
+    python exiting_producer_receiver.py [--runs R] [--pause-after N --pause S]
+        [--each S] [--kill-after N] -- PRODUCER...
+
+PRODUCER is the command of `tests/peers/exiting_producer.rs`; it gets this
+process's authkey in TENSORSHARE_AUTHKEY. The receiver reads each batch
+(`conn.recv()`, which rebuilds it through torch's reductions), checks every
+element, and drops it. `--pause-after N --pause S` sleeps S seconds after
+batch N; `--each S` sleeps after every batch; `--kill-after N` sends the
+producer SIGKILL as soon as it says it sent batch N, and receives after.
+`--runs R` does all of it R times in a row, a new producer each time.
+
+Prints one JSON line a run: {"received": N, "ended": "none"|"eof",
+"producer": RC, "pid": PID, "said": [its last word]}. Exits 1 with the run,
+the failing batch and torch's error when a batch does not rebuild or holds
+other values.
+"""
+import argparse
+import json
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import time
+from multiprocessing.connection import Client
+
+import torch
+import torch.multiprocessing  # noqa: F401  registers torch's reductions
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--pause-after", type=int, default=-1)
+parser.add_argument("--pause", type=float, default=0.0)
+parser.add_argument("--each", type=float, default=0.0)
+parser.add_argument("--kill-after", type=int, default=-1)
+parser.add_argument("--runs", type=int, default=1)
+parser.add_argument("producer", nargs="+")
+args = parser.parse_args()
+
+authkey = multiprocessing.current_process().authkey
+
+
+def check(index, batch):
+    image, label = batch["image"], batch["label"]
+    assert image.dtype == torch.uint8 and image.shape == (8, 3, 64, 64), image.shape
+    expected = torch.arange(index * 8, index * 8 + 8, dtype=torch.int64)
+    assert torch.equal(label, expected), (label, expected)
+    shades = (expected % 251).to(torch.uint8).view(8, 1, 1, 1).expand(8, 3, 64, 64)
+    assert torch.equal(image, shades), f"batch {index}: images hold other values"
+
+
+def run_once(run):
+    producer = subprocess.Popen(
+        args.producer,
+        env={**os.environ, "TENSORSHARE_AUTHKEY": authkey.hex()},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    first = producer.stdout.readline()
+    if not first.startswith("listening "):
+        sys.exit(f"run {run}: the producer exited with status {producer.wait()} before listening")
+    address = first.removeprefix("listening ").rstrip("\n")
+
+    received = 0
+    ended = None
+    with Client(address, authkey=authkey) as conn:
+        if args.kill_after >= 0:
+            for line in producer.stdout:
+                if line.strip() == f"sent {args.kill_after}":
+                    break
+            producer.send_signal(signal.SIGKILL)
+            producer.wait()
+        while True:
+            try:
+                batch = conn.recv()
+            except EOFError:
+                ended = "eof"
+                break
+            except Exception as error:  # noqa: BLE001  torch's error is the finding
+                sys.exit(f"run {run}: batch {received} did not rebuild: {type(error).__name__}: {error}")
+            if batch is None:
+                ended = "none"
+                break
+            check(received, batch)
+            del batch
+            received += 1
+            if received == args.pause_after:
+                time.sleep(args.pause)
+            if args.each:
+                time.sleep(args.each)
+
+    rest = producer.stdout.read()
+    status = producer.wait()
+    outcome = {"received": received, "ended": ended, "producer": status}
+    outcome.update(pid=producer.pid, said=rest.split()[-1:])
+    print(json.dumps(outcome), flush=True)
+
+
+for run in range(args.runs):
+    run_once(run)

@@ -1,0 +1,177 @@
+//! What a stock torch receiver can still read once its Rust sender is gone:
+//! a producer (`tests/peers/exiting_producer.rs`) sends 60 batches and
+//! exits, or is killed, while torch is still reading
+//! (`compat/python/exiting_producer_receiver.py`). Every batch sent must
+//! rebuild with its values, and nothing may be left behind.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value as Json;
+use support::{build_manager_executable, python_script, segments_of, test_python, wait_until};
+
+/// The batches a producer sends.
+const BATCHES: &str = "60";
+
+/// Longer than the shared-memory manager's 2 s grace for the names of a
+/// client gone without freeing them: a pause after which a sender that
+/// exited has been gone for longer than that.
+const PAST_THE_GRACE: &str = "2.5";
+
+/// Builds the producer, as `support::tensorshare_exe` builds the command,
+/// into this test binary's target directory, beside which the
+/// `file_system` strategy finds the manager's executable.
+fn producer() -> PathBuf {
+    build_manager_executable();
+    let test_exe = std::env::current_exe().expect("the path of this test binary");
+    let profile_dir = test_exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("a test binary in <target>/<profile>/deps");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into());
+    let mut command = Command::new(cargo);
+    command
+        .args(["build", "--quiet", "--locked", "-p", "tensorshare"])
+        .args(["--example", "exiting_producer", "--target-dir"])
+        .arg(profile_dir.parent().expect("a target directory"));
+    if profile_dir.ends_with("release") {
+        command.arg("--release");
+    }
+    let status = command.stdin(Stdio::null()).status().expect("run cargo");
+    assert!(
+        status.success(),
+        "building the producer failed: {command:?}"
+    );
+    profile_dir.join("examples").join("exiting_producer")
+}
+
+/// Runs the receiver with `options` against producers sharing by
+/// `strategy`; one JSON outcome a run. Fails with torch's words when a
+/// batch does not rebuild.
+fn receive(python: &str, strategy: &str, options: &[&str]) -> Vec<Json> {
+    let producer = producer();
+    let output = Command::new(python)
+        .arg(python_script("exiting_producer_receiver.py"))
+        .args(options)
+        .arg("--")
+        .arg(&producer)
+        .args([strategy, BATCHES])
+        .stdin(Stdio::null())
+        .output()
+        .expect("start the receiver");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{strategy} with {options:?}: the receiver failed ({}):\n{stdout}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("an outcome line"))
+        .collect()
+}
+
+/// Asserts that each run received all 60 batches and the end, and that its
+/// producer exited cleanly after waiting for them.
+fn assert_all_received(strategy: &str, runs: &[Json], expected_runs: usize) {
+    assert_eq!(runs.len(), expected_runs, "{strategy}: {runs:?}");
+    for (run, outcome) in runs.iter().enumerate() {
+        assert_eq!(outcome["received"], 60, "{strategy} run {run}: {outcome}");
+        assert_eq!(outcome["ended"], "none", "{strategy} run {run}: {outcome}");
+        assert_eq!(outcome["producer"], 0, "{strategy} run {run}: {outcome}");
+        assert_eq!(
+            outcome["said"][0], "done",
+            "{strategy} run {run}: {outcome}"
+        );
+    }
+}
+
+/// Asserts that no segment of the producers of `runs` outlives their
+/// managers' idle exit.
+fn assert_no_segments_left(runs: &[Json]) {
+    let pids: Vec<u32> = runs
+        .iter()
+        .map(|outcome| outcome["pid"].as_u64().expect("a pid") as u32)
+        .collect();
+    let gone = wait_until(Duration::from_secs(20), || {
+        pids.iter().all(|&pid| segments_of(pid).is_empty())
+    });
+    let left: Vec<String> = pids.iter().flat_map(|&pid| segments_of(pid)).collect();
+    assert!(gone, "segments left behind: {left:?}");
+}
+
+#[test]
+fn a_file_system_producer_that_exits_loses_no_batch_20_runs_in_a_row() {
+    let Some(python) = test_python("a_file_system_producer_that_exits_loses_no_batch") else {
+        return;
+    };
+    // torch pauses after its 20th batch, long after the producer sent the
+    // last one and exited.
+    let options = [
+        "--runs",
+        "20",
+        "--pause-after",
+        "20",
+        "--pause",
+        PAST_THE_GRACE,
+    ];
+    let runs = receive(&python, "file_system", &options);
+    assert_all_received("file_system", &runs, 20);
+    assert_no_segments_left(&runs);
+}
+
+#[test]
+fn a_file_descriptor_producer_waits_for_every_fetch_20_runs_in_a_row() {
+    let Some(python) = test_python("a_file_descriptor_producer_waits_for_every_fetch") else {
+        return;
+    };
+    let options = ["--runs", "20", "--pause-after", "20", "--pause", "0.5"];
+    let runs = receive(&python, "file_descriptor", &options);
+    assert_all_received("file_descriptor", &runs, 20);
+}
+
+#[test]
+fn a_bytes_producer_that_exits_loses_no_batch_20_runs_in_a_row() {
+    let Some(python) = test_python("a_bytes_producer_that_exits_loses_no_batch") else {
+        return;
+    };
+    let options = ["--runs", "20", "--pause-after", "20", "--pause", "0.5"];
+    let runs = receive(&python, "bytes", &options);
+    assert_all_received("bytes", &runs, 20);
+}
+
+#[test]
+fn a_receiver_slower_than_its_file_system_producer_reads_every_batch() {
+    let Some(python) = test_python("a_receiver_slower_than_its_file_system_producer") else {
+        return;
+    };
+    // 60 batches at 50 ms each: the producer is gone for most of them.
+    let runs = receive(&python, "file_system", &["--each", "0.05"]);
+    assert_all_received("file_system", &runs, 1);
+    assert_no_segments_left(&runs);
+}
+
+#[test]
+fn what_a_sigkilled_file_system_producer_sent_still_rebuilds() {
+    let Some(python) = test_python("what_a_sigkilled_file_system_producer_sent_still_rebuilds")
+    else {
+        return;
+    };
+    // Killed once it sent batch 30, its own counts never taken back; torch
+    // reads on for 3 s, past the grace the manager gives a dead client's
+    // names.
+    let options = ["--runs", "3", "--kill-after", "30", "--each", "0.1"];
+    let runs = receive(&python, "file_system", &options);
+    assert_eq!(runs.len(), 3, "{runs:?}");
+    for (run, outcome) in runs.iter().enumerate() {
+        let received = outcome["received"].as_u64().expect("a count");
+        assert!(received >= 30, "run {run}: {outcome}");
+        assert_eq!(outcome["ended"], "eof", "run {run}: {outcome}");
+        assert_eq!(outcome["producer"], -9, "run {run}: {outcome}");
+    }
+    assert_no_segments_left(&runs);
+}
