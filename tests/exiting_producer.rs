@@ -11,7 +11,9 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::Value as Json;
-use support::{build_manager_executable, python_script, segments_of, test_python, wait_until};
+use support::{
+    build_manager_executable, files_in, python_script, segments_of, test_python, wait_until,
+};
 
 /// The batches a producer sends.
 const BATCHES: &str = "60";
@@ -49,9 +51,9 @@ fn producer() -> PathBuf {
 }
 
 /// Runs the receiver with `options` against producers sharing by
-/// `strategy`; one JSON outcome a run. Fails with torch's words when a
-/// batch does not rebuild.
-fn receive(python: &str, strategy: &str, options: &[&str]) -> Vec<Json> {
+/// `strategy` with `producer_args` after the batch count; one JSON outcome
+/// a run. Fails with torch's words when a batch does not rebuild.
+fn receive(python: &str, strategy: &str, options: &[&str], producer_args: &[&str]) -> Vec<Json> {
     let producer = producer();
     let output = Command::new(python)
         .arg(python_script("exiting_producer_receiver.py"))
@@ -59,6 +61,7 @@ fn receive(python: &str, strategy: &str, options: &[&str]) -> Vec<Json> {
         .arg("--")
         .arg(&producer)
         .args([strategy, BATCHES])
+        .args(producer_args)
         .stdin(Stdio::null())
         .output()
         .expect("start the receiver");
@@ -90,6 +93,31 @@ fn assert_all_received(strategy: &str, runs: &[Json], expected_runs: usize) {
     }
 }
 
+/// Asserts that each run's producer, killed once it sent batch 30, left
+/// torch every batch it sent.
+fn assert_sent_before_the_kill_received(strategy: &str, runs: &[Json], expected_runs: usize) {
+    assert_eq!(runs.len(), expected_runs, "{strategy}: {runs:?}");
+    for (run, outcome) in runs.iter().enumerate() {
+        let received = outcome["received"].as_u64().expect("a count");
+        assert!(received >= 30, "{strategy} run {run}: {outcome}");
+        assert_eq!(outcome["ended"], "eof", "{strategy} run {run}: {outcome}");
+        assert_eq!(outcome["producer"], -9, "{strategy} run {run}: {outcome}");
+    }
+}
+
+/// Runs `tensorshare gc` over `dir` with no grace, as an operator
+/// reclaiming what senders left, and asserts that it leaves nothing.
+fn assert_gc_reclaims(dir: &Path) {
+    let output = Command::new(support::tensorshare_exe())
+        .args(["gc", "--min-age", "0", "--memmap-dir"])
+        .arg(dir)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run tensorshare gc");
+    support::expect_success(&output, "tensorshare gc");
+    assert_eq!(files_in(dir), Vec::<PathBuf>::new(), "gc left files");
+}
+
 /// Asserts that no segment of the producers of `runs` outlives their
 /// managers' idle exit.
 fn assert_no_segments_left(runs: &[Json]) {
@@ -119,9 +147,61 @@ fn a_file_system_producer_that_exits_loses_no_batch_20_runs_in_a_row() {
         "--pause",
         PAST_THE_GRACE,
     ];
-    let runs = receive(&python, "file_system", &options);
+    let runs = receive(&python, "file_system", &options, &[]);
     assert_all_received("file_system", &runs, 20);
     assert_no_segments_left(&runs);
+}
+
+#[test]
+fn a_memmap_producer_that_exits_loses_no_batch_20_runs_in_a_row() {
+    let Some(python) = test_python("a_memmap_producer_that_exits_loses_no_batch") else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("a memmap directory");
+    let dir_arg = dir.path().to_str().expect("a UTF-8 path");
+    let options = [
+        "--runs",
+        "20",
+        "--pause-after",
+        "20",
+        "--pause",
+        PAST_THE_GRACE,
+    ];
+    let runs = receive(&python, "memmap", &options, &[dir_arg]);
+    assert_all_received("memmap", &runs, 20);
+    // `wait_until_fetched` saw every file opened: each producer removed its
+    // files as it exited.
+    assert_eq!(files_in(dir.path()), Vec::<PathBuf>::new());
+}
+
+#[test]
+fn producers_that_exit_without_waiting_leave_their_batches_readable() {
+    let Some(python) = test_python("producers_that_exit_without_waiting") else {
+        return;
+    };
+    let options = [
+        "--runs",
+        "3",
+        "--pause-after",
+        "20",
+        "--pause",
+        PAST_THE_GRACE,
+    ];
+    let runs = receive(&python, "file_system", &options, &["--no-wait"]);
+    assert_all_received("file_system", &runs, 3);
+    assert_no_segments_left(&runs);
+
+    // The files not yet opened when the context ended stay for torch; only
+    // gc removes them, the producers being gone.
+    let dir = tempfile::tempdir().expect("a memmap directory");
+    let dir_arg = dir.path().to_str().expect("a UTF-8 path");
+    let runs = receive(&python, "memmap", &options, &["--no-wait", dir_arg]);
+    assert_all_received("memmap", &runs, 3);
+    assert!(
+        !files_in(dir.path()).is_empty(),
+        "no file was left for torch"
+    );
+    assert_gc_reclaims(dir.path());
 }
 
 #[test]
@@ -130,7 +210,7 @@ fn a_file_descriptor_producer_waits_for_every_fetch_20_runs_in_a_row() {
         return;
     };
     let options = ["--runs", "20", "--pause-after", "20", "--pause", "0.5"];
-    let runs = receive(&python, "file_descriptor", &options);
+    let runs = receive(&python, "file_descriptor", &options, &[]);
     assert_all_received("file_descriptor", &runs, 20);
 }
 
@@ -140,7 +220,7 @@ fn a_bytes_producer_that_exits_loses_no_batch_20_runs_in_a_row() {
         return;
     };
     let options = ["--runs", "20", "--pause-after", "20", "--pause", "0.5"];
-    let runs = receive(&python, "bytes", &options);
+    let runs = receive(&python, "bytes", &options, &[]);
     assert_all_received("bytes", &runs, 20);
 }
 
@@ -150,28 +230,29 @@ fn a_receiver_slower_than_its_file_system_producer_reads_every_batch() {
         return;
     };
     // 60 batches at 50 ms each: the producer is gone for most of them.
-    let runs = receive(&python, "file_system", &["--each", "0.05"]);
+    let runs = receive(&python, "file_system", &["--each", "0.05"], &[]);
     assert_all_received("file_system", &runs, 1);
     assert_no_segments_left(&runs);
 }
 
 #[test]
-fn what_a_sigkilled_file_system_producer_sent_still_rebuilds() {
-    let Some(python) = test_python("what_a_sigkilled_file_system_producer_sent_still_rebuilds")
-    else {
+fn what_a_sigkilled_producer_sent_still_rebuilds() {
+    let Some(python) = test_python("what_a_sigkilled_producer_sent_still_rebuilds") else {
         return;
     };
     // Killed once it sent batch 30, its own counts never taken back; torch
     // reads on for 3 s, past the grace the manager gives a dead client's
     // names.
     let options = ["--runs", "3", "--kill-after", "30", "--each", "0.1"];
-    let runs = receive(&python, "file_system", &options);
-    assert_eq!(runs.len(), 3, "{runs:?}");
-    for (run, outcome) in runs.iter().enumerate() {
-        let received = outcome["received"].as_u64().expect("a count");
-        assert!(received >= 30, "run {run}: {outcome}");
-        assert_eq!(outcome["ended"], "eof", "run {run}: {outcome}");
-        assert_eq!(outcome["producer"], -9, "run {run}: {outcome}");
-    }
+    let runs = receive(&python, "file_system", &options, &[]);
+    assert_sent_before_the_kill_received("file_system", &runs, 3);
     assert_no_segments_left(&runs);
+
+    // A killed memmap sender removes nothing: gc does, once nobody maps
+    // the files.
+    let dir = tempfile::tempdir().expect("a memmap directory");
+    let dir_arg = dir.path().to_str().expect("a UTF-8 path");
+    let runs = receive(&python, "memmap", &options, &[dir_arg]);
+    assert_sent_before_the_kill_received("memmap", &runs, 3);
+    assert_gc_reclaims(dir.path());
 }

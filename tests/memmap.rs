@@ -586,14 +586,17 @@ fn a_long_torch_stream_leaves_the_memmap_echo_flat_and_idle_frees_the_rest() {
     }
 
     // The client has gone and nothing is sent: the held files expire on
-    // the server's timer, and it is back where it started.
+    // the server's timer, and it is back where it started, but for the
+    // inotify instance that counted the opens of the files it sent (one a
+    // context, however many went through).
+    let watch_fd = 1;
     let mut idle = ServerState::of(pid, dir.path());
     support::wait_until(std::time::Duration::from_secs(20), || {
         idle = ServerState::of(pid, dir.path());
-        idle.files == 0 && idle.fds <= baseline.fds && idle.mappings <= baseline.mappings
+        idle.files == 0 && idle.fds <= baseline.fds + watch_fd && idle.mappings <= baseline.mappings
     });
     assert_eq!(idle.files, 0, "{idle:?}\n{stdout}");
-    assert!(idle.fds <= baseline.fds, "{baseline:?} {idle:?}");
+    assert!(idle.fds <= baseline.fds + watch_fd, "{baseline:?} {idle:?}");
     assert!(idle.mappings <= baseline.mappings, "{baseline:?} {idle:?}");
     assert!(
         idle.rss_kib <= baseline.rss_kib + 32 * 1024,

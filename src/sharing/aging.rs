@@ -51,6 +51,11 @@ impl<K: Clone + Eq + Hash, V> AgingMap<K, V> {
         self.entries.len()
     }
 
+    /// The values, in no order.
+    pub(crate) fn values(&self) -> impl Iterator<Item = &V> {
+        self.entries.values().map(|(_, value)| value)
+    }
+
     /// When the oldest entry came in.
     pub(crate) fn oldest(&mut self) -> Option<Instant> {
         self.drop_stale_front();

@@ -20,22 +20,26 @@ impl SharingContext {
         self.registrations.pending()
     }
 
-    /// Waits until every storage this context sent by `file_descriptor`
-    /// has been fetched by its receiver, or given back by a tensorshare
-    /// receiver that got its fd with the message, for at most `timeout`:
-    /// what a producer calls before it exits, since a receiver that fetches
-    /// from a process that is gone fails (`FileNotFoundError` in torch).
+    /// Waits until the receivers have taken every storage this context
+    /// sent, for at most `timeout`: what a producer calls before it exits.
     ///
-    /// Only `file_descriptor` storages need their sender at the receiver's
-    /// fetch, and only they are waited for. A `file_system` segment
-    /// outlives its sender, exited or killed, while a message or a receiver
-    /// counts it: the shared-memory manager keeps a segment whose message
-    /// is still to be opened for as long as any of its clients (the
-    /// receiver among them, once it opened any segment of this process) is
-    /// connected. A `bytes` message carries its storages. A `memmap` file
-    /// stays after its sender only if the context keeps files
-    /// ([`with_memmap_keep_files`](Self::with_memmap_keep_files)), since
-    /// torch tells no sender that it mapped one.
+    /// - `file_descriptor`: each fd fetched from this process's resource
+    ///   sharer, or given back by a tensorshare receiver that got it with
+    ///   the message. A receiver that fetches from a process that is gone
+    ///   fails (`FileNotFoundError` in torch), so this is the wait that
+    ///   matters.
+    /// - `memmap`: each file opened by as many receivers as messages named
+    ///   it, as the kernel's open events tell (inotify on the directory).
+    ///   Where they cannot tell (no inotify instance left, events dropped)
+    ///   the file is not waited for. Either way a sent file not yet opened
+    ///   is left on disk when the context ends, for its receiver to find
+    ///   ([`FileLease::leave_for_receivers`](tensorshare_strategies::memmap::FileLease::leave_for_receivers)).
+    /// - `file_system`: nothing to wait for; a segment outlives its sender,
+    ///   exited or killed, while a message or a receiver counts it: the
+    ///   shared-memory manager keeps a segment whose message is still to be
+    ///   opened while any of its clients (the receiver among them, once it
+    ///   opened any segment of this process) is connected.
+    /// - `bytes`: nothing; the message carries its storages.
     ///
     /// # Errors
     ///
@@ -62,7 +66,7 @@ impl SharingContext {
             if let Some(failures) = self.new_auth_failures() {
                 return Err(SharingError::PeerAuthkey { failures });
             }
-            let pending = self.registrations.pending();
+            let pending = self.registrations.pending() + self.unopened_sent_files();
             if pending == 0 {
                 return Ok(());
             }

@@ -23,11 +23,12 @@
 //! at most [`SharingContext::with_max_held_memmap_files`] files and
 //! [`SharingContext::with_max_held_memmap_bytes`] bytes of them, the oldest
 //! going first; [`SharingContext::shutdown`] and dropping the context let
-//! go of all. A file is removed once it is let go of and no storage of this
-//! process maps it, unless the context keeps files
-//! ([`SharingContext::with_memmap_keep_files`]). A receiver that maps it
-//! later gets `FileNotFoundError`, as under torch's `file_system` strategy
-//! once the sender has dropped a segment.
+//! go of all, but for the files a message may still be on its way to,
+//! which stay for their receivers. A file is removed once it is let go of
+//! and no storage of this process maps it, unless the context keeps files
+//! ([`SharingContext::with_memmap_keep_files`]). A torch receiver that maps
+//! it later gets a file of zeros made in its place (`from_file` opens with
+//! `O_CREAT`); a tensorshare receiver refuses the missing file.
 //!
 //! A file [`SharingContext::allocate`] made comes back to the context when
 //! its storage dies, and is allocated again once every message that named
@@ -113,7 +114,9 @@ impl HandleForm for MemmapStrategy {
             .path_str()
             .ok_or_else(|| ReduceError::PathNotUtf8(handle.path().to_path_buf()))?;
         context.hold_sent_file(segment);
-        context.memmap_pool.sent(segment);
+        context
+            .memmap_pool
+            .sent(context.memmap.strategy.dir(), segment);
 
         let getattr = out.global(GETATTR.0, GETATTR.1);
         let class = out.global(STORAGE_BASE.0, STORAGE_BASE.1);
@@ -134,6 +137,31 @@ impl SharingContext {
     fn hold_sent_file(&self, segment: &MemmapSegment) {
         if let Some(lease) = segment.lease() {
             self.sent_files.hold(Arc::clone(lease));
+        }
+    }
+
+    /// How many files this context sent and keeps for their receivers
+    /// are still to be opened by at least one of them, as far as the
+    /// kernel's open events tell; files whose opens cannot be counted are
+    /// not among them.
+    pub(super) fn unopened_sent_files(&self) -> usize {
+        self.sent_files
+            .leases()
+            .iter()
+            .filter(|lease| self.memmap_pool.all_opened(lease.path()) == Some(false))
+            .count()
+    }
+
+    /// Leaves on disk, past this context, every sent file whose messages
+    /// may not all have been opened yet: a receiver that opens it later
+    /// finds it, where torch's `from_file` would otherwise make an empty
+    /// file of zeros. They are reclaimed as a killed sender's files are
+    /// ([`FileLease::leave_for_receivers`](tensorshare_strategies::memmap::FileLease::leave_for_receivers)).
+    pub(super) fn leave_unopened_sent_files(&self) {
+        for lease in self.sent_files.leases() {
+            if self.memmap_pool.all_opened(lease.path()) != Some(true) {
+                lease.leave_for_receivers();
+            }
         }
     }
 
@@ -178,7 +206,8 @@ impl SharingContext {
     /// letting go of the oldest first; the file of the latest send is
     /// always kept; each also goes at the
     /// [unfetched lifetime](Self::with_unfetched_lifetime) after its last
-    /// send. A receiver that maps a file let go of gets `FileNotFoundError`.
+    /// send. A torch receiver that maps a file let go of gets zeros (its
+    /// `from_file` makes the file anew), a tensorshare one an error.
     pub fn with_max_held_memmap_files(self, max: usize) -> Self {
         self.sent_files
             .update_limits(|limits| limits.max_files = max);

@@ -55,7 +55,7 @@
 //! file as before.
 
 use std::collections::HashMap;
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::path::Path;
 use std::sync::Mutex;
 use std::time::Instant;
@@ -84,21 +84,45 @@ struct PoolState {
     parked: Parked<MemmapSegment>,
 }
 
-/// The opens of the pool's files, and the messages sent naming each.
+/// The opens of the pool's files and of every other file sent, and the
+/// messages sent naming each.
 #[derive(Debug)]
 struct Seen {
     watch: OpenWatch,
-    sends: HashMap<OsString, u64>,
+    sends: HashMap<OsString, Sends>,
+    /// The size of `sends` at which the entries of files that are gone are
+    /// next dropped: a file sent as a copy is tracked until then.
+    prune_at: usize,
 }
 
+/// The messages sent naming one file.
+#[derive(Debug, Default)]
+struct Sends {
+    messages: u64,
+    /// The opens counted before its first message: none of them a
+    /// receiver's.
+    opens_before: Option<u64>,
+}
+
+/// How many tracked files are first pruned of those that are gone.
+const FIRST_PRUNE: usize = 256;
+
 impl Seen {
+    fn new(watch: OpenWatch) -> Self {
+        Self {
+            watch,
+            sends: HashMap::new(),
+            prune_at: FIRST_PRUNE,
+        }
+    }
+
     /// Whether every message that named `segment` was opened and let go
     /// of (see the module's docs), as of the last refresh.
     fn all_received(&self, segment: &MemmapSegment) -> bool {
         let Some(name) = segment.path().file_name() else {
             return false;
         };
-        let Some(&sent) = self.sends.get(name) else {
+        let Some(sends) = self.sends.get(name) else {
             return false;
         };
         // A receiver that sent it on has receivers of its own, whose
@@ -108,7 +132,17 @@ impl Seen {
         }
         self.watch
             .counts(name)
-            .is_some_and(|counts| !counts.lost && counts.released_writable >= sent)
+            .is_some_and(|counts| !counts.lost && counts.released_writable >= sends.messages)
+    }
+
+    /// Whether every message that named the file `name` was opened, as of
+    /// the last refresh; `None` when that cannot be told (the file is not
+    /// tracked, or events about it were lost).
+    fn all_opened(&self, name: &OsStr) -> Option<bool> {
+        let sends = self.sends.get(name)?;
+        let counts = self.watch.counts(name).filter(|counts| !counts.lost)?;
+        let by_receivers = counts.opened - sends.opens_before.unwrap_or(counts.opened);
+        Some(by_receivers >= sends.messages)
     }
 
     /// Stops counting for files about to be let go of.
@@ -117,6 +151,25 @@ impl Seen {
             self.watch.untrack(name);
             self.sends.remove(name);
         }
+    }
+
+    /// Forgets the files of `dir` that are gone, once their number has
+    /// doubled since the last time.
+    fn prune(&mut self, dir: &Path) {
+        if self.sends.len() < self.prune_at {
+            return;
+        }
+        let gone: Vec<OsString> = self
+            .sends
+            .keys()
+            .filter(|name| !dir.join(name).exists())
+            .cloned()
+            .collect();
+        for name in gone {
+            self.watch.untrack(&name);
+            self.sends.remove(&name);
+        }
+        self.prune_at = (self.sends.len() * 2).max(FIRST_PRUNE);
     }
 }
 
@@ -171,10 +224,7 @@ impl MemmapPool {
         let seen = match &mut state.seen {
             Some(seen) => seen,
             None => match OpenWatch::new(dir) {
-                Ok(watch) => state.seen.insert(Seen {
-                    watch,
-                    sends: HashMap::new(),
-                }),
+                Ok(watch) => state.seen.insert(Seen::new(watch)),
                 Err(_) => {
                     state.unavailable = true;
                     return false;
@@ -185,25 +235,57 @@ impl MemmapPool {
         // kernel's queue does not overflow: a file costs far more than this.
         seen.watch.refresh();
         seen.watch.track(name);
-        seen.sends.insert(name.to_owned(), 0);
+        seen.sends.insert(name.to_owned(), Sends::default());
         state.parked.adopt(segment.as_bytes().len());
         true
     }
 
-    /// Counts a message naming `segment`; files the pool did not make are
-    /// not its business.
-    pub(crate) fn sent(&self, segment: &MemmapSegment) {
+    /// Counts a message naming `segment`, a file of `dir`: a file the pool
+    /// made, or any other this process sent (a storage copied into a
+    /// file), whose opens are counted from now on so that
+    /// [`all_opened`](Self::all_opened) can tell when its receivers have
+    /// taken it.
+    pub(crate) fn sent(&self, dir: &Path, segment: &MemmapSegment) {
         let Some(name) = segment.path().file_name() else {
             return;
         };
         let mut state = lock(&self.state);
-        if let Some(sends) = state
-            .seen
-            .as_mut()
-            .and_then(|seen| seen.sends.get_mut(name))
-        {
-            *sends += 1;
+        if state.unavailable {
+            return;
         }
+        let seen = match &mut state.seen {
+            Some(seen) => seen,
+            None => match OpenWatch::new(dir) {
+                Ok(watch) => state.seen.insert(Seen::new(watch)),
+                Err(_) => {
+                    state.unavailable = true;
+                    return;
+                }
+            },
+        };
+        // Every open made before this message is counted now, so that
+        // `opens_before` holds none of its receiver's.
+        seen.watch.refresh();
+        if !seen.sends.contains_key(name) {
+            seen.prune(dir);
+            seen.watch.track(name);
+        }
+        let opened = seen.watch.counts(name).map_or(0, |counts| counts.opened);
+        let sends = seen.sends.entry(name.to_owned()).or_default();
+        sends.opens_before.get_or_insert(opened);
+        sends.messages += 1;
+    }
+
+    /// Whether every message this process sent naming the file at `path`
+    /// has been opened by its receiver, torch's `from_file` or ours; `None`
+    /// where that cannot be told: the directory cannot be watched, or the
+    /// kernel dropped events.
+    pub(crate) fn all_opened(&self, path: &Path) -> Option<bool> {
+        let name = path.file_name()?;
+        let mut state = lock(&self.state);
+        let seen = state.seen.as_mut()?;
+        seen.watch.refresh();
+        seen.all_opened(name)
     }
 
     /// Lets go of every file of a storage that died here (when allocating

@@ -407,7 +407,9 @@ impl SharingContext {
     /// and removes the resource sharer's socket. Later sends of shared
     /// storages fail; storages already received stay mapped. The `memmap`
     /// files and `file_system` segments kept for reuse go too (a file
-    /// removed, a segment unlinked once its receivers let go), and so do
+    /// removed, a segment unlinked once its receivers let go), but for the
+    /// `memmap` files sent and not yet opened by every receiver, which stay
+    /// for them (see [`wait_until_fetched`](Self::wait_until_fetched)), and so do
     /// the received segments kept mapped for their senders to send again,
     /// so that a process exiting next, with threads that still hold the
     /// context, leaves none of them.
@@ -420,6 +422,7 @@ impl SharingContext {
     /// Dropping the context does this too.
     pub fn shutdown(&self) {
         self.registrations.clear();
+        self.leave_unopened_sent_files();
         self.sent_files.clear();
         self.memmap_pool.clear();
         self.fs_pool.clear();
@@ -445,6 +448,7 @@ impl StorageAllocator for SharingContext {
 /// to a live manager first, as on [`shutdown`](SharingContext::shutdown).
 impl Drop for SharingContext {
     fn drop(&mut self) {
+        self.leave_unopened_sent_files();
         // As in `shutdown`: without a manager, what is left is gc's.
         let _ = shm_manager::settle_own_manager();
     }

@@ -7,8 +7,10 @@
 //! storage it was copied from) for the unfetched lifetime, and at most
 //! [`RetentionLimits`] of them: when a bound is hit the oldest lease goes,
 //! and its file is removed once no segment of this process maps it. A
-//! receiver that maps a file after that gets `FileNotFoundError`, as torch's
-//! own `file_system` strategy gives once its sender has dropped a segment.
+//! torch receiver that maps a file after that gets a file of zeros made in
+//! its place (`from_file` opens with `O_CREAT`); a tensorshare receiver
+//! refuses it. When the context ends, files not yet opened by every
+//! receiver are left on disk for them instead (`leave_unopened_sent_files`).
 //!
 //! Leases expire on time even while nothing is sent ([`Expiring`]).
 
@@ -105,6 +107,12 @@ impl SentFiles {
     /// How many files are held now, and their bytes.
     pub(crate) fn held(&self) -> (usize, usize) {
         self.0.update(|held| (held.leases.len(), held.bytes))
+    }
+
+    /// The leases held now.
+    pub(crate) fn leases(&self) -> Vec<Arc<FileLease>> {
+        self.0
+            .update(|held| held.leases.values().cloned().collect())
     }
 
     /// Lets go of every lease now.

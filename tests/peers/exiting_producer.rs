@@ -1,15 +1,15 @@
 //! A Rust producer that sends its batches and exits, for the tests of what a
 //! receiver can still read after its sender is gone (`tests/exiting_producer.rs`).
 //!
-//!     exiting_producer STRATEGY BATCHES [MEMMAP_DIR]
+//!     exiting_producer STRATEGY BATCHES [--no-wait] [MEMMAP_DIR]
 //!
 //! With the authkey in `TENSORSHARE_AUTHKEY`, it listens in a private
 //! directory, prints `listening ADDRESS`, accepts one receiver and sends it
 //! `BATCHES` batches, `{"image": uint8 [8, 3, 64, 64], "label": int64 [8]}`,
 //! each one storage of the context's strategy (`SharingContext::batch`), as a
 //! DataLoader feeder does; then `None`. It prints `sent N` after batch `N`
-//! (from 1), calls `wait_until_fetched` and exits, dropping everything it
-//! holds. Image `i` of batch `b` is filled with `(b * 8 + i) % 251`, and its
+//! (from 1), calls `wait_until_fetched` (unless `--no-wait`) and exits,
+//! dropping everything it holds. Image `i` of batch `b` is filled with `(b * 8 + i) % 251`, and its
 //! label is `b * 8 + i`.
 
 use std::io::Write;
@@ -32,12 +32,14 @@ fn main() -> ExitCode {
 
 fn produce() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
-    let usage = "usage: exiting_producer STRATEGY BATCHES [MEMMAP_DIR]";
+    let usage = "usage: exiting_producer STRATEGY BATCHES [--no-wait] [MEMMAP_DIR]";
     let strategy: StrategyKind = args.next().ok_or(usage)?.parse()?;
     let batches: usize = args.next().ok_or(usage)?.parse()?;
+    let mut rest = args.peekable();
+    let wait = rest.next_if(|arg| arg == "--no-wait").is_none();
     let authkey = Authkey::from_env()?.ok_or("set TENSORSHARE_AUTHKEY")?;
     let mut sharing = SharingContext::new(authkey).with_strategy(strategy);
-    if let Some(dir) = args.next() {
+    if let Some(dir) = rest.next() {
         sharing = sharing.with_memmap_dir(dir)?;
     }
     let listener = sharing.listen_in_private_dir()?;
@@ -70,7 +72,9 @@ fn produce() -> Result<(), Box<dyn std::error::Error>> {
         out.flush()?;
     }
     receiver.send(&Value::None, &sharing)?;
-    sharing.wait_until_fetched(Duration::from_secs(60))?;
+    if wait {
+        sharing.wait_until_fetched(Duration::from_secs(60))?;
+    }
     writeln!(out, "done")?;
     Ok(())
 }

@@ -59,6 +59,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use nix::errno::Errno;
 use nix::fcntl::{OFlag, open};
@@ -277,6 +278,9 @@ pub struct FileLease {
     born: Option<FileBirth>,
     len: usize,
     remove: bool,
+    /// Set once a message naming the file may still be opened when the
+    /// last holder lets go: the file then stays.
+    left_for_receivers: AtomicBool,
 }
 
 /// A file's birth time (`statx`'s `stx_btime`): with the inode number it
@@ -353,15 +357,26 @@ impl FileLease {
     }
 
     /// Whether dropping the last holder removes the file (the strategy
-    /// does not keep files).
+    /// does not keep files, and the file was not
+    /// [left for its receivers](Self::leave_for_receivers)).
     pub fn removes_file(&self) -> bool {
-        self.remove
+        self.remove && !self.left_for_receivers.load(Ordering::Acquire)
+    }
+
+    /// Keeps the file on disk when the last holder lets go: a receiver may
+    /// still have to open it, and torch's `from_file` would make an empty
+    /// file of zeros in its place. A file so left is reclaimed like the
+    /// file of a process that was killed: by the sweep of the next sender
+    /// in its directory and by `tensorshare gc`, once no process has it
+    /// open or mapped ([`crate::services::orphans`]).
+    pub fn leave_for_receivers(&self) {
+        self.left_for_receivers.store(true, Ordering::Release);
     }
 }
 
 impl Drop for FileLease {
     fn drop(&mut self) {
-        if !self.remove {
+        if !self.removes_file() {
             return;
         }
         // Removed only while the path still names this file: another
@@ -398,7 +413,10 @@ impl MemmapSegment {
     /// Whether this process created the file and removes it when the last
     /// holder of its [`lease`](Self::lease) drops it.
     pub fn removes_file(&self) -> bool {
-        self.file.lease.as_ref().is_some_and(|lease| lease.remove)
+        self.file
+            .lease
+            .as_ref()
+            .is_some_and(|lease| lease.removes_file())
     }
 
     /// The lease on the file's removal, for a file this process created
@@ -562,6 +580,7 @@ impl SharingStrategy for MemmapStrategy {
             born,
             len: nbytes,
             remove: !self.keep_files,
+            left_for_receivers: AtomicBool::new(false),
         };
         Ok(MemmapSegment {
             file: MappedFile {
