@@ -141,7 +141,8 @@ impl Seen {
     fn all_opened(&self, name: &OsStr) -> Option<bool> {
         let sends = self.sends.get(name)?;
         let counts = self.watch.counts(name).filter(|counts| !counts.lost)?;
-        let by_receivers = counts.opened - sends.opens_before.unwrap_or(counts.opened);
+        let before = sends.opens_before.unwrap_or(counts.opened);
+        let by_receivers = counts.opened.saturating_sub(before);
         Some(by_receivers >= sends.messages)
     }
 
@@ -170,6 +171,23 @@ impl Seen {
             self.sends.remove(&name);
         }
         self.prune_at = (self.sends.len() * 2).max(FIRST_PRUNE);
+    }
+}
+
+impl PoolState {
+    /// What is seen of `dir`, watched from the first call on; `None` for
+    /// good once it cannot be.
+    fn watching(&mut self, dir: &Path) -> Option<&mut Seen> {
+        if self.unavailable {
+            return None;
+        }
+        if self.seen.is_none() {
+            match OpenWatch::new(dir) {
+                Ok(watch) => self.seen = Some(Seen::new(watch)),
+                Err(_) => self.unavailable = true,
+            }
+        }
+        self.seen.as_mut()
     }
 }
 
@@ -214,22 +232,12 @@ impl MemmapPool {
     /// for a storage; `false` when the directory cannot be watched, and
     /// the file is not the pool's.
     pub(crate) fn adopt(&self, dir: &Path, segment: &MemmapSegment) -> bool {
-        let mut state = lock(&self.state);
-        if state.unavailable {
-            return false;
-        }
         let Some(name) = segment.path().file_name() else {
             return false;
         };
-        let seen = match &mut state.seen {
-            Some(seen) => seen,
-            None => match OpenWatch::new(dir) {
-                Ok(watch) => state.seen.insert(Seen::new(watch)),
-                Err(_) => {
-                    state.unavailable = true;
-                    return false;
-                }
-            },
+        let mut state = lock(&self.state);
+        let Some(seen) = state.watching(dir) else {
+            return false;
         };
         // Read now and then whatever the allocations are, so that the
         // kernel's queue does not overflow: a file costs far more than this.
@@ -250,18 +258,8 @@ impl MemmapPool {
             return;
         };
         let mut state = lock(&self.state);
-        if state.unavailable {
+        let Some(seen) = state.watching(dir) else {
             return;
-        }
-        let seen = match &mut state.seen {
-            Some(seen) => seen,
-            None => match OpenWatch::new(dir) {
-                Ok(watch) => state.seen.insert(Seen::new(watch)),
-                Err(_) => {
-                    state.unavailable = true;
-                    return;
-                }
-            },
         };
         // Every open made before this message is counted now, so that
         // `opens_before` holds none of its receiver's.
