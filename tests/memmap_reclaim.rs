@@ -50,12 +50,38 @@ fn echoes_of_a_killed_sender(dir: &Path, count: usize, flags: &[&str]) -> Vec<Va
 }
 
 fn gc(dir: &Path) -> String {
+    gc_with_min_age(dir, "0")
+}
+
+fn gc_with_min_age(dir: &Path, min_age: &str) -> String {
     let output = Command::new(support::tensorshare_exe())
-        .args(["gc", "--min-age", "0", "--memmap-dir"])
+        .args(["gc", "--min-age", min_age, "--memmap-dir"])
         .arg(dir)
         .output()
         .expect("run tensorshare gc");
     support::expect_success(&output, "tensorshare gc")
+}
+
+#[test]
+fn a_killed_senders_files_are_kept_while_a_receiver_may_still_open_them() {
+    let dir = tempfile::tempdir().expect("a memmap directory");
+    // Sent within the echo's unfetched lifetime (300 s): a receiver may
+    // still open each, and torch's from_file would make a file of zeros
+    // in place of one removed.
+    drop(echoes_of_a_killed_sender(dir.path(), 2, &[]));
+    let sent = files_in(dir.path());
+    assert_eq!(sent.len(), 2);
+    // Past a grace of 1 s for fresh files: the mark alone keeps them.
+    std::thread::sleep(Duration::from_millis(1200));
+    let stdout = gc_with_min_age(dir.path(), "1");
+    assert_eq!(files_in(dir.path()), sent, "{stdout}");
+    assert!(
+        stdout.contains("marked it as named by a message a receiver may still open"),
+        "{stdout}"
+    );
+    // An operator's --min-age 0 takes them all the same.
+    let stdout = gc(dir.path());
+    assert!(files_in(dir.path()).is_empty(), "{stdout}");
 }
 
 #[test]
@@ -94,11 +120,17 @@ fn gc_reclaims_a_killed_senders_files_once_nobody_maps_them() {
 #[test]
 fn the_next_sender_reclaims_a_killed_senders_files() {
     let dir = tempfile::tempdir().expect("a memmap directory");
-    drop(echoes_of_a_killed_sender(dir.path(), 2, &[]));
+    // Its files are awaited by receivers for 2 s after their send.
+    drop(echoes_of_a_killed_sender(
+        dir.path(),
+        2,
+        &["--unfetched-lifetime", "2"],
+    ));
     assert_eq!(files_in(dir.path()).len(), 2);
 
     // A new sender's first file in the directory: once the grace for fresh
-    // files has passed, the dead sender's go, and the new one stays.
+    // files and the mark have passed, the dead sender's go, and the new one
+    // stays.
     let sharing = SharingContext::new(Authkey::random().expect("authkey"))
         .with_strategy(StrategyKind::Memmap)
         .with_memmap_dir(dir.path())

@@ -36,6 +36,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use tensorshare_compat::pickle::{Node, NodeId};
 use tensorshare_strategies::memmap::{MemmapHandle, MemmapSegment, MemmapStrategy};
@@ -134,8 +135,14 @@ impl SharingContext {
     /// say they mapped it, without keeping the segment, or the storage it
     /// was copied from: only its lease. A file this process did not create
     /// (a received one sent on) is its creator's to keep.
+    ///
+    /// The file is also marked as awaited by a receiver for as long
+    /// ([`FileLease::await_receivers_until`](tensorshare_strategies::memmap::FileLease::await_receivers_until)), so that no other sender's
+    /// sweep of the directory, nor `tensorshare gc`, takes it from a
+    /// receiver still to open it should this process be killed.
     fn hold_sent_file(&self, segment: &MemmapSegment) {
         if let Some(lease) = segment.lease() {
+            lease.await_receivers_until(SystemTime::now() + self.sent_files.lifetime());
             self.sent_files.hold(Arc::clone(lease));
         }
     }

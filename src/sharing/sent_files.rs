@@ -104,6 +104,11 @@ impl SentFiles {
         drop(replaced);
     }
 
+    /// How long a lease is kept after its file's latest send.
+    pub(crate) fn lifetime(&self) -> Duration {
+        self.0.update(|held| held.limits.lifetime)
+    }
+
     /// How many files are held now, and their bytes.
     pub(crate) fn held(&self) -> (usize, usize) {
         self.0.update(|held| (held.leases.len(), held.bytes))

@@ -43,6 +43,12 @@
 //!   while a receiver opens a segment whose sender just exited. It is longer
 //!   than the 2 s in which the manager cleans up after its last client, so
 //!   the two do not race for a segment that has just been freed;
+//! - a memmap file is not marked by its sender as named by a message a
+//!   receiver may still open, until a deadline still to come
+//!   ([`FileLease::await_receivers_until`](crate::memmap::FileLease::await_receivers_until):
+//!   torch's `from_file` would make a file of zeros in its place). A grace
+//!   of zero overrides the mark; otherwise the file is kept
+//!   ([`KeepReason::AwaitingReceivers`]);
 //! - the kernel confirms that nothing has it open: the scan opens the file
 //!   and takes a write lease on it (`fcntl(F_SETLEASE, F_WRLCK)`), which the
 //!   kernel grants only when no other open file refers to it. An fd, a

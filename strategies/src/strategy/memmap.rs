@@ -59,7 +59,8 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use nix::errno::Errno;
 use nix::fcntl::{OFlag, open};
@@ -281,6 +282,9 @@ pub struct FileLease {
     /// Set once a message naming the file may still be opened when the
     /// last holder lets go: the file then stays.
     left_for_receivers: AtomicBool,
+    /// The deadline last written as the file's mark, in seconds since the
+    /// epoch ([`FileLease::await_receivers_until`]).
+    marked_until: AtomicU64,
 }
 
 /// A file's birth time (`statx`'s `stx_btime`): with the inode number it
@@ -371,6 +375,42 @@ impl FileLease {
     /// open or mapped ([`crate::services::orphans`]).
     pub fn leave_for_receivers(&self) {
         self.left_for_receivers.store(true, Ordering::Release);
+    }
+
+    /// Marks the file as named by a message that a receiver may not open
+    /// before `until`: the sweep of the directory by another sender and
+    /// `tensorshare gc` (unless told `--min-age 0`) keep it until then,
+    /// even once this process is gone ([`crate::services::orphans`]), since
+    /// torch's `from_file` would make a file of zeros in its place.
+    ///
+    /// The mark is the extended attribute
+    /// `user.tensorshare.awaits_receivers_until`, the deadline in whole
+    /// seconds since the epoch. It is written again only once the deadline
+    /// has moved by a sixteenth of the time left to it, so that a stream of
+    /// sends costs a write per file now and then; a mark may thus fall
+    /// short of `until` by that much. A filesystem that keeps no user
+    /// extended attributes keeps no mark, and its files are reclaimed by
+    /// age alone.
+    pub fn await_receivers_until(&self, until: SystemTime) {
+        let seconds = |at: SystemTime| at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let (until, now) = (seconds(until), seconds(SystemTime::now()));
+        let marked = self.marked_until.load(Ordering::Relaxed);
+        let slack = (until.saturating_sub(now) / 16).max(1);
+        if until < marked.saturating_add(slack) {
+            return;
+        }
+        // Best effort, as documented: a file that cannot be marked is
+        // reclaimed by age, as before marks existed.
+        if rustix::fs::lsetxattr(
+            &self.path,
+            AWAITS_RECEIVERS_ATTRIBUTE,
+            until.to_string().as_bytes(),
+            rustix::fs::XattrFlags::empty(),
+        )
+        .is_ok()
+        {
+            self.marked_until.fetch_max(until, Ordering::Relaxed);
+        }
     }
 }
 
@@ -581,6 +621,7 @@ impl SharingStrategy for MemmapStrategy {
             len: nbytes,
             remove: !self.keep_files,
             left_for_receivers: AtomicBool::new(false),
+            marked_until: AtomicU64::new(0),
         };
         Ok(MemmapSegment {
             file: MappedFile {
@@ -689,6 +730,19 @@ impl ReceivedFile {
 /// The extended attribute a process sets on a file it received before it
 /// sends the file on.
 const SENT_ON_ATTRIBUTE: &str = "user.tensorshare.sent_on";
+
+/// The extended attribute a sender sets on a file whose message a receiver
+/// may still have to open ([`FileLease::await_receivers_until`]).
+const AWAITS_RECEIVERS_ATTRIBUTE: &str = "user.tensorshare.awaits_receivers_until";
+
+/// Until when the file at `path` awaits the receivers of a message naming
+/// it, as its sender marked it; `None` without a readable mark.
+pub(crate) fn awaits_receivers_until(path: &Path) -> Option<SystemTime> {
+    let mut value = [0_u8; 20];
+    let len = rustix::fs::lgetxattr(path, AWAITS_RECEIVERS_ATTRIBUTE, &mut value).ok()?;
+    let seconds: u64 = std::str::from_utf8(value.get(..len)?).ok()?.parse().ok()?;
+    UNIX_EPOCH.checked_add(Duration::from_secs(seconds))
+}
 
 /// Marks the file at `path` as sent on by a process that did not create it
 /// ([`MemmapSegment::sent_on`]). A filesystem that keeps no user extended

@@ -128,6 +128,11 @@ fn keep_text<N: OrphanName>(
             file.owner_uid
         ),
         KeepReason::Replaced => "another file took its name during the scan".to_owned(),
+        KeepReason::AwaitingReceivers { left } => format!(
+            "its sender marked it as named by a message a receiver may still open, for {:.0} s \
+             more; --min-age 0 removes it anyway",
+            left.as_secs_f64()
+        ),
         other => other.to_string(),
     }
 }
@@ -285,6 +290,7 @@ fn reason_code(reason: &KeepReason) -> &'static str {
         KeepReason::Recent { .. } => "recent",
         KeepReason::Unverifiable { .. } => "unverifiable",
         KeepReason::Replaced => "replaced",
+        KeepReason::AwaitingReceivers { .. } => "awaiting_receivers",
         _ => "other",
     }
 }

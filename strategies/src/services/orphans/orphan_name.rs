@@ -4,7 +4,8 @@
 use std::ffi::OsStr;
 use std::fmt;
 use std::hash::Hash;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
 
 use nix::errno::Errno;
 
@@ -30,6 +31,13 @@ pub trait OrphanName: Clone + Ord + Hash + fmt::Debug + fmt::Display {
 
     /// The error for a directory of these that cannot be listed.
     fn list_dir_error(path: PathBuf, errno: Errno) -> ScanError;
+
+    /// Until when the file at `path`, one of these, awaits the receivers of
+    /// a message naming it, as its sender marked it; `None` for names whose
+    /// files carry no such mark.
+    fn awaits_receivers_until(_path: &Path) -> Option<SystemTime> {
+        None
+    }
 }
 
 impl OrphanName for SegmentName {
@@ -74,5 +82,9 @@ impl OrphanName for MemmapFileName {
 
     fn list_dir_error(path: PathBuf, errno: Errno) -> ScanError {
         ScanError::ListMemmapDir { path, errno }
+    }
+
+    fn awaits_receivers_until(path: &Path) -> Option<SystemTime> {
+        crate::memmap::awaits_receivers_until(path)
     }
 }

@@ -244,7 +244,7 @@ pub fn scan<N: OrphanName>(options: &ScanOptions<N>) -> Result<OrphanScan<N>, Sc
         .iter()
         .filter_map(|entry| {
             // The verdict drops the probe, and with it any lease taken.
-            judge(entry, &holders, options.min_age, now, || {
+            judge(entry, &options.dir, &holders, options.min_age, now, || {
                 hold_exclusively(&dir, entry)
             })
             .into_report(entry)

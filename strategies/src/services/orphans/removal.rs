@@ -75,6 +75,7 @@ impl<N: OrphanName> OrphanScan<N> {
         let mut hold = None;
         let judged = judge(
             &entry,
+            self.options.dir_path(),
             holders,
             self.options.min_age_value(),
             SystemTime::now(),

@@ -36,6 +36,14 @@ pub enum KeepReason {
         /// How long ago it was last changed.
         age: Duration,
     },
+    /// Its sender marked it as named by a message a receiver may still
+    /// open ([`FileLease::await_receivers_until`](crate::memmap::FileLease::await_receivers_until)),
+    /// for this much longer; a [`ScanOptions::min_age`] of zero overrides
+    /// the mark.
+    AwaitingReceivers {
+        /// How long the mark holds yet.
+        left: Duration,
+    },
     /// The kernel could not be asked whether it is open, and some processes
     /// could not be inspected, so one of them may hold it:
     /// [`OrphanScan::unreadable_processes`].
@@ -63,6 +71,12 @@ impl fmt::Display for KeepReason {
             KeepReason::Recent { age } => {
                 write!(f, "changed {:.1} s ago", age.as_secs_f64())
             }
+            KeepReason::AwaitingReceivers { left } => write!(
+                f,
+                "its sender marked it as named by a message a receiver may still open, for {:.0} s \
+                 more",
+                left.as_secs_f64()
+            ),
             KeepReason::Unverifiable { errno } => write!(
                 f,
                 "some processes could not be inspected and may hold it, and the kernel could not \

@@ -15,7 +15,7 @@ use nix::sys::stat::Mode;
 use super::holders::{fd_link_file_name, is_kernel_thread, maps_line_file};
 use super::lease::{Probe, hold_exclusively};
 use super::listing::{FileKey, Lookup, stat_entry};
-use super::verdict::{Verdict, verdict};
+use super::verdict::{Freshness, Verdict, verdict};
 use super::*;
 use crate::platform::segment_name::SegmentName;
 
@@ -305,18 +305,24 @@ fn the_rules_apply_in_order() {
     let free = || Probe::Exclusive(None);
     let unasked = || panic!("the kernel must not be asked");
     let own = nix::unistd::geteuid().as_raw();
+    let aged = |age| Freshness {
+        age,
+        min_age,
+        awaited: None,
+    };
+    let old = || aged(old);
     // Another user's segment is kept whatever else holds, and never opened.
     let other = own.wrapping_add(1);
     assert!(matches!(
-        verdict(other, false, false, old, min_age, false, unasked),
+        verdict(other, false, false, old(), false, unasked),
         Verdict::Keep(KeepReason::OtherUser { uid }) if uid == other
     ));
     assert!(matches!(
-        verdict(own, true, true, old, min_age, false, unasked),
+        verdict(own, true, true, old(), false, unasked),
         Verdict::Keep(KeepReason::CreatorAlive)
     ));
     assert!(matches!(
-        verdict(own, false, true, old, min_age, false, unasked),
+        verdict(own, false, true, old(), false, unasked),
         Verdict::Keep(KeepReason::Held)
     ));
     assert!(matches!(
@@ -324,37 +330,36 @@ fn the_rules_apply_in_order() {
             own,
             false,
             false,
-            Duration::from_secs(1),
-            min_age,
+            aged(Duration::from_secs(1)),
             false,
             unasked
         ),
         Verdict::Keep(KeepReason::Recent { .. })
     ));
     assert!(matches!(
-        verdict(own, false, false, old, min_age, true, free),
+        verdict(own, false, false, old(), true, free),
         Verdict::Orphan
     ));
     assert!(matches!(
-        verdict(own, false, false, old, min_age, false, || Probe::InUse),
+        verdict(own, false, false, old(), false, || Probe::InUse),
         Verdict::Keep(KeepReason::HeldUnseen)
     ));
     assert!(matches!(
-        verdict(own, false, false, old, min_age, false, || Probe::Replaced),
+        verdict(own, false, false, old(), false, || Probe::Replaced),
         Verdict::Keep(KeepReason::Replaced)
     ));
     assert!(matches!(
-        verdict(own, false, false, old, min_age, false, || Probe::Gone),
+        verdict(own, false, false, old(), false, || Probe::Gone),
         Verdict::Gone
     ));
     // Without the kernel's answer, only a complete view of /proc decides.
     let unavailable = || Probe::Unavailable(Errno::EINVAL);
     assert!(matches!(
-        verdict(own, false, false, old, min_age, false, unavailable),
+        verdict(own, false, false, old(), false, unavailable),
         Verdict::Orphan
     ));
     assert!(matches!(
-        verdict(own, false, false, old, min_age, true, unavailable),
+        verdict(own, false, false, old(), true, unavailable),
         Verdict::Keep(KeepReason::Unverifiable {
             errno: Errno::EINVAL
         })

@@ -1,6 +1,7 @@
 //! Judging one entry by the rules of the [module docs](super), in their
 //! order.
 
+use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use super::holders::HolderScan;
@@ -51,6 +52,7 @@ impl Judged {
 /// the kernel through `probe` only when every cheaper rule let it through.
 pub(super) fn judge<N: OrphanName>(
     entry: &Entry<N>,
+    dir: &Path,
     holders: &HolderScan,
     min_age: Duration,
     now: SystemTime,
@@ -63,12 +65,17 @@ pub(super) fn judge<N: OrphanName>(
         .map(|pids| pids.iter().copied().collect())
         .unwrap_or_default();
     let age = now.duration_since(entry.changed).unwrap_or(Duration::ZERO);
+    let awaited = N::awaits_receivers_until(&dir.join(entry.name.file_name()))
+        .and_then(|until| until.duration_since(now).ok());
     let keep = verdict(
         entry.owner_uid,
         creator_alive,
         !holder_pids.is_empty(),
-        age,
-        min_age,
+        Freshness {
+            age,
+            min_age,
+            awaited,
+        },
         holders.incomplete(),
         probe,
     );
@@ -80,16 +87,30 @@ pub(super) fn judge<N: OrphanName>(
     }
 }
 
+/// How recently an entry was changed or sent, against the grace.
+pub(super) struct Freshness {
+    /// How long ago it was last changed.
+    pub(super) age: Duration,
+    pub(super) min_age: Duration,
+    /// How long its sender said a receiver may still open it
+    /// ([`OrphanName::awaits_receivers_until`]).
+    pub(super) awaited: Option<Duration>,
+}
+
 /// The rules of the module docs, in their order.
 pub(super) fn verdict(
     owner_uid: u32,
     creator_alive: bool,
     visibly_held: bool,
-    age: Duration,
-    min_age: Duration,
+    freshness: Freshness,
     proc_incomplete: bool,
     probe: impl FnOnce() -> Probe,
 ) -> Verdict {
+    let Freshness {
+        age,
+        min_age,
+        awaited,
+    } = freshness;
     if !is_own_uid(owner_uid) {
         return Verdict::Keep(KeepReason::OtherUser { uid: owner_uid });
     }
@@ -101,6 +122,10 @@ pub(super) fn verdict(
     }
     if age < min_age {
         return Verdict::Keep(KeepReason::Recent { age });
+    }
+    // A grace of zero is an operator's word that nothing is awaited.
+    if let Some(left) = awaited.filter(|_| !min_age.is_zero()) {
+        return Verdict::Keep(KeepReason::AwaitingReceivers { left });
     }
     match probe() {
         Probe::Exclusive(_) => Verdict::Orphan,

@@ -47,8 +47,9 @@ const MAX_ROUNDS: usize = 3;
 
 /// Removes the orphaned memmap files of `dir`; what cannot be removed is
 /// left for `tensorshare gc`, which says why. Files of a dead creator that
-/// were too fresh are looked at again once the grace has passed: a sender
-/// that starts right after another was killed is the common case.
+/// were too fresh, or that its sender marked as still awaited by a
+/// receiver, are looked at again once the grace or the mark has passed: a
+/// sender that starts right after another was killed is the common case.
 fn sweep(dir: &Path) {
     let options: ScanOptions<MemmapFileName> = ScanOptions::memmap_dir(dir);
     for _ in 0..MAX_ROUNDS {
@@ -56,19 +57,21 @@ fn sweep(dir: &Path) {
             return;
         };
         let _ = scan.remove_orphans();
-        let youngest_of_the_dead = scan
+        let min_age = options.min_age_value();
+        let next_look = scan
             .segments()
             .iter()
             .filter(|file| !file.creator_alive)
             .filter_map(|file| match file.keep {
-                Some(KeepReason::Recent { age }) => Some(age),
+                Some(KeepReason::Recent { age }) => Some(min_age.saturating_sub(age)),
+                Some(KeepReason::AwaitingReceivers { left }) => Some(left),
                 _ => None,
             })
             .min();
-        let Some(age) = youngest_of_the_dead else {
+        let Some(wait) = next_look else {
             return;
         };
-        std::thread::sleep(options.min_age_value().saturating_sub(age) + RECHECK_MARGIN);
+        std::thread::sleep(wait + RECHECK_MARGIN);
     }
 }
 
