@@ -302,6 +302,13 @@ fn own_manager_starts_one_daemon_per_process() {
             proc_stat(daemon).unwrap()[1],
             std::process::id().to_string()
         );
+        // This test binary run again, its constructor serving before `main`.
+        use std::os::unix::fs::MetadataExt;
+        let exe_of = |pid: &str| std::fs::metadata(format!("/proc/{pid}/exe")).unwrap();
+        let (running, this) = (exe_of(&daemon.to_string()), exe_of("self"));
+        assert_eq!((running.dev(), running.ino()), (this.dev(), this.ino()));
+        let cmdline = std::fs::read(format!("/proc/{daemon}/cmdline")).unwrap();
+        assert_eq!(cmdline, b"tensorshare\0manager\0--daemon\0");
         // The launching process was reaped: no zombie `tensorshare` child
         // stays (other tests' children may be zombies for a moment).
         let me = std::process::id().to_string();

@@ -108,6 +108,11 @@
 //!   start the manager, only after `/proc/self/task` showed the process runs
 //!   a single thread, so the child is a complete copy that may run ordinary
 //!   Rust code.
+//! - [`services::shm_manager`]'s private `self_exec` module places a
+//!   function pointer in `.init_array`, so that a program started again as
+//!   its own manager serves before `main` (and never returns to it), and
+//!   removes the marker variable from the environment there, after
+//!   `/proc/self/task` showed one thread.
 #![deny(unsafe_code)]
 
 pub mod platform;

@@ -8,10 +8,15 @@
 //! other's:
 //!
 //! - A process that creates segments starts its own manager once
-//!   ([`own_manager`]): a separate process, started as
-//!   `tensorshare manager --daemon`, which prints its socket path (the
-//!   *manager handle*) and forks into the background. It must be a process,
-//!   not a thread: it has to outlive a client that is SIGKILLed.
+//!   ([`own_manager`]): a separate process, which prints its socket path
+//!   (the *manager handle*) and forks into the background. It must be a
+//!   process, not a thread: it has to outlive a client that is SIGKILLed.
+//!   It is the program's own executable run again: a constructor of this
+//!   crate's, run before `main` in every program that links it, serves as
+//!   the manager when, and only when, its launcher marked it so, and exits
+//!   without returning to `main`. So a program needs nothing beyond the
+//!   crate; `tensorshare manager --daemon` runs the same manager, and is
+//!   what [`EXE_ENV`] (`TENSORSHARE_EXE`) asks for.
 //! - Every process that maps a segment registers its name with the
 //!   creator's manager, whose handle travels in the pickle
 //!   (`rebuild_storage_filename(cls, manager_handle, name, nbytes)`), over a
@@ -63,6 +68,7 @@ mod error;
 mod handle;
 mod launch;
 mod pipeline;
+mod self_exec;
 mod server;
 
 pub use alloc_info::{ALLOC_INFO_SIZE, AllocInfo, InvalidAllocInfo};

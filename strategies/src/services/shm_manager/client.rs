@@ -351,12 +351,30 @@ pub fn connect(handle: &ManagerHandle) -> Result<Arc<ManagerConnection>, Manager
 /// first use and then kept, like libshm's first manager.
 ///
 /// When [`MANAGER_ENV`] (`TENSORSHARE_SHM_MANAGER`) names a socket path, that
-/// manager is used. Otherwise `tensorshare manager --daemon` is started (see
-/// [`manager_executable`](super::manager_executable) for where the
-/// executable is looked for): a separate process that outlives this one,
-/// so that segments are unlinked even if this process is killed. Concurrent
-/// first calls start one manager. When that manager dies, the connection
-/// takes over a new one, as the [`ManagerConnection`] docs say.
+/// manager is used. Otherwise a manager daemon is started: a separate
+/// process that outlives this one, so that segments are unlinked even if
+/// this process is killed. It is this program's own executable run again,
+/// which this crate turns into the manager before its `main` runs, so
+/// nothing beyond the crate is needed; or `tensorshare manager --daemon`
+/// when [`EXE_ENV`](super::EXE_ENV) (`TENSORSHARE_EXE`) names a
+/// `tensorshare`, or when this crate is in a shared library rather than
+/// in the program's executable (see
+/// [`manager_executable`](super::manager_executable)). Concurrent first
+/// calls start one manager. When that manager dies, the connection takes
+/// over a new one, as the [`ManagerConnection`] docs say.
+///
+/// # Examples
+///
+/// ```
+/// use tensorshare_strategies::services::shm_manager::own_manager;
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// // This doctest's own binary, run again as a daemon.
+/// let manager = own_manager()?;
+/// assert!(manager.handle().path().exists());
+/// # Ok(())
+/// # }
+/// ```
 ///
 /// # Errors
 ///

@@ -20,7 +20,7 @@ use super::ManagerError;
 
 /// How many threads this process runs, from `/proc/self/task`; 0 when that
 /// cannot be read.
-fn thread_count() -> usize {
+pub(super) fn thread_count() -> usize {
     std::fs::read_dir("/proc/self/task").map_or(0, |entries| entries.count())
 }
 

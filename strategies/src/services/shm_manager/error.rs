@@ -166,11 +166,15 @@ pub enum ManagerError {
         /// Why connecting to or starting another failed.
         cause: Box<ManagerError>,
     },
-    /// No `tensorshare` executable to run the manager daemon was found.
+    /// The program cannot run the manager daemon itself (this crate is in
+    /// a shared library, not in its executable), and no `tensorshare`
+    /// executable to run it was found.
     #[error(
-        "cannot start a shared-memory manager: no `tensorshare` executable found ({searched}): \
-         install tensorshare on PATH, or set TENSORSHARE_EXE to its path, or run `tensorshare \
-         manager` yourself and set TENSORSHARE_SHM_MANAGER to the socket path it prints"
+        "cannot start a shared-memory manager: this crate is not linked into the program's \
+         executable, which could run it, and no `tensorshare` executable was found \
+         ({searched}): install tensorshare on PATH, or set TENSORSHARE_EXE to its path, or run \
+         `tensorshare manager` yourself and set TENSORSHARE_SHM_MANAGER to the socket path it \
+         prints"
     )]
     NoExecutable {
         /// Where this process looked.

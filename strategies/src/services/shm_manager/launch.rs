@@ -1,23 +1,28 @@
-//! Starting `tensorshare manager --daemon` and reading the socket path it
-//! prints, as libshm starts `torch_shm_manager`.
+//! Starting a manager daemon and reading the socket path it prints, as
+//! libshm starts `torch_shm_manager`: this program run again as the manager
+//! (see `self_exec`), or `tensorshare manager --daemon`.
 
+use std::fs::File;
 use std::io::Read;
 use std::os::fd::AsFd;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdout, Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
+use nix::fcntl::OFlag;
 use nix::poll::{PollFd, PollFlags, poll};
+use nix::sys::stat::fstat;
+use nix::unistd::pipe2;
 
 use super::server::poll_timeout;
-use super::{ManagerError, ManagerHandle};
+use super::{ManagerError, ManagerHandle, self_exec};
 use crate::platform::errno_of;
 
-/// The environment variable naming the `tensorshare` executable that runs
-/// the manager daemon.
+/// The environment variable naming a `tensorshare` executable to run the
+/// manager daemon instead of this program.
 pub const EXE_ENV: &str = "TENSORSHARE_EXE";
 
 /// How long a starting manager has to print its socket path and fork into
@@ -31,7 +36,10 @@ const MAX_FIRST_LINE: usize = 4096;
 /// The executable's file name.
 const EXE_NAME: &str = "tensorshare";
 
-/// Finds the `tensorshare` executable that runs manager daemons.
+/// Finds a `tensorshare` executable to run manager daemons: what this
+/// process starts when [`EXE_ENV`] is set, or when this crate is not linked
+/// into the program's executable (a shared library loaded by another
+/// program); otherwise the program runs its managers itself.
 ///
 /// In order: [`EXE_ENV`] (`TENSORSHARE_EXE`) when set; this process's own
 /// executable when its file name is `tensorshare`; a `tensorshare` in the
@@ -87,6 +95,39 @@ fn is_executable_file(path: &Path) -> bool {
     std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
+/// What runs the manager daemons this process starts.
+#[derive(Debug)]
+pub(super) enum ManagerProgram {
+    /// This program's own executable, whose constructor becomes the
+    /// manager before `main`.
+    ThisProgram,
+    /// `EXE manager --daemon`.
+    Tensorshare(PathBuf),
+}
+
+impl ManagerProgram {
+    /// [`EXE_ENV`] when set; else this program when it can run a manager;
+    /// else a `tensorshare` found as [`manager_executable`] says.
+    pub(super) fn find() -> Result<Self, ManagerError> {
+        let overridden = std::env::var_os(EXE_ENV).is_some_and(|v| !v.is_empty());
+        if !overridden && self_exec::runs_managers() {
+            return Ok(Self::ThisProgram);
+        }
+        manager_executable().map(Self::Tensorshare)
+    }
+
+    /// How errors name it.
+    fn shown(&self) -> String {
+        match self {
+            Self::ThisProgram => match std::env::current_exe() {
+                Ok(exe) => format!("{} (this program)", exe.display()),
+                Err(_) => "this program".to_owned(),
+            },
+            Self::Tensorshare(exe) => exe.display().to_string(),
+        }
+    }
+}
+
 /// Starts `exe manager --daemon`, waits for the socket path it prints and
 /// for the launching process to exit (the daemon forks away from it), and
 /// returns the handle.
@@ -105,7 +146,7 @@ fn is_executable_file(path: &Path) -> bool {
 /// [`LAUNCH_TIMEOUT`], exited without one, or did not fork into the
 /// background.
 pub fn launch_daemon(exe: &Path) -> Result<ManagerHandle, ManagerError> {
-    let launched = DaemonLaunch::spawn(exe)?;
+    let launched = DaemonLaunch::spawn(&ManagerProgram::Tensorshare(exe.to_owned()))?;
     let handle = launched.handle().clone();
     launched.reap()?;
     Ok(handle)
@@ -114,7 +155,7 @@ pub fn launch_daemon(exe: &Path) -> Result<ManagerHandle, ManagerError> {
 /// A started daemon whose launching process is still to be reaped.
 #[derive(Debug)]
 pub(super) struct DaemonLaunch {
-    exe: PathBuf,
+    shown: String,
     child: Child,
     handle: ManagerHandle,
     deadline: Instant,
@@ -122,30 +163,45 @@ pub(super) struct DaemonLaunch {
 
 impl DaemonLaunch {
     /// Starts the daemon and reads its first line.
-    pub(super) fn spawn(exe: &Path) -> Result<Self, ManagerError> {
-        let shown = exe.display().to_string();
+    ///
+    /// `std::process::Command` starts it, with `posix_spawn` or with only
+    /// async-signal-safe calls between `fork` and `exec`, so a process
+    /// running many threads may call this.
+    pub(super) fn spawn(program: &ManagerProgram) -> Result<Self, ManagerError> {
+        let shown = program.shown();
         let broken = |problem: String| ManagerError::LaunchBroken {
             exe: shown.clone(),
             problem,
         };
-        let mut child = Command::new(exe)
-            .args(["manager", "--daemon"])
+        let spawn_failed = |errno| ManagerError::Spawn {
+            exe: shown.clone(),
+            errno,
+        };
+        let (reader, writer) = pipe2(OFlag::O_CLOEXEC).map_err(spawn_failed)?;
+        let mut command = match program {
+            ManagerProgram::ThisProgram => {
+                self_exec::command(&fstat(writer.as_fd()).map_err(spawn_failed)?)
+            }
+            ManagerProgram::Tensorshare(exe) => {
+                let mut command = Command::new(exe);
+                command.args(["manager", "--daemon"]);
+                command
+            }
+        };
+        command
             .stdin(Stdio::null())
-            .stdout(Stdio::piped())
+            .stdout(writer)
             .stderr(Stdio::null())
             // Out of the launcher's process group, so that a Ctrl-C meant
             // for the launcher does not reach the daemon before its setsid.
-            .process_group(0)
-            .spawn()
-            .map_err(|err| ManagerError::Spawn {
-                exe: shown.clone(),
-                errno: errno_of(&err),
-            })?;
+            .process_group(0);
+        let spawned = command.spawn();
+        // The command holds the pipe's write end: closed here, so that the
+        // pipe ends when the child exits.
+        drop(command);
+        let mut child = spawned.map_err(|err| spawn_failed(errno_of(&err)))?;
         let deadline = Instant::now() + LAUNCH_TIMEOUT;
-        let line = match child.stdout.take() {
-            Some(stdout) => read_first_line(stdout, deadline),
-            None => Err("its stdout was not captured".to_owned()),
-        };
+        let line = read_first_line(File::from(reader), deadline);
         let line = match line {
             Ok(line) => line,
             Err(problem) => {
@@ -169,7 +225,7 @@ impl DaemonLaunch {
         }
         match ManagerHandle::from_bytes(&line) {
             Ok(handle) => Ok(DaemonLaunch {
-                exe: exe.to_owned(),
+                shown,
                 child,
                 handle,
                 deadline,
@@ -202,7 +258,7 @@ impl DaemonLaunch {
             ),
         };
         Err(ManagerError::LaunchBroken {
-            exe: self.exe.display().to_string(),
+            exe: self.shown,
             problem,
         })
     }
@@ -239,7 +295,7 @@ fn kill_and_reap(child: &mut Child) {
 
 /// Reads up to the first newline (excluded), or to end of file, before
 /// `deadline`. Bytes after the newline are left unread.
-fn read_first_line(mut stdout: ChildStdout, deadline: Instant) -> Result<Vec<u8>, String> {
+fn read_first_line(mut stdout: File, deadline: Instant) -> Result<Vec<u8>, String> {
     let mut line = Vec::new();
     let mut byte = [0u8; 1];
     loop {
@@ -322,6 +378,24 @@ mod tests {
         let exe = script(dir.path(), "echo manager.sock");
         let err = launch_daemon(&exe).unwrap_err();
         assert!(err.to_string().contains("not a socket path"), "{err}");
+    }
+
+    /// The manager a test binary starts is the test binary run again,
+    /// serving from before its `main` (were the test harness run instead,
+    /// its first line would be no socket path): it forks into the
+    /// background, serves, and exits once its last client has gone.
+    #[test]
+    fn this_program_runs_its_own_manager_as_a_daemon() {
+        let launched = DaemonLaunch::spawn(&ManagerProgram::ThisProgram).unwrap();
+        let handle = launched.handle().clone();
+        let client = std::os::unix::net::UnixStream::connect(handle.path()).unwrap();
+        launched.reap().unwrap();
+        drop(client);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while handle.path().exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(!handle.path().exists(), "the idle manager kept its socket");
     }
 
     #[test]

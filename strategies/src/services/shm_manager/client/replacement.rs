@@ -41,10 +41,9 @@ pub(super) fn open_own_link() -> Result<Link, ManagerError> {
     launch_link()
 }
 
-/// Starts `tensorshare manager --daemon` and connects to it.
+/// Starts a manager daemon and connects to it.
 pub(super) fn launch_link() -> Result<Link, ManagerError> {
-    let exe = launch::manager_executable()?;
-    let launched = launch::DaemonLaunch::spawn(&exe)?;
+    let launched = launch::DaemonLaunch::spawn(&launch::ManagerProgram::find()?)?;
     // Connect before reaping: the daemon's idle clock runs from its start.
     let link = Link::open(launched.handle());
     launched.reap()?;
