@@ -293,6 +293,32 @@ fn pythons_own_spellings_of_the_globals_are_refused() {
 }
 
 #[test]
+fn the_form_below_protocol_4_is_refused_as_cpython_refuses_it() {
+    // `torch.Tensor.untyped_storage` is a dotted name: below protocol 4
+    // `pickle` writes it as getattr(torch.Tensor, 'untyped_storage'), as our
+    // encoder does, which only memmap's from_file may use; and a GLOBAL
+    // naming it whole is looked up by CPython as one attribute, and fails.
+    let mut out = PickleBuilder::default();
+    let storage = Form::default().storage(&mut out);
+    let tensor = uint8_tensor(&mut out, storage, 8);
+    let pickle = out.finish(tensor);
+    for protocol in [2, 3] {
+        let bytes = encode(&pickle, &EncodeOptions::new().with_protocol(protocol)).unwrap();
+        let error = refused(&bytes);
+        assert!(
+            error.contains("not getattr(torch.Tensor, \"untyped_storage\")"),
+            "protocol {protocol}: {error}"
+        );
+    }
+    let error = refused(b"\x80\x02ctorch\nTensor.untyped_storage\n.");
+    assert!(error.contains("dotted name"), "{error}");
+    let bytes = encode(&pickle, &EncodeOptions::new().with_protocol(4)).unwrap();
+    bytes_context()
+        .loads(&bytes)
+        .expect("protocol 4 resolves it (the bytearray as bytearray(bytes))");
+}
+
+#[test]
 fn one_bytearray_named_twice_is_one_storage() {
     let mut out = PickleBuilder::default();
     let first = Form::default().storage(&mut out);
