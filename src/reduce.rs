@@ -219,7 +219,7 @@ impl<L: LeafReducer> Reducer<'_, L> {
             Value::Float(f) => self.out.push(Node::Float(*f)),
             Value::Str(s) => self.out.push(Node::Str(s.to_string())),
             Value::Bytes(b) => self.out.push(Node::Bytes(b.clone().into())),
-            Value::ByteArray(b) => self.out.push(Node::ByteArray(b.to_vec())),
+            Value::ByteArray(b) => self.out.push(Node::ByteArray(b.clone().into())),
             Value::Tuple(items) => {
                 let items = all(items, self)?;
                 self.out.push(Node::Tuple(items))

@@ -11,7 +11,7 @@
 
 use rustc_hash::FxHashMap;
 
-use tensorshare_compat::pickle::{Node, NodeId, Pickle, SharedBytes};
+use tensorshare_compat::pickle::{Node, NodeId, SharedBytes};
 use tensorshare_compat::torch_save::{self, SavedStorage, TorchSaveFormat};
 
 use crate::DType;
@@ -58,21 +58,6 @@ pub fn save_torch(value: &Value, format: TorchSaveFormat) -> Result<Vec<u8>, Red
     Ok(torch_save::write_to_vec(format, &object, &saved)?)
 }
 
-/// `torch.storage._load_from_bytes(b)`, `b` a legacy torch.save stream
-/// holding just the storage.
-fn load_from_bytes(
-    storage: &SavedStorage<'_>,
-    out: &mut PickleBuilder,
-) -> Result<NodeId, ReduceError> {
-    let mut object = Pickle::new();
-    let pid = torch_save::push_storage_pid(&mut object, TorchSaveFormat::Legacy, storage)?;
-    object.set_root(pid);
-    let stream = torch_save::legacy_stream_chunks(&object, std::slice::from_ref(storage))?;
-    let payload = out.push(Node::Bytes(stream));
-    let load = out.global("torch.storage", "_load_from_bytes");
-    Ok(out.call(load, vec![payload]))
-}
-
 /// Refuses a storage written with the class of `written` viewed as
 /// `viewed` (`None`: untyped), when the two classes differ.
 fn same_class(written: Option<DType>, viewed: Option<DType>) -> Result<(), ReduceError> {
@@ -113,10 +98,6 @@ struct SavedEntry {
 pub(crate) enum StorageForm {
     /// A persistent id naming a record of a `torch.save` file.
     PersistentId(TorchSaveFormat),
-    /// `torch.storage._load_from_bytes(b)`, `b` a legacy `torch.save`
-    /// stream of the storage: what plain `pickle.dumps(tensor)` writes, and
-    /// the `bytes` strategy.
-    LoadFromBytes,
 }
 
 /// The `torch.save` (and plain pickle) form of tensors and storages.
@@ -164,7 +145,6 @@ impl SaveLeaves {
             StorageForm::PersistentId(format) => {
                 torch_save::push_storage_pid(out.pickle_mut(), format, &saved)?
             }
-            StorageForm::LoadFromBytes => load_from_bytes(&saved, out)?,
         };
         self.by_identity
             .insert(storage.identity(), self.storages.len());

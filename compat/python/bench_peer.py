@@ -70,9 +70,23 @@ Subcommands:
         is accepted.
         {"scenario": "rust-to-torch", "received": TOTAL}
         `conn.recv()` unpickles with stock `pickle.loads`, so a `bytes`
-        message (`torch.storage._load_from_bytes`) or a `memmap` one
-        (`torch.UntypedStorage.from_file`) needs nothing more.
+        message (a `bytearray` that `torch.frombuffer` wraps) or a `memmap`
+        one (`torch.UntypedStorage.from_file`) needs nothing more.
         TOTAL counts every tensor received, warm-up included: W + N * R.
+
+    bench_peer.py round-trip --address ADDR --authkey HEX --strategy bytes
+                             --size BYTES --count 1 --rounds R
+        Sends one fresh tensor at a time to an echo server listening at
+        ADDR with `conn.send_bytes(pickle.dumps(t))` and takes it back with
+        `conn.recv()`; W untimed round trips, then R timed ones.
+        {"scenario": "round-trip", "strategy": "bytes", "size": BYTES,
+         "count": 1, "seconds": [t1, ..., tR]}
+
+    bench_peer.py echo --address ADDR --authkey HEX
+        A Python echo server for `round-trip`: listens at ADDR, prints
+        `listening ADDR`, and answers each message of one client with
+        `conn.send_bytes(pickle.dumps(pickle.loads(message)))`.
+        {"scenario": "echo", "answered": N}
 
 `produce` and `torch-to-torch` take `--warmup W` (default 10). ADDR is an
 AF_UNIX path, `@name` for a name in Linux's abstract namespace, or a TCP
@@ -329,6 +343,48 @@ def run_consume(args):
     return {"scenario": "rust-to-torch", "received": received}
 
 
+def run_round_trip(args):
+    """round-trip: sends one fresh uint8 tensor at a time to a listening echo
+    server as `conn.send_bytes(pickle.dumps(tensor))` and receives it back
+    with `conn.recv()`, `warmup` untimed and then `rounds` timed times; a
+    round trip is timed from just before pickling to the tensor checked."""
+    authkey = adopt_authkey(args.authkey)
+    address, family = socket_address(args.address)
+    seconds = []
+    with multiprocessing.connection.Client(address, family=family, authkey=authkey) as conn:
+        for index in range(args.warmup + args.rounds):
+            tensor = torch.empty(args.size, dtype=torch.uint8).fill_(fill_value(index))
+            start = time.perf_counter()
+            conn.send_bytes(pickle.dumps(tensor))
+            back = conn.recv()
+            check_tensor(back, args.size, index, "round trip")
+            elapsed = time.perf_counter() - start
+            del tensor, back
+            if index >= args.warmup:
+                seconds.append(elapsed)
+    return timing_result("round-trip", args, seconds)
+
+
+def run_echo(args):
+    """echo: a Python echo server. Listens, prints `listening ADDRESS`, and
+    answers every message of one client with
+    `conn.send_bytes(pickle.dumps(pickle.loads(message)))` until it leaves."""
+    authkey = adopt_authkey(args.authkey)
+    address, family = socket_address(args.address)
+    answered = 0
+    with multiprocessing.connection.Listener(address, family=family, authkey=authkey) as listener:
+        print(f"listening {shown_address(listener.address, args.address)}", flush=True)
+        with listener.accept() as conn:
+            while True:
+                try:
+                    message = conn.recv_bytes()
+                except EOFError:
+                    break
+                conn.send_bytes(pickle.dumps(pickle.loads(message)))
+                answered += 1
+    return {"scenario": "echo", "answered": answered}
+
+
 def timing_result(scenario, args, seconds):
     """The JSON object a producing subcommand prints."""
     return {
@@ -473,6 +529,17 @@ def build_parser():
     add_connection_arguments(consume)
     consume.add_argument("--listen", action="store_true", help=argparse.SUPPRESS)
     consume.set_defaults(run=run_consume)
+
+    round_trip = commands.add_parser(
+        "round-trip", help="torch client of a listening echo server, one tensor at a time"
+    )
+    add_connection_arguments(round_trip)
+    add_workload_arguments(round_trip)
+    round_trip.set_defaults(run=run_round_trip)
+
+    echo = commands.add_parser("echo", help="Python echo server: pickle.loads, pickle.dumps")
+    add_connection_arguments(echo)
+    echo.set_defaults(run=run_echo)
     return parser
 
 

@@ -18,7 +18,8 @@ echo to come back as a shared file mapping (`UntypedStorage.from_file`);
 serve --strategy memmap shares by file_system instead, since the files it
 receives can be sent on no other way (see `torch_strategy`); bytes shares by
 file_descriptor and, under drive, expects every echo to come back as a copy
-carried inline (`torch.storage._load_from_bytes`), as does --expect-copies
+carried inline (tensorshare's `torch.frombuffer` form, or torch's own
+`torch.storage._load_from_bytes`), as does --expect-copies
 with any strategy.
 
 serve   What `tensorshare echo --strategy NAME` does, in stock

@@ -272,9 +272,9 @@ fn bytearrays_per_protocol() {
     // [bytearray(), bytearray(b'a'), bytearray(b'ab')]
     let mut a = Arena::default();
     let items = vec![
-        a.add(Node::ByteArray(vec![])),
-        a.add(Node::ByteArray(b"a".to_vec())),
-        a.add(Node::ByteArray(b"ab".to_vec())),
+        a.add(Node::ByteArray(Vec::new().into())),
+        a.add(Node::ByteArray(b"a".into())),
+        a.add(Node::ByteArray(b"ab".into())),
     ];
     let root = a.list(items);
     assert_encodes(

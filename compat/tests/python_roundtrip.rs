@@ -293,7 +293,7 @@ fn python_agrees_on_large_containers_and_payloads() {
     let many = a.strs(70_000, "m");
     items.push(a.add(Node::List(many)));
     items.push(a.add(Node::Bytes(vec![7; 70_000].into())));
-    items.push(a.add(Node::ByteArray(vec![9; 100_000])));
+    items.push(a.add(Node::ByteArray(vec![9; 100_000].into())));
     items.push(a.add(Node::Str("\u{e9}".repeat(40_000))));
     let tail = a.add(Node::Str("tail".to_owned()));
     items.push(tail);

@@ -3,7 +3,8 @@
 //! storage, or any numbers at all) over storages of every form torch writes
 //! (`rebuild_storage_fd` with a `DupFd`, `rebuild_storage_filename`,
 //! `rebuild_storage_empty`, `UntypedStorage.from_file`,
-//! `_load_from_bytes` with an embedded legacy torch.save stream, and
+//! `_load_from_bytes` with an embedded legacy torch.save stream,
+//! tensorshare's `bytes` form (a `bytearray` `torch.frombuffer` wraps), and
 //! torch.save files, zip and legacy, with their persistent ids), in
 //! `ForkingPickler` and plain-pickle form, encoded with the project's own
 //! encoder and writers. Then tweaks (other classes, sizes, keys,
@@ -96,6 +97,9 @@ const KNOWN_GLOBALS: &[(&str, &str)] = &[
     ("torch.storage", "UntypedStorage"),
     ("torch.storage", "TypedStorage"),
     ("torch.storage", "_load_from_bytes"),
+    ("functools", "partial"),
+    ("torch", "frombuffer"),
+    ("torch", "Tensor.untyped_storage"),
     ("torch._C", "StorageBase"),
     ("torch._utils", "_rebuild_tensor"),
     ("torch._utils", "_rebuild_tensor_v2"),
@@ -182,6 +186,7 @@ pub enum Sharing {
     #[default]
     Empty,
     FromBytes,
+    FromBuffer,
     FromFile {
         path: Option<String>,
     },

@@ -67,8 +67,10 @@ pub enum Value {
     Str(Arc<str>),
     /// A `bytes`: a large one received shares the message's buffer.
     Bytes(SharedBytes),
-    /// A `bytearray`.
-    ByteArray(Arc<[u8]>),
+    /// A `bytearray`: a large one received shares the message's buffer.
+    /// Its bytes are not written through: a copy of the value is a copy of
+    /// the `bytearray`.
+    ByteArray(SharedBytes),
     /// A `tuple`.
     Tuple(Arc<[Value]>),
     /// A `list`.
@@ -246,7 +248,7 @@ impl Value {
             | Value::FrozenSet(items) => address(items),
             Value::Dict(pairs) | Value::OrderedDict(pairs) => address(pairs),
             Value::Str(s) => address(s),
-            Value::BigInt(bytes) | Value::ByteArray(bytes) => address(bytes),
+            Value::BigInt(bytes) => address(bytes),
             Value::Size(dims) => address(dims),
             Value::Tensor(t) => Some(t.identity()),
             Value::Opaque(opaque) => address(opaque),

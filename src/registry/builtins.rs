@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use super::{Call, CallKind, RebuildError, Registry};
-use crate::Value;
+use crate::{SharedBytes, Value};
 
 pub(super) fn register(registry: &mut Registry) {
     registry.register_rebuilder("collections", "OrderedDict", ordered_dict);
@@ -57,8 +57,8 @@ fn iterable_arg(call: &Call<'_>) -> Result<Arc<[Value]>, RebuildError> {
 /// `bytearray(b)` or `bytearray(str, 'latin-1')`: how protocols 2-4 pickle a bytearray.
 fn bytearray(call: Call<'_>) -> Result<Value, RebuildError> {
     match call.reduce_args()? {
-        [] => Ok(Value::ByteArray(Arc::new([]))),
-        [Value::Bytes(b)] => Ok(Value::ByteArray(b.as_slice().into())),
+        [] => Ok(Value::ByteArray(SharedBytes::default())),
+        [Value::Bytes(b)] => Ok(Value::ByteArray(b.clone())),
         [Value::Str(s), Value::Str(encoding)] if is_latin1(encoding) => {
             Ok(Value::ByteArray(latin1_bytes(&call, s)?.into()))
         }

@@ -34,6 +34,7 @@ pub(crate) mod attach;
 pub(crate) mod audit;
 mod builtins;
 mod error;
+pub(crate) mod frombuffer;
 pub(crate) mod memmap;
 pub(crate) mod rebuild;
 mod reducers;
@@ -167,6 +168,7 @@ impl Default for Registry {
         builtins::register(&mut registry);
         torch::register(&mut registry);
         memmap::register(&mut registry);
+        frombuffer::register(&mut registry);
         registry
     }
 }

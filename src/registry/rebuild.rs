@@ -20,6 +20,17 @@ pub(crate) enum StorageKey {
     Segment(Vec<u8>),
     /// A `memmap` file, by path.
     File(String),
+    /// A `bytes` storage made by `torch.frombuffer` over a `bytearray`, by
+    /// where its bytes lie: one `bytearray` is one storage.
+    Buffer {
+        /// The address of its first byte.
+        address: usize,
+        /// Its length.
+        len: usize,
+    },
+    /// The tensor `torch.frombuffer` made over such a storage, by its
+    /// identity: only its storage is taken by `untyped_storage`.
+    BufferTensor(usize),
 }
 
 /// One call a pickle asks for, with its arguments already rebuilt.
@@ -289,7 +300,7 @@ impl<'a> Walker<'a> {
             Node::Float(f) => Value::Float(*f),
             Node::Str(s) => Value::Str(s.as_str().into()),
             Node::Bytes(b) => Value::Bytes(b.clone().into_shared()),
-            Node::ByteArray(b) => Value::ByteArray(b.as_slice().into()),
+            Node::ByteArray(b) => Value::ByteArray(b.clone().into_shared()),
             Node::Tuple(items) => Value::Tuple(self.eval_all(items, depth)?),
             Node::List(items) => Value::List(self.eval_all(items, depth)?),
             Node::Set(items) => Value::Set(self.eval_all(items, depth)?),

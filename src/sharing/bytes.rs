@@ -1,31 +1,57 @@
-//! The `bytes` strategy: each storage travels inside the pickle, as torch's
-//! plain `pickle.dumps(tensor)` writes it.
+//! The `bytes` strategy: each storage travels inside the pickle, in a form
+//! stock torch rebuilds with one copy of its bytes.
 //!
-//! A tensor is `torch._utils._rebuild_tensor_v2(storage, offset, size,
-//! stride, requires_grad, OrderedDict())` (`_rebuild_tensor_v3` with the
-//! dtype for dtypes without a legacy storage class), a Parameter wraps it in
-//! `_rebuild_parameter`, and each storage is
-//! `torch.storage._load_from_bytes(b)` with `b` a legacy `torch.save` stream
-//! of that storage alone. A storage viewed by several tensors is written
-//! once and memoized, so the receiver rebuilds one storage; the views of a
-//! dtype other than the one it is written as name theirs through
-//! `_rebuild_tensor_v3` (a batch in one storage, `SharingContext::batch`).
-//! The receiver gets copies: nothing is shared after the message.
+//! A tensor is written as torch's `ForkingPickler` writes one,
+//! `rebuild_tensor(cls, rebuild_typed_storage(storage, dtype), (offset,
+//! torch.Size(size), stride, requires_grad))`, and each storage, in a
+//! protocol 5 pickle, as
 //!
-//! No byte is copied to be sent: the payload is a chunk list whose storage
-//! chunk is the storage's own memory, written to the socket with vectored
-//! writes. The receiver reads the message into a buffer it keeps from
-//! message to message, decodes the payload as a slice of it, and copies
-//! each storage once, from the message into its own memory.
+//! ```text
+//! torch.Tensor.untyped_storage(
+//!     functools.partial(torch.frombuffer, dtype=torch.uint8)(bytearray(payload)))
+//! ```
+//!
+//! `pickle.loads` copies the `BYTEARRAY8` payload once, into a `bytearray`;
+//! `torch.frombuffer` wraps that `bytearray` in a tensor without a copy,
+//! and its untyped storage, writable, is the storage the views are rebuilt
+//! on. A storage viewed by several tensors is written once and memoized,
+//! so the receiver rebuilds one storage; any dtype torch knows goes, since
+//! the dtype travels beside the storage and not in a legacy storage class.
+//! An empty storage is `rebuild_storage_empty(UntypedStorage)`
+//! (`torch.frombuffer` refuses an empty buffer). The receiver gets copies:
+//! nothing is shared after the message.
+//!
+//! torch's own plain `pickle.dumps(tensor)` writes
+//! `torch.storage._load_from_bytes(b)` with `b` a legacy `torch.save`
+//! stream instead, which its `pickle.loads` rebuilds through the legacy
+//! `torch.load` reader, copying the bytes twice; tensorshare still reads
+//! that form (torch sends it), and writes it only into files.
+//!
+//! What it needs of the receiver: torch 2.0 or later (`untyped_storage`
+//! came with 2.0; torch 1.13 fails on the message with an
+//! `AttributeError` naming it) and so CPython 3.8 or later (protocol 5).
+//!
+//! No byte is copied to be sent: a storage's chunk of the payload is the
+//! storage's own memory, written to the socket with vectored writes. The
+//! receiver reads the message into a buffer it keeps from message to
+//! message, decodes the payload as a slice of it, and copies each storage
+//! once, from the message into its own memory (or keeps the buffer when
+//! the storage is most of a large message).
 
+use std::cell::Cell;
+
+use tensorshare_compat::pickle::{Node, NodeId};
 use tensorshare_strategies::bytes::BytesStrategy;
 
-use super::form::{Reduced, TorchForm};
+use super::form::{Reduced, TorchForm, reduce_empty};
 use super::shares::Shares;
 use super::{SharingContext, SharingError};
-use crate::model::Value;
-use crate::reduce::{PickleBuilder, reduce_with};
-use crate::save::{SaveLeaves, StorageForm};
+use crate::model::{Storage, Value};
+use crate::reduce::{PickleBuilder, ReduceError, StorageReducer, reduce_value};
+use crate::registry::frombuffer::{DTYPE_KEYWORD, FROMBUFFER, PARTIAL, UNTYPED_STORAGE};
+
+/// The pickle protocol of a `bytes` message: the first with `BYTEARRAY8`.
+const PROTOCOL: u8 = 5;
 
 impl TorchForm for BytesStrategy {
     fn shares(context: &SharingContext) -> &Shares<Self> {
@@ -36,13 +62,77 @@ impl TorchForm for BytesStrategy {
     /// bytes are not in this process is
     /// [`ReduceError::BytesElsewhere`](crate::reduce::ReduceError::BytesElsewhere).
     fn reduce(context: &SharingContext, value: &Value) -> Result<Reduced, SharingError> {
-        let mut leaves = SaveLeaves::new(StorageForm::LoadFromBytes);
-        let mut out = PickleBuilder::default();
-        let types = context.registry().reducers();
-        let root = reduce_with(value, &mut leaves, types, &mut out)?;
+        let storages = InlineStorages::default();
+        let pickle = reduce_value(value, &storages, context.registry().reducers())?;
         Ok(Reduced {
-            pickle: out.finish(root),
+            pickle,
             attachable: Vec::new(),
+            protocol: PROTOCOL,
         })
     }
+}
+
+/// Writes each storage's bytes as a `bytearray` that `torch.frombuffer`
+/// wraps.
+#[derive(Default)]
+struct InlineStorages {
+    /// `functools.partial(torch.frombuffer, dtype=torch.uint8)`, written
+    /// once per message and memoized.
+    frombuffer: Cell<Option<NodeId>>,
+}
+
+impl InlineStorages {
+    fn frombuffer(&self, out: &mut PickleBuilder) -> NodeId {
+        if let Some(node) = self.frombuffer.get() {
+            return node;
+        }
+        let node = write_frombuffer_partial(out);
+        self.frombuffer.set(Some(node));
+        node
+    }
+}
+
+impl StorageReducer for InlineStorages {
+    type Error = ReduceError;
+
+    fn reduce_storage(
+        &self,
+        storage: &Storage,
+        out: &mut PickleBuilder,
+    ) -> Result<NodeId, ReduceError> {
+        if storage.nbytes() == 0 {
+            return Ok(reduce_empty(out));
+        }
+        // Shared: the payload is the storage's memory, not a copy of it.
+        let bytes = storage
+            .shared_bytes()
+            .ok_or_else(|| ReduceError::BytesElsewhere {
+                kind: storage.kind().name(),
+                nbytes: storage.nbytes(),
+            })?;
+        let frombuffer = self.frombuffer(out);
+        let payload = out.push(Node::ByteArray(bytes.into()));
+        let tensor = out.call(frombuffer, vec![payload]);
+        let untyped_storage = out.global(UNTYPED_STORAGE.0, UNTYPED_STORAGE.1);
+        Ok(out.call(untyped_storage, vec![tensor]))
+    }
+}
+
+/// `functools.partial(torch.frombuffer, dtype=torch.uint8)` as `pickle`
+/// writes a partial: `partial(func)` and then the state `(func, args,
+/// kwargs, dict)`.
+fn write_frombuffer_partial(out: &mut PickleBuilder) -> NodeId {
+    let partial = out.global(PARTIAL.0, PARTIAL.1);
+    let function = out.global(FROMBUFFER.0, FROMBUFFER.1);
+    let node = out.call(partial, vec![function]);
+    let args = out.tuple(Vec::new());
+    let keyword = out.push(Node::Str(DTYPE_KEYWORD.to_owned()));
+    let uint8 = out.global("torch", "uint8");
+    let kwargs = out.push(Node::Dict(vec![(keyword, uint8)]));
+    let dict = out.push(Node::None);
+    let state = out.tuple(vec![function, args, kwargs, dict]);
+    if let Some(Node::Object(object)) = out.pickle_mut().get_mut(node) {
+        object.state = Some(state);
+    }
+    node
 }

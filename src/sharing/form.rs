@@ -13,7 +13,7 @@
 use std::cell::RefCell;
 use std::marker::PhantomData;
 
-use tensorshare_compat::pickle::{NodeId, Pickle};
+use tensorshare_compat::pickle::{EncodeOptions, NodeId, Pickle};
 use tensorshare_strategies::bytes::BytesStrategy;
 use tensorshare_strategies::file_descriptor::FileDescriptorStrategy;
 use tensorshare_strategies::file_system::FileSystemStrategy;
@@ -71,6 +71,9 @@ pub(crate) type Attachable = Vec<(i64, Storage)>;
 pub(crate) struct Reduced {
     pub(crate) pickle: Pickle,
     pub(crate) attachable: Attachable,
+    /// The pickle protocol it is written with: 4, as torch's
+    /// `ForkingPickler`, unless the form needs 5 (`bytes`' `bytearray`s).
+    pub(crate) protocol: u8,
 }
 
 /// Writes storages as handles of `S`, moving each into `S`'s memory first.
@@ -115,6 +118,7 @@ pub(crate) fn reduce_handles<S: HandleForm>(
     Ok(Reduced {
         pickle,
         attachable: reducer.attachable.into_inner(),
+        protocol: EncodeOptions::DEFAULT_PROTOCOL,
     })
 }
 
@@ -122,7 +126,7 @@ pub(crate) fn reduce_handles<S: HandleForm>(
 /// bytes under every strategy: there is nothing to map. torch maps a
 /// 64-byte segment for one under `file_system`, and nothing under
 /// `from_file`; every torch rebuilds this form.
-fn reduce_empty(out: &mut PickleBuilder) -> NodeId {
+pub(crate) fn reduce_empty(out: &mut PickleBuilder) -> NodeId {
     let class = out.global("torch.storage", "UntypedStorage");
     let rebuild = out.global(REDUCTIONS, "rebuild_storage_empty");
     out.call(rebuild, vec![class])

@@ -317,8 +317,9 @@ impl SharingContext {
         let Reduced {
             pickle,
             attachable: mut shared,
+            protocol,
         } = self.using_strategy(self.strategy_for(over_tcp)?, Reduce(value))?;
-        let pickle = encode_vectored(&pickle, &EncodeOptions::new())?;
+        let pickle = encode_vectored(&pickle, &EncodeOptions::new().with_protocol(protocol))?;
         let registered = shared.iter().map(|(key, _)| *key).collect();
         if !self.inline_fds || shared.len() > MAX_FDS_PER_MESSAGE {
             shared.clear();

@@ -487,10 +487,13 @@ impl<'a> Encoder<'a> {
                 self.write_byte_chunks(bytes)?;
                 self.memo_put(key)?;
             }
-            Node::ByteArray(bytes) if self.protocol < 5 => self.save_bytearray_reduce(bytes, id)?,
+            Node::ByteArray(bytes) if self.protocol < 5 => {
+                self.save_bytearray_reduce(&bytes.contiguous(), id)?
+            }
             Node::ByteArray(bytes) => {
                 let (header, len) = sized_header(BYTEARRAY8, bytes.len(), 8);
-                self.out.write_payload(&header[..len], bytes);
+                self.out
+                    .write_chunked_payload(&header[..len], bytes.chunks());
                 self.memo_put(key)?;
             }
             Node::Tuple(items) if items.is_empty() => self.out.write(&[EMPTY_TUPLE]),

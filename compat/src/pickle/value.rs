@@ -112,8 +112,9 @@ pub enum Node {
     Str(String),
     /// A `bytes`: large ones share the decoded message's buffer.
     Bytes(ByteChunks),
-    /// A `bytearray`.
-    ByteArray(Vec<u8>),
+    /// A `bytearray`: large ones share the decoded message's buffer, as
+    /// [`Node::Bytes`] do.
+    ByteArray(ByteChunks),
     /// A `tuple`.
     Tuple(Vec<NodeId>),
     /// A `list`.

@@ -52,7 +52,7 @@ pub fn render(pickle: &Pickle, id: NodeId, path: &mut Vec<NodeId>) -> Value {
         Node::Float(value) => return json!({ "float": format!("{:016x}", value.to_bits()) }),
         Node::Str(value) => return json!(value),
         Node::Bytes(bytes) => return json!({ "bytes": hex(&bytes.contiguous()) }),
-        Node::ByteArray(bytes) => return json!({ "bytearray": hex(bytes) }),
+        Node::ByteArray(bytes) => return json!({ "bytearray": hex(&bytes.contiguous()) }),
         Node::Global(global) => return json!({ "global": [global.module, global.name] }),
         _ if path.contains(&id) => return json!({ "cycle": null }),
         _ => {}

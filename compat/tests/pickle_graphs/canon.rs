@@ -171,7 +171,7 @@ impl<'p> Canon<'p> {
             Node::Float(f) => View::Float(*f),
             Node::Str(s) => View::Str(s),
             Node::Bytes(b) => View::Bytes(b.contiguous()),
-            Node::ByteArray(b) => View::ByteArray(Cow::Borrowed(b)),
+            Node::ByteArray(b) => View::ByteArray(b.contiguous()),
             Node::Tuple(items) => View::Tuple(items),
             Node::List(items) => View::List(items),
             Node::Dict(pairs) => View::Dict("", pairs),

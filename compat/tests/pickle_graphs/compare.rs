@@ -49,7 +49,7 @@ pub fn cpython_would_write_the_same(pickle: &Pickle, protocol: u8) -> bool {
                 }
             }
             Node::ByteArray(b) => {
-                if let ([byte], 2..=4) = (b.as_slice(), protocol) {
+                if let ([byte], 2..=4) = (&*b.contiguous(), protocol) {
                     from_temporaries.insert(Singleton::Byte(*byte));
                     if protocol == 2 {
                         from_temporaries.insert(Singleton::Str(char::from(*byte)));

@@ -281,7 +281,7 @@ impl Builder {
                 self.add(Node::Bytes(b.clone().into()), Some(PyKey::Bytes(b.clone())));
             }
             Step::ByteArray(b) => {
-                self.add(Node::ByteArray(b.clone()), None);
+                self.add(Node::ByteArray(b.clone().into()), None);
             }
             Step::Tuple(indices) => {
                 let picked: Vec<_> = indices.iter().filter_map(|&i| self.pick(i)).collect();

@@ -8,12 +8,18 @@
 //! heap and sends it as `bytes` (written from the storage, no copy before
 //! the socket); torch's producer sends `conn.send_bytes(pickle.dumps(t))`.
 //! Consumers rebuild every tensor and check it.
+//!
+//! Then a torch client's round trip through an echo server, one tensor at
+//! a time (`send_bytes(pickle.dumps(t))`, then `recv()`): through
+//! `tensorshare echo --strategy bytes`, which answers in the `bytes` form
+//! torch rebuilds with one copy, against a Python echo doing
+//! `pickle.loads` and `pickle.dumps`, and the ratio of the two.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::{ChildStdout, Command, Stdio};
 use std::time::Duration;
 
-use tensorshare::connection::ConnectionOptions;
+use tensorshare::connection::{AUTHKEY_ENV, ConnectionOptions};
 use tensorshare::{Address, Authkey, Listener, SharingContext, StrategyKind};
 
 use super::super::bench_stream::{Framing, Workload, consume, produce};
@@ -87,9 +93,71 @@ pub(super) fn run(
             rows.push((route, median(seconds) / workload.count as f64));
         }
         spinner.suspend(|| print_rows(&rows, size, workload.count));
+        let mut trips = Vec::new();
+        for server in [EchoServer::Python, EchoServer::Tensorshare] {
+            spinner.set_message(format!(
+                "{size_text} round trips through {}",
+                server.label()
+            ));
+            let seconds = link.echo_round_trips(server, size, workload)?;
+            trips.push((server, median(seconds)));
+        }
+        spinner.suspend(|| print_round_trips(&trips, size, workload.rounds));
     }
     spinner.finish_and_clear();
     Ok(())
+}
+
+/// The echo server a torch client's round trips go through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum EchoServer {
+    /// `bench_peer.py echo`: `pickle.loads`, then `pickle.dumps`.
+    Python,
+    /// `tensorshare echo --strategy bytes`.
+    Tensorshare,
+}
+
+impl EchoServer {
+    fn label(self) -> &'static str {
+        match self {
+            EchoServer::Python => "torch -> Python echo -> torch",
+            EchoServer::Tensorshare => "torch -> tensorshare echo -> torch",
+        }
+    }
+}
+
+fn print_round_trips(trips: &[(EchoServer, f64)], size: usize, rounds: usize) {
+    let python = trips
+        .iter()
+        .find(|(server, _)| *server == EchoServer::Python)
+        .map(|(_, seconds)| *seconds);
+    for &(server, seconds) in trips {
+        let ratio = python.map_or_else(|| "-".into(), |p| format!("{:.2}x", p / seconds));
+        println!(
+            "{:<9} {:<36} {:>7} {:>12} {:>16}",
+            super::super::format::bytes(size as u64),
+            server.label(),
+            rounds,
+            super::super::format::duration(seconds),
+            ratio,
+        );
+    }
+    println!(
+        "{:>9} (round trips: median per round trip; ratio to the Python echo)\n",
+        ""
+    );
+}
+
+/// The address a listening peer printed first, as `listening ADDRESS`.
+fn listening_address(stdout: &mut BufReader<ChildStdout>, who: &str) -> Result<String, String> {
+    let mut line = String::new();
+    stdout
+        .read_line(&mut line)
+        .map_err(|e| format!("reading where {who} listens: {e}"))?;
+    line.trim_end()
+        .strip_prefix("listening ")
+        .map(str::to_owned)
+        .ok_or_else(|| format!("{who} said {line:?} instead of where it listens"))
 }
 
 /// The torch peer's arguments for a producer pickling plain tensors.
@@ -116,6 +184,60 @@ fn print_rows(rows: &[(TcpRoute, f64)], size: usize, count: usize) {
 }
 
 impl TcpLink<'_> {
+    /// Seconds per timed round trip of the torch client through `server`,
+    /// which listens at the link's address.
+    fn echo_round_trips(
+        &self,
+        server: EchoServer,
+        size: usize,
+        workload: Workload,
+    ) -> Result<Vec<f64>, CliError> {
+        let authkey = Authkey::random()?;
+        let address = self.address.to_string();
+        let mut command = match server {
+            EchoServer::Python => self
+                .torch
+                .command(&["echo"], None, Some((&address, &authkey))),
+            EchoServer::Tensorshare => {
+                let program =
+                    std::env::current_exe().map_err(|e| format!("finding this program: {e}"))?;
+                let mut command = Command::new(program);
+                command
+                    .args(["echo", "--listen", &address, "--strategy", "bytes"])
+                    .env(AUTHKEY_ENV, authkey.to_hex())
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::null());
+                command
+            }
+        };
+        let mut echo = Peer::spawn(&mut command).map_err(|e| format!("starting an echo: {e}"))?;
+        let stdout = echo.take_stdout().ok_or("the echo server has no stdout")?;
+        // Kept until the echo is done: the Python one prints its result at the end.
+        let mut echo_stdout = BufReader::new(stdout);
+        let bound = listening_address(&mut echo_stdout, server.label())?;
+        let trips = Workload {
+            size,
+            count: 1,
+            rounds: workload.rounds,
+            warmup: workload.warmup.min(2),
+        };
+        let mut client = self.torch.command(
+            &["round-trip", "--strategy", "bytes"],
+            Some(trips),
+            Some((&bound, &authkey)),
+        );
+        let output = self.spawn(&mut client)?.finish()?;
+        if server == EchoServer::Python {
+            echo.finish()?;
+        }
+        // tensorshare's echo serves on until it is stopped: dropping it
+        // kills it, and a `bytes` echo holds nothing a kill leaves behind.
+        drop(echo);
+        drop(echo_stdout);
+        self.torch.seconds(output)
+    }
+
     fn options(&self) -> ConnectionOptions {
         ConnectionOptions::default().with_tcp_nodelay(self.nodelay)
     }

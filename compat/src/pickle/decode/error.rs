@@ -40,6 +40,20 @@ pub enum DecodeErrorCode {
         /// The qualified name, as the filter was asked about it.
         name: String,
     },
+    /// A dotted name (`Tensor.untyped_storage`) below protocol 4, where
+    /// CPython's unpickler looks it up as one attribute and fails.
+    #[error(
+        "global '{module}.{name}' is a dotted name, which CPython resolves only from protocol 4 \
+         on, and this pickle is protocol {protocol}"
+    )]
+    DottedNameBelowProtocol4 {
+        /// The module.
+        module: String,
+        /// The dotted qualified name.
+        name: String,
+        /// The protocol the pickle declared.
+        protocol: u8,
+    },
     /// An opcode needs more values than the stack holds above the last
     /// `MARK`.
     #[error("stack underflow: an opcode needs more values than were pushed since the last MARK")]

@@ -375,13 +375,21 @@ impl<'a> Machine<'a> {
     /// The global `module.name`, if the filter allows it. Below protocol 3
     /// the filter sees the Python 3 name, as `Unpickler.find_class` imports
     /// it under `fix_imports`; from protocol 3 on, a Python 2 name stays as
-    /// sent, a module Python 3 does not have.
+    /// sent, a module Python 3 does not have. Below protocol 4 a dotted
+    /// name is refused, as CPython's `find_class` fails to look it up.
     pub(super) fn admit(&self, module: &str, name: &str) -> Result<Global, DecodeError> {
         let (module, name) = if self.protocol < 3 {
             python2_names::python3_name(module, name)
         } else {
             (module, name)
         };
+        if self.protocol < 4 && name.contains('.') {
+            return Err(self.error(DecodeErrorCode::DottedNameBelowProtocol4 {
+                module: module.to_owned(),
+                name: name.to_owned(),
+                protocol: self.protocol,
+            }));
+        }
         self.filter.admit(module, name).ok_or_else(|| {
             self.error(DecodeErrorCode::DisallowedGlobal {
                 module: module.to_owned(),

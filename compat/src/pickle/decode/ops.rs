@@ -177,7 +177,7 @@ impl Machine<'_> {
             }
             BYTEARRAY8 => {
                 let len = self.length(opcode)?;
-                Node::ByteArray(self.take(len)?.to_vec())
+                Node::ByteArray(self.take_bytes(len)?)
             }
             _ => {
                 let len = self.length(opcode)?;

@@ -1,7 +1,8 @@
 //! The storages of a message, in every form torch writes them: shared by
 //! a `ForkingPickler` strategy, embedded as a legacy stream
 //! (`_load_from_bytes`), or a torch.save file's record named by a
-//! persistent id.
+//! persistent id; and tensorshare's `bytes` form, a `bytearray` that
+//! `torch.frombuffer` wraps.
 
 use tensorshare::DType;
 use tensorshare_compat::pickle::{Global, Node, NodeId, Pickle};
@@ -177,6 +178,7 @@ impl Builder<'_> {
                 };
             }
             Sharing::FromBytes => return self.load_from_bytes(index, spec, own, data),
+            Sharing::FromBuffer => return self.from_buffer(own, data),
             Sharing::FromFile { path } => {
                 let path = match path {
                     None => format!("/tmp/tensorshare-fuzz/memmap-{index}"),
@@ -266,6 +268,43 @@ impl Builder<'_> {
         }
         *pickle.get_mut(tuple).unwrap() = Node::Tuple(items);
         pid
+    }
+
+    /// `torch.Tensor.untyped_storage(functools.partial(torch.frombuffer,
+    /// dtype=torch.uint8)(bytearray(b)))`, tensorshare's `bytes` form, or
+    /// `rebuild_storage_empty` for no bytes, as tensorshare sends those.
+    fn from_buffer(&mut self, own: DType, data: Vec<u8>) -> BuiltStorage {
+        // Below protocol 4 `pickle` spells the dotted method through
+        // getattr, which only memmap's from_file may use.
+        if 2 + self.input.protocol % 4 < 4 {
+            self.canonical = false;
+        }
+        let node = if data.is_empty() {
+            let cls = self.outer.global("torch.storage", "UntypedStorage");
+            self.call_global(REDUCTIONS, "rebuild_storage_empty", vec![cls])
+        } else {
+            let function = self.outer.global("torch", "frombuffer");
+            let partial = self.call_global("functools", "partial", vec![function]);
+            let args = self.outer.tuple(Vec::new());
+            let keyword = self.str("dtype");
+            let uint8 = self.outer.global("torch", "uint8");
+            let kwargs = self.outer.push(Node::Dict(vec![(keyword, uint8)]));
+            let none = self.outer.push(Node::None);
+            let state = self.outer.tuple(vec![function, args, kwargs, none]);
+            if let Some(Node::Object(object)) = self.outer.pickle_mut().get_mut(partial) {
+                object.state = Some(state);
+            }
+            let payload = self.outer.push(Node::ByteArray(data.clone().into()));
+            let tensor = self.outer.call(partial, vec![payload]);
+            self.call_global("torch", "Tensor.untyped_storage", vec![tensor])
+        };
+        BuiltStorage {
+            node,
+            typed: None,
+            own,
+            nbytes: data.len(),
+            data: Some(data),
+        }
     }
 
     /// `torch.storage._load_from_bytes(b)`, `b` a legacy torch.save stream
