@@ -120,7 +120,7 @@ pub(super) fn has_safetensors_extension(path: &Path) -> bool {
 /// Whether `path` names a regular file that starts as a `torch.save` file
 /// does: a zip, or a legacy stream's magic number. Other inputs (stdin,
 /// pickles of any strategy) are read whole.
-fn is_torch_save_file(path: &Path) -> bool {
+pub(super) fn is_torch_save_file(path: &Path) -> bool {
     /// The legacy stream's first pickle: protocol 2, the magic number.
     const LEGACY_MAGIC: &[u8] = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19";
     if path.as_os_str() == "-" {
