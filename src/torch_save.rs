@@ -114,6 +114,10 @@ pub fn load_with(
     if mapped.was_truncated() {
         return Err(changed().into());
     }
+    // Reading each record's local header mapped the page cache around it
+    // (whole large folios, a megabyte or more each): give it back, so that
+    // memory grows only with the storages read from here on.
+    mapped.release(0..mapped.len());
     loaded
 }
 

@@ -109,9 +109,15 @@ fn window_of(data: &SharedBytes, mapped: &Arc<MappedFile>) -> Option<Arc<dyn Seg
     if data.is_empty() || (data.as_ptr() as usize) % IN_PLACE_ALIGNMENT != 0 {
         return None;
     }
-    let start = (data.as_ptr() as usize).checked_sub(mapped.as_bytes().as_ptr() as usize)?;
-    let window = FileWindow::new(Arc::clone(mapped), start..start.checked_add(data.len())?)?;
+    let window = FileWindow::new(Arc::clone(mapped), range_in(data, mapped)?)?;
     Some(Arc::new(window))
+}
+
+/// Where `data` lies in `mapped`, when it lies there.
+fn range_in(data: &SharedBytes, mapped: &MappedFile) -> Option<std::ops::Range<usize>> {
+    let start = (data.as_ptr() as usize).checked_sub(mapped.as_bytes().as_ptr() as usize)?;
+    let end = start.checked_add(data.len())?;
+    (end <= mapped.len()).then_some(start..end)
 }
 
 impl PersistentLoad for ArchiveStorages<'_> {
@@ -150,9 +156,19 @@ impl PersistentLoad for ArchiveStorages<'_> {
                 let nbytes = data.len();
                 let storage = match self.mapped.and_then(|mapped| window_of(&data, mapped)) {
                     Some(window) => Storage::from_saved_segment(window, location.clone()),
-                    None => Storage::from_saved_bytes(data, location.clone()).map_err(|error| {
-                        invalid(format!("storage '{key}' of {nbytes} bytes: {error}"))
-                    })?,
+                    None => {
+                        let range = self.mapped.and_then(|mapped| range_in(&data, mapped));
+                        let copy =
+                            Storage::from_saved_bytes(data, location.clone()).map_err(|error| {
+                                invalid(format!("storage '{key}' of {nbytes} bytes: {error}"))
+                            })?;
+                        // Copied out: the file's pages for it are not needed
+                        // again, so memory holds the copy alone.
+                        if let (Some(mapped), Some(range)) = (self.mapped, range) {
+                            mapped.release(range);
+                        }
+                        copy
+                    }
                 };
                 loaded.insert(key.to_string(), storage.clone());
                 storage
