@@ -1,5 +1,8 @@
 //! Reading `torch.save` files (zip and legacy) through the registry.
 
+use std::io;
+use std::path::PathBuf;
+
 use tensorshare_compat::torch_save::{self, TorchSaveFormat};
 
 // Why a torch.save file could not be read, from the format crate.
@@ -28,5 +31,63 @@ pub fn load_torch_save(
     let audit = GlobalAudit::new(registry);
     let archive = torch_save::read(bytes, &audit, &read_options(registry))?;
     audit.finish()?;
-    rebuild_archive(archive, registry, 0)
+    rebuild_archive(archive, registry, 0, None)
+}
+
+/// Why a `torch.save` file could not be read or written as a file (what is
+/// in it is [`Error::TorchSave`](crate::Error::TorchSave), [`Error::Rebuild`](crate::Error::Rebuild), ...).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FileError {
+    /// The file could not be opened, mapped or read.
+    #[error("cannot read {}: {cause}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// What the OS said.
+        cause: io::Error,
+    },
+    /// The file shrank while it was mapped: what was read of it is not what
+    /// it holds.
+    #[error(
+        "{} was truncated or rewritten while it was being read; read it again once \
+         whatever writes it is done (write checkpoints beside their path and rename them \
+         into place, as torch.save to a temporary name does, so readers never see this)",
+        path.display()
+    )]
+    Changed {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A file a storage being written was mapped from shrank while it was
+    /// read: the output would hold zeros for its lost bytes, so it was not
+    /// written.
+    #[error(
+        "the file a storage was read from was truncated or rewritten while it was being \
+         written out, so {} was not written; convert it again once whatever writes the \
+         input is done",
+        path.display()
+    )]
+    SourceChanged {
+        /// The output that was not written.
+        path: PathBuf,
+    },
+    /// The output could not be written.
+    #[error("cannot write {}: {cause}", path.display())]
+    Write {
+        /// The output.
+        path: PathBuf,
+        /// What the OS said.
+        cause: io::Error,
+    },
+}
+
+impl FileError {
+    /// The OS error behind this one, if there is one.
+    pub fn io_error(&self) -> Option<&io::Error> {
+        match self {
+            FileError::Read { cause, .. } | FileError::Write { cause, .. } => Some(cause),
+            _ => None,
+        }
+    }
 }

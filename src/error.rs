@@ -24,6 +24,7 @@ use tensorshare_compat::torch_save::{TorchSaveError, WriteError};
 use tensorshare_strategies::memmap::InvalidMemmapDir;
 use tensorshare_strategies::{AllocateError, ExportError, ImportError};
 
+use crate::archive::FileError;
 use crate::connection::ConnectionError;
 use crate::model::{ElementError, ValueAccessError, ViewError};
 use crate::reduce::ReduceError;
@@ -189,6 +190,10 @@ pub enum Error {
     #[cfg(feature = "safetensors")]
     #[error(transparent)]
     Safetensors(SafetensorsError),
+    /// A `torch.save` file could not be read or written as a file, or
+    /// changed while it was read.
+    #[error(transparent)]
+    TorchSaveFile(FileError),
 }
 
 fn then_failed(connection: Option<&ConnectionError>) -> String {
@@ -213,6 +218,7 @@ impl Error {
             Error::Attach { cause, .. } => cause.io_error(),
             #[cfg(feature = "safetensors")]
             Error::Safetensors(error) => error.io_error(),
+            Error::TorchSaveFile(error) => error.io_error(),
             _ => None,
         }
     }
@@ -249,6 +255,7 @@ from_wrapped!(
     Connection(ConnectionError),
     MemmapDir(InvalidMemmapDir),
     Serde(SerdeError),
+    TorchSaveFile(FileError),
 );
 
 #[cfg(feature = "safetensors")]

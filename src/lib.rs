@@ -41,6 +41,8 @@ mod error;
 mod messages;
 // Describing any pickle or torch.save file without executing it.
 pub mod inspect;
+// torch.save files by path, reader and writer.
+pub mod torch_save;
 
 // The model: tensors, storages and the values a pickle rebuilds into.
 pub use model::{

@@ -9,10 +9,13 @@
 //! Each storage is written once, however many tensors view it, so aliasing
 //! survives the round trip.
 
+use std::io::{Seek, Write};
+
 use rustc_hash::FxHashMap;
 
 use tensorshare_compat::pickle::{Node, NodeId, SharedBytes};
 use tensorshare_compat::torch_save::{self, SavedStorage, TorchSaveFormat};
+use tensorshare_strategies::bytes::file_window::FileWindow;
 
 use crate::DType;
 use crate::model::{Storage, Tensor, Value};
@@ -44,18 +47,52 @@ use crate::registry::TypeReducers;
 /// assert!(file.starts_with(b"PK\x03\x04"));
 /// ```
 pub fn save_torch(value: &Value, format: TorchSaveFormat) -> Result<Vec<u8>, ReduceError> {
+    let mut out = std::io::Cursor::new(Vec::new());
+    write_torch(value, format, &mut out)?;
+    Ok(out.into_inner())
+}
+
+/// Writes `value` as a `torch.save` file of `format` to `out`, storage by
+/// storage from where each one's bytes are: nothing is built whole. The
+/// pages of a storage read from a mapped file are given back once it is
+/// written, so writing a mapped checkpoint out takes memory for the pickle
+/// alone. Returns the storages written, in file order.
+///
+/// # Errors
+///
+/// As [`save_torch`].
+pub(crate) fn write_torch<W: Write + Seek>(
+    value: &Value,
+    format: TorchSaveFormat,
+    out: W,
+) -> Result<Vec<Storage>, ReduceError> {
     let mut leaves = SaveLeaves::new(StorageForm::PersistentId(format));
-    let mut out = PickleBuilder::default();
+    let mut builder = PickleBuilder::default();
     // torch.save files hold torch's types and plain values: the
     // embedder's own types are for messages to peers that know them.
-    let root = reduce_with(value, &mut leaves, &TypeReducers::default(), &mut out)?;
-    let object = out.finish(root);
+    let root = reduce_with(value, &mut leaves, &TypeReducers::default(), &mut builder)?;
+    let object = builder.finish(root);
     let saved: Vec<SavedStorage<'_>> = leaves
         .storages
         .iter()
         .map(|entry| SavedStorage::shared(&entry.key, entry.dtype, &entry.data))
         .collect();
-    Ok(torch_save::write_to_vec(format, &object, &saved)?)
+    let mut release = |index: usize| {
+        if let Some(window) = leaves.storages[index].storage.local_segment::<FileWindow>() {
+            window.release_pages();
+        }
+    };
+    match format {
+        TorchSaveFormat::Zip => torch_save::write_zip_each(out, &object, &saved, &mut release)?,
+        TorchSaveFormat::Legacy => {
+            torch_save::write_legacy_each(out, &object, &saved, &mut release)?;
+        }
+    }
+    Ok(leaves
+        .storages
+        .iter()
+        .map(|entry| entry.storage.clone())
+        .collect())
 }
 
 /// Refuses a storage written with the class of `written` viewed as
@@ -81,6 +118,8 @@ fn unreachable_data(storage: &Storage) -> ReduceError {
 
 /// One storage written into the file.
 struct SavedEntry {
+    /// The storage.
+    storage: Storage,
     /// Its bytes, which keep the storage alive.
     data: SharedBytes,
     /// The record key its persistent id names (`0`, `1`, ... as torch).
@@ -149,6 +188,7 @@ impl SaveLeaves {
         self.by_identity
             .insert(storage.identity(), self.storages.len());
         self.storages.push(SavedEntry {
+            storage: storage.clone(),
             data,
             key,
             dtype,

@@ -296,12 +296,14 @@ impl Storage {
         bytes: SharedBytes,
         location: Arc<str>,
     ) -> Result<Self, AllocateError> {
-        let segment = heap_segment(bytes)?;
-        Ok(Self::new(
-            segment.len(),
-            Residence::Local(segment),
-            Some(location),
-        ))
+        Ok(Self::from_saved_segment(heap_segment(bytes)?, location))
+    }
+
+    /// A storage over `segment`, read from a `torch.save` archive that says
+    /// it was saved on `location` (a window of the mapped file, or bytes
+    /// read out of it).
+    pub(crate) fn from_saved_segment(segment: Arc<dyn Segment>, location: Arc<str>) -> Self {
+        Self::new(segment.len(), Residence::Local(segment), Some(location))
     }
 
     /// A storage over a local segment, covering all of it.

@@ -125,16 +125,40 @@ pub enum RebuildError {
 }
 
 fn not_allowed_message(globals: &[Global]) -> String {
-    let names: Vec<String> = globals.iter().map(|g| format!("'{g}'")).collect();
+    let mut names: Vec<String> = globals
+        .iter()
+        .take(NAMED_GLOBALS)
+        .map(|g| format!("'{g}'"))
+        .collect();
+    if globals.len() > NAMED_GLOBALS {
+        names.push(format!("and {} more", globals.len() - NAMED_GLOBALS));
+    }
     let (noun, them) = match globals.len() {
         1 => ("global", "it"),
         _ => ("globals", "them"),
     };
+    // TorchScript pickles name the classes of compiled modules under
+    // `__torch__`: no allowlist could make them data, so say what the file is.
+    let torchscript = if globals.iter().any(|g| is_torchscript_module(&g.module)) {
+        "a TorchScript archive: torch.jit.load reads it; tensorshare does not run \
+         TorchScript. "
+    } else {
+        ""
+    };
     format!(
-        "the pickle names {} {noun} outside the allowlist: {}; nothing was executed. \
-         Register a rebuilder for {them} if you trust the source, or look at what the \
-         pickle would call with `tensorshare inspect --opaque`",
+        "{torchscript}the pickle names {} {noun} outside the allowlist: {}; nothing was \
+         executed. Register a rebuilder for {them} if you trust the source, or look at what \
+         the pickle would call with `tensorshare inspect --opaque`",
         globals.len(),
         names.join(", ")
     )
+}
+
+/// How many globals a refusal names; the rest are counted.
+const NAMED_GLOBALS: usize = 4;
+
+/// Whether `module` is one TorchScript compiles classes into
+/// (`__torch__.model.Net`, `__torch__.torch.nn.modules.linear.Linear`).
+fn is_torchscript_module(module: &str) -> bool {
+    module == "__torch__" || module.starts_with("__torch__.")
 }

@@ -5,11 +5,15 @@
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
-use tensorshare_compat::pickle::Global;
+use tensorshare_compat::pickle::{Global, SharedBytes};
 use tensorshare_compat::torch_save::{
     self, ReadOptions, StorageRecord, TorchSaveArchive, TorchSaveFormat,
 };
+use tensorshare_strategies::Segment;
+use tensorshare_strategies::bytes::file_window::FileWindow;
+use tensorshare_strategies::platform::mapped_file::MappedFile;
 
 use super::rebuild::{PersistentLoad, Walker};
 use super::{Call, LoadError, RebuildError, Registry};
@@ -26,10 +30,13 @@ pub(crate) fn read_options(registry: &Registry) -> ReadOptions {
 }
 
 /// Rebuilds the object of `archive`, itself inside `archive_depth` others.
+/// Records that lie in `mapped` (the file the archive was read from) at an
+/// aligned address stay there: their storages are windows of the mapping.
 pub(crate) fn rebuild_archive(
     archive: TorchSaveArchive,
     registry: &Registry,
     archive_depth: usize,
+    mapped: Option<&Arc<MappedFile>>,
 ) -> Result<(TorchSaveFormat, Value), LoadError> {
     let TorchSaveArchive {
         format,
@@ -40,6 +47,7 @@ pub(crate) fn rebuild_archive(
     let storages = ArchiveStorages {
         records: RefCell::new(records),
         loaded: RefCell::new(HashMap::new()),
+        mapped,
     };
     let value = Walker::new(registry, &object, Some(&storages))
         .in_archive(archive_depth + 1)
@@ -62,7 +70,7 @@ pub(super) fn load_from_bytes(call: Call<'_>) -> Result<Value, RebuildError> {
     // once, from the message into the storage.
     let (_, value) = torch_save::read_shared(payload, call.registry, &read_options(call.registry))
         .map_err(LoadError::from)
-        .and_then(|archive| rebuild_archive(archive, call.registry, call.archive_depth))
+        .and_then(|archive| rebuild_archive(archive, call.registry, call.archive_depth, None))
         .map_err(|source| RebuildError::Archive {
             callee: call.callee.clone(),
             cause: Box::new(source),
@@ -85,12 +93,34 @@ pub(super) fn load_from_bytes(call: Call<'_>) -> Result<Value, RebuildError> {
 /// reads it: most checkpoints were saved from a GPU, and the file holds the
 /// bytes whatever device they came from. The storage keeps the location for
 /// display ([`Storage::saved_location`]).
-struct ArchiveStorages {
+struct ArchiveStorages<'a> {
     records: RefCell<BTreeMap<String, StorageRecord>>,
     loaded: RefCell<HashMap<String, Storage>>,
+    mapped: Option<&'a Arc<MappedFile>>,
 }
 
-impl PersistentLoad for ArchiveStorages {
+/// Records at an address aligned for every dtype are left in place.
+const IN_PLACE_ALIGNMENT: usize = 16;
+
+/// `data` as a window of `mapped`, when it lies there at an address aligned
+/// for every dtype; `None` for bytes elsewhere (a decompressed record) or
+/// unaligned (a legacy stream's), which are copied.
+fn window_of(data: &SharedBytes, mapped: &Arc<MappedFile>) -> Option<Arc<dyn Segment>> {
+    if data.is_empty() || (data.as_ptr() as usize) % IN_PLACE_ALIGNMENT != 0 {
+        return None;
+    }
+    let window = FileWindow::new(Arc::clone(mapped), range_in(data, mapped)?)?;
+    Some(Arc::new(window))
+}
+
+/// Where `data` lies in `mapped`, when it lies there.
+fn range_in(data: &SharedBytes, mapped: &MappedFile) -> Option<std::ops::Range<usize>> {
+    let start = (data.as_ptr() as usize).checked_sub(mapped.as_bytes().as_ptr() as usize)?;
+    let end = start.checked_add(data.len())?;
+    (end <= mapped.len()).then_some(start..end)
+}
+
+impl PersistentLoad for ArchiveStorages<'_> {
     fn load(&self, pid: &Value) -> Result<Value, RebuildError> {
         let invalid = |message: String| RebuildError::Invalid {
             callee: Global::new("torch.serialization", "persistent_load"),
@@ -124,10 +154,22 @@ impl PersistentLoad for ArchiveStorages {
             None => {
                 let data = std::mem::take(&mut record.data);
                 let nbytes = data.len();
-                let storage =
-                    Storage::from_saved_bytes(data, location.clone()).map_err(|error| {
-                        invalid(format!("storage '{key}' of {nbytes} bytes: {error}"))
-                    })?;
+                let storage = match self.mapped.and_then(|mapped| window_of(&data, mapped)) {
+                    Some(window) => Storage::from_saved_segment(window, location.clone()),
+                    None => {
+                        let range = self.mapped.and_then(|mapped| range_in(&data, mapped));
+                        let copy =
+                            Storage::from_saved_bytes(data, location.clone()).map_err(|error| {
+                                invalid(format!("storage '{key}' of {nbytes} bytes: {error}"))
+                            })?;
+                        // Copied out: the file's pages for it are not needed
+                        // again, so memory holds the copy alone.
+                        if let (Some(mapped), Some(range)) = (self.mapped, range) {
+                            mapped.release(range);
+                        }
+                        copy
+                    }
+                };
                 loaded.insert(key.to_string(), storage.clone());
                 storage
             }

@@ -12,6 +12,31 @@ use crate::model::ViewError;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SafetensorsError {
+    /// The file shrank while it was mapped: what was read of it is not what
+    /// it holds.
+    #[error(
+        "{} was truncated or rewritten while it was being read; read it again once \
+         whatever writes it is done (safetensors.torch.save_file writes beside the path and \
+         renames, so readers never see this)",
+        path.display()
+    )]
+    Changed {
+        /// The file.
+        path: std::path::PathBuf,
+    },
+    /// A file a tensor being written was mapped from shrank while it was
+    /// read: the output would hold zeros for its lost bytes, so it was not
+    /// written.
+    #[error(
+        "the file a tensor was read from was truncated or rewritten while it was being \
+         written out, so {} was not written; convert it again once whatever writes the \
+         input is done",
+        path.display()
+    )]
+    SourceChanged {
+        /// The output that was not written.
+        path: std::path::PathBuf,
+    },
     /// The input is shorter than the 8-byte header length.
     #[error(
         "not a safetensors file: {len} bytes, fewer than the 8 of the header length it starts with"

@@ -1,10 +1,16 @@
 //! Reading a safetensors file: its header length checked against the input
 //! before anything is allocated, its header validated by the format crate,
-//! then each tensor's bytes into a storage of its own.
+//! then each tensor's bytes into a storage of its own: a window of the
+//! mapped file when they are aligned for their dtype there, else a copy.
 
 use std::fs::File;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tensorshare_strategies::Segment;
+use tensorshare_strategies::bytes::file_window::FileWindow;
+use tensorshare_strategies::platform::mapped_file::MappedFile;
 
 use ::safetensors::tensor::{Metadata, TensorInfo};
 
@@ -22,7 +28,7 @@ impl SafetensorsFile {
     /// past the input, an invalid header, offsets that do not tile the data,
     /// a dtype torch lacks.
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, SafetensorsError> {
-        let mut input = bytes;
+        let mut input = StreamSource(bytes);
         read_from(&mut input, bytes.len() as u64, &|cause| {
             // Reading a slice fails only by running out of bytes, which
             // the length checks before every read rule out.
@@ -33,13 +39,18 @@ impl SafetensorsFile {
         })
     }
 
-    /// Reads the safetensors file at `path`, each tensor's bytes straight
-    /// into a storage of its own: the file is never held twice.
+    /// Reads the safetensors file at `path` through a mapping of it: each
+    /// tensor whose bytes are aligned for its dtype (every file the
+    /// `safetensors` crate writes) is a window of the mapping, which lives
+    /// as long as the last of them; others are copied into a storage of
+    /// their own. A path that cannot be mapped (a pipe) is read as a stream,
+    /// each tensor into a storage of its own.
     ///
     /// # Errors
     ///
-    /// [`SafetensorsError::Read`] when the file cannot be read, else as
-    /// [`from_bytes`](Self::from_bytes).
+    /// [`SafetensorsError::Read`] when the file cannot be read,
+    /// [`SafetensorsError::Changed`] when it shrank while it was read, else
+    /// as [`from_bytes`](Self::from_bytes).
     pub fn load(path: impl AsRef<Path>) -> Result<Self, SafetensorsError> {
         let path = path.as_ref();
         let read_error = |cause| SafetensorsError::Read {
@@ -47,8 +58,91 @@ impl SafetensorsFile {
             cause,
         };
         let file = File::open(path).map_err(read_error)?;
-        let len = file.metadata().map_err(read_error)?.len();
-        read_from(&mut io::BufReader::new(file), len, &read_error)
+        let mapped = match MappedFile::map(&file) {
+            Ok(mapped) => Arc::new(mapped),
+            Err(error) if error.kind() == io::ErrorKind::InvalidInput => {
+                let len = file.metadata().map_err(read_error)?.len();
+                let mut source = StreamSource(io::BufReader::new(file));
+                return read_from(&mut source, len, &read_error);
+            }
+            Err(error) => return Err(read_error(error)),
+        };
+        let mut source = MappedSource {
+            file: Arc::clone(&mapped),
+            at: 0,
+        };
+        let read = read_from(&mut source, mapped.len() as u64, &read_error);
+        // Whatever failed, a file that shrank under the reader is the cause.
+        if mapped.was_truncated() {
+            return Err(SafetensorsError::Changed {
+                path: path.to_owned(),
+            });
+        }
+        read
+    }
+}
+
+/// Where a file's bytes come from, in order: a stream, or a mapping whose
+/// tensors can stay where they are.
+trait Source {
+    /// The next `buf.len()` bytes, into `buf`.
+    fn read_exact(&mut self, buf: &mut [u8]) -> io::Result<()>;
+
+    /// The next `len` bytes as a storage, aligned for `align`-byte elements.
+    fn storage(&mut self, len: usize, align: usize) -> io::Result<Storage>;
+}
+
+/// A stream (or bytes in memory): every tensor is read into its own storage.
+struct StreamSource<R>(R);
+
+impl<R: Read> Source for StreamSource<R> {
+    fn read_exact(&mut self, buf: &mut [u8]) -> io::Result<()> {
+        self.0.read_exact(buf)
+    }
+
+    fn storage(&mut self, len: usize, _align: usize) -> io::Result<Storage> {
+        let mut bytes = vec![0u8; len];
+        self.0.read_exact(&mut bytes)?;
+        Ok(Storage::from_vec(bytes))
+    }
+}
+
+/// A mapped file: tensors aligned there are windows of it.
+struct MappedSource {
+    file: Arc<MappedFile>,
+    at: usize,
+}
+
+impl MappedSource {
+    fn take(&mut self, len: usize) -> io::Result<std::ops::Range<usize>> {
+        let end = self
+            .at
+            .checked_add(len)
+            .filter(|&end| end <= self.file.len())
+            .ok_or_else(|| io::Error::from(io::ErrorKind::UnexpectedEof))?;
+        let range = self.at..end;
+        self.at = end;
+        Ok(range)
+    }
+}
+
+impl Source for MappedSource {
+    fn read_exact(&mut self, buf: &mut [u8]) -> io::Result<()> {
+        let range = self.take(buf.len())?;
+        buf.copy_from_slice(&self.file.as_bytes()[range]);
+        Ok(())
+    }
+
+    fn storage(&mut self, len: usize, align: usize) -> io::Result<Storage> {
+        let range = self.take(len)?;
+        let bytes = &self.file.as_bytes()[range.clone()];
+        if len == 0 || (bytes.as_ptr() as usize) % align.max(1) != 0 {
+            return Ok(Storage::from_vec(bytes.to_vec()));
+        }
+        let window = FileWindow::new(Arc::clone(&self.file), range)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::UnexpectedEof))?;
+        let segment: Arc<dyn Segment> = Arc::new(window);
+        Ok(Storage::from_segment(segment))
     }
 }
 
@@ -56,7 +150,7 @@ impl SafetensorsFile {
 /// against `len` before anything is allocated, the header, validated, then
 /// each tensor's bytes into a storage of its own, in file order.
 fn read_from(
-    input: &mut impl Read,
+    input: &mut impl Source,
     len: u64,
     io_error: &dyn Fn(io::Error) -> SafetensorsError,
 ) -> Result<SafetensorsFile, SafetensorsError> {
@@ -109,18 +203,19 @@ fn read_from(
 /// One tensor, its bytes next in `input`: the header validation proved
 /// they are in the input and as many as its shape and dtype take.
 fn read_tensor(
-    input: &mut impl Read,
+    input: &mut impl Source,
     name: &str,
     info: &TensorInfo,
     io_error: &dyn Fn(io::Error) -> SafetensorsError,
 ) -> Result<Tensor, SafetensorsError> {
     let (start, end) = info.data_offsets;
-    let mut bytes = vec![0u8; end - start];
-    input.read_exact(&mut bytes).map_err(io_error)?;
     let dtype = to_torch_dtype(info.dtype).ok_or_else(|| SafetensorsError::NoTorchDtype {
         name: name.to_owned(),
         dtype: info.dtype,
     })?;
+    let storage = input
+        .storage(end - start, dtype.element_size())
+        .map_err(io_error)?;
     let mut sizes = info.shape.clone();
     if dtype == DType::Float4E2M1FnX2 {
         // Two F4 elements to one float4_e2m1fn_x2, in the last dimension.
@@ -138,12 +233,10 @@ fn read_tensor(
             }
         }
     }
-    Tensor::new(
-        Storage::from_vec(bytes),
-        TensorView::contiguous(dtype, &sizes),
-    )
-    .map_err(|cause| SafetensorsError::View {
-        name: name.to_owned(),
-        cause,
+    Tensor::new(storage, TensorView::contiguous(dtype, &sizes)).map_err(|cause| {
+        SafetensorsError::View {
+            name: name.to_owned(),
+            cause,
+        }
     })
 }

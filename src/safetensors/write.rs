@@ -9,6 +9,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use ::safetensors::tensor::{Metadata, TensorInfo};
+use tensorshare_strategies::bytes::file_window::FileWindow;
 
 use super::{
     Dtype, LENGTH_BYTES, MAX_HEADER_BYTES, SafeTensorError, SafetensorsError, SafetensorsFile,
@@ -74,8 +75,25 @@ impl SafetensorsFile {
             writer.write_all(&header).map_err(write_error)?;
             for entry in &entries {
                 writer.write_all(&entry.data()).map_err(write_error)?;
+                // A storage streamed out of a mapped file gives its pages
+                // back: memory stays bounded by one tensor, not the file.
+                if let Some(window) = entry.tensor.storage().local_segment::<FileWindow>() {
+                    window.release_pages();
+                }
             }
             writer.flush().map_err(write_error)?;
+        }
+        let source_changed = entries.iter().any(|entry| {
+            entry
+                .tensor
+                .storage()
+                .local_segment::<FileWindow>()
+                .is_some_and(FileWindow::was_truncated)
+        });
+        if source_changed {
+            return Err(SafetensorsError::SourceChanged {
+                path: path.to_owned(),
+            });
         }
         temp.persist(path)
             .map_err(|error| write_error(error.error))?;

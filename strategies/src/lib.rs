@@ -95,6 +95,12 @@
 //!   unmapped, so the page it replaces belongs to a live mapping of ours
 //!   whose bytes other processes could have changed anyway. This stays
 //!   hand-written: memmap2 cannot map over a range with `MAP_FIXED`.
+//! - [`platform::mapped_file`] maps checkpoint files read-only with
+//!   memmap2, registers each mapping with the fault guard (a file truncated
+//!   while mapped reads zeros and says so instead of killing the process),
+//!   and advises `MADV_DONTNEED` over ranges a reader is done with, which
+//!   for a read-only shared file mapping only drops pages the next read
+//!   brings back unchanged; [`bytes::file_window`] keeps storages there.
 //! - [`bytes::heap`] keeps the anonymous mappings (memmap2's) of large
 //!   buffers in a pool for reuse. The pool owns each mapping by value, so a
 //!   range is never handed to two buffers; the `MADV_FREE` advice it gives

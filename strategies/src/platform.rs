@@ -6,6 +6,8 @@
 //! - [`private_dir`]: private socket directories and the names `gc` knows
 //!   them by.
 //! - [`process`]: whether a process is gone, and what `/proc` says of one.
+//! - [`mapped_file`]: read-only mappings of whole files (checkpoints),
+//!   guarded against the file shrinking while mapped.
 //! - [`open_watch`]: how often the files of a directory were opened and
 //!   let go of again, by any process (inotify).
 //! - The private `mapping` module: shared mappings of a file (on memmap2),
@@ -22,6 +24,7 @@ pub(crate) mod fault_guard;
 pub mod fd_passing;
 pub(crate) mod lease;
 pub(crate) mod map_count;
+pub mod mapped_file;
 pub(crate) mod mapping;
 pub(crate) mod memmap_file_name;
 pub mod open_watch;

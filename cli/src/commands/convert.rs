@@ -72,6 +72,9 @@ pub fn run(args: ConvertArgs) -> Result<(), CliError> {
         // Straight from the file, each tensor into its own storage: the
         // file is not held in memory twice.
         tensorshare::safetensors::load(&args.input).map_err(|e| format!("{input}: {e}"))?
+    } else if is_torch_save_file(&args.input) {
+        // Through a mapping: storages stay in the file until written out.
+        tensorshare::torch_save::load(&args.input).map_err(|e| format!("{input}: {e}"))?
     } else {
         let bytes = read_input(&args.input)?;
         load_any(&bytes, authkey).map_err(|e| format!("{input}: {e}"))?
@@ -85,12 +88,22 @@ pub fn run(args: ConvertArgs) -> Result<(), CliError> {
     } else {
         TorchSaveFormat::Zip
     };
-    let file = save_torch(&value, format).map_err(|e| format!("{input}: {e}"))?;
-    let written = write_output(&args.output, &file)?;
+    let (written, len) = if args.output.as_os_str() == "-" {
+        // A zip is written seeking back over each record's header, which a
+        // pipe cannot: built in memory for stdout only.
+        let file = save_torch(&value, format).map_err(|e| format!("{input}: {e}"))?;
+        (write_output(&args.output, &file)?, file.len() as u64)
+    } else {
+        tensorshare::torch_save::save_as(&value, &args.output, format)
+            .map_err(|e| format!("{input}: {e}"))?;
+        let len = std::fs::metadata(&args.output)
+            .map_err(|e| CliError::io(format!("reading {}", args.output.display()), e))?
+            .len();
+        (args.output.display().to_string(), len)
+    };
     eprintln!(
-        "wrote {written} ({} torch.save, {} bytes)",
+        "wrote {written} ({} torch.save, {len} bytes)",
         if args.legacy { "legacy" } else { "zip" },
-        file.len()
     );
     if let Some(moved) = moved_to_cpu(&value) {
         eprintln!("{moved}");
@@ -102,6 +115,27 @@ pub fn run(args: ConvertArgs) -> Result<(), CliError> {
 pub(super) fn has_safetensors_extension(path: &Path) -> bool {
     path.extension()
         .is_some_and(|extension| extension.eq_ignore_ascii_case(SAFETENSORS_EXTENSION))
+}
+
+/// Whether `path` names a regular file that starts as a `torch.save` file
+/// does: a zip, or a legacy stream's magic number. Other inputs (stdin,
+/// pickles of any strategy) are read whole.
+pub(super) fn is_torch_save_file(path: &Path) -> bool {
+    /// The legacy stream's first pickle: protocol 2, the magic number.
+    const LEGACY_MAGIC: &[u8] = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19";
+    if path.as_os_str() == "-" {
+        return false;
+    }
+    let Ok(mut file) = std::fs::File::open(path) else {
+        return false;
+    };
+    if !file.metadata().is_ok_and(|m| m.is_file()) {
+        return false;
+    }
+    let mut head = [0u8; LEGACY_MAGIC.len()];
+    let read = std::io::Read::read(&mut file, &mut head).unwrap_or(0);
+    let head = &head[..read];
+    head.starts_with(b"PK\x03\x04") || head.starts_with(LEGACY_MAGIC)
 }
 
 /// The value under `keys`, one level of dict per key.

@@ -4,12 +4,12 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use tensorshare::Registry;
 use tensorshare::inspect::{Format, OpaqueSummary, Report};
 use tensorshare::registry::{LoadOptions, UnknownGlobals};
+use tensorshare::{Registry, TorchSaveFormat};
 use tensorshare_cli::inspect_report;
 
-use super::convert::has_safetensors_extension;
+use super::convert::{has_safetensors_extension, is_torch_save_file};
 use crate::error::CliError;
 
 #[derive(Debug, Args)]
@@ -29,7 +29,6 @@ pub struct InspectArgs {
 }
 
 pub fn run(args: InspectArgs) -> Result<(), CliError> {
-    let bytes = read_input(&args.file)?;
     let unknown_globals = if args.opaque {
         UnknownGlobals::Opaque
     } else {
@@ -37,16 +36,37 @@ pub fn run(args: InspectArgs) -> Result<(), CliError> {
     };
     let options = LoadOptions::default().with_unknown_globals(unknown_globals);
     let registry = Registry::default().with_options(options);
-    let report = if has_safetensors_extension(&args.file) {
-        // By its name too: a truncated header does not look like one.
-        tensorshare::safetensors::from_bytes(&bytes)
+    let report = if has_safetensors_extension(&args.file) && args.file.as_os_str() != "-" {
+        // By its name too: a truncated header does not look like one. Read
+        // through a mapping: only the pages shown are read.
+        tensorshare::safetensors::load(&args.file)
             .map(|object| Report {
                 format: Format::Safetensors,
                 object,
             })
             .map_err(tensorshare::Error::from)
+    } else if is_torch_save_file(&args.file) {
+        // Through a mapping: the directory, the pickle and the first
+        // elements of each tensor are all that is read.
+        tensorshare::torch_save::load_with(&args.file, &registry).map(|(format, object)| Report {
+            format: match format {
+                TorchSaveFormat::Zip => Format::TorchSaveZip,
+                TorchSaveFormat::Legacy => Format::TorchSaveLegacy,
+            },
+            object,
+        })
     } else {
-        tensorshare::inspect::inspect(&bytes, &registry)
+        let bytes = read_input(&args.file)?;
+        if has_safetensors_extension(&args.file) {
+            tensorshare::safetensors::from_bytes(&bytes)
+                .map(|object| Report {
+                    format: Format::Safetensors,
+                    object,
+                })
+                .map_err(tensorshare::Error::from)
+        } else {
+            tensorshare::inspect::inspect(&bytes, &registry)
+        }
     }
     .map_err(|e| format!("{}: {e}", args.file.display()))?;
     let text = if args.json {

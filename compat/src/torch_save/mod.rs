@@ -47,9 +47,9 @@ pub use persistent_id::{
 };
 pub use writer::{
     SavedStorage, TORCH_SAVE_PICKLE_PROTOCOL, WriteError, ZIP_ARCHIVE_DIR, legacy_stream_chunks,
-    push_storage_pid, write_legacy, write_to_vec, write_zip,
+    push_storage_pid, write_legacy, write_legacy_each, write_to_vec, write_zip, write_zip_each,
 };
-pub use zip_reader::read_zip;
+pub use zip_reader::{read_zip, read_zip_shared};
 
 use crate::dtype::DType;
 use crate::pickle::{
@@ -249,8 +249,9 @@ pub fn read(
 }
 
 /// Reads a torch.save file of either format, as [`read`] does, from a
-/// shared buffer: the storage records of a legacy stream are then slices of
-/// it rather than copies (what a `torch.storage._load_from_bytes` payload
+/// shared buffer (a message, a mapped file): the storage records of a
+/// legacy stream, and the stored aligned records of a zip
+/// ([`read_zip_shared`]), are then slices of it rather than copies (what a `torch.storage._load_from_bytes` payload
 /// in a message needs: its bytes are copied once, into the storage).
 ///
 /// # Errors
@@ -262,7 +263,7 @@ pub fn read_shared(
     options: &ReadOptions,
 ) -> Result<TorchSaveArchive, TorchSaveError> {
     match detect_format(input)? {
-        TorchSaveFormat::Zip => read_zip(input, globals, options),
+        TorchSaveFormat::Zip => read_zip_shared(input, globals, options),
         TorchSaveFormat::Legacy => legacy::read_legacy_from(input, Some(input), globals, options),
     }
 }

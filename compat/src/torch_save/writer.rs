@@ -308,6 +308,22 @@ pub fn write_zip<W: Write + Seek>(
     object: &Pickle,
     storages: &[SavedStorage<'_>],
 ) -> Result<(), WriteError> {
+    write_zip_each(out, object, storages, &mut |_| {})
+}
+
+/// Writes the zip format as [`write_zip`] does, calling `written(i)` once
+/// the bytes of `storages[i]` are written: a caller streaming storages out
+/// of a mapped file gives their pages back there.
+///
+/// # Errors
+///
+/// As [`write_zip`].
+pub fn write_zip_each<W: Write + Seek>(
+    out: W,
+    object: &Pickle,
+    storages: &[SavedStorage<'_>],
+    written: &mut dyn FnMut(usize),
+) -> Result<(), WriteError> {
     check_storages(storages, TorchSaveFormat::Zip)?;
     let pickle = encode(object, &save_options())?;
     let stored = SimpleFileOptions::default().compression_method(CompressionMethod::Stored);
@@ -332,13 +348,14 @@ pub fn write_zip<W: Write + Seek>(
         false,
     )?;
     record(&mut zip, "byteorder", b"little", false)?;
-    for storage in storages {
+    for (index, storage) in storages.iter().enumerate() {
         record(
             &mut zip,
             &format!("data/{}", storage.key),
             storage.data(),
             true,
         )?;
+        written(index);
     }
     record(&mut zip, "version", ZIP_FORMAT_VERSION, false)?;
     record(
@@ -364,14 +381,30 @@ pub fn write_zip<W: Write + Seek>(
 /// [`WriteError::RaggedStorage`] for bad storages, [`WriteError::Encode`]
 /// for an object that does not pickle, [`WriteError::Io`] from the output.
 pub fn write_legacy<W: Write>(
-    mut out: W,
+    out: W,
     object: &Pickle,
     storages: &[SavedStorage<'_>],
 ) -> Result<(), WriteError> {
+    write_legacy_each(out, object, storages, &mut |_| {})
+}
+
+/// Writes the legacy stream as [`write_legacy`] does, calling `written(i)`
+/// once the bytes of `storages[i]` are written.
+///
+/// # Errors
+///
+/// As [`write_legacy`].
+pub fn write_legacy_each<W: Write>(
+    mut out: W,
+    object: &Pickle,
+    storages: &[SavedStorage<'_>],
+    written: &mut dyn FnMut(usize),
+) -> Result<(), WriteError> {
     out.write_all(&legacy_head(object, storages)?)?;
-    for storage in storages {
+    for (index, storage) in storages.iter().enumerate() {
         out.write_all(&storage.numel(TorchSaveFormat::Legacy)?.to_le_bytes())?;
         out.write_all(storage.data())?;
+        written(index);
     }
     Ok(())
 }

@@ -7,15 +7,21 @@
 use std::collections::BTreeMap;
 use std::io::{Cursor, Read};
 
-use zip::ZipArchive;
 use zip::result::ZipError;
+use zip::{CompressionMethod, ZipArchive};
 
 use super::persistent_id::{PidLayout, collect_storage_pids};
 use super::{
     ReadOptions, StorageRecord, StreamPart, TorchSaveArchive, TorchSaveError, TorchSaveFormat,
     WithStorageClasses, ZIP_METADATA_ENTRIES, confine_storage_classes, pickle_error,
 };
-use crate::pickle::{GlobalFilter, decode};
+use crate::pickle::{GlobalFilter, SharedBytes, decode};
+
+/// Storage records that start at a multiple of this, stored uncompressed,
+/// are read in place by [`read_zip_shared`]: every dtype's elements are
+/// then aligned (torch aligns them to 64 bytes since 2.1, and to 64 before
+/// that in practice).
+const IN_PLACE_ALIGNMENT: u64 = 16;
 
 /// Reads a zip-format torch.save file.
 ///
@@ -47,6 +53,37 @@ pub fn read_zip(
     globals: &dyn GlobalFilter,
     options: &ReadOptions,
 ) -> Result<TorchSaveArchive, TorchSaveError> {
+    read_zip_from(bytes, None, globals, options)
+}
+
+/// Reads a zip-format torch.save file as [`read_zip`] does, from a shared
+/// buffer (a mapped file): each storage record stored uncompressed at an
+/// aligned offset, as torch writes them, is a slice of `input` rather than
+/// a copy; a compressed or unaligned one is copied, on its own. What
+/// [`ReadOptions::max_total_bytes`] bounds is then the bytes copied: the
+/// records left in place take no memory beyond `input`'s.
+///
+/// The stored records' CRCs are not checked (that would read every byte of
+/// the file up front, which reading in place is there to avoid), as
+/// `torch.load(mmap=True)` does not check them either.
+///
+/// # Errors
+///
+/// As [`read_zip`].
+pub fn read_zip_shared(
+    input: &SharedBytes,
+    globals: &dyn GlobalFilter,
+    options: &ReadOptions,
+) -> Result<TorchSaveArchive, TorchSaveError> {
+    read_zip_from(input, Some(input), globals, options)
+}
+
+fn read_zip_from(
+    bytes: &[u8],
+    shared: Option<&SharedBytes>,
+    globals: &dyn GlobalFilter,
+    options: &ReadOptions,
+) -> Result<TorchSaveArchive, TorchSaveError> {
     let mut archive = ZipArchive::new(Cursor::new(bytes)).map_err(|e| TorchSaveError::Zip {
         detail: e.to_string(),
     })?;
@@ -69,11 +106,11 @@ pub fn read_zip(
     };
 
     let byteorder_name = format!("{prefix}/byteorder");
-    if let Some(byteorder) = read_record(&mut archive, &byteorder_name, &mut budget)? {
+    if let Some(byteorder) = read_record(&mut archive, &byteorder_name, None, &mut budget)? {
         let part = StreamPart::Record {
             name: byteorder_name,
         };
-        match byteorder.as_slice() {
+        match &*byteorder {
             b"little" => {}
             b"big" => return Err(TorchSaveError::BigEndian { part }),
             other => {
@@ -87,7 +124,7 @@ pub fn read_zip(
     let pickle_part = StreamPart::Record {
         name: pickle_name.clone(),
     };
-    let pickle_bytes = read_record(&mut archive, &pickle_name, &mut budget)?
+    let pickle_bytes = read_record(&mut archive, &pickle_name, shared, &mut budget)?
         .ok_or(TorchSaveError::NoDataPickle)?;
     let object = decode(&pickle_bytes, &WithStorageClasses(globals), &options.limits)
         .map_err(|error| pickle_error(pickle_part.clone(), 0, pickle_bytes.len(), error))?
@@ -107,7 +144,7 @@ pub fn read_zip(
         let expected = pid
             .nbytes()
             .ok_or_else(|| TorchSaveError::StorageTooLarge { key: key.clone() })?;
-        let mut data = read_record(&mut archive, &name, &mut budget)?
+        let data = read_record(&mut archive, &name, shared, &mut budget)?
             .ok_or_else(|| TorchSaveError::MissingRecord { name: name.clone() })?;
         let found = data.len() as u64;
         if found < expected {
@@ -118,8 +155,10 @@ pub fn read_zip(
             });
         }
         // `expected <= found`, a length in memory.
-        data.truncate(usize::try_from(expected).unwrap_or(usize::MAX));
-        records.insert(key, StorageRecord::from_pid(pid, data.into()));
+        let data = data
+            .slice(0..usize::try_from(expected).unwrap_or(usize::MAX))
+            .unwrap_or_default();
+        records.insert(key, StorageRecord::from_pid(pid, data));
     }
 
     Ok(TorchSaveArchive {
@@ -171,16 +210,19 @@ impl Budget {
     }
 }
 
-/// A whole record, or `None` if the archive has no record of that name.
+/// A whole record, or `None` if the archive has no record of that name:
+/// a slice of `shared` when it is stored uncompressed at an aligned
+/// offset, else read out.
 ///
-/// The declared size is charged to the budget before anything is
-/// decompressed, and no more than it is read, so a record claiming little
-/// and inflating to much is an error, not an allocation.
+/// The declared size of a record read out is charged to the budget before
+/// anything is decompressed, and no more than it is read, so a record
+/// claiming little and inflating to much is an error, not an allocation.
 fn read_record(
     archive: &mut ZipArchive<Cursor<&[u8]>>,
     name: &str,
+    shared: Option<&SharedBytes>,
     budget: &mut Budget,
-) -> Result<Option<Vec<u8>>, TorchSaveError> {
+) -> Result<Option<SharedBytes>, TorchSaveError> {
     let record_error = |detail: String| TorchSaveError::ZipRecord {
         part: StreamPart::Record {
             name: name.to_owned(),
@@ -193,6 +235,25 @@ fn read_record(
         Err(error) => return Err(record_error(error.to_string())),
     };
     let declared = file.size();
+    let in_place = file
+        .data_start()
+        .filter(|start| start % IN_PLACE_ALIGNMENT == 0)
+        .filter(|_| {
+            file.compression() == CompressionMethod::Stored && file.compressed_size() == declared
+        });
+    if let (Some(shared), Some(start)) = (shared, in_place) {
+        let range = usize::try_from(start)
+            .ok()
+            .and_then(|start| Some(start..start.checked_add(usize::try_from(declared).ok()?)?));
+        return range
+            .and_then(|range| shared.slice(range))
+            .map(Some)
+            .ok_or_else(|| {
+                record_error(format!(
+                    "its {declared} bytes at offset {start} run past the end of the file"
+                ))
+            });
+    }
     budget.charge(name, declared)?;
     // Reading one byte past the declared size both catches a record that
     // inflates beyond it and lets the reader reach the end and check the CRC.
@@ -206,7 +267,7 @@ fn read_record(
             data.len()
         )));
     }
-    Ok(Some(data))
+    Ok(Some(data.into()))
 }
 
 /// The entry count the end-of-central-directory record declares (from the

@@ -14,6 +14,7 @@
 //! ([`StrategyKind::shares_memory`] is `false`). No fds, no shared mappings:
 //! this strategy works wherever shared memory does not.
 
+pub mod file_window;
 pub mod heap;
 pub mod message_window;
 

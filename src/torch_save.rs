@@ -1,0 +1,263 @@
+//! `torch.save` files by path, reader and writer: [`load`] and [`save`]
+//! beside [`safetensors::load`](crate::safetensors::load) and
+//! [`safetensors::save`](crate::safetensors::save).
+//!
+//! A file is read through a read-only mapping: the zip directory and the
+//! object pickle are parsed from it, and each storage stored uncompressed at
+//! an aligned offset (every zip torch writes) stays where the file holds it,
+//! as `torch.load(mmap=True)` leaves it; a compressed or unaligned storage
+//! (a legacy stream's) is copied out on its own. The mapping lives as long
+//! as the last storage over it. A file truncated while mapped reads zeros
+//! where it lost bytes instead of ending the process, and [`load`] then
+//! fails with [`FileError::Changed`] rather than return them.
+//!
+//! A file is written storage by storage from where each storage's bytes are,
+//! beside its path and renamed over it: nothing is built whole, an existing
+//! file is replaced whole, and one a reader has mapped is never truncated
+//! under it.
+//!
+//! # Examples
+//!
+//! ```
+//! use tensorshare::{Dict, StrategyKind, Tensor, Value, torch_save};
+//!
+//! # fn main() -> Result<(), tensorshare::Error> {
+//! let dir = tempfile::tempdir().expect("a temporary directory");
+//! let path = dir.path().join("model.pt");
+//! let weight = Tensor::from_slice(&StrategyKind::Bytes, &[1.0f32, 2.0, 3.0], &[3])?;
+//! torch_save::save(&Dict::new().with("weight", weight).into(), &path)?;
+//!
+//! let loaded = torch_save::load(&path)?;
+//! let weight = loaded.get("weight").and_then(Value::as_tensor).expect("a tensor");
+//! assert_eq!(weight.as_slice::<f32>()?, [1.0, 2.0, 3.0]);
+//! # Ok(())
+//! # }
+//! ```
+
+use std::fs::File;
+use std::io::{self, BufWriter, Read, Seek, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tensorshare_compat::pickle::SharedBytes;
+use tensorshare_compat::torch_save;
+use tensorshare_strategies::bytes::file_window::FileWindow;
+use tensorshare_strategies::platform::mapped_file::MappedFile;
+
+use crate::error::Error;
+use crate::model::{Storage, Value};
+use crate::registry::Registry;
+use crate::registry::audit::GlobalAudit;
+use crate::registry::saved::{read_options, rebuild_archive};
+use crate::save::write_torch;
+
+pub use crate::archive::FileError;
+pub use tensorshare_compat::torch_save::TorchSaveFormat;
+
+/// Reads the `torch.save` file (zip or legacy) at `path` with the default
+/// [`Registry`], through a mapping of the file.
+///
+/// # Errors
+///
+/// As [`load_with`].
+pub fn load(path: impl AsRef<Path>) -> Result<Value, Error> {
+    load_with(path, &Registry::default()).map(|(_, value)| value)
+}
+
+/// Reads the `torch.save` file at `path` with `registry`, through a mapping
+/// of the file, and says which format it is in. A path that cannot be
+/// mapped (a pipe, `/dev/stdin`) is read as a stream ([`read`]).
+///
+/// Storages saved on any device (`cuda:0`, `mps`, ...) read as CPU
+/// storages, as `torch.load(map_location="cpu")` reads them.
+///
+/// # Errors
+///
+/// [`FileError::Read`] when the file cannot be opened or read,
+/// [`FileError::Changed`] when it shrank while it was read;
+/// [`Error::TorchSave`] for a malformed archive, [`Error::Decode`] or
+/// [`Error::Rebuild`] for its pickle, the latter naming the globals outside
+/// the allowlist.
+pub fn load_with(
+    path: impl AsRef<Path>,
+    registry: &Registry,
+) -> Result<(TorchSaveFormat, Value), Error> {
+    let path = path.as_ref();
+    let read_error = |cause| FileError::Read {
+        path: path.to_owned(),
+        cause,
+    };
+    let file = File::open(path).map_err(read_error)?;
+    let mapped = match MappedFile::map(&file) {
+        Ok(mapped) => Arc::new(mapped),
+        Err(error) if error.kind() == io::ErrorKind::InvalidInput => {
+            return read_with(file, registry).map_err(|error| match error {
+                Error::TorchSaveFile(FileError::Read { cause, .. }) => read_error(cause).into(),
+                other => other,
+            });
+        }
+        Err(error) => return Err(read_error(error).into()),
+    };
+    let changed = || FileError::Changed {
+        path: path.to_owned(),
+    };
+    let input = SharedBytes::from_owner(MappedBytes(Arc::clone(&mapped)));
+    let audit = GlobalAudit::new(registry);
+    let loaded = torch_save::read_shared(&input, &audit, &read_options(registry))
+        .map_err(Error::from)
+        .and_then(|archive| {
+            audit.finish()?;
+            Ok(rebuild_archive(archive, registry, 0, Some(&mapped))?)
+        });
+    // Whatever failed, a file that shrank under the reader is the cause.
+    if mapped.was_truncated() {
+        return Err(changed().into());
+    }
+    // Reading each record's local header mapped the page cache around it
+    // (whole large folios, a megabyte or more each): give it back, so that
+    // memory grows only with the storages read from here on.
+    mapped.release(0..mapped.len());
+    loaded
+}
+
+/// Reads a `torch.save` file from `reader` to its end, with the default
+/// [`Registry`]: for a stream that cannot be mapped (stdin, a socket). The
+/// file is held in memory once; storages are slices of it where aligned.
+///
+/// # Errors
+///
+/// [`FileError::Read`] (with the path `-`) when reading fails, else as
+/// [`load_with`].
+pub fn read(reader: impl Read) -> Result<Value, Error> {
+    read_with(reader, &Registry::default()).map(|(_, value)| value)
+}
+
+fn read_with(
+    mut reader: impl Read,
+    registry: &Registry,
+) -> Result<(TorchSaveFormat, Value), Error> {
+    let mut bytes = Vec::new();
+    reader
+        .read_to_end(&mut bytes)
+        .map_err(|cause| FileError::Read {
+            path: PathBuf::from("-"),
+            cause,
+        })?;
+    let input = SharedBytes::from(bytes);
+    let audit = GlobalAudit::new(registry);
+    let archive = torch_save::read_shared(&input, &audit, &read_options(registry))?;
+    audit.finish()?;
+    Ok(rebuild_archive(archive, registry, 0, None)?)
+}
+
+/// Reads a `torch.save` file held in memory with the default [`Registry`]
+/// (each storage copied out of `bytes`).
+///
+/// # Errors
+///
+/// As [`load_with`], less the file errors.
+pub fn from_bytes(bytes: &[u8]) -> Result<Value, Error> {
+    crate::archive::load_torch_save(bytes, &Registry::default())
+        .map(|(_, value)| value)
+        .map_err(Error::from)
+}
+
+/// Writes `value` to `path` as a zip `torch.save` file, which stock torch
+/// loads with `torch.load(path, weights_only=True)`.
+///
+/// # Errors
+///
+/// As [`save_as`].
+pub fn save(value: &Value, path: impl AsRef<Path>) -> Result<(), Error> {
+    save_as(value, path, TorchSaveFormat::Zip)
+}
+
+/// Writes `value` to `path` as a `torch.save` file of `format`, storage by
+/// storage, beside `path` and renamed over it; a new file gets the
+/// permissions [`File::create`] gives.
+///
+/// # Errors
+///
+/// [`Error::Reduce`] for a value with no torch.save form or a storage whose
+/// bytes are not at hand ([`save_torch`](crate::save::save_torch) says
+/// which), [`FileError::Write`] when the file cannot be written, and
+/// [`FileError::SourceChanged`] when a storage's own file shrank while it
+/// was written out (nothing is written then).
+pub fn save_as(
+    value: &Value,
+    path: impl AsRef<Path>,
+    format: TorchSaveFormat,
+) -> Result<(), Error> {
+    let path = path.as_ref();
+    let write_error = |cause| FileError::Write {
+        path: path.to_owned(),
+        cause,
+    };
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    // 0666 less the umask, as File::create: tempfile's default is 0600.
+    let mut temp = tempfile::Builder::new()
+        .prefix(".tensorshare-")
+        .suffix(".pt.partial")
+        .permissions(std::fs::Permissions::from_mode(0o666))
+        .tempfile_in(dir)
+        .map_err(write_error)?;
+    {
+        let mut out = BufWriter::with_capacity(1 << 20, temp.as_file_mut());
+        let storages = write_torch(value, format, &mut out).map_err(|error| match error {
+            crate::reduce::ReduceError::TorchSaveWrite(torch_save::WriteError::Io(cause)) => {
+                Error::from(write_error(cause))
+            }
+            other => other.into(),
+        })?;
+        out.flush().map_err(write_error)?;
+        if any_source_changed(&storages) {
+            return Err(FileError::SourceChanged {
+                path: path.to_owned(),
+            }
+            .into());
+        }
+    }
+    temp.persist(path)
+        .map_err(|error| write_error(error.error))?;
+    Ok(())
+}
+
+/// Writes `value` to `out` as a `torch.save` file of `format`, storage by
+/// storage (a zip needs to seek back over each record's header).
+///
+/// # Errors
+///
+/// As [`save_as`], the output's errors as [`Error::TorchSaveWrite`].
+pub fn write(value: &Value, out: impl Write + Seek, format: TorchSaveFormat) -> Result<(), Error> {
+    let storages = write_torch(value, format, out)?;
+    if any_source_changed(&storages) {
+        return Err(FileError::SourceChanged {
+            path: PathBuf::from("the output"),
+        }
+        .into());
+    }
+    Ok(())
+}
+
+/// Whether a storage read from a mapped file lost bytes to the file
+/// shrinking: what was written of it is zeros.
+fn any_source_changed(storages: &[Storage]) -> bool {
+    storages.iter().any(|storage| {
+        storage
+            .local_segment::<FileWindow>()
+            .is_some_and(FileWindow::was_truncated)
+    })
+}
+
+/// A mapped file as the owner of a [`SharedBytes`].
+struct MappedBytes(Arc<MappedFile>);
+
+impl AsRef<[u8]> for MappedBytes {
+    fn as_ref(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+}
