@@ -41,6 +41,8 @@ mod error;
 mod messages;
 // Describing any pickle or torch.save file without executing it.
 pub mod inspect;
+// The limits shared memory runs into, checked before they bite.
+pub mod doctor;
 
 // The model: tensors, storages and the values a pickle rebuilds into.
 pub use model::{
