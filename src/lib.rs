@@ -43,6 +43,8 @@ mod messages;
 pub mod inspect;
 // torch.save files by path, reader and writer.
 pub mod torch_save;
+// The limits shared memory runs into, checked before they bite.
+pub mod doctor;
 
 // The model: tensors, storages and the values a pickle rebuilds into.
 pub use model::{

@@ -7,6 +7,7 @@ mod bench_batches;
 mod bench_stream;
 mod convert;
 mod demo;
+mod doctor;
 mod echo;
 mod format;
 mod gc;
@@ -65,6 +66,10 @@ enum Command {
     /// socket directories left in $TMPDIR, by processes that are gone, and
     /// remove them.
     Gc(gc::GcArgs),
+    /// Check the limits shared memory runs into (/dev/shm, open files,
+    /// vm.max_map_count, logind's RemoveIPC, inotify, managers, leaked
+    /// segments), one line each with its fix; exits 1 when one fails.
+    Doctor(doctor::DoctorArgs),
 }
 
 /// Runs the parsed command.
@@ -79,6 +84,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Echo(args) => echo::run(args),
         Command::Manager(args) => manager::run(args),
         Command::Gc(args) => gc::run(args),
+        Command::Doctor(args) => doctor::run(args),
     }
 }
 
