@@ -330,6 +330,90 @@ fn bench_feeds_batches_to_one_torch_training_loop() {
 }
 
 #[test]
+fn bench_feeds_two_torch_training_loops_at_once() {
+    let Some(python) = support::test_python("bench_feeds_two_torch_training_loops_at_once") else {
+        return;
+    };
+    let feeds = [
+        ("dataloader-2", "torch DataLoader, 2 workers"),
+        ("rust-fs-arena", "Rust file_system, one storage"),
+    ];
+    let names: Vec<&str> = feeds.iter().map(|(name, _)| *name).collect();
+    let output = Command::new(support::tensorshare_exe())
+        .args(["bench", "--workload", "batches", "--quick", "--rounds", "1"])
+        .args(["--consumers", "2", "--feeds", &names.join(",")])
+        .args(["--python", &python])
+        .output()
+        .expect("run tensorshare bench");
+    let stdout = support::expect_success(&output, "tensorshare bench --consumers 2");
+    let sections: Vec<&str> = stdout
+        .split("\n\n")
+        .skip(1)
+        .filter(|s| !s.trim().is_empty())
+        .collect();
+    let titles = [
+        "uint8 [8, 3, 64, 64] + int64 [8]",
+        "uint8 [32, 3, 224, 224] + int64 [32]",
+        "float32 [64, 3, 224, 224] + int64 [64]",
+    ];
+    assert_eq!(sections.len(), titles.len(), "{stdout}");
+    for (section, title) in sections.iter().zip(titles) {
+        let first_line = section.lines().next().unwrap_or_default();
+        assert!(
+            first_line.starts_with(title) && first_line.ends_with(", 2 consumers"),
+            "{section}"
+        );
+        let rows: Vec<&str> = section
+            .lines()
+            .filter(|l| l.starts_with("  "))
+            .skip(1)
+            .collect();
+        assert_eq!(rows.len(), feeds.len(), "{section}");
+        let mut per_consumer = None;
+        for (row, (_, label)) in rows.iter().zip(feeds) {
+            let rest = row.trim_start().strip_prefix(label);
+            let words: Vec<&str> = rest.unwrap_or_default().split_whitespace().collect();
+            assert_eq!(words.get(..2), Some(&["2", "torch"][..]), "{row}");
+            // Both consumers' batches in a round, an even count.
+            let batches: usize = words[2].parse().expect("a batch count");
+            assert_eq!(batches % 2, 0, "{row}");
+            per_consumer = Some(batches / 2);
+            let rate: f64 = words[3].parse().expect("aggregate batches/s");
+            assert!(rate > 0.0, "{row}");
+            assert!(row.ends_with('x'), "a ratio to the DataLoaders: {row}");
+        }
+        // Each consumer checked every batch of its warm-up run and its
+        // round, under each feed.
+        let per_consumer = per_consumer.expect("rows");
+        let intact = line_starting(section, "intact: ");
+        let checked = feeds.len() * 2 * 2 * per_consumer;
+        assert_eq!(
+            intact,
+            format!(
+                "intact: {checked} batches checked, every one as sent \
+                 (2 feeds x 2 consumers x 2 runs x {per_consumer} batches)"
+            ),
+            "{section}"
+        );
+    }
+}
+
+#[test]
+fn busy_loops_and_consumers_go_with_the_batches_workload() {
+    for args in [["--consumers", "2"], ["--busy-loops", "2"]] {
+        let output = Command::new(support::tensorshare_exe())
+            .arg("bench")
+            .args(args)
+            .args(["--python", "/nonexistent/python"])
+            .output()
+            .expect("run tensorshare bench");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains("--workload batches"), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
 fn bench_names_the_feeds_it_knows() {
     let output = Command::new(support::tensorshare_exe())
         .args([

@@ -30,6 +30,12 @@ Feeds:
         sending each batch over a multiprocessing Pipe (`conn.send`).
     consume --address ADDR     a producer listening at ADDR (the Rust side).
 
+With `--consumers N` the bench starts N consumers at once, each with its
+own batches as DDP ranks take theirs: N `consume` processes connected to
+one Rust producer, or N `dataloader` runs, each given `--start-at ADDR`:
+it builds its DataLoader, connects to ADDR and waits there for the start
+signal (one object), so that every DataLoader starts its runs together.
+
 The protocol on a connection, the producer listening or not:
 
     producer -> consumer   {"batch": N, "sample": [C, H, W], "dtype": "uint8"
@@ -51,6 +57,7 @@ import argparse
 import json
 import math
 import multiprocessing.connection
+import os
 import sys
 import time
 
@@ -160,9 +167,11 @@ def train_step(expected, batch, index):
 
 def train(header, run):
     """The training loop over a warm-up run and the timed rounds; `run()`
-    is an iterable of one run's batches. Returns each round's seconds."""
+    is an iterable of one run's batches. Returns each round's seconds and
+    how many batches passed their check."""
     expected = Expected(header)
     seconds = []
+    checked = 0
     for round_number in range(header["rounds"] + 1):
         start = time.perf_counter()
         count = 0
@@ -170,12 +179,13 @@ def train(header, run):
             train_step(expected, batch, index)
             del batch
             count += 1
+            checked += 1
         elapsed = time.perf_counter() - start
         if count != header["batches"]:
             raise bench_peer.BenchError(f"a run gave {count} batches, expected {header['batches']}")
         if round_number > 0:
             seconds.append(elapsed)
-    return seconds
+    return seconds, checked
 
 
 def connection_run(conn, header):
@@ -189,9 +199,9 @@ def connection_run(conn, header):
 
 def train_from_connection(conn):
     header = receive_header(conn)
-    seconds = train(header, lambda: connection_run(conn, header))
+    seconds, checked = train(header, lambda: connection_run(conn, header))
     conn.send(0)
-    return seconds
+    return seconds, checked
 
 
 def receive_header(conn):
@@ -257,8 +267,19 @@ def run_dataloader(args):
         num_workers=args.workers,
         persistent_workers=True,
     )
-    seconds = train(header, lambda: loader)
-    return {"feed": f"dataloader-{args.workers}", "seconds": seconds}
+    if args.start_at is not None:
+        wait_for_start(args.start_at)
+    seconds, checked = train(header, lambda: loader)
+    return {"feed": f"dataloader-{args.workers}", "seconds": seconds, "checked": checked}
+
+
+def wait_for_start(address):
+    """Connects to `address` (the authkey in the environment) and waits
+    for the start signal."""
+    authkey = bench_peer.adopt_authkey(bytes.fromhex(os.environ[bench_peer.AUTHKEY_ENV]))
+    address, family = bench_peer.socket_address(address)
+    with multiprocessing.connection.Client(address, family=family, authkey=authkey) as conn:
+        conn.recv()
 
 
 def run_torch_producer(args):
@@ -269,19 +290,19 @@ def run_torch_producer(args):
     producer.start()
     producer_end.close()
     with consumer_end:
-        seconds = train_from_connection(consumer_end)
+        seconds, checked = train_from_connection(consumer_end)
     producer.join()
     if producer.exitcode != 0:
         raise bench_peer.BenchError(f"producer process exited with code {producer.exitcode}")
-    return {"feed": "torch-producer", "seconds": seconds}
+    return {"feed": "torch-producer", "seconds": seconds, "checked": checked}
 
 
 def run_consume(args):
     authkey = bench_peer.adopt_authkey(args.authkey)
     address, family = bench_peer.socket_address(args.address)
     with multiprocessing.connection.Client(address, family=family, authkey=authkey) as conn:
-        seconds = train_from_connection(conn)
-    return {"feed": "connection", "seconds": seconds}
+        seconds, checked = train_from_connection(conn)
+    return {"feed": "connection", "seconds": seconds, "checked": checked}
 
 
 def add_batch_arguments(parser):
@@ -299,6 +320,11 @@ def build_parser():
     dataloader = commands.add_parser("dataloader", help="torch's DataLoader feeds the loop")
     add_batch_arguments(dataloader)
     dataloader.add_argument("--workers", required=True, type=bench_peer.positive_int)
+    dataloader.add_argument(
+        "--start-at",
+        metavar="ADDR",
+        help="wait for the start signal at ADDR (authkey in $TENSORSHARE_AUTHKEY)",
+    )
     dataloader.set_defaults(run=run_dataloader)
     torch_producer = commands.add_parser("torch-producer", help="a torch producer over a Pipe")
     add_batch_arguments(torch_producer)

@@ -69,6 +69,29 @@ pub struct BenchArgs {
     /// rust-to-rust-fd-arena into the same loop in Rust.
     #[arg(long, value_delimiter = ',', value_name = "FEEDS")]
     feeds: Vec<String>,
+    /// With `--workload batches`, feed this many torch training loops at
+    /// once, each its own batches (as DDP ranks take theirs), one table
+    /// each, comma-separated (e.g. 1,2,4): one Rust producer process over N
+    /// connections against N DataLoaders, aggregate batches a second.
+    /// Feeds (default: dataloader-2 and rust-STRATEGY-arena): dataloader-K
+    /// and rust-STRATEGY[-arena].
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "N",
+        value_parser = RangedU64ValueParser::<usize>::new().range(1..=64)
+    )]
+    consumers: Vec<usize>,
+    /// With `--workload batches`, run every table twice: quiet, then with
+    /// N `sh -c 'while :; do :; done'` processes beside it (started and
+    /// killed by the bench), and print how much slower each row went.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 0,
+        value_parser = RangedU64ValueParser::<usize>::new().range(0..=64)
+    )]
+    busy_loops: usize,
     /// With `--workload tcp`, where the listening end of each path binds:
     /// `HOST:PORT`, port 0 for a free one. A non-loopback address times the
     /// link it is on (a veth pair, a NIC); the other end connects to the
@@ -286,6 +309,16 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
     for (path, text) in [(&script, BENCH_PEER), (&batches_script, BENCH_BATCHES)] {
         std::fs::write(path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
     }
+    if args.workload != BenchWorkload::Batches
+        && (!args.consumers.is_empty() || args.busy_loops > 0)
+    {
+        return Err(super::usage_error(
+            "bench",
+            clap::error::ErrorKind::ArgumentConflict,
+            "--consumers and --busy-loops go with --workload batches",
+        )
+        .into());
+    }
     if args.workload == BenchWorkload::Batches {
         let torch = TorchPeer {
             python,
@@ -305,7 +338,14 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
         }
         raise_fd_limit();
         torch.check()?;
-        return super::bench_batches::run(&torch, &args.feeds, args.rounds, args.quick);
+        let options = super::bench_batches::Options {
+            feeds: &args.feeds,
+            rounds: args.rounds,
+            quick: args.quick,
+            consumers: &args.consumers,
+            busy_loops: args.busy_loops,
+        };
+        return super::bench_batches::run(&torch, &options);
     }
     let torch = TorchPeer { python, script };
     if args.workload == BenchWorkload::Tcp {
@@ -619,6 +659,20 @@ impl TorchPeer {
             .map_err(|e| format!("starting {}: {e}", self.python.display()))
     }
 
+    /// Starts the script with `authkey` in its environment and no
+    /// `--address`, for a subcommand that takes the address otherwise.
+    pub(super) fn spawn_with_authkey(
+        &self,
+        args: &[&str],
+        authkey: &Authkey,
+    ) -> Result<Peer, String> {
+        Peer::spawn(
+            self.command(args, None, None)
+                .env(AUTHKEY_ENV, authkey.to_hex()),
+        )
+        .map_err(|e| format!("starting {}: {e}", self.python.display()))
+    }
+
     pub(super) fn run(
         &self,
         args: &[&str],
@@ -630,16 +684,30 @@ impl TorchPeer {
 
     /// The `seconds` list of the script's JSON result.
     pub(super) fn seconds(&self, output: String) -> Result<Vec<f64>, CliError> {
+        Ok(Self::result(&output)?.0)
+    }
+
+    /// The `seconds` list and the `checked` count of a
+    /// `bench_batches.py` result.
+    pub(super) fn seconds_and_checked(&self, output: String) -> Result<(Vec<f64>, u64), CliError> {
+        let (seconds, result) = Self::result(&output)?;
+        let checked = result["checked"]
+            .as_u64()
+            .ok_or_else(|| format!("bench_batches.py result lacks checked: {result}"))?;
+        Ok((seconds, checked))
+    }
+
+    fn result(output: &str) -> Result<(Vec<f64>, serde_json::Value), CliError> {
         let line = output.lines().last().unwrap_or_default();
         let result: serde_json::Value = serde_json::from_str(line)
             .map_err(|e| format!("bench_peer.py printed {line:?}: {e}"))?;
         let seconds = result["seconds"]
             .as_array()
-            .ok_or_else(|| format!("bench_peer.py result lacks seconds: {line}"))?;
-        Ok(seconds
+            .ok_or_else(|| format!("bench_peer.py result lacks seconds: {line}"))?
             .iter()
             .filter_map(serde_json::Value::as_f64)
-            .collect())
+            .collect();
+        Ok((seconds, result))
     }
 }
 

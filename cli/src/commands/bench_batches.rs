@@ -2,7 +2,10 @@
 //! one stock torch training loop by torch's own `DataLoader`, by a torch
 //! producer over a connection, and by a Rust producer over each strategy,
 //! with and without a batch in one storage ([`SharingContext::batch`]);
-//! and Rust to Rust. The torch side is `compat/python/bench_batches.py`.
+//! and Rust to Rust. With `--consumers`, several torch loops at once
+//! (`bench_consumers`); with `--busy-loops`, every table again beside busy
+//! processes (`bench_busy`). The torch side is
+//! `compat/python/bench_batches.py`.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -12,6 +15,7 @@ use tensorshare::{Authkey, Listener, SharingContext, StrategyKind};
 
 use super::bench::{TorchPeer, median};
 use super::bench_batch_stream::{BatchSpec, ImageDType, Layout, produce_batches};
+use super::bench_busy::BusyLoops;
 use super::peer::Peer;
 use crate::error::CliError;
 
@@ -54,7 +58,7 @@ const BASELINE: Feed = Feed::DataLoader { workers: 2 };
 
 /// What feeds the training loop.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Feed {
+pub(super) enum Feed {
     /// torch's `DataLoader`, its workers collating into shared memory.
     DataLoader { workers: usize },
     /// A torch process collating into shared memory, over a Pipe.
@@ -116,7 +120,7 @@ impl Feed {
 
     /// The name `--feeds` takes: `dataloader-2`, `torch-producer`,
     /// `rust-fs-arena`, `rust-to-rust-fd`, ...
-    fn name(self) -> String {
+    pub(super) fn name(self) -> String {
         match self {
             Feed::DataLoader { workers } => format!("dataloader-{workers}"),
             Feed::TorchProducer => "torch-producer".into(),
@@ -164,18 +168,71 @@ pub fn feed_names() -> Vec<String> {
     Feed::all().into_iter().map(Feed::name).collect()
 }
 
-/// Runs `feeds` (all when empty) at every batch size and prints the table.
-pub fn run(
+/// What `--workload batches` runs.
+pub struct Options<'a> {
+    /// The feeds by name; all (or, with `consumers`, all that have a
+    /// several-consumer form) when empty.
+    pub feeds: &'a [String],
+    pub rounds: usize,
+    pub quick: bool,
+    /// How many torch loops to feed at once, one table each; when empty,
+    /// the one-loop table of every feed.
+    pub consumers: &'a [usize],
+    /// Busy loops beside a second run of every table; none for no second run.
+    pub busy_loops: usize,
+}
+
+/// One printed table: a batch size, how many consumers, and its rows.
+struct Table {
+    title: String,
+    rows: Vec<Row>,
+}
+
+/// Runs the tables and prints them; with busy loops, runs them again beside
+/// the loops and prints how much slower each row went.
+pub fn run(torch: &TorchPeer, options: &Options) -> Result<(), CliError> {
+    let quiet = run_tables(torch, options, 0)?;
+    if options.busy_loops > 0 {
+        let loaded = {
+            let _loops = BusyLoops::start(options.busy_loops)?;
+            run_tables(torch, options, options.busy_loops)?
+        };
+        println!(
+            "with {} busy loops beside it against quiet (per batch, loaded / quiet):",
+            options.busy_loops
+        );
+        for (quiet, loaded) in quiet.iter().zip(&loaded) {
+            println!("{}", slowdown_line(quiet, loaded));
+        }
+    }
+    Ok(())
+}
+
+/// Every table at every batch size, `busy_loops` spinning beside them.
+fn run_tables(
     torch: &TorchPeer,
-    feeds: &[String],
-    rounds: usize,
-    quick: bool,
-) -> Result<(), CliError> {
-    println!(
-        "tensorshare bench --workload batches: DataLoader-shaped batches into one training loop \
-         that sums every element; median of {rounds} rounds\n"
-    );
+    options: &Options,
+    busy_loops: usize,
+) -> Result<Vec<Table>, CliError> {
+    let Options { rounds, quick, .. } = *options;
+    let beside = match busy_loops {
+        0 => String::new(),
+        n => format!("; {n} busy loops beside it"),
+    };
+    if options.consumers.is_empty() {
+        println!(
+            "tensorshare bench --workload batches: DataLoader-shaped batches into one training \
+             loop that sums every element; median of {rounds} rounds{beside}\n"
+        );
+    } else {
+        println!(
+            "tensorshare bench --workload batches --consumers: DataLoader-shaped batches into N \
+             training loops at once, each its own; aggregate batches/s, median of {rounds} \
+             rounds{beside}\n"
+        );
+    }
     let spinner = super::bench::spinner();
+    let mut tables = Vec::new();
     for size in &BATCH_SIZES {
         let mut spec = BatchSpec {
             batch: size.batch,
@@ -194,34 +251,182 @@ pub fn run(
             size.batch,
             super::format::bytes(spec.nbytes() as u64)
         );
-        spinner.suspend(|| {
-            println!("{title}");
-            println!(
-                "  {:<36} {:<8} {:>7} {:>10} {:>11} {:>17}",
-                "feed", "consumer", "batches", "batches/s", "per batch", "vs DataLoader (2)"
-            );
-        });
-        let mut rows = Vec::new();
-        for feed in Feed::all() {
-            if !feeds.is_empty() && !feeds.contains(&feed.name()) {
-                continue;
+        if options.consumers.is_empty() {
+            let table = run_table(torch, options.feeds, spec, title, &spinner)?;
+            spinner.suspend(|| {
+                println!("{}", target_line(&table.rows, size.target));
+                println!("{}\n", one_storage_line(&table.rows));
+            });
+            tables.push(table);
+        } else {
+            let first = tables.len();
+            for &consumers in options.consumers {
+                let title = format!("{title}, {consumers} consumers");
+                tables.push(run_consumers_table(
+                    torch,
+                    options.feeds,
+                    spec,
+                    consumers,
+                    title,
+                    &spinner,
+                )?);
             }
-            spinner.set_message(format!("{title}: {}", feed.label()));
-            let seconds = run_feed(feed, spec, torch)?;
-            let row = Row {
-                feed,
-                per_batch: median(seconds) / spec.batches as f64,
-            };
-            spinner.suspend(|| print_row(&row, &rows, spec.batches));
-            rows.push(row);
+            if options.consumers.len() > 1 {
+                spinner
+                    .suspend(|| println!("{}", growth_line(options.consumers, &tables[first..])));
+            }
+            spinner.suspend(|| println!());
         }
-        spinner.suspend(|| {
-            println!("{}", target_line(&rows, size.target));
-            println!("{}\n", one_storage_line(&rows));
-        });
     }
     spinner.finish_and_clear();
-    Ok(())
+    Ok(tables)
+}
+
+fn print_header(title: &str) {
+    println!("{title}");
+    println!(
+        "  {:<36} {:<8} {:>7} {:>10} {:>11} {:>17}",
+        "feed", "consumer", "batches", "batches/s", "per batch", "vs DataLoader (2)"
+    );
+}
+
+/// The one-loop table of `feeds` (all when empty) at `spec`.
+fn run_table(
+    torch: &TorchPeer,
+    feeds: &[String],
+    spec: BatchSpec,
+    title: String,
+    spinner: &indicatif::ProgressBar,
+) -> Result<Table, CliError> {
+    spinner.suspend(|| print_header(&title));
+    let mut rows = Vec::new();
+    for feed in Feed::all() {
+        if !feeds.is_empty() && !feeds.contains(&feed.name()) {
+            continue;
+        }
+        spinner.set_message(format!("{title}: {}", feed.label()));
+        let seconds = run_feed(feed, spec, torch)?;
+        let row = Row {
+            feed,
+            per_batch: median(seconds) / spec.batches as f64,
+        };
+        spinner.suspend(|| print_row(&row, &rows, spec.batches, feed.consumer()));
+        rows.push(row);
+    }
+    Ok(Table { title, rows })
+}
+
+/// The feeds `--consumers` runs by default: the baseline and each
+/// strategy's best layout into torch, one storage a batch.
+fn consumer_feeds() -> Vec<Feed> {
+    Feed::all()
+        .into_iter()
+        .filter(|feed| match feed {
+            Feed::DataLoader { workers } => *workers == 2,
+            Feed::Rust {
+                layout,
+                torch_trains,
+                ..
+            } => *torch_trains && *layout == Layout::Arena,
+            Feed::TorchProducer => false,
+        })
+        .collect()
+}
+
+/// The table of `consumers` loops at once fed by each of `feeds`.
+fn run_consumers_table(
+    torch: &TorchPeer,
+    feeds: &[String],
+    spec: BatchSpec,
+    consumers: usize,
+    title: String,
+    spinner: &indicatif::ProgressBar,
+) -> Result<Table, CliError> {
+    spinner.suspend(|| print_header(&title));
+    let feeds: Vec<Feed> = if feeds.is_empty() {
+        consumer_feeds()
+    } else {
+        Feed::all()
+            .into_iter()
+            .filter(|feed| feeds.contains(&feed.name()))
+            .collect()
+    };
+    let mut rows = Vec::new();
+    let mut checked = 0;
+    for feed in feeds {
+        spinner.set_message(format!("{title}: {}", feed.label()));
+        let aggregate = super::bench_consumers::run_feed(feed, spec, consumers, torch)?;
+        checked += aggregate.checked;
+        let row = Row {
+            feed,
+            per_batch: aggregate.per_batch,
+        };
+        let consumer = format!("{consumers} torch");
+        spinner.suspend(|| print_row(&row, &rows, spec.batches * consumers, &consumer));
+        rows.push(row);
+    }
+    // Each consumer checks each batch's shapes and sums; a bad batch fails
+    // the run.
+    let expected = (rows.len() * consumers * spec.batches * (spec.rounds + 1)) as u64;
+    if checked != expected {
+        return Err(format!("the consumers checked {checked} batches, expected {expected}").into());
+    }
+    spinner.suspend(|| {
+        println!(
+            "intact: {checked} batches checked, every one as sent ({} feeds x {consumers} \
+             consumers x {} runs x {} batches)",
+            rows.len(),
+            spec.rounds + 1,
+            spec.batches
+        );
+    });
+    Ok(Table { title, rows })
+}
+
+/// How each feed's aggregate grows with the consumers, from one size's
+/// `tables` (one for each of `consumers`).
+fn growth_line(consumers: &[usize], tables: &[Table]) -> String {
+    let Some(first) = tables.first() else {
+        return String::new();
+    };
+    let counts: Vec<String> = consumers.iter().map(usize::to_string).collect();
+    let feeds: Vec<String> = first
+        .rows
+        .iter()
+        .map(|row| {
+            let speedups: Vec<String> = tables
+                .iter()
+                .filter_map(|table| table.rows.iter().find(|r| r.feed == row.feed))
+                .map(|r| format!("{:.2}x", row.per_batch / r.per_batch))
+                .collect();
+            format!("{} {}", row.feed.label(), speedups.join(" "))
+        })
+        .collect();
+    format!(
+        "aggregate at {} consumers against {}: {}",
+        counts.join(", "),
+        counts[0],
+        feeds.join("; ")
+    )
+}
+
+/// How much slower each row of `quiet` ran in `loaded`, flagging more than 3x.
+fn slowdown_line(quiet: &Table, loaded: &Table) -> String {
+    let rows: Vec<String> = quiet
+        .rows
+        .iter()
+        .filter_map(|row| {
+            let under_load = loaded.rows.iter().find(|r| r.feed == row.feed)?;
+            let slowdown = under_load.per_batch / row.per_batch;
+            let flag = if slowdown > 3.0 {
+                " (more than 3x)"
+            } else {
+                ""
+            };
+            Some(format!("{} {slowdown:.2}x{flag}", row.feed.label()))
+        })
+        .collect();
+    format!("  {}: {}", quiet.title, rows.join(", "))
 }
 
 /// Enough batches a round to outlast timer noise, without moving more than
@@ -275,7 +480,7 @@ fn run_feed(feed: Feed, spec: BatchSpec, torch: &TorchPeer) -> Result<Vec<f64>, 
 }
 
 /// The command-line arguments of `bench_batches.py` for `spec`.
-fn spec_args(spec: &BatchSpec) -> Vec<String> {
+pub(super) fn spec_args(spec: &BatchSpec) -> Vec<String> {
     let [c, h, w] = spec.sample.map(|s| s.to_string());
     [
         "--batch",
@@ -299,7 +504,7 @@ fn spec_args(spec: &BatchSpec) -> Vec<String> {
 
 /// Prints `row`, compared with the baseline among `before` (which comes
 /// before every feed compared with it).
-fn print_row(row: &Row, before: &[Row], batches: usize) {
+fn print_row(row: &Row, before: &[Row], batches: usize, consumer: &str) {
     let baseline = before
         .iter()
         .chain(std::iter::once(row))
@@ -311,7 +516,7 @@ fn print_row(row: &Row, before: &[Row], batches: usize) {
     println!(
         "  {:<36} {:<8} {:>7} {:>10.1} {:>11} {:>17}",
         row.feed.label(),
-        row.feed.consumer(),
+        consumer,
         batches,
         1.0 / row.per_batch,
         super::format::duration(row.per_batch),

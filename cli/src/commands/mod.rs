@@ -4,6 +4,8 @@ mod authkey;
 mod bench;
 mod bench_batch_stream;
 mod bench_batches;
+mod bench_busy;
+mod bench_consumers;
 mod bench_stream;
 mod convert;
 mod demo;
