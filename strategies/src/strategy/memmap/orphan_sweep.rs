@@ -47,9 +47,11 @@ const MAX_ROUNDS: usize = 3;
 
 /// Removes the orphaned memmap files of `dir`; what cannot be removed is
 /// left for `tensorshare gc`, which says why. Files of a dead creator that
-/// were too fresh, or that its sender marked as still awaited by a
-/// receiver, are looked at again once the grace or the mark has passed: a
-/// sender that starts right after another was killed is the common case.
+/// were too fresh are looked at again once the grace has passed: a sender
+/// that starts right after another was killed is the common case. Files
+/// its sender marked as still awaited by a receiver are not waited for
+/// (the mark lasts minutes, and the thread would outstay its work): the
+/// next sender's sweep or `tensorshare gc` takes them once it has passed.
 fn sweep(dir: &Path) {
     let options: ScanOptions<MemmapFileName> = ScanOptions::memmap_dir(dir);
     for _ in 0..MAX_ROUNDS {
@@ -64,7 +66,6 @@ fn sweep(dir: &Path) {
             .filter(|file| !file.creator_alive)
             .filter_map(|file| match file.keep {
                 Some(KeepReason::Recent { age }) => Some(min_age.saturating_sub(age)),
-                Some(KeepReason::AwaitingReceivers { left }) => Some(left),
                 _ => None,
             })
             .min();
