@@ -117,9 +117,16 @@ fn doctor(test: &str, setup: &Setup) -> Option<Run> {
         Some(uid) => format!("setpriv --reuid={uid} --regid={uid} --clear-groups "),
         None => String::new(),
     };
+    // The root is copied onto a tmpfs of the namespace's own at /mnt,
+    // readable by every user: the test's temporary directory may be
+    // private to root (scripts/test's is), and a doctor run as another user
+    // must read the root as it reads `/`.
     let script = format!(
         "set -e; mount -t tmpfs -o size={shm} tmpfs /dev/shm; \
          mount -t tmpfs -o size=4g,mode=1777 tmpfs \"$TMPDIR\"; \
+         mount -t tmpfs -o size=16m,mode=0755 tmpfs /mnt; \
+         cp -a \"$TENSORSHARE_DOCTOR_ROOT/.\" /mnt; chmod -R a+rX /mnt; \
+         export TENSORSHARE_DOCTOR_ROOT=/mnt; \
          ulimit -n {hard}; ulimit -S -n {files}; {before}\n exec {as_user}\"$0\" doctor --json \"$@\"",
         shm = setup.shm_size,
         files = setup.open_files,
