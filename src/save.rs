@@ -9,7 +9,9 @@
 //! Each storage is written once, however many tensors view it, so aliasing
 //! survives the round trip.
 
-use std::io::{Seek, Write};
+use std::io::{self, Seek, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
 
 use rustc_hash::FxHashMap;
 
@@ -278,4 +280,36 @@ impl LeafReducer for SaveLeaves {
         same_class(class_dtype, Some(dtype))?;
         Ok(pid)
     }
+}
+
+/// A file to write the new contents of `path` into, beside it and named
+/// `.tensorshare-XXXXXX<suffix>`, with the permissions
+/// [`File::create`](std::fs::File::create) gives (0666 less the umask;
+/// tempfile's default is 0600). Persisted over `path` once whole, it
+/// replaces an existing file at once, never truncating it under a process
+/// that maps it; dropped, it is removed.
+pub(crate) fn partial_file_beside(
+    path: &Path,
+    suffix: &str,
+) -> io::Result<tempfile::NamedTempFile> {
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    tempfile::Builder::new()
+        .prefix(".tensorshare-")
+        .suffix(suffix)
+        .permissions(std::fs::Permissions::from_mode(0o666))
+        .tempfile_in(dir)
+}
+
+/// Whether any of `storages` was read from a mapped file that shrank
+/// since: its lost bytes read as zeros, and what was written of it is not
+/// the file's.
+pub(crate) fn any_source_changed<'a>(storages: impl IntoIterator<Item = &'a Storage>) -> bool {
+    storages.into_iter().any(|storage| {
+        storage
+            .local_segment::<FileWindow>()
+            .is_some_and(FileWindow::was_truncated)
+    })
 }

@@ -36,21 +36,19 @@
 
 use std::fs::File;
 use std::io::{self, BufWriter, Read, Seek, Write};
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tensorshare_compat::pickle::SharedBytes;
 use tensorshare_compat::torch_save;
-use tensorshare_strategies::bytes::file_window::FileWindow;
 use tensorshare_strategies::platform::mapped_file::MappedFile;
 
 use crate::error::Error;
-use crate::model::{Storage, Value};
+use crate::model::Value;
 use crate::registry::Registry;
 use crate::registry::audit::GlobalAudit;
 use crate::registry::saved::{read_options, rebuild_archive};
-use crate::save::write_torch;
+use crate::save::{any_source_changed, partial_file_beside, write_torch};
 
 pub use crate::archive::FileError;
 pub use tensorshare_compat::torch_save::TorchSaveFormat;
@@ -194,17 +192,7 @@ pub fn save_as(
         path: path.to_owned(),
         cause,
     };
-    let dir = match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir,
-        _ => Path::new("."),
-    };
-    // 0666 less the umask, as File::create: tempfile's default is 0600.
-    let mut temp = tempfile::Builder::new()
-        .prefix(".tensorshare-")
-        .suffix(".pt.partial")
-        .permissions(std::fs::Permissions::from_mode(0o666))
-        .tempfile_in(dir)
-        .map_err(write_error)?;
+    let mut temp = partial_file_beside(path, ".pt.partial").map_err(write_error)?;
     {
         let mut out = BufWriter::with_capacity(1 << 20, temp.as_file_mut());
         let storages = write_torch(value, format, &mut out).map_err(|error| match error {
@@ -241,16 +229,6 @@ pub fn write(value: &Value, out: impl Write + Seek, format: TorchSaveFormat) -> 
         .into());
     }
     Ok(())
-}
-
-/// Whether a storage read from a mapped file lost bytes to the file
-/// shrinking: what was written of it is zeros.
-fn any_source_changed(storages: &[Storage]) -> bool {
-    storages.iter().any(|storage| {
-        storage
-            .local_segment::<FileWindow>()
-            .is_some_and(FileWindow::was_truncated)
-    })
 }
 
 /// A mapped file as the owner of a [`SharedBytes`].

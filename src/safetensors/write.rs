@@ -5,7 +5,6 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::io::{self, Write};
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use ::safetensors::tensor::{Metadata, TensorInfo};
@@ -16,6 +15,7 @@ use super::{
     to_safetensors_dtype,
 };
 use crate::model::{Tensor, Value};
+use crate::save::{any_source_changed, partial_file_beside};
 
 impl SafetensorsFile {
     /// The file's bytes.
@@ -59,17 +59,7 @@ impl SafetensorsFile {
             path: path.to_owned(),
             cause,
         };
-        let dir = match path.parent() {
-            Some(dir) if !dir.as_os_str().is_empty() => dir,
-            _ => Path::new("."),
-        };
-        // 0666 less the umask, as File::create: tempfile's default is 0600.
-        let mut temp = tempfile::Builder::new()
-            .prefix(".tensorshare-")
-            .suffix(".safetensors.partial")
-            .permissions(std::fs::Permissions::from_mode(0o666))
-            .tempfile_in(dir)
-            .map_err(write_error)?;
+        let mut temp = partial_file_beside(path, ".safetensors.partial").map_err(write_error)?;
         {
             let mut writer = io::BufWriter::with_capacity(1 << 20, temp.as_file_mut());
             writer.write_all(&header).map_err(write_error)?;
@@ -83,14 +73,7 @@ impl SafetensorsFile {
             }
             writer.flush().map_err(write_error)?;
         }
-        let source_changed = entries.iter().any(|entry| {
-            entry
-                .tensor
-                .storage()
-                .local_segment::<FileWindow>()
-                .is_some_and(FileWindow::was_truncated)
-        });
-        if source_changed {
+        if any_source_changed(entries.iter().map(|entry| entry.tensor.storage())) {
             return Err(SafetensorsError::SourceChanged {
                 path: path.to_owned(),
             });
