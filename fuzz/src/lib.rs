@@ -3,7 +3,7 @@
 
 use tensorshare::Tensor;
 use tensorshare_compat::pickle::SharedBytes;
-use tensorshare_compat::torch_save::{self, ReadOptions};
+use tensorshare_compat::torch_save::{self, ReadOptions, TorchSaveError};
 
 /// Tensors' contents are copied out only up to this many bytes: an
 /// expanded view of a few bytes may stand for gigabytes, legitimately, and
@@ -26,7 +26,10 @@ pub fn copy_small(tensor: &Tensor) -> Option<Vec<u8>> {
 
 /// Reads `bytes` as a torch.save file (zip or legacy), every global
 /// allowed, from a copy and from a shared buffer (records as slices of
-/// it): the two must give the same archive, or the same error.
+/// it): the two must give the same archive, or the same error, but for
+/// CRCs: the shared reader leaves stored records in place unchecked, as
+/// `torch.load(mmap=True)` does, so where the copying reader refuses a
+/// record's checksum the shared one may read on.
 pub fn check_torch_save_readers_agree(bytes: &[u8]) {
     let allow_all = |_: &str, _: &str| true;
     let copied = torch_save::read(bytes, &allow_all, &ReadOptions::default());
@@ -35,6 +38,11 @@ pub fn check_torch_save_readers_agree(bytes: &[u8]) {
         &allow_all,
         &ReadOptions::default(),
     );
+    if let Err(TorchSaveError::ZipRecord { detail, .. }) = &copied
+        && detail.contains("checksum")
+    {
+        return;
+    }
     match (copied, shared) {
         (Ok(copied), Ok(shared)) => assert_eq!(copied, shared),
         (Err(copied), Err(shared)) => assert_eq!(copied.to_string(), shared.to_string()),
