@@ -34,14 +34,13 @@
 //! # }
 //! ```
 
-use std::fs::File;
-use std::io::{self, BufWriter, Read, Seek, Write};
+use std::io::{BufWriter, Read, Seek, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tensorshare_compat::pickle::SharedBytes;
 use tensorshare_compat::torch_save;
-use tensorshare_strategies::platform::mapped_file::MappedFile;
+use tensorshare_strategies::platform::mapped_file::{MappedFile, MappedOrStream};
 
 use crate::error::Error;
 use crate::model::Value;
@@ -86,16 +85,14 @@ pub fn load_with(
         path: path.to_owned(),
         cause,
     };
-    let file = File::open(path).map_err(read_error)?;
-    let mapped = match MappedFile::map(&file) {
-        Ok(mapped) => Arc::new(mapped),
-        Err(error) if error.kind() == io::ErrorKind::InvalidInput => {
+    let mapped = match MappedFile::open_or_stream(path).map_err(read_error)? {
+        MappedOrStream::Mapped(mapped) => Arc::new(mapped),
+        MappedOrStream::Stream(file) => {
             return read_with(file, registry).map_err(|error| match error {
                 Error::TorchSaveFile(FileError::Read { cause, .. }) => read_error(cause).into(),
                 other => other,
             });
         }
-        Err(error) => return Err(read_error(error).into()),
     };
     let changed = || FileError::Changed {
         path: path.to_owned(),

@@ -205,23 +205,17 @@ fn producers_that_exit_without_waiting_leave_their_batches_readable() {
 }
 
 #[test]
-fn a_file_descriptor_producer_waits_for_every_fetch_20_runs_in_a_row() {
-    let Some(python) = test_python("a_file_descriptor_producer_waits_for_every_fetch") else {
+fn file_descriptor_and_bytes_producers_lose_no_batch_20_runs_in_a_row() {
+    let Some(python) = test_python("file_descriptor_and_bytes_producers_lose_no_batch") else {
         return;
     };
+    // A file_descriptor producer waits for every fetch; a bytes message
+    // carries its storages.
     let options = ["--runs", "20", "--pause-after", "20", "--pause", "0.5"];
-    let runs = receive(&python, "file_descriptor", &options, &[]);
-    assert_all_received("file_descriptor", &runs, 20);
-}
-
-#[test]
-fn a_bytes_producer_that_exits_loses_no_batch_20_runs_in_a_row() {
-    let Some(python) = test_python("a_bytes_producer_that_exits_loses_no_batch") else {
-        return;
-    };
-    let options = ["--runs", "20", "--pause-after", "20", "--pause", "0.5"];
-    let runs = receive(&python, "bytes", &options, &[]);
-    assert_all_received("bytes", &runs, 20);
+    for strategy in ["file_descriptor", "bytes"] {
+        let runs = receive(&python, strategy, &options, &[]);
+        assert_all_received(strategy, &runs, 20);
+    }
 }
 
 #[test]

@@ -3,14 +3,13 @@
 //! then each tensor's bytes into a storage of its own: a window of the
 //! mapped file when they are aligned for their dtype there, else a copy.
 
-use std::fs::File;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tensorshare_strategies::Segment;
 use tensorshare_strategies::bytes::file_window::FileWindow;
-use tensorshare_strategies::platform::mapped_file::MappedFile;
+use tensorshare_strategies::platform::mapped_file::{MappedFile, MappedOrStream};
 
 use ::safetensors::tensor::{Metadata, TensorInfo};
 
@@ -57,15 +56,13 @@ impl SafetensorsFile {
             path: path.to_owned(),
             cause,
         };
-        let file = File::open(path).map_err(read_error)?;
-        let mapped = match MappedFile::map(&file) {
-            Ok(mapped) => Arc::new(mapped),
-            Err(error) if error.kind() == io::ErrorKind::InvalidInput => {
+        let mapped = match MappedFile::open_or_stream(path).map_err(read_error)? {
+            MappedOrStream::Mapped(mapped) => Arc::new(mapped),
+            MappedOrStream::Stream(file) => {
                 let len = file.metadata().map_err(read_error)?.len();
                 let mut source = StreamSource(io::BufReader::new(file));
                 return read_from(&mut source, len, &read_error);
             }
-            Err(error) => return Err(read_error(error)),
         };
         let mut source = MappedSource {
             file: Arc::clone(&mapped),

@@ -74,6 +74,15 @@ pub struct MappedFile {
     map: Option<Mmap>,
 }
 
+/// What [`MappedFile::open_or_stream`] opened.
+#[derive(Debug)]
+pub enum MappedOrStream {
+    /// A regular file, mapped.
+    Mapped(MappedFile),
+    /// Anything else, open for reading as a stream.
+    Stream(File),
+}
+
 impl MappedFile {
     /// Maps the file at `path`.
     ///
@@ -82,6 +91,22 @@ impl MappedFile {
     /// What opening the file fails with, and as [`map`](Self::map).
     pub fn open(path: impl AsRef<Path>) -> io::Result<Self> {
         Self::map(&File::open(path)?)
+    }
+
+    /// Opens the file at `path` and maps it when it is a regular file;
+    /// anything else (a pipe, a terminal) comes back open, to be read as a
+    /// stream.
+    ///
+    /// # Errors
+    ///
+    /// What opening the file fails with, and as [`map`](Self::map) for a
+    /// regular file.
+    pub fn open_or_stream(path: impl AsRef<Path>) -> io::Result<MappedOrStream> {
+        let file = File::open(path)?;
+        if !file.metadata()?.file_type().is_file() {
+            return Ok(MappedOrStream::Stream(file));
+        }
+        Self::map(&file).map(MappedOrStream::Mapped)
     }
 
     /// Maps all of `file`, which must be a regular file open for reading.
