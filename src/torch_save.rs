@@ -170,7 +170,7 @@ pub fn save(value: &Value, path: impl AsRef<Path>) -> Result<(), Error> {
 
 /// Writes `value` to `path` as a `torch.save` file of `format`, storage by
 /// storage, beside `path` and renamed over it; a new file gets the
-/// permissions [`File::create`] gives.
+/// permissions [`File::create`](std::fs::File::create) gives.
 ///
 /// # Errors
 ///
