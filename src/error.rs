@@ -374,7 +374,8 @@ mod tests {
 
     #[test]
     fn a_wrong_authkey_shows_once() {
-        let sender = SharingContext::new(Authkey::new(*b"the sender's key"));
+        let sender = SharingContext::new(Authkey::new(*b"the sender's key"))
+            .with_strategy(StrategyKind::FileDescriptor);
         let storage = Storage::from_vec(vec![7u8; 64]);
         let tensor = Tensor::new(storage, TensorView::contiguous(DType::UInt8, &[64])).unwrap();
         let pickle = sender.dumps(&Value::Tensor(tensor)).unwrap();

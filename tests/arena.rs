@@ -261,7 +261,7 @@ fn memfd(batch: &Batch) -> FileIdentity {
 #[test]
 fn a_batch_memfd_comes_back_once_the_receiver_drops_every_view() {
     let authkey = Authkey::random().unwrap();
-    let producer = SharingContext::new(authkey.clone());
+    let producer = SharingContext::new(authkey.clone()).with_strategy(StrategyKind::FileDescriptor);
     let consumer = SharingContext::new(authkey);
     let (mut tx, mut rx) = support::connection_pair();
     let batch = odd_batch(&producer, 1);

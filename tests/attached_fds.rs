@@ -7,7 +7,9 @@ mod support;
 use std::os::fd::AsFd;
 
 use tensorshare::connection::ConnectionOptions;
-use tensorshare::{Authkey, Client, Connection, DType, Listener, SharingContext, Value};
+use tensorshare::{
+    Authkey, Client, Connection, DType, Listener, SharingContext, StrategyKind, Value,
+};
 
 use support::{cases, open_fds, settle_unfetched};
 
@@ -29,7 +31,7 @@ fn tensor(seed: u8) -> Value {
 fn attached_fds_are_mapped_and_their_keys_given_back() {
     let _counts = support::process_counts::making();
     let authkey = Authkey::random().expect("authkey");
-    let sender = SharingContext::new(authkey.clone());
+    let sender = SharingContext::new(authkey.clone()).with_strategy(StrategyKind::FileDescriptor);
     let receiver = SharingContext::new(authkey.clone());
     let (mut out, mut inbound) = pair(&authkey);
     for seed in 0..50 {
@@ -54,7 +56,9 @@ fn attached_fds_are_mapped_and_their_keys_given_back() {
 fn without_attached_fds_every_fd_is_fetched() {
     let _counts = support::process_counts::making();
     let authkey = Authkey::random().expect("authkey");
-    let sender = SharingContext::new(authkey.clone()).with_inline_fds(false);
+    let sender = SharingContext::new(authkey.clone())
+        .with_strategy(StrategyKind::FileDescriptor)
+        .with_inline_fds(false);
     let receiver = SharingContext::new(authkey.clone());
     let (mut out, mut inbound) = pair(&authkey);
     for seed in 0..20 {
@@ -78,7 +82,7 @@ fn without_attached_fds_every_fd_is_fetched() {
 fn fds_that_do_not_pair_are_closed_and_the_storage_fetched() {
     let _counts = support::process_counts::counting();
     let authkey = Authkey::random().expect("authkey");
-    let sender = SharingContext::new(authkey.clone());
+    let sender = SharingContext::new(authkey.clone()).with_strategy(StrategyKind::FileDescriptor);
     let receiver = SharingContext::new(authkey.clone());
     let (mut out, mut inbound) = pair(&authkey);
     let stray = std::fs::File::open("/proc/self/exe").expect("open");

@@ -8,7 +8,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use tensorshare::connection::ConnectionOptions;
-use tensorshare::{Authkey, Client, DType, Error, Listener, SharingContext, Value};
+use tensorshare::{Authkey, Client, DType, Error, Listener, SharingContext, StrategyKind, Value};
 
 use support::cases;
 
@@ -59,7 +59,9 @@ fn a_connection_of_another_key_is_refused_before_anything_is_sent() {
 
 #[test]
 fn a_peer_without_the_key_is_named_as_the_cause() {
-    let sender = SharingContext::new(Authkey::random().expect("key")).with_inline_fds(false);
+    let sender = SharingContext::new(Authkey::random().expect("key"))
+        .with_strategy(StrategyKind::FileDescriptor)
+        .with_inline_fds(false);
     let stranger = SharingContext::new(Authkey::random().expect("another key"));
     let (mut out, mut inbound) = support::connection_pair();
     out.send(&tensor(2), &sender).expect("send");
@@ -105,7 +107,9 @@ fn a_peer_without_the_key_is_named_as_the_cause() {
 #[test]
 fn a_producer_waits_until_its_storages_are_fetched() {
     let authkey = Authkey::random().expect("key");
-    let sender = SharingContext::new(authkey.clone()).with_inline_fds(false);
+    let sender = SharingContext::new(authkey.clone())
+        .with_strategy(StrategyKind::FileDescriptor)
+        .with_inline_fds(false);
     let receiver = SharingContext::new(authkey);
     let (mut out, mut inbound) = support::connection_pair();
     let sent: Vec<Value> = (0..4).map(tensor).collect();
@@ -151,7 +155,8 @@ fn a_torch_peer_whose_fetch_is_refused_is_named_as_the_cause() {
     let Some(python) = support::test_python("a_torch_peer_whose_fetch_is_refused") else {
         return;
     };
-    let sharing = SharingContext::new(Authkey::random().expect("key"));
+    let sharing = SharingContext::new(Authkey::random().expect("key"))
+        .with_strategy(StrategyKind::FileDescriptor);
     let listener = sharing.listen_in_private_dir().expect("listen");
     let address = listener.address().as_path().expect("a path").to_owned();
     let consumer = r#"

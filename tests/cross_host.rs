@@ -68,7 +68,7 @@ fn a_rust_client_echoes_every_case_through_a_torch_listener_on_another_host() {
     let torch = torch_listener(torch_host, python, TORCH_ECHO, authkey, &[]);
     let address = torch.address.clone();
     let failures = rust_host.run_on(|| {
-        // The context prefers file_descriptor, as by default: over TCP
+        // The context prefers file_system, as by default: over TCP
         // every storage goes as bytes all the same.
         let sharing = SharingContext::new(authkey.clone());
         let mut connection = connect(&address, authkey, ConnectionOptions::default());

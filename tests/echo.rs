@@ -17,7 +17,7 @@ fn every_case_comes_back_intact() {
     let _counts = support::process_counts::making();
     let authkey = Authkey::random().unwrap();
     let mut server = Server::echo(&authkey, "file_descriptor");
-    let sharing = SharingContext::new(authkey.clone());
+    let sharing = SharingContext::new(authkey.clone()).with_strategy(StrategyKind::FileDescriptor);
     let mut connection = server.connect(&authkey);
     support::assert_echoes_intact(&mut server, &mut connection, &sharing, "echo");
 }
@@ -27,7 +27,7 @@ fn an_echoed_storage_is_the_storage_sent() {
     let _counts = support::process_counts::making();
     let authkey = Authkey::random().unwrap();
     let server = Server::echo(&authkey, "file_descriptor");
-    let sharing = SharingContext::new(authkey.clone());
+    let sharing = SharingContext::new(authkey.clone()).with_strategy(StrategyKind::FileDescriptor);
     let mut connection = server.connect(&authkey);
     let sent = cases::contiguous(DType::Float32, &[1024], 1, true);
     let (_echoed, storages) = cases::echo_times(&mut connection, &sharing, &sent, 1);
@@ -62,7 +62,7 @@ fn thousands_of_messages_leak_no_fds_or_mappings() {
     let _counts = support::process_counts::counting();
     let authkey = Authkey::random().unwrap();
     let server = Server::echo(&authkey, "file_descriptor");
-    let sharing = SharingContext::new(authkey.clone());
+    let sharing = SharingContext::new(authkey.clone()).with_strategy(StrategyKind::FileDescriptor);
     let mut connection = server.connect(&authkey);
     let same = Value::Tensor(cases::contiguous(DType::Float32, &[256], 3, true));
     // Alternate one storage sent again and again with fresh ones.
@@ -147,7 +147,7 @@ fn bad_messages_close_only_their_connection() {
     let _counts = support::process_counts::making();
     let authkey = Authkey::random().unwrap();
     let mut server = Server::echo(&authkey, "file_descriptor");
-    let sharing = SharingContext::new(authkey.clone());
+    let sharing = SharingContext::new(authkey.clone()).with_strategy(StrategyKind::FileDescriptor);
     let marker = tempfile::tempdir().unwrap().path().join("pwned");
     let mut system = b"\x80\x04cposix\nsystem\n(Vtouch ".to_vec();
     system.extend(marker.to_str().unwrap().as_bytes());

@@ -15,7 +15,8 @@ use std::time::Duration;
 use nix::sys::resource::{Resource, getrlimit, setrlimit};
 use tensorshare::connection::ConnectionOptions;
 use tensorshare::{
-    Address, Authkey, Client, DType, Listener, SharingContext, Tensor, TensorView, Value,
+    Address, Authkey, Client, DType, Listener, SharingContext, StrategyKind, Tensor, TensorView,
+    Value,
 };
 
 use support::{ChildGuard, exit_within, open_fds, shared_mappings};
@@ -79,7 +80,7 @@ fn receiver_setup() -> (SharingContext, tensorshare::Connection) {
     let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).expect("getrlimit");
     setrlimit(Resource::RLIMIT_NOFILE, FD_LIMIT, hard).expect("setrlimit");
     let authkey = Authkey::from_env().expect("authkey").expect("authkey set");
-    let sharing = SharingContext::new(authkey.clone());
+    let sharing = SharingContext::new(authkey.clone()).with_strategy(StrategyKind::FileDescriptor);
     let listener =
         Listener::bind_in_private_dir(&authkey, ConnectionOptions::default()).expect("bind");
     println!("listening {}", listener.address());
@@ -247,7 +248,7 @@ fn pattern_tensor(sharing: &SharingContext, index: usize) -> Tensor {
 
 /// Sends `count` tensors of [`pattern`] from this process.
 fn send_from_rust(address: &Address, authkey: &Authkey, count: usize) {
-    let sharing = SharingContext::new(authkey.clone());
+    let sharing = SharingContext::new(authkey.clone()).with_strategy(StrategyKind::FileDescriptor);
     let mut connection =
         Client::connect(address, authkey, ConnectionOptions::default()).expect("connect");
     for index in 0..count {
@@ -370,7 +371,8 @@ fn child_stalled_sender_entry() {
     }
     let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).expect("getrlimit");
     setrlimit(Resource::RLIMIT_NOFILE, FD_LIMIT, hard).expect("setrlimit");
-    let sharing = SharingContext::new(Authkey::random().expect("authkey"));
+    let sharing = SharingContext::new(Authkey::random().expect("authkey"))
+        .with_strategy(StrategyKind::FileDescriptor);
     let mut first = None;
     let mut most_fds = 0;
     for index in 0..HELD {

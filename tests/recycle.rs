@@ -7,7 +7,9 @@ mod support;
 
 use std::time::Duration;
 
-use tensorshare::{Authkey, Connection, DType, SharingContext, Storage, Tensor, TensorView, Value};
+use tensorshare::{
+    Authkey, Connection, DType, SharingContext, Storage, StrategyKind, Tensor, TensorView, Value,
+};
 use tensorshare_strategies::file_descriptor::{FdSegment, FileIdentity};
 
 use support::{eventually, wait_until};
@@ -20,8 +22,8 @@ fn producer_and_consumer() -> (SharingContext, SharingContext, Connection, Conne
     let authkey = Authkey::random().unwrap();
     let (tx, rx) = support::connection_pair();
     (
-        SharingContext::new(authkey.clone()),
-        SharingContext::new(authkey),
+        SharingContext::new(authkey.clone()).with_strategy(StrategyKind::FileDescriptor),
+        SharingContext::new(authkey).with_strategy(StrategyKind::FileDescriptor),
         tx,
         rx,
     )
@@ -106,9 +108,9 @@ fn a_memfd_its_receiver_still_holds_is_not_reused() {
 #[test]
 fn a_memfd_its_receiver_sent_on_is_not_reused() {
     let authkey = Authkey::random().unwrap();
-    let producer = SharingContext::new(authkey.clone());
-    let relay = SharingContext::new(authkey.clone());
-    let last = SharingContext::new(authkey);
+    let producer = SharingContext::new(authkey.clone()).with_strategy(StrategyKind::FileDescriptor);
+    let relay = SharingContext::new(authkey.clone()).with_strategy(StrategyKind::FileDescriptor);
+    let last = SharingContext::new(authkey).with_strategy(StrategyKind::FileDescriptor);
     let (mut tx, mut rx) = support::connection_pair();
     let (mut relay_tx, mut last_rx) = support::connection_pair();
     let sent = filled(&producer, 2);
@@ -130,7 +132,9 @@ fn a_memfd_fetched_through_the_resource_sharer_is_not_reused() {
     // Without attached fds the receiver fetches each one from the sender's
     // resource sharer, as a Python receiver does, and reports nothing.
     let authkey = Authkey::random().unwrap();
-    let producer = SharingContext::new(authkey.clone()).with_inline_fds(false);
+    let producer = SharingContext::new(authkey.clone())
+        .with_strategy(StrategyKind::FileDescriptor)
+        .with_inline_fds(false);
     let consumer = SharingContext::new(authkey);
     let (mut tx, mut rx) = support::connection_pair();
     let sent = filled(&producer, 3);

@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use tensorshare::connection::ConnectionOptions;
 use tensorshare::resource_sharer::SharerSocket;
-use tensorshare::{Authkey, DType, Listener, SharingContext, Storage, Tensor, TensorView, Value};
+use tensorshare::{
+    Authkey, DType, Listener, SharingContext, Storage, StrategyKind, Tensor, TensorView, Value,
+};
 
 use support::{Server, cases, open_fds, python_script, test_python};
 
@@ -50,7 +52,7 @@ fn tensorshare_drives_a_stock_torch_echo() {
     };
     let authkey = Authkey::random().unwrap();
     let mut server = Server::torch_echo(&python, &authkey, "file_descriptor");
-    let sharing = SharingContext::new(authkey.clone());
+    let sharing = SharingContext::new(authkey.clone()).with_strategy(StrategyKind::FileDescriptor);
     let mut connection = server.connect(&authkey);
     support::assert_echoes_intact(&mut server, &mut connection, &sharing, "torch echo");
 
@@ -211,7 +213,9 @@ fn stock_torch_fetches_from_a_sharer_in_the_abstract_namespace() {
         return;
     };
     let authkey = Authkey::random().unwrap();
-    let sharing = SharingContext::new(authkey.clone()).with_sharer_socket(SharerSocket::Abstract);
+    let sharing = SharingContext::new(authkey.clone())
+        .with_strategy(StrategyKind::FileDescriptor)
+        .with_sharer_socket(SharerSocket::Abstract);
     let stdout = torch_loads(&python, &sharing, &authkey);
     // As CPython's own listener reports an abstract address: bytes.
     let prefix = format!(
@@ -234,6 +238,7 @@ fn stock_torch_fetches_from_a_sharer_in_the_abstract_namespace() {
     // A sharer told to listen on a path is fetched from by path, a str.
     let parent = tempfile::tempdir().unwrap();
     let sharing = SharingContext::new(authkey.clone())
+        .with_strategy(StrategyKind::FileDescriptor)
         .with_sharer_socket(SharerSocket::PathIn(parent.path().into()));
     let stdout = torch_loads(&python, &sharing, &authkey);
     assert!(

@@ -5,8 +5,8 @@ torch and the standard library, nothing else.
 
 PRODUCER is the command that starts the Rust side (default: `cargo run`
 of this example). It gets this process's authkey in TENSORSHARE_AUTHKEY,
-for the connection and for the resource sharer torch fetches each batch's
-memory from, and prints the address it listens on.
+for the connection, and prints the address it listens on. The batches
+arrive in shared-memory segments torch opens by name (`file_system`).
 """
 import multiprocessing
 import os

@@ -5,8 +5,8 @@ checking its answers: stock torch and the standard library, nothing else.
 
 SERVER is the command that starts the Rust side (default: `cargo run` of
 this example). It gets this process's authkey in TENSORSHARE_AUTHKEY, for
-the connection and for the resource sharers each side fetches the other's
-tensors from, and prints the address it listens on.
+the connection and for the resource sharer the server fetches this
+process's tensors from, and prints the address it listens on.
 """
 import multiprocessing
 import os

@@ -168,7 +168,11 @@ const MAX_RECYCLED_BYTES: usize = 1 << 30;
 const MAX_POOLED_SEGMENTS: usize = 8192;
 
 impl SharingContext {
-    /// A context with torch's default registry, sharing by file descriptor.
+    /// A context with torch's default registry, sharing with `file_system`:
+    /// the fastest strategy into a torch process on this host, and one whose
+    /// sender may exit before its receivers read (the crate docs'
+    /// [default strategy](crate#the-default-strategy) section has the
+    /// measurements). [`with_strategy`](Self::with_strategy) picks another.
     ///
     /// `authkey` must equal the peers' `multiprocessing.current_process().authkey`
     /// (see [`connection`](crate::connection#agreeing-on-the-authkey)).
@@ -177,7 +181,7 @@ impl SharingContext {
         let fd_limit = soft_fd_limit();
         Self {
             registry: Registry::default(),
-            strategy: StrategyKind::FileDescriptor,
+            strategy: StrategyKind::FileSystem,
             strategy_pinned: false,
             fetch_timeout: DEFAULT_FETCH_TIMEOUT,
             sharer: OnceLock::new(),

@@ -92,6 +92,17 @@ pub struct BenchArgs {
         value_parser = RangedU64ValueParser::<usize>::new().range(0..=64)
     )]
     busy_loops: usize,
+    /// With `--workload batches`, the intra-op threads of every torch
+    /// process the bench starts (`OMP_NUM_THREADS`). By default torch's own,
+    /// one a core, for one training loop; with `--consumers N`, the cores
+    /// shared among the N loops (at least one each), as `torchrun` does for
+    /// several ranks on one host.
+    #[arg(
+        long,
+        value_name = "N",
+        value_parser = RangedU64ValueParser::<usize>::new().range(1..=1024)
+    )]
+    torch_threads: Option<usize>,
     /// With `--workload tcp`, where the listening end of each path binds:
     /// `HOST:PORT`, port 0 for a free one. A non-loopback address times the
     /// link it is on (a veth pair, a NIC); the other end connects to the
@@ -310,12 +321,12 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
         std::fs::write(path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
     }
     if args.workload != BenchWorkload::Batches
-        && (!args.consumers.is_empty() || args.busy_loops > 0)
+        && (!args.consumers.is_empty() || args.busy_loops > 0 || args.torch_threads.is_some())
     {
         return Err(super::usage_error(
             "bench",
             clap::error::ErrorKind::ArgumentConflict,
-            "--consumers and --busy-loops go with --workload batches",
+            "--consumers, --busy-loops and --torch-threads go with --workload batches",
         )
         .into());
     }
@@ -323,6 +334,7 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
         let torch = TorchPeer {
             python,
             script: batches_script,
+            threads: args.torch_threads,
         };
         let known = super::bench_batches::feed_names();
         if let Some(unknown) = args.feeds.iter().find(|feed| !known.contains(feed)) {
@@ -347,7 +359,11 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
         };
         return super::bench_batches::run(&torch, &options);
     }
-    let torch = TorchPeer { python, script };
+    let torch = TorchPeer {
+        python,
+        script,
+        threads: None,
+    };
     if args.workload == BenchWorkload::Tcp {
         torch.check()?;
         let link = tcp::TcpLink {
@@ -595,13 +611,36 @@ fn parse_size(text: &str) -> Result<usize, String> {
         .ok_or_else(|| format!("{text:?} is not a positive size that fits in memory"))
 }
 
-/// The Python side: an interpreter with torch, and the script.
+/// The Python side: an interpreter with torch, the script, and the
+/// intra-op threads of each process (`None` for torch's default).
+#[derive(Clone)]
 pub(super) struct TorchPeer {
     python: PathBuf,
     script: PathBuf,
+    threads: Option<usize>,
 }
 
 impl TorchPeer {
+    /// The peer for `consumers` training loops at once: unless threads were
+    /// given, the cores shared among them, as `torchrun` sets
+    /// `OMP_NUM_THREADS` for several ranks, since N loops of one thread a
+    /// core each would spin in each other's way at every parallel op.
+    pub(super) fn for_consumers(&self, consumers: usize) -> Self {
+        let threads = self.threads.or_else(|| {
+            let cores = std::thread::available_parallelism().map_or(1, usize::from);
+            (consumers > 1).then(|| (cores / consumers).max(1))
+        });
+        Self {
+            threads,
+            ..self.clone()
+        }
+    }
+
+    /// The intra-op threads each torch process is started with, when set.
+    pub(super) fn threads(&self) -> Option<usize> {
+        self.threads
+    }
+
     pub(super) fn check(&self) -> Result<(), String> {
         let status = Command::new(&self.python)
             .args(["-c", "import torch"])
@@ -626,6 +665,9 @@ impl TorchPeer {
     ) -> Command {
         let mut command = Command::new(&self.python);
         command.arg(&self.script).args(args);
+        if let Some(threads) = self.threads {
+            command.env("OMP_NUM_THREADS", threads.to_string());
+        }
         if let Some((address, authkey)) = connect {
             // In the environment: a command line is visible to every user.
             command

@@ -215,10 +215,14 @@ fn run_tables(
     busy_loops: usize,
 ) -> Result<Vec<Table>, CliError> {
     let Options { rounds, quick, .. } = *options;
-    let beside = match busy_loops {
+    let mut beside = match busy_loops {
         0 => String::new(),
         n => format!("; {n} busy loops beside it"),
     };
+    // Several loops' tables each name their threads.
+    if let (Some(threads), true) = (torch.threads(), options.consumers.is_empty()) {
+        beside += &format!("; OMP_NUM_THREADS={threads} in each torch process");
+    }
     if options.consumers.is_empty() {
         println!(
             "tensorshare bench --workload batches: DataLoader-shaped batches into one training \
@@ -261,9 +265,15 @@ fn run_tables(
         } else {
             let first = tables.len();
             for &consumers in options.consumers {
-                let title = format!("{title}, {consumers} consumers");
+                let torch = torch.for_consumers(consumers);
+                let title = match torch.threads() {
+                    Some(threads) => {
+                        format!("{title}, {consumers} consumers, OMP_NUM_THREADS={threads}")
+                    }
+                    None => format!("{title}, {consumers} consumers"),
+                };
                 tables.push(run_consumers_table(
-                    torch,
+                    &torch,
                     options.feeds,
                     spec,
                     consumers,

@@ -42,7 +42,9 @@ fn produce() -> Result<(), Box<dyn std::error::Error>> {
         trainer.send(&batch.into(), &sharing)?;
     }
     trainer.send(&Value::None, &sharing)?;
-    // torch fetches each batch's memory from this process: stay until it has.
+    // Under file_system, the default, the batches outlive this process and
+    // this returns at once; under file_descriptor torch fetches each from
+    // this process, and this waits until it has.
     sharing.wait_until_fetched(Duration::from_secs(60))?;
     println!("sent {BATCHES} batches of 8 images, written in shared memory");
     Ok(())

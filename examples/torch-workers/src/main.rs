@@ -2,8 +2,7 @@
 //! job starts it with the address of a listener and the job's authkey,
 //! and it connects back, takes tasks `{"id": int, "x": float32 [rows,
 //! cols]}`, answers each with `{"id": id, "norms": float32 [rows]}` (the
-//! rows' Euclidean norms) until it gets `None`, and exits once the job has
-//! fetched every answer.
+//! rows' Euclidean norms) until it gets `None`, and exits.
 //!
 //! `job.py` (stock torch) runs the job: `python examples/torch-workers/job.py`.
 
@@ -76,7 +75,9 @@ fn work() -> Result<usize, Box<dyn Error>> {
         job.send(&to_value(&Answer { id, norms })?, &sharing)?;
         done += 1;
     }
-    // The job fetches each answer's memory from this process: stay until it has.
+    // Under file_system, the default, the answers outlive this process and
+    // this returns at once; under file_descriptor the job fetches each
+    // from this process, and this waits until it has.
     sharing.wait_until_fetched(Duration::from_secs(60))?;
     Ok(done)
 }
