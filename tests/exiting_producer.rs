@@ -11,6 +11,8 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::Value as Json;
+use tensorshare_strategies::services::shm_manager::IN_FLIGHT_WAIT_ENV;
+
 use support::{
     build_manager_executable, files_in, python_script, segments_of, test_python, wait_until,
 };
@@ -54,8 +56,24 @@ fn producer() -> PathBuf {
 /// `strategy` with `producer_args` after the batch count; one JSON outcome
 /// a run. Fails with torch's words when a batch does not rebuild.
 fn receive(python: &str, strategy: &str, options: &[&str], producer_args: &[&str]) -> Vec<Json> {
+    receive_with_in_flight_wait(python, strategy, options, producer_args, None)
+}
+
+/// As [`receive`], the producers' managers keeping segments in flight for
+/// `in_flight_wait` seconds once no client is left, when given.
+fn receive_with_in_flight_wait(
+    python: &str,
+    strategy: &str,
+    options: &[&str],
+    producer_args: &[&str],
+    in_flight_wait: Option<&str>,
+) -> Vec<Json> {
     let producer = producer();
-    let output = Command::new(python)
+    let mut receiver = Command::new(python);
+    if let Some(wait) = in_flight_wait {
+        receiver.env(IN_FLIGHT_WAIT_ENV, wait);
+    }
+    let output = receiver
         .arg(python_script("exiting_producer_receiver.py"))
         .args(options)
         .arg("--")
@@ -106,11 +124,16 @@ fn assert_sent_before_the_kill_received(strategy: &str, runs: &[Json], expected_
 }
 
 /// Runs `tensorshare gc` over `dir` with no grace, as an operator
-/// reclaiming what senders left, and asserts that it leaves nothing.
+/// reclaiming what senders left, and asserts that it leaves nothing. Its
+/// `/dev/shm` is an empty directory: the `file_system` tests beside it
+/// have segments in flight whose senders are gone.
 fn assert_gc_reclaims(dir: &Path) {
+    let no_segments = tempfile::tempdir().expect("an empty shm directory");
     let output = Command::new(support::tensorshare_exe())
         .args(["gc", "--min-age", "0", "--memmap-dir"])
         .arg(dir)
+        .arg("--shm-dir")
+        .arg(no_segments.path())
         .stdin(Stdio::null())
         .output()
         .expect("run tensorshare gc");
@@ -205,6 +228,21 @@ fn producers_that_exit_without_waiting_leave_their_batches_readable() {
 }
 
 #[test]
+fn a_file_system_producer_gone_before_torch_opened_anything_loses_no_batch() {
+    let Some(python) = test_python("a_file_system_producer_gone_before_torch_opened_anything")
+    else {
+        return;
+    };
+    // torch has not opened a segment, so it is not yet a client of the
+    // producer's manager, which has none left: only the segments' counts
+    // say that messages are still to be read.
+    let options = ["--runs", "3", "--read-after-exit", PAST_THE_GRACE];
+    let runs = receive(&python, "file_system", &options, &[]);
+    assert_all_received("file_system", &runs, 3);
+    assert_no_segments_left(&runs);
+}
+
+#[test]
 fn file_descriptor_and_bytes_producers_lose_no_batch_20_runs_in_a_row() {
     let Some(python) = test_python("file_descriptor_and_bytes_producers_lose_no_batch") else {
         return;
@@ -236,9 +274,10 @@ fn what_a_sigkilled_producer_sent_still_rebuilds() {
     };
     // Killed once it sent batch 30, its own counts never taken back; torch
     // reads on for 3 s, past the grace the manager gives a dead client's
-    // names.
+    // names. A segment counted for a message the kill cut off is kept for
+    // the in-flight wait, here 2 s, then goes with the manager.
     let options = ["--runs", "3", "--kill-after", "30", "--each", "0.1"];
-    let runs = receive(&python, "file_system", &options, &[]);
+    let runs = receive_with_in_flight_wait(&python, "file_system", &options, &[], Some("2"));
     assert_sent_before_the_kill_received("file_system", &runs, 3);
     assert_no_segments_left(&runs);
 

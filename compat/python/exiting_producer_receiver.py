@@ -2,14 +2,16 @@
 killed) while its messages wait: every batch it sent must still rebuild.
 
     python exiting_producer_receiver.py [--runs R] [--pause-after N --pause S]
-        [--each S] [--kill-after N] -- PRODUCER...
+        [--each S] [--kill-after N] [--read-after-exit S] -- PRODUCER...
 
 PRODUCER is the command of `tests/peers/exiting_producer.rs`; it gets this
 process's authkey in TENSORSHARE_AUTHKEY. The receiver reads each batch
 (`conn.recv()`, which rebuilds it through torch's reductions), checks every
 element, and drops it. `--pause-after N --pause S` sleeps S seconds after
 batch N; `--each S` sleeps after every batch; `--kill-after N` sends the
-producer SIGKILL as soon as it says it sent batch N, and receives after.
+producer SIGKILL as soon as it says it sent batch N, and receives after;
+`--read-after-exit S` reads nothing until the producer has exited and S
+seconds more have passed.
 `--runs R` does all of it R times in a row, a new producer each time.
 
 Prints one JSON line a run: {"received": N, "ended": "none"|"eof",
@@ -35,6 +37,7 @@ parser.add_argument("--pause-after", type=int, default=-1)
 parser.add_argument("--pause", type=float, default=0.0)
 parser.add_argument("--each", type=float, default=0.0)
 parser.add_argument("--kill-after", type=int, default=-1)
+parser.add_argument("--read-after-exit", type=float, default=-1.0)
 parser.add_argument("--runs", type=int, default=1)
 parser.add_argument("producer", nargs="+")
 args = parser.parse_args()
@@ -72,6 +75,9 @@ def run_once(run):
                     break
             producer.send_signal(signal.SIGKILL)
             producer.wait()
+        if args.read_after_exit >= 0:
+            producer.wait()
+            time.sleep(args.read_after_exit)
         while True:
             try:
                 batch = conn.recv()

@@ -38,7 +38,10 @@ impl SharingContext {
     ///   exited or killed, while a message or a receiver counts it: the
     ///   shared-memory manager keeps a segment whose message is still to be
     ///   opened while any of its clients (the receiver among them, once it
-    ///   opened any segment of this process) is connected.
+    ///   opened any segment of this process) is connected, and for 5
+    ///   minutes after the last one left, for a receiver that had not
+    ///   opened any yet
+    ///   ([`DEFAULT_IN_FLIGHT_WAIT`](tensorshare_strategies::services::shm_manager::DEFAULT_IN_FLIGHT_WAIT)).
     /// - `bytes`: nothing; the message carries its storages.
     ///
     /// # Errors

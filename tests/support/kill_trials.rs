@@ -21,6 +21,7 @@ use nix::unistd::Pid;
 use tensorshare::connection::ConnectionOptions;
 use tensorshare::{Address, Authkey, Client, DType, SharingContext, Storage, StrategyKind, Value};
 use tensorshare::{Tensor, TensorView};
+use tensorshare_strategies::services::shm_manager::IN_FLIGHT_WAIT_ENV;
 
 pub use super::leftovers::Leaks;
 use super::leftovers::TrialPlaces;
@@ -33,6 +34,12 @@ pub const PRODUCER_ENV: &str = "TENSORSHARE_CRASH_PRODUCER";
 /// How long after the survivors exit their leftovers may take to go: the
 /// managers wait 2 s for their last client before unlinking.
 const CLEANUP_LIMIT: Duration = Duration::from_secs(15);
+
+/// The trials' managers keep no segment for a message in flight once no
+/// client is left: a victim killed with messages unread leaves counts
+/// that would otherwise hold their segments for the 5-minute wait, and
+/// the trials look for leftovers within [`CLEANUP_LIMIT`].
+const NO_IN_FLIGHT_WAIT: &str = "0";
 /// How long a surviving server may take to close what its dead producer
 /// left it.
 const FD_SETTLE_LIMIT: Duration = Duration::from_secs(5);
@@ -275,7 +282,9 @@ fn try_trial(trial: Trial, python: Option<&str>) -> Result<Outcome, String> {
             (command, address)
         }
     };
-    command.env("TMPDIR", &tmp);
+    command
+        .env("TMPDIR", &tmp)
+        .env(IN_FLIGHT_WAIT_ENV, NO_IN_FLIGHT_WAIT);
     let mut server = Server::start(command, address);
     let rust_server = !matches!(trial.peers, Peers::RustToTorch);
     let server_fds = open_fds(server.pid());
@@ -475,6 +484,7 @@ fn torch_producer(
 ) -> Child {
     Command::new(python)
         .env("TMPDIR", tmp)
+        .env(IN_FLIGHT_WAIT_ENV, NO_IN_FLIGHT_WAIT)
         .arg(python_script("echo_peer.py"))
         .args(["stream", "--strategy", strategy, "--address"])
         .arg(address.to_string())
@@ -498,6 +508,7 @@ fn rust_producer(
 ) -> Child {
     Command::new(std::env::current_exe().expect("test binary"))
         .env("TMPDIR", tmp)
+        .env(IN_FLIGHT_WAIT_ENV, NO_IN_FLIGHT_WAIT)
         .env_remove(tensorshare::resource_sharer::SHARER_DIR_ENV)
         .args([
             "producer_role",

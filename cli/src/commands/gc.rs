@@ -38,7 +38,8 @@ pub struct GcArgs {
     json: bool,
     /// Keep segments and files changed less than this many seconds ago; 0
     /// for none. The manager removes its clients' segments within 2 s of
-    /// the last one leaving.
+    /// the last one leaving, and those a message still counts after its
+    /// in-flight wait (5 minutes).
     #[arg(
         long,
         value_name = "SECONDS",

@@ -1,4 +1,4 @@
-//! `tensorshare manager [--daemon] [--socket PATH] [--idle-timeout SECS]`:
+//! `tensorshare manager [--daemon] [--socket PATH] [--idle-timeout SECS] [--in-flight-wait SECS]`:
 //! a shared-memory manager that torch processes and ours register
 //! `file_system` segments with, speaking libshm's protocol.
 
@@ -10,7 +10,8 @@ use super::shutdown::ShutdownSignal;
 use clap::Args;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use tensorshare_strategies::services::shm_manager::{
-    DEFAULT_IDLE_TIMEOUT, ManagerReport, ManagerServer, ServeOptions, StopReason,
+    DEFAULT_IDLE_TIMEOUT, DEFAULT_IN_FLIGHT_WAIT, ManagerReport, ManagerServer, ServeOptions,
+    StopReason, in_flight_wait_from_env,
 };
 
 use crate::error::CliError;
@@ -31,12 +32,18 @@ pub struct ManagerArgs {
     /// how long a segment whose last holder died is kept for another
     /// process to claim it.
     #[arg(long, value_name = "SECS", default_value_t = DEFAULT_IDLE_TIMEOUT.as_secs_f64(),
-          value_parser = parse_idle_timeout)]
+          value_parser = parse_seconds)]
     idle_timeout: f64,
+    /// With no client left, keep this many seconds a segment whose header
+    /// still counts a message nobody opened (its sender gone, its receiver
+    /// not yet connected here) before unlinking it [default:
+    /// TENSORSHARE_SHM_IN_FLIGHT_WAIT, or 300]
+    #[arg(long, value_name = "SECS", value_parser = parse_wait)]
+    in_flight_wait: Option<f64>,
 }
 
 /// Seconds, above zero and at most a day.
-fn parse_idle_timeout(text: &str) -> Result<f64, String> {
+fn parse_seconds(text: &str) -> Result<f64, String> {
     let secs: f64 = text
         .parse()
         .map_err(|_| format!("{text:?} is not a number of seconds"))?;
@@ -48,8 +55,21 @@ fn parse_idle_timeout(text: &str) -> Result<f64, String> {
     Ok(secs)
 }
 
+/// Seconds, from zero to a day.
+fn parse_wait(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(secs) if (0.0..=86_400.0).contains(&secs) => Ok(secs),
+        Ok(_) => Err(format!("{text} is out of range: give 0 to 86400 seconds")),
+        Err(_) => Err(format!("{text:?} is not a number of seconds")),
+    }
+}
+
 pub fn run(args: ManagerArgs) -> Result<(), CliError> {
     let idle_timeout = Duration::from_secs_f64(args.idle_timeout);
+    let in_flight_wait = match args.in_flight_wait {
+        Some(secs) => Duration::from_secs_f64(secs),
+        None => in_flight_wait_from_env()?.unwrap_or(DEFAULT_IN_FLIGHT_WAIT),
+    };
     // First, so that no signal kills the manager between its first line and
     // serving; a daemon's fork inherits the handlers and their socket.
     // SIGHUP too: the terminal of a foreground manager closed. Each stops it
@@ -82,6 +102,7 @@ pub fn run(args: ManagerArgs) -> Result<(), CliError> {
     let report = server.serve(
         ServeOptions::default()
             .with_idle_timeout(idle_timeout)
+            .with_in_flight_wait(in_flight_wait)
             .with_shutdown(shutdown),
     )?;
     eprintln!("tensorshare manager: {}", summary(&report, idle_timeout));

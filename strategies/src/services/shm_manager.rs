@@ -80,6 +80,6 @@ pub use error::ManagerError;
 pub use handle::{MAX_HANDLE_LEN, ManagerHandle};
 pub use launch::{EXE_ENV, LAUNCH_TIMEOUT, launch_daemon, manager_executable};
 pub use server::{
-    DEFAULT_IDLE_TIMEOUT, MAX_REGISTERED_NAMES, ManagerReport, ManagerServer, ServeOptions,
-    StopReason,
+    DEFAULT_IDLE_TIMEOUT, DEFAULT_IN_FLIGHT_WAIT, IN_FLIGHT_WAIT_ENV, MAX_REGISTERED_NAMES,
+    ManagerReport, ManagerServer, ServeOptions, StopReason, in_flight_wait_from_env,
 };

@@ -46,7 +46,7 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::stat::{FileStat, SFlag, fstat, stat};
 
 use super::daemon::thread_count;
-use super::{ManagerError, ManagerServer, ServeOptions};
+use super::{ManagerError, ManagerServer, ServeOptions, in_flight_wait_from_env};
 
 /// The environment variable that tells a program started by
 /// [`command`] to run as the manager: the `st_dev:st_ino` of the pipe on
@@ -136,6 +136,12 @@ fn serve_as_daemon() -> i32 {
         Err(_) => return 1,
     };
     let mut options = ServeOptions::default();
+    // The daemon's stderr is the program's: a bad value is said there, once.
+    match in_flight_wait_from_env() {
+        Ok(Some(wait)) => options = options.with_in_flight_wait(wait),
+        Ok(None) => {}
+        Err(why) => eprintln!("tensorshare manager: ignoring {why}"),
+    }
     if let Some(shutdown) = shutdown {
         options = options.with_shutdown(shutdown);
     }

@@ -33,6 +33,34 @@ use super::AllocInfo;
 /// register it: torch's `SHUTDOWN_TIMEOUT`.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// How long a manager with no client left keeps a segment that a message
+/// on its way to a receiver still counts: as long as a sender keeps an
+/// unfetched fd or a sent `memmap` file for its receivers by default.
+pub const DEFAULT_IN_FLIGHT_WAIT: Duration = Duration::from_secs(300);
+
+/// Sets, in seconds, the in-flight wait of the managers a process starts,
+/// which inherit it (`0`: a segment no client is left to read goes at the
+/// idle timeout). For a machine where receivers are often killed with
+/// messages unread, and for tests that kill them.
+pub const IN_FLIGHT_WAIT_ENV: &str = "TENSORSHARE_SHM_IN_FLIGHT_WAIT";
+
+/// The in-flight wait [`IN_FLIGHT_WAIT_ENV`] sets: `None` when it is unset,
+/// and an error naming it when it is not a number of seconds from 0 to a
+/// day.
+pub fn in_flight_wait_from_env() -> Result<Option<Duration>, String> {
+    let Some(value) = std::env::var_os(IN_FLIGHT_WAIT_ENV) else {
+        return Ok(None);
+    };
+    value
+        .to_str()
+        .and_then(|text| text.trim().parse::<f64>().ok())
+        .filter(|secs| (0.0..=86_400.0).contains(secs))
+        .map(|secs| Some(Duration::from_secs_f64(secs)))
+        .ok_or_else(|| {
+            format!("{IN_FLIGHT_WAIT_ENV}={value:?} is not a number of seconds from 0 to 86400")
+        })
+}
+
 /// The most names a manager tracks at once; a client registering more is
 /// disconnected. A training job sharing a million live segments has run out
 /// of mappings long before.
@@ -180,8 +208,9 @@ impl ManagerServer {
         Ok(self)
     }
 
-    /// Serves clients until none has been connected for the idle timeout
-    /// and no name it is to unlink is still held by some process, or the
+    /// Serves clients until none has been connected for the idle timeout,
+    /// no name it is to unlink is still held by some process and none is
+    /// within its in-flight wait ([`ServeOptions::with_in_flight_wait`]), or the
     /// shutdown fd polls readable; then unlinks every name still
     /// registered, removes the socket (and private directory), and reports.
     ///
@@ -191,7 +220,7 @@ impl ManagerServer {
     /// signal or a transient shortage; everything registered is unlinked
     /// first, as on a normal exit.
     pub fn serve(self, options: ServeOptions) -> Result<ManagerReport, ManagerError> {
-        let mut state = ServeState::new(options.idle_timeout);
+        let mut state = ServeState::new(options.idle_timeout, options.in_flight_wait);
         let stopped = state.run(&self.listener, options.shutdown.as_ref());
         state.unlink_all();
         drop(self);
@@ -223,6 +252,7 @@ impl Drop for ManagerServer {
 #[derive(Debug)]
 pub struct ServeOptions {
     idle_timeout: Duration,
+    in_flight_wait: Duration,
     shutdown: Option<OwnedFd>,
 }
 
@@ -230,6 +260,7 @@ impl Default for ServeOptions {
     fn default() -> Self {
         ServeOptions {
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            in_flight_wait: DEFAULT_IN_FLIGHT_WAIT,
             shutdown: None,
         }
     }
@@ -241,6 +272,17 @@ impl ServeOptions {
     /// again. Default [`DEFAULT_IDLE_TIMEOUT`], torch's 2 s.
     pub fn with_idle_timeout(mut self, idle_timeout: Duration) -> Self {
         self.idle_timeout = idle_timeout;
+        self
+    }
+
+    /// How long, once no client is connected, to keep a segment whose
+    /// header still counts a message nobody has opened: its sender let go
+    /// of it (exited, or was killed), and its receiver, not yet a client,
+    /// may still open it. Default [`DEFAULT_IN_FLIGHT_WAIT`]. While any
+    /// client is connected such a segment is kept regardless; after the
+    /// wait it is unlinked like any other, and the manager exits.
+    pub fn with_in_flight_wait(mut self, wait: Duration) -> Self {
+        self.in_flight_wait = wait;
         self
     }
 

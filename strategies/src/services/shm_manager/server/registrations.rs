@@ -31,6 +31,9 @@ pub(super) struct Registration {
     /// registration, and a process that vanished never takes its count
     /// back. Whatever the header holds beyond them is someone's alive.
     dead_holds: u32,
+    /// When its header was first seen counting a message nobody opened,
+    /// its registrants gone: the in-flight wait runs from then.
+    in_flight_since: Option<Instant>,
 }
 
 impl ServeState {
@@ -53,6 +56,7 @@ impl ServeState {
         let registration = self.names.entry(info.name.clone()).or_default();
         registration.registrants.insert(id);
         registration.orphaned_at = None;
+        registration.in_flight_since = None;
         let count = client.names.entry(info.name).or_insert(0);
         *count = count.saturating_add(1);
         if !client.pipelined {
@@ -132,6 +136,7 @@ impl ServeState {
                 continue;
             };
             if !self.clients.is_empty() && counted_beyond(&name, registration.dead_holds) {
+                registration.in_flight_since.get_or_insert(now);
                 registration.orphaned_at = None;
                 continue;
             }
@@ -150,15 +155,40 @@ impl ServeState {
 
     /// Unlinks every registered name that nothing holds, as an idle
     /// manager about to exit; those some process still has open or mapped
-    /// stay registered. Whether any stayed.
-    pub(super) fn unlink_unheld(&mut self) -> bool {
+    /// stay registered, and so do those a message not yet opened counts,
+    /// for the in-flight wait. Whether any stayed.
+    ///
+    /// A sender may exit as soon as it sent, before its receiver opened
+    /// anything and so before the receiver is a client here: with no
+    /// client left, the header's count is all that says a message is
+    /// still to be read. A receiver killed with messages unread leaves the
+    /// same count, which is why the wait ends.
+    pub(super) fn unlink_unheld(&mut self, now: Instant) -> bool {
         let names: Vec<SegmentName> = self.names.keys().cloned().collect();
         for name in names {
+            if self.awaits_receiver(&name, now) {
+                continue;
+            }
             if self.unlink(&name) == Unlink::Done {
                 self.names.remove(&name);
             }
         }
         !self.names.is_empty()
+    }
+
+    /// Whether `name`, with no client connected, is still within its
+    /// in-flight wait: its header counts beyond the registrants gone
+    /// without freeing it.
+    fn awaits_receiver(&mut self, name: &SegmentName, now: Instant) -> bool {
+        let wait = self.in_flight_wait;
+        let Some(registration) = self.names.get_mut(name) else {
+            return false;
+        };
+        if !counted_beyond(name, registration.dead_holds) {
+            return false;
+        }
+        let since = *registration.in_flight_since.get_or_insert(now);
+        now < since + wait
     }
 
     /// Unlinks every name still registered that nothing holds.

@@ -27,6 +27,8 @@ const ACCEPT_LOG_INTERVAL: Duration = Duration::from_secs(10);
 /// The serving loop's state.
 pub(super) struct ServeState {
     pub(super) idle_timeout: Duration,
+    /// How long a name a message still counts is kept with no client.
+    pub(super) in_flight_wait: Duration,
     /// The connected clients, by id: clients are numbered in the order they
     /// were accepted, so the next id is `report.clients`.
     pub(super) clients: HashMap<u64, Client>,
@@ -47,9 +49,10 @@ pub(super) fn log(message: std::fmt::Arguments<'_>) {
 }
 
 impl ServeState {
-    pub(super) fn new(idle_timeout: Duration) -> Self {
+    pub(super) fn new(idle_timeout: Duration, in_flight_wait: Duration) -> Self {
         ServeState {
             idle_timeout,
+            in_flight_wait,
             clients: HashMap::new(),
             names: HashMap::new(),
             orphans: VecDeque::new(),
@@ -82,7 +85,7 @@ impl ServeState {
                     // One last look: a client may have connected just now.
                     self.accept_paused_until = None;
                     if self.accept(listener, now) == 0 {
-                        if !self.unlink_unheld() {
+                        if !self.unlink_unheld(now) {
                             return Ok(StopReason::Idle);
                         }
                         // A process registered with a manager that died

@@ -73,9 +73,12 @@ pub(super) struct Running {
 
 impl Running {
     pub(super) fn start(idle: Duration) -> Self {
+        Self::start_with(ServeOptions::default().with_idle_timeout(idle))
+    }
+
+    pub(super) fn start_with(options: ServeOptions) -> Self {
         let server = ManagerServer::bind_in_private_dir().unwrap();
         let handle = server.handle().clone();
-        let options = ServeOptions::default().with_idle_timeout(idle);
         let thread = std::thread::spawn(move || server.serve(options));
         Running { handle, thread }
     }
@@ -275,6 +278,35 @@ fn a_dead_registrants_segment_with_a_message_in_flight_waits_for_its_receiver() 
     receiver.unregister_in_use(&segment.0);
     drop(receiver);
     let report = manager.finish();
+    assert!(!segment.exists());
+    assert_eq!(report.unlinked, vec![segment.0.clone()]);
+}
+
+#[test]
+fn a_segment_a_message_counts_outlives_every_client_for_the_in_flight_wait() {
+    let wait = Duration::from_millis(1500);
+    let manager = Running::start_with(
+        ServeOptions::default()
+            .with_idle_timeout(Duration::from_millis(300))
+            .with_in_flight_wait(wait),
+    );
+    let segment = TestSegment::create();
+    // A sender that exits in order: its own count taken back and freed at
+    // once, the message's count left for a receiver not yet connected.
+    let creator = ManagerConnection::open(&manager.handle).unwrap();
+    creator.register(&segment.0).unwrap();
+    segment.set_refcount(1);
+    creator.unregister_in_use(&segment.0);
+    let alone_at = Instant::now();
+    drop(creator);
+    std::thread::sleep(Duration::from_millis(900));
+    assert!(
+        segment.exists(),
+        "a segment a message still counts was unlinked once no client was left"
+    );
+    // Nobody comes for it: it goes after the wait, and so does the manager.
+    let report = manager.finish();
+    assert!(alone_at.elapsed() >= wait, "{:?}", alone_at.elapsed());
     assert!(!segment.exists());
     assert_eq!(report.unlinked, vec![segment.0.clone()]);
 }
