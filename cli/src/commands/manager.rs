@@ -11,7 +11,7 @@ use clap::Args;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use tensorshare_strategies::services::shm_manager::{
     DEFAULT_IDLE_TIMEOUT, DEFAULT_IN_FLIGHT_WAIT, ManagerReport, ManagerServer, ServeOptions,
-    StopReason, in_flight_wait_from_env,
+    StopReason, in_flight_wait_from_env, parse_in_flight_wait,
 };
 
 use crate::error::CliError;
@@ -38,8 +38,8 @@ pub struct ManagerArgs {
     /// still counts a message nobody opened (its sender gone, its receiver
     /// not yet connected here) before unlinking it [default:
     /// TENSORSHARE_SHM_IN_FLIGHT_WAIT, or 300]
-    #[arg(long, value_name = "SECS", value_parser = parse_wait)]
-    in_flight_wait: Option<f64>,
+    #[arg(long, value_name = "SECS", value_parser = parse_in_flight_wait)]
+    in_flight_wait: Option<Duration>,
 }
 
 /// Seconds, above zero and at most a day.
@@ -55,19 +55,10 @@ fn parse_seconds(text: &str) -> Result<f64, String> {
     Ok(secs)
 }
 
-/// Seconds, from zero to a day.
-fn parse_wait(text: &str) -> Result<f64, String> {
-    match text.parse::<f64>() {
-        Ok(secs) if (0.0..=86_400.0).contains(&secs) => Ok(secs),
-        Ok(_) => Err(format!("{text} is out of range: give 0 to 86400 seconds")),
-        Err(_) => Err(format!("{text:?} is not a number of seconds")),
-    }
-}
-
 pub fn run(args: ManagerArgs) -> Result<(), CliError> {
     let idle_timeout = Duration::from_secs_f64(args.idle_timeout);
     let in_flight_wait = match args.in_flight_wait {
-        Some(secs) => Duration::from_secs_f64(secs),
+        Some(wait) => wait,
         None => in_flight_wait_from_env()?.unwrap_or(DEFAULT_IN_FLIGHT_WAIT),
     };
     // First, so that no signal kills the manager between its first line and

@@ -82,4 +82,5 @@ pub use launch::{EXE_ENV, LAUNCH_TIMEOUT, launch_daemon, manager_executable};
 pub use server::{
     DEFAULT_IDLE_TIMEOUT, DEFAULT_IN_FLIGHT_WAIT, IN_FLIGHT_WAIT_ENV, MAX_REGISTERED_NAMES,
     ManagerReport, ManagerServer, ServeOptions, StopReason, in_flight_wait_from_env,
+    parse_in_flight_wait,
 };

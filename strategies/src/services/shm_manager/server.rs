@@ -45,20 +45,25 @@ pub const DEFAULT_IN_FLIGHT_WAIT: Duration = Duration::from_secs(300);
 pub const IN_FLIGHT_WAIT_ENV: &str = "TENSORSHARE_SHM_IN_FLIGHT_WAIT";
 
 /// The in-flight wait [`IN_FLIGHT_WAIT_ENV`] sets: `None` when it is unset,
-/// and an error naming it when it is not a number of seconds from 0 to a
-/// day.
+/// and an error naming it when [`parse_in_flight_wait`] refuses it.
 pub fn in_flight_wait_from_env() -> Result<Option<Duration>, String> {
     let Some(value) = std::env::var_os(IN_FLIGHT_WAIT_ENV) else {
         return Ok(None);
     };
-    value
-        .to_str()
-        .and_then(|text| text.trim().parse::<f64>().ok())
+    let text = value.to_string_lossy();
+    parse_in_flight_wait(&text)
+        .map(Some)
+        .map_err(|why| format!("{IN_FLIGHT_WAIT_ENV}: {why}"))
+}
+
+/// An in-flight wait written in seconds, from 0 to a day.
+pub fn parse_in_flight_wait(text: &str) -> Result<Duration, String> {
+    text.trim()
+        .parse::<f64>()
+        .ok()
         .filter(|secs| (0.0..=86_400.0).contains(secs))
-        .map(|secs| Some(Duration::from_secs_f64(secs)))
-        .ok_or_else(|| {
-            format!("{IN_FLIGHT_WAIT_ENV}={value:?} is not a number of seconds from 0 to 86400")
-        })
+        .map(Duration::from_secs_f64)
+        .ok_or_else(|| format!("{text:?} is not a number of seconds from 0 to 86400"))
 }
 
 /// The most names a manager tracks at once; a client registering more is
