@@ -220,7 +220,9 @@ fn run_tables(
         n => format!("; {n} busy loops beside it"),
     };
     // Several loops' tables each name their threads.
-    if let (Some(threads), true) = (torch.threads(), options.consumers.is_empty()) {
+    if options.consumers.is_empty()
+        && let Some(threads) = torch.threads()
+    {
         beside += &format!("; OMP_NUM_THREADS={threads} in each torch process");
     }
     if options.consumers.is_empty() {
