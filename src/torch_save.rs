@@ -3,11 +3,14 @@
 //! [`safetensors::save`](crate::safetensors::save).
 //!
 //! A file is read through a read-only mapping: the zip directory and the
-//! object pickle are parsed from it, and each storage stored uncompressed at
-//! an aligned offset (every zip torch writes) stays where the file holds it,
-//! as `torch.load(mmap=True)` leaves it; a compressed or unaligned storage
-//! (a legacy stream's) is copied out on its own. The mapping lives as long
-//! as the last storage over it. A file truncated while mapped reads zeros
+//! object pickle are parsed from it, and each storage stored uncompressed
+//! (every zip torch writes, and every legacy stream) stays where the file
+//! holds it, as `torch.load(mmap=True)` leaves a zip's; a compressed one is
+//! copied out on its own. A legacy stream holds its storages at any address:
+//! written out or read with [`Tensor::to_vec`](crate::Tensor::to_vec) they
+//! are used in place, and viewed as a slice of elements
+//! ([`Tensor::as_slice`](crate::Tensor::as_slice)) each is copied once to an
+//! aligned address. The mapping lives as long as the last storage over it. A file truncated while mapped reads zeros
 //! where it lost bytes instead of ending the process, and [`load`] then
 //! fails with [`FileError::Changed`] rather than return them.
 //!

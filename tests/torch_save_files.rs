@@ -113,10 +113,25 @@ fn state_dict(n: usize, len: usize) -> Value {
     dict.into()
 }
 
+/// A state dict whose float32 tensors follow one-byte ones, so that a
+/// legacy stream holds them at every address modulo 4.
+fn state_dict_at_every_alignment() -> Value {
+    let mut dict = Dict::new();
+    for i in 0..4 {
+        let byte = Tensor::from_slice(&StrategyKind::Bytes, &[i as u8], &[1]).unwrap();
+        let data: Vec<f32> = (0..1000).map(|j| (i * 1000 + j) as f32).collect();
+        let weight = Tensor::from_slice(&StrategyKind::Bytes, &data, &[1000]).unwrap();
+        dict = dict
+            .with(format!("layer{i}.step"), byte)
+            .with(format!("layer{i}.weight"), weight);
+    }
+    dict.into()
+}
+
 #[test]
-fn zip_storages_are_windows_of_the_file_and_legacy_ones_copies() {
+fn zip_and_legacy_storages_are_windows_of_the_file() {
     let dir = tempfile::tempdir().unwrap();
-    let value = state_dict(4, 1000);
+    let value = state_dict_at_every_alignment();
     let zip = dir.path().join("model.pt");
     let legacy = dir.path().join("model.legacy.pt");
     torch_save::save(&value, &zip).unwrap();
@@ -124,7 +139,7 @@ fn zip_storages_are_windows_of_the_file_and_legacy_ones_copies() {
 
     let (format, loaded) = torch_save::load_with(&zip, &Registry::default()).unwrap();
     assert_eq!(format, TorchSaveFormat::Zip);
-    assert_eq!(windows(&loaded), 4);
+    assert_eq!(windows(&loaded), 8);
     assert_eq!(contents(&loaded).1, contents(&value).1);
     let weight = loaded
         .get("layer3.weight")
@@ -134,14 +149,33 @@ fn zip_storages_are_windows_of_the_file_and_legacy_ones_copies() {
 
     let (format, loaded) = torch_save::load_with(&legacy, &Registry::default()).unwrap();
     assert_eq!(format, TorchSaveFormat::Legacy);
+    assert_eq!(windows(&loaded), 8, "every legacy record stays in the file");
     assert_eq!(contents(&loaded).1, contents(&value).1);
-    // Legacy records follow an 8-byte count at no particular alignment:
-    // whichever are aligned stay in the file, the rest are copied.
-    for storage in loaded.distinct().filter_map(Value::storage) {
-        let in_file = storage.local_segment::<FileWindow>().is_some();
-        let address = storage.bytes().unwrap().as_ptr() as usize;
-        assert!(!in_file || address % 16 == 0, "an unaligned window");
+    // Each record follows an 8-byte count wherever the one before ended:
+    // the one-byte tensors put the weights at every address modulo 4.
+    let mut unaligned = 0;
+    for i in 0..4 {
+        let weight = loaded
+            .get(&format!("layer{i}.weight"))
+            .and_then(Value::as_tensor)
+            .unwrap();
+        let in_file = weight.storage().bytes().unwrap().as_ptr();
+        let expected: Vec<f32> = (0..1000).map(|j| (i * 1000 + j) as f32).collect();
+        assert_eq!(weight.to_vec::<f32>().unwrap(), expected, "read in place");
+        let slice = weight
+            .as_slice::<f32>()
+            .expect("a view, copied if unaligned");
+        assert_eq!(slice, expected);
+        if in_file as usize % 4 != 0 {
+            unaligned += 1;
+            assert_ne!(slice.as_ptr().cast::<u8>(), in_file, "viewed from a copy");
+            let again = weight.as_slice::<f32>().unwrap().as_ptr();
+            assert_eq!(again, slice.as_ptr(), "copied once, then viewed again");
+        } else {
+            assert_eq!(slice.as_ptr().cast::<u8>(), in_file, "viewed in the file");
+        }
     }
+    assert_eq!(unaligned, 3, "the weights lie at every address modulo 4");
 
     // The reader form reads the same.
     let read = torch_save::read(std::fs::File::open(&zip).unwrap()).unwrap();

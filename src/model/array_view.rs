@@ -51,7 +51,7 @@ impl Tensor {
     /// ```
     pub fn as_array_view<T: Element + Pod>(&self) -> Result<ArrayViewD<'_, T>, ElementError> {
         check_element::<T>(self.dtype())?;
-        let bytes = self.local_bytes()?;
+        let bytes = self.aligned_local_bytes::<T>()?;
         if self.numel() == 0 {
             // No elements: the strides do not matter, and ndarray would
             // want them to reach no further than the empty slice.

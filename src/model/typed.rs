@@ -3,6 +3,7 @@
 //! typed data straight into the memory they are shared from.
 
 use bytemuck::Pod;
+use tensorshare_strategies::bytes::file_window::FileWindow;
 
 use super::element::{cast_slice, cast_slice_mut, check_element, check_size};
 use super::{Element, ElementError, StorageAllocator, StorageWriter, Tensor, TensorView};
@@ -27,7 +28,9 @@ impl Tensor {
     /// [`ElementError::Misaligned`] when the first element is not at an
     /// address aligned for `T`: a storage whose bytes start unaligned, as a
     /// heap buffer may (shared memory starts on a page); copy it with
-    /// [`to_vec`](Self::to_vec).
+    /// [`to_vec`](Self::to_vec). A storage read from a file that holds it
+    /// unaligned (a legacy `torch.save` stream) is instead copied once, the
+    /// first time it is viewed, and the copy is viewed from then on.
     ///
     /// # Examples
     ///
@@ -41,7 +44,7 @@ impl Tensor {
     /// ```
     pub fn as_slice<T: Element + Pod>(&self) -> Result<&[T], ElementError> {
         check_element::<T>(self.dtype())?;
-        let bytes = self.local_bytes()?;
+        let bytes = self.aligned_local_bytes::<T>()?;
         if !self.is_contiguous() {
             return Err(ElementError::NotContiguous {
                 sizes: self.sizes().to_vec(),
@@ -167,6 +170,23 @@ impl Tensor {
         self.storage().bytes().ok_or(ElementError::NotLocal {
             kind: self.storage().kind(),
         })
+    }
+
+    /// [`local_bytes`](Self::local_bytes) at an address aligned for `T`,
+    /// for a view in place: a storage left unaligned in the file it was
+    /// read from is copied once to get there. Other unaligned bytes are
+    /// returned as they are, for the view to refuse.
+    pub(crate) fn aligned_local_bytes<T>(&self) -> Result<&[u8], ElementError> {
+        let bytes = self.local_bytes()?;
+        let align = std::mem::align_of::<T>();
+        if (bytes.as_ptr() as usize) % align == 0 {
+            return Ok(bytes);
+        }
+        let Some(window) = self.storage().local_segment::<FileWindow>() else {
+            return Ok(bytes);
+        };
+        let aligned = window.aligned_bytes(align)?;
+        Ok(aligned.get(..bytes.len()).unwrap_or(aligned))
     }
 }
 

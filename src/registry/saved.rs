@@ -30,8 +30,8 @@ pub(crate) fn read_options(registry: &Registry) -> ReadOptions {
 }
 
 /// Rebuilds the object of `archive`, itself inside `archive_depth` others.
-/// Records that lie in `mapped` (the file the archive was read from) at an
-/// aligned address stay there: their storages are windows of the mapping.
+/// Records that lie in `mapped` (the file the archive was read from) stay
+/// there: their storages are windows of the mapping.
 pub(crate) fn rebuild_archive(
     archive: TorchSaveArchive,
     registry: &Registry,
@@ -99,14 +99,13 @@ struct ArchiveStorages<'a> {
     mapped: Option<&'a Arc<MappedFile>>,
 }
 
-/// Records at an address aligned for every dtype are left in place.
-const IN_PLACE_ALIGNMENT: usize = 16;
-
-/// `data` as a window of `mapped`, when it lies there at an address aligned
-/// for every dtype; `None` for bytes elsewhere (a decompressed record) or
-/// unaligned (a legacy stream's), which are copied.
+/// `data` as a window of `mapped`, when it lies there; `None` for bytes
+/// elsewhere (a decompressed record), which are copied. A record at any
+/// address stays in place, a legacy stream's too: only a typed view of its
+/// elements needs them aligned, and copies them then
+/// ([`FileWindow::aligned_bytes`]).
 fn window_of(data: &SharedBytes, mapped: &Arc<MappedFile>) -> Option<Arc<dyn Segment>> {
-    if data.is_empty() || (data.as_ptr() as usize) % IN_PLACE_ALIGNMENT != 0 {
+    if data.is_empty() {
         return None;
     }
     let window = FileWindow::new(Arc::clone(mapped), range_in(data, mapped)?)?;
@@ -156,19 +155,9 @@ impl PersistentLoad for ArchiveStorages<'_> {
                 let nbytes = data.len();
                 let storage = match self.mapped.and_then(|mapped| window_of(&data, mapped)) {
                     Some(window) => Storage::from_saved_segment(window, location.clone()),
-                    None => {
-                        let range = self.mapped.and_then(|mapped| range_in(&data, mapped));
-                        let copy =
-                            Storage::from_saved_bytes(data, location.clone()).map_err(|error| {
-                                invalid(format!("storage '{key}' of {nbytes} bytes: {error}"))
-                            })?;
-                        // Copied out: the file's pages for it are not needed
-                        // again, so memory holds the copy alone.
-                        if let (Some(mapped), Some(range)) = (self.mapped, range) {
-                            mapped.release(range);
-                        }
-                        copy
-                    }
+                    None => Storage::from_saved_bytes(data, location.clone()).map_err(|error| {
+                        invalid(format!("storage '{key}' of {nbytes} bytes: {error}"))
+                    })?,
                 };
                 loaded.insert(key.to_string(), storage.clone());
                 storage

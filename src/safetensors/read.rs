@@ -1,7 +1,7 @@
 //! Reading a safetensors file: its header length checked against the input
 //! before anything is allocated, its header validated by the format crate,
 //! then each tensor's bytes into a storage of its own: a window of the
-//! mapped file when they are aligned for their dtype there, else a copy.
+//! mapped file, or a copy when read from a stream.
 
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
@@ -39,11 +39,11 @@ impl SafetensorsFile {
     }
 
     /// Reads the safetensors file at `path` through a mapping of it: each
-    /// tensor whose bytes are aligned for its dtype (every file the
-    /// `safetensors` crate writes) is a window of the mapping, which lives
-    /// as long as the last of them; others are copied into a storage of
-    /// their own. A path that cannot be mapped (a pipe) is read as a stream,
-    /// each tensor into a storage of its own.
+    /// tensor is a window of the mapping, which lives as long as the last
+    /// of them (one the file holds unaligned for its dtype, which the
+    /// `safetensors` crate never writes, is copied when first viewed as
+    /// elements). A path that cannot be mapped (a pipe) is read as a
+    /// stream, each tensor into a storage of its own.
     ///
     /// # Errors
     ///
@@ -85,8 +85,8 @@ trait Source {
     /// The next `buf.len()` bytes, into `buf`.
     fn read_exact(&mut self, buf: &mut [u8]) -> io::Result<()>;
 
-    /// The next `len` bytes as a storage, aligned for `align`-byte elements.
-    fn storage(&mut self, len: usize, align: usize) -> io::Result<Storage>;
+    /// The next `len` bytes as a storage.
+    fn storage(&mut self, len: usize) -> io::Result<Storage>;
 }
 
 /// A stream (or bytes in memory): every tensor is read into its own storage.
@@ -97,14 +97,14 @@ impl<R: Read> Source for StreamSource<R> {
         self.0.read_exact(buf)
     }
 
-    fn storage(&mut self, len: usize, _align: usize) -> io::Result<Storage> {
+    fn storage(&mut self, len: usize) -> io::Result<Storage> {
         let mut bytes = vec![0u8; len];
         self.0.read_exact(&mut bytes)?;
         Ok(Storage::from_vec(bytes))
     }
 }
 
-/// A mapped file: tensors aligned there are windows of it.
+/// A mapped file: tensors are windows of it.
 struct MappedSource {
     file: Arc<MappedFile>,
     at: usize,
@@ -130,11 +130,10 @@ impl Source for MappedSource {
         Ok(())
     }
 
-    fn storage(&mut self, len: usize, align: usize) -> io::Result<Storage> {
+    fn storage(&mut self, len: usize) -> io::Result<Storage> {
         let range = self.take(len)?;
-        let bytes = &self.file.as_bytes()[range.clone()];
-        if len == 0 || (bytes.as_ptr() as usize) % align.max(1) != 0 {
-            return Ok(Storage::from_vec(bytes.to_vec()));
+        if len == 0 {
+            return Ok(Storage::from_vec(Vec::new()));
         }
         let window = FileWindow::new(Arc::clone(&self.file), range)
             .ok_or_else(|| io::Error::from(io::ErrorKind::UnexpectedEof))?;
@@ -210,9 +209,7 @@ fn read_tensor(
         name: name.to_owned(),
         dtype: info.dtype,
     })?;
-    let storage = input
-        .storage(end - start, dtype.element_size())
-        .map_err(io_error)?;
+    let storage = input.storage(end - start).map_err(io_error)?;
     let mut sizes = info.shape.clone();
     if dtype == DType::Float4E2M1FnX2 {
         // Two F4 elements to one float4_e2m1fn_x2, in the last dimension.

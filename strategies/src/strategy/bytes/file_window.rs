@@ -6,13 +6,21 @@
 //! used where the file holds them, as `torch.load(mmap=True)` and
 //! `safetensors.safe_open` use them, instead of being copied into memory
 //! first. The mapping lives as long as the last storage over it.
+//!
+//! A legacy `torch.save` stream puts each storage right after an 8-byte
+//! count, wherever the pickles before it ended: at any address. Its bytes
+//! stay in the file all the same, since writing them out or reading them
+//! element by element needs no alignment; only a view of them as typed
+//! elements does, and [`FileWindow::aligned_bytes`] copies the window once
+//! for that.
 
 use std::any::Any;
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
+use super::BytesSegment;
 use crate::platform::mapped_file::MappedFile;
-use crate::{Segment, StrategyKind};
+use crate::{AllocateError, Segment, StrategyKind};
 
 /// A storage's bytes left in the file they were read from.
 ///
@@ -43,13 +51,63 @@ use crate::{Segment, StrategyKind};
 pub struct FileWindow {
     file: Arc<MappedFile>,
     range: Range<usize>,
+    /// The bytes copied to an aligned address, for a window the file holds
+    /// unaligned, once typed access asked for them.
+    aligned: OnceLock<BytesSegment>,
 }
 
 impl FileWindow {
     /// The bytes at `range` of `file`; `None` when `range` is not inside it.
     pub fn new(file: Arc<MappedFile>, range: Range<usize>) -> Option<Self> {
         file.as_bytes().get(range.clone())?;
-        Some(FileWindow { file, range })
+        Some(FileWindow {
+            file,
+            range,
+            aligned: OnceLock::new(),
+        })
+    }
+
+    /// The bytes at an address that is a multiple of `align`: in the file
+    /// when it holds them so, else a copy made by the first call and kept
+    /// as long as the window, the file's pages under it given back.
+    ///
+    /// # Errors
+    ///
+    /// [`AllocateError`] when the copy cannot be allocated.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::io::Write;
+    /// use std::sync::Arc;
+    /// use tensorshare_strategies::Segment;
+    /// use tensorshare_strategies::bytes::file_window::FileWindow;
+    /// use tensorshare_strategies::platform::mapped_file::MappedFile;
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let mut file = tempfile::NamedTempFile::new()?;
+    /// file.write_all(&[0, 1, 0, 0, 0, 2, 0, 0, 0])?;
+    /// let mapped = Arc::new(MappedFile::open(file.path())?);
+    /// // A mapping starts on a page: one byte in is not aligned for a u32.
+    /// let window = FileWindow::new(mapped, 1..9).expect("inside the file");
+    /// let aligned = window.aligned_bytes(4)?;
+    /// assert_eq!(aligned.as_ptr() as usize % 4, 0);
+    /// assert_eq!(aligned, window.as_bytes());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn aligned_bytes(&self, align: usize) -> Result<&[u8], AllocateError> {
+        if let Some(copy) = self.aligned.get() {
+            return Ok(copy.as_bytes());
+        }
+        let bytes = self.as_bytes();
+        if (bytes.as_ptr() as usize) % align.max(1) == 0 {
+            return Ok(bytes);
+        }
+        let copy = BytesSegment::copy_of(bytes)?;
+        self.release_pages();
+        // Two threads may race here: both copy, the first one stored stays.
+        Ok(self.aligned.get_or_init(|| copy).as_bytes())
     }
 
     /// The mapped file the bytes are in.
