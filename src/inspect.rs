@@ -159,14 +159,15 @@ impl Report {
     }
 }
 
-/// Up to [`HEAD_ELEMENTS`] elements in logical order, when the bytes are here.
-pub fn head(t: &Tensor) -> Option<Vec<Scalar>> {
+/// Up to `count` elements of `t` in logical order, when its bytes are here
+/// (`inspect` shows [`HEAD_ELEMENTS`]).
+pub fn head(t: &Tensor, count: usize) -> Option<Vec<Scalar>> {
     if matches!(t.dtype(), DType::Float4E2M1FnX2) {
         return None;
     }
     let elements = t.elements()?;
     elements
-        .take(HEAD_ELEMENTS)
+        .take(count)
         .map(|bytes| t.dtype().decode_element(bytes))
         .collect()
 }

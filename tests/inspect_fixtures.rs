@@ -42,9 +42,11 @@ fn expectations(dir: &Path) -> Vec<(PathBuf, PathBuf)> {
     found
 }
 
+/// `inspect --json --all-fields`: every field of every tensor, as torch's
+/// description of it has them.
 fn inspect(path: &Path) -> std::process::Output {
     Command::new(support::tensorshare_exe())
-        .args(["inspect", "--json"])
+        .args(["inspect", "--json", "--all-fields"])
         .arg(path)
         .output()
         .expect("run tensorshare inspect")

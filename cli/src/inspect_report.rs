@@ -4,9 +4,11 @@
 //! Both forms are bounded by the input's size: an object the pickle
 //! references from several places is shown in full once, with an `id`, and
 //! as a reference after (`{"type": "list", "ref": 3}` in JSON, `list #3,
-//! shown above` in text). Tensors are referenced by their own ids. Strings
-//! of up to 64 bytes and bytes-like values, whose display is short, are
-//! shown wherever they occur.
+//! shown above` in text). Tensors have ids of their own: the JSON tree
+//! refers to every tensor by its id and `tensors` describes each once; the
+//! text describes a tensor where it first occurs. Strings of up to 64 bytes
+//! and bytes-like values, whose display is short, are shown wherever they
+//! occur.
 //!
 //! # Examples
 //!
@@ -33,53 +35,68 @@
 //! # Ok::<(), tensorshare::Error>(())
 //! ```
 
+use std::cell::RefCell;
 use std::fmt::Write as _;
 
 use rustc_hash::{FxHashMap, FxHashSet};
-use serde_json::{Map, Value as Json, json};
-use tensorshare::inspect::{Report, head};
+use serde_json::{Value as Json, json};
+use tensorshare::inspect::{HEAD_ELEMENTS, Report, head};
 use tensorshare::registry::CallKind;
-use tensorshare::{DType, Opaque, OpaqueCall, Scalar, Storage, StorageKind, Tensor, Value};
+use tensorshare::{DType, Opaque, Scalar, Storage, StorageKind, Tensor, Value};
 use tensorshare_compat::pickle::Global;
+
+mod json;
+
+use json::to_json_value;
+pub use json::{to_json_with, write_json};
 
 /// Strings longer than this many bytes are shown once when shared.
 const SHORT_STRING: usize = 64;
 
-/// The report as JSON: `format`, the `object` tree, and `tensors` (each
-/// distinct tensor once, in order of first appearance).
-pub fn to_json(report: &Report) -> Json {
-    let mut ids = Ids::new(&report.object);
-    let object = ids.value_json(&report.object);
-    let tensors: Vec<Json> = report
-        .object
-        .tensors()
-        .into_iter()
-        .map(|t| ids.tensor_json(t))
-        .collect();
-    json!({ "format": report.format.name(), "object": object, "tensors": tensors })
+/// How much the report shows of each tensor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Detail {
+    /// Elements shown from the start of each tensor, in logical order
+    /// (`--head N`); 0 shows none.
+    pub head: usize,
+    /// In JSON, every field of every tensor (`--all-fields`): `stride`,
+    /// `storage_offset`, `requires_grad` and `parameter` are otherwise left
+    /// out where they hold a fresh contiguous tensor's values (row-major
+    /// strides, 0, false, false), which most tensors of a checkpoint do.
+    pub all_fields: bool,
 }
 
-/// [`to_json`] as indented text, two spaces a level up to [`MAX_INDENT`]
-/// levels: deeper ones stay there, so the text grows with the input,
-/// however deep its nesting.
-pub fn to_json_pretty(report: &Report) -> String {
-    let mut out = Vec::new();
-    let mut serializer = serde_json::Serializer::with_formatter(&mut out, CappedIndent::default());
-    // Writing a `serde_json::Value` to memory cannot fail.
-    let _ = serde::Serialize::serialize(&to_json(report), &mut serializer);
-    out.push(b'\n');
-    String::from_utf8(out).unwrap_or_default()
+impl Default for Detail {
+    fn default() -> Self {
+        Detail {
+            head: HEAD_ELEMENTS,
+            all_fields: false,
+        }
+    }
+}
+
+/// The report as JSON with the default [`Detail`]: `format`, the `object`
+/// tree (tensors in it as references), and `tensors` (each distinct tensor
+/// once, in order of first appearance). [`write_json`] writes the same
+/// without building it.
+pub fn to_json(report: &Report) -> Json {
+    to_json_with(report, Detail::default())
+}
+
+/// The report as an indented text tree with the default [`Detail`].
+pub fn to_text(report: &Report) -> String {
+    to_text_with(report, Detail::default())
 }
 
 /// The report as an indented text tree, two spaces a level up to
 /// [`MAX_INDENT`] levels; a deeper line starts with its level
 /// (`(level 40)`).
-pub fn to_text(report: &Report) -> String {
-    let mut ids = Ids::new(&report.object);
+pub fn to_text_with(report: &Report, detail: Detail) -> String {
+    let walk = Walk::new(&report.object, detail);
     let mut out = format!("format: {}\n", report.format.name());
     let mut stack = vec![(0usize, String::new(), &report.object)];
     while let Some((level, label, value)) = stack.pop() {
-        let (line, expand) = ids.describe(value);
+        let (line, expand) = walk.describe(value);
         let _ = write!(out, "{}", "  ".repeat(level.min(MAX_INDENT)));
         if level > MAX_INDENT {
             let _ = write!(out, "(level {level}) ");
@@ -284,154 +301,30 @@ impl Ids {
         let next = self.storages.len();
         *self.storages.entry(s.identity()).or_insert(next)
     }
+}
 
-    fn storage_json(&mut self, s: &Storage) -> Json {
-        let mut fields = Map::new();
-        fields.insert("id".into(), json!(self.storage(s)));
-        fields.insert("kind".into(), json!(s.kind().name()));
-        fields.insert("nbytes".into(), json!(s.nbytes()));
-        if let Some(location) = s.saved_location() {
-            fields.insert("location".into(), json!(location));
-        }
-        Json::Object(fields)
-    }
+/// The ids given so far, and what to show: one walk over the report.
+struct Walk {
+    ids: RefCell<Ids>,
+    detail: Detail,
+}
 
-    fn tensor_json(&mut self, t: &Tensor) -> Json {
-        let (id, _) = self.tensor(t);
-        let mut fields = Map::new();
-        fields.insert("type".into(), json!("tensor"));
-        fields.insert("id".into(), json!(id));
-        fields.insert("dtype".into(), json!(t.dtype().name()));
-        fields.insert("shape".into(), json!(t.sizes()));
-        fields.insert("stride".into(), json!(t.strides()));
-        fields.insert("storage_offset".into(), json!(t.storage_offset()));
-        fields.insert("requires_grad".into(), json!(t.requires_grad()));
-        fields.insert("parameter".into(), json!(t.is_parameter()));
-        fields.insert("storage".into(), self.storage_json(t.storage()));
-        if let Some(head) = head(t) {
-            let head = head.iter().map(|s| scalar_json(s, t.dtype())).collect();
-            fields.insert("head".into(), Json::Array(head));
+impl Walk {
+    fn new(root: &Value, detail: Detail) -> Self {
+        Walk {
+            ids: RefCell::new(Ids::new(root)),
+            detail,
         }
-        Json::Object(fields)
-    }
-
-    /// The object tree as JSON; recursion depth is bounded by the decoder's
-    /// nesting limit.
-    fn value_json(&mut self, value: &Value) -> Json {
-        if let Value::Tensor(t) = value {
-            return match self.tensors.get(&t.identity()) {
-                Some(&id) => json!({ "type": "tensor", "ref": id }),
-                None => self.tensor_json(t),
-            };
-        }
-        let id = match self.occurrence(value) {
-            Occurrence::Again(id) => return json!({ "type": json_type(value), "ref": id }),
-            Occurrence::First(id) => Some(id),
-            Occurrence::Only => None,
-        };
-        let mut json = match value {
-            Value::List(items) if id.is_none() => return self.values_json(items),
-            Value::Str(s) if id.is_none() => return json!(&**s),
-            _ => self.tagged_json(value),
-        };
-        if let (Some(id), Json::Object(fields)) = (id, &mut json) {
-            fields.insert("id".into(), json!(id));
-        }
-        json
-    }
-
-    /// A value as a JSON object with a `type`, or as the JSON scalar it is.
-    fn tagged_json(&mut self, value: &Value) -> Json {
-        let kind = json_type(value);
-        match value {
-            Value::None => Json::Null,
-            Value::Bool(b) => json!(b),
-            Value::Int(i) => json!(i),
-            Value::BigInt(bytes) => json!({ "type": kind, "value": big_int_decimal(bytes) }),
-            Value::Float(f) => float_json(*f, DType::Float64),
-            Value::Str(s) => json!({ "type": kind, "value": &**s }),
-            Value::Bytes(b) => json!({ "type": kind, "len": b.len(), "head": hex(b) }),
-            Value::ByteArray(b) => json!({ "type": kind, "len": b.len(), "head": hex(b) }),
-            Value::Tuple(items)
-            | Value::List(items)
-            | Value::Set(items)
-            | Value::FrozenSet(items) => json!({ "type": kind, "items": self.values_json(items) }),
-            Value::Dict(pairs) | Value::OrderedDict(pairs) => {
-                json!({ "type": kind, "items": self.pairs_json(pairs) })
-            }
-            Value::Tensor(t) => self.tensor_json(t),
-            Value::Storage(s) => {
-                let mut storage = self.storage_json(s);
-                storage["type"] = json!(kind);
-                storage
-            }
-            Value::TypedStorage(s, dtype) => {
-                let mut storage = self.storage_json(s);
-                storage["type"] = json!(kind);
-                storage["dtype"] = json!(dtype.name());
-                storage
-            }
-            Value::DType(d) => json!({ "type": kind, "name": d.name() }),
-            Value::Size(dims) => json!({ "type": kind, "value": &**dims }),
-            Value::Global(g) => json!({ "type": kind, "name": g.to_string() }),
-            Value::Callable(c) => json!({ "type": kind, "name": c.name().to_string() }),
-            Value::Custom(c) => json!({ "type": kind, "class": c.global.to_string() }),
-            Value::Opaque(opaque) => match &**opaque {
-                Opaque::Global(g) => {
-                    json!({ "type": kind, "name": g.to_string(), "allowed": false })
-                }
-                Opaque::Call(call) => self.call_json(call),
-            },
-        }
-    }
-
-    fn call_json(&mut self, call: &OpaqueCall) -> Json {
-        let mut fields = Map::new();
-        fields.insert("type".into(), json!("call"));
-        match call.callee_name() {
-            Some(global) => fields.insert("global".into(), json!(global.to_string())),
-            None => fields.insert("callee".into(), self.value_json(&call.callee)),
-        };
-        fields.insert("opcode".into(), json!(opcode_name(call.kind)));
-        fields.insert("args".into(), self.values_json(&call.args));
-        if !call.kwargs.is_empty() {
-            fields.insert("kwargs".into(), self.pairs_json(&call.kwargs));
-        }
-        if let Some(state) = &call.state {
-            fields.insert("state".into(), self.value_json(state));
-        }
-        if !call.list_items.is_empty() {
-            fields.insert("appends".into(), self.values_json(&call.list_items));
-        }
-        if !call.dict_items.is_empty() {
-            fields.insert("setitems".into(), self.pairs_json(&call.dict_items));
-        }
-        if let Some(refused) = &call.refused {
-            fields.insert("refused".into(), json!(refused));
-        }
-        Json::Object(fields)
-    }
-
-    fn values_json(&mut self, items: &[Value]) -> Json {
-        Json::Array(items.iter().map(|v| self.value_json(v)).collect())
-    }
-
-    fn pairs_json(&mut self, items: &[(Value, Value)]) -> Json {
-        Json::Array(
-            items
-                .iter()
-                .map(|(k, v)| json!([self.value_json(k), self.value_json(v)]))
-                .collect(),
-        )
     }
 
     /// One line describing a value, and whether its children follow on
     /// lines of their own (not for a shared object shown above).
-    fn describe(&mut self, value: &Value) -> (String, bool) {
+    fn describe(&self, value: &Value) -> (String, bool) {
         if let Value::Tensor(t) = value {
             return (self.describe_tensor(t), false);
         }
-        let (tag, expand) = match self.occurrence(value) {
+        let occurrence = self.ids.borrow_mut().occurrence(value);
+        let (tag, expand) = match occurrence {
             Occurrence::Again(id) => {
                 return (format!("{} #{id}, shown above", json_type(value)), false);
             }
@@ -470,18 +363,18 @@ impl Ids {
                     )
                 }
             },
-            other => format!("{}{tag}", self.tagged_json(other)),
+            other => format!("{}{tag}", to_json_value(self.node(other))),
         };
         (line, expand)
     }
 
-    fn describe_tensor(&mut self, t: &Tensor) -> String {
-        let (id, shown) = self.tensor(t);
+    fn describe_tensor(&self, t: &Tensor) -> String {
+        let (id, shown) = self.ids.borrow_mut().tensor(t);
         if shown {
             return format!("tensor #{id}, shown above");
         }
         let storage = t.storage();
-        let storage_id = self.storage(storage);
+        let storage_id = self.ids.borrow_mut().storage(storage);
         let mut line = format!(
             "tensor #{id}: {} {:?}, stride {:?}, offset {}",
             t.dtype(),
@@ -504,7 +397,7 @@ impl Ids {
         if let Some(location) = storage.saved_location() {
             let _ = write!(line, ", saved on {location}");
         }
-        if let Some(head) = head(t) {
+        if let Some(head) = head(t, self.detail.head).filter(|_| self.detail.head > 0) {
             let shown: Vec<String> = head.iter().map(|s| scalar_text(s, t.dtype())).collect();
             let more = if t.numel() > head.len() { ", ..." } else { "" };
             let _ = write!(line, "; [{}{more}]", shown.join(", "));

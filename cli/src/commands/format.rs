@@ -28,10 +28,16 @@ pub fn duration(seconds: f64) -> String {
 pub fn print_report(text: &str) -> std::io::Result<()> {
     use std::io::Write;
     let mut stdout = std::io::stdout().lock();
-    match stdout
-        .write_all(text.as_bytes())
-        .and_then(|()| stdout.flush())
-    {
+    ignore_broken_pipe(
+        stdout
+            .write_all(text.as_bytes())
+            .and_then(|()| stdout.flush()),
+    )
+}
+
+/// `written`, with a closed pipe (`| head`) taken as done.
+pub fn ignore_broken_pipe(written: std::io::Result<()>) -> std::io::Result<()> {
+    match written {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e),
         _ => Ok(()),
     }

@@ -1,10 +1,10 @@
 //! `tensorshare inspect [--json] FILE|-`.
 
-use std::io::Read;
+use std::io::{BufWriter, IsTerminal, Read};
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use tensorshare::inspect::{Format, OpaqueSummary, Report};
+use tensorshare::inspect::{Format, HEAD_ELEMENTS, OpaqueSummary, Report};
 use tensorshare::registry::{LoadOptions, UnknownGlobals};
 use tensorshare::{Registry, TorchSaveFormat};
 use tensorshare_cli::inspect_report;
@@ -14,9 +14,21 @@ use crate::error::CliError;
 
 #[derive(Debug, Args)]
 pub struct InspectArgs {
-    /// Print JSON instead of a text tree.
+    /// Print JSON instead of a text tree: compact, indented when stdout is
+    /// a terminal. Each tensor is described once, in `tensors`, and the
+    /// tree refers to it by id.
     #[arg(long)]
     json: bool,
+    /// How many elements of each tensor to show, from its start in logical
+    /// order; 0 for none.
+    #[arg(long, value_name = "N", default_value_t = HEAD_ELEMENTS)]
+    head: usize,
+    /// With --json, give every tensor every field: `stride`,
+    /// `storage_offset`, `requires_grad` and `parameter` are otherwise left
+    /// out where a fresh contiguous tensor would have them (row-major
+    /// strides, 0, false, false).
+    #[arg(long, requires = "json")]
+    all_fields: bool,
     /// Show globals outside the allowlist, and every call the pickle would
     /// make with them and with which arguments, as inert nodes instead of
     /// refusing the file. Nothing is executed either way; the command still
@@ -69,12 +81,23 @@ pub fn run(args: InspectArgs) -> Result<(), CliError> {
         }
     }
     .map_err(|e| format!("{}: {e}", args.file.display()))?;
-    let text = if args.json {
-        inspect_report::to_json_pretty(&report)
-    } else {
-        inspect_report::to_text(&report)
+    let detail = inspect_report::Detail {
+        head: args.head,
+        all_fields: args.all_fields,
     };
-    super::format::print_report(&text)?;
+    if args.json {
+        let stdout = std::io::stdout();
+        let indented = stdout.is_terminal();
+        let written = inspect_report::write_json(
+            &report,
+            detail,
+            BufWriter::with_capacity(1 << 16, stdout.lock()),
+            indented,
+        );
+        super::format::ignore_broken_pipe(written)?;
+    } else {
+        super::format::print_report(&inspect_report::to_text_with(&report, detail))?;
+    }
     let opaque = report.opaque_summary();
     if !opaque.is_empty() {
         return Err(not_plain_data(&args.file, &opaque).into());
