@@ -111,7 +111,7 @@ pub fn to_text_with(report: &Report, detail: Detail) -> String {
     out
 }
 
-/// Nesting levels that [`to_text`] and [`to_json_pretty`] indent.
+/// Nesting levels that [`to_text`] and an indented [`write_json`] indent.
 pub const MAX_INDENT: usize = 16;
 
 /// serde_json's pretty printing with the indentation capped at
