@@ -446,13 +446,13 @@ mod tests {
         )));
         let payload = outer.push(Node::Bytes(ByteChunks::from(stream)));
         let args = outer.push(Node::Tuple(vec![payload]));
-        let call = outer.push(Node::Object(Object {
+        let call = outer.push(Node::Object(Box::new(Object {
             callable: load,
             construction: Construction::Reduce { args },
             state: None,
             list_items: Vec::new(),
             dict_items: Vec::new(),
-        }));
+        })));
         outer.set_root(call);
         let bytes = encode(&outer, &EncodeOptions::new()).unwrap();
 

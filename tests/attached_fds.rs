@@ -145,13 +145,17 @@ fn legacy_float_storage_pickle(address: &str, key: i64) -> Vec<u8> {
         list_items: Vec::new(),
         dict_items: Vec::new(),
     };
-    let dup_fd = pickle.push(Node::Object(object(dup_fd_class, no_args, Some(state))));
+    let dup_fd = pickle.push(Node::Object(Box::new(object(
+        dup_fd_class,
+        no_args,
+        Some(state),
+    ))));
     let size = pickle.push(Node::Int(4));
     let args = pickle.push(Node::Tuple(vec![class, dup_fd, size]));
-    let call = pickle.push(Node::Object(Object {
+    let call = pickle.push(Node::Object(Box::new(Object {
         construction: Construction::Reduce { args },
         ..object(rebuild, args, None)
-    }));
+    })));
     pickle.set_root(call);
     encode(&pickle, &EncodeOptions::new()).expect("encode")
 }

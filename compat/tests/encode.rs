@@ -586,7 +586,7 @@ fn reduce_with_dict_items() {
     let (key_a, key_b) = (a.str("a"), a.str("b"));
     let (one, two) = (a.int(1), a.int(2));
     object.dict_items = vec![(key_a, one), (key_b, two)];
-    let root = a.add(Node::Object(object));
+    let root = a.add(Node::Object(Box::new(object)));
     assert_encodes(
         &a.with_root(root),
         &[
@@ -613,7 +613,7 @@ fn newobj_with_build_state() {
     let mut object = a.object(class, Construction::NewObj { args });
     let (key, one) = (a.str("a"), a.int(1));
     object.state = Some(a.add(Node::Dict(vec![(key, one)])));
-    let root = a.add(Node::Object(object));
+    let root = a.add(Node::Object(Box::new(object)));
     assert_encodes(
         &a.with_root(root),
         &[
@@ -635,7 +635,7 @@ fn newobj_ex_needs_protocol_4() {
     let args = a.tuple(vec![]);
     let kwargs = a.add(Node::Dict(vec![]));
     let object = a.object(class, Construction::NewObjEx { args, kwargs });
-    let root = a.add(Node::Object(object));
+    let root = a.add(Node::Object(Box::new(object)));
     let pickle = a.with_root(root);
     assert_encodes(
         &pickle,
@@ -835,7 +835,7 @@ fn errors_name_the_problem() {
     let class = a.global("m", "f");
     let args = a.list(vec![]);
     let object = a.object(class, Construction::Reduce { args });
-    let root = a.add(Node::Object(object));
+    let root = a.add(Node::Object(Box::new(object)));
     let err = encode(&a.with_root(root), &EncodeOptions::new()).unwrap_err();
     assert!(
         matches!(err, EncodeError::MalformedObject { node, .. } if node == root),
@@ -876,7 +876,7 @@ fn encode_into_appends_and_restores_on_error() {
     let class = a.global("m", "f");
     let args = a.list(vec![]);
     let object = a.object(class, Construction::Reduce { args });
-    let inner = a.add(Node::Object(object));
+    let inner = a.add(Node::Object(Box::new(object)));
     let root = a.list(vec![inner]);
     let bad = a.with_root(root);
     let mut out = b"prefix".to_vec();

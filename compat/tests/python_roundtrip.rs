@@ -285,10 +285,10 @@ fn python_agrees_on_large_containers_and_payloads() {
         let mut ordered = a.reduce("collections", "OrderedDict");
         let keys = a.strs(len, &format!("o{len}_"));
         ordered.dict_items = keys.into_iter().zip(a.ints(len as i64)).collect();
-        items.push(a.add(Node::Object(ordered)));
+        items.push(a.add(Node::Object(Box::new(ordered))));
         let mut deque = a.reduce("collections", "deque");
         deque.list_items = a.strs(len, &format!("d{len}_"));
-        items.push(a.add(Node::Object(deque)));
+        items.push(a.add(Node::Object(Box::new(deque))));
     }
     let many = a.strs(70_000, "m");
     items.push(a.add(Node::List(many)));

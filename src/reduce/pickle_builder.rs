@@ -47,25 +47,25 @@ impl PickleBuilder {
     /// Adds `callable(*args)` (`REDUCE`).
     pub fn call(&mut self, callable: NodeId, args: Vec<NodeId>) -> NodeId {
         let args = self.tuple(args);
-        self.push(Node::Object(Object {
+        self.push(Node::Object(Box::new(Object {
             callable,
             construction: Construction::Reduce { args },
             state: None,
             list_items: Vec::new(),
             dict_items: Vec::new(),
-        }))
+        })))
     }
 
     /// Adds `cls.__new__(cls)` followed by `BUILD` with `state` (`NEWOBJ`).
     pub fn new_object_with_state(&mut self, class: NodeId, state: NodeId) -> NodeId {
         let args = self.tuple(Vec::new());
-        self.push(Node::Object(Object {
+        self.push(Node::Object(Box::new(Object {
             callable: class,
             construction: Construction::NewObj { args },
             state: Some(state),
             list_items: Vec::new(),
             dict_items: Vec::new(),
-        }))
+        })))
     }
 
     /// The pickle built so far, e.g. to add nodes a helper of the format

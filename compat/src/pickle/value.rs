@@ -131,8 +131,9 @@ pub enum Node {
     /// `PERSID`/`BINPERSID`: a reference whose meaning the container format
     /// defines (torch.save storages); the node is the persistent id.
     PersistentId(NodeId),
-    /// A recorded call.
-    Object(Object),
+    /// A recorded call: boxed, so that the far more numerous atoms and
+    /// containers of a checkpoint's pickle take less room each.
+    Object(Box<Object>),
 }
 
 impl Object {
@@ -401,20 +402,20 @@ mod tests {
             object.call_parts().collect::<Vec<_>>(),
             [callable, args, kwargs]
         );
-        let node = Node::Object(object);
+        let node = Node::Object(Box::new(object));
         let children = node.children();
         assert_eq!(children.len(), 7);
         assert_eq!(
             children.collect::<Vec<_>>(),
             [callable, args, kwargs, item, key, value, state]
         );
-        let reduce = Node::Object(Object {
+        let reduce = Node::Object(Box::new(Object {
             callable,
             construction: Construction::Reduce { args },
             state: None,
             list_items: Vec::new(),
             dict_items: Vec::new(),
-        });
+        }));
         assert_eq!(reduce.children().collect::<Vec<_>>(), [callable, args]);
         assert_eq!(
             Node::PersistentId(key).children().collect::<Vec<_>>(),

@@ -330,7 +330,7 @@ impl Builder {
             Step::OrderedDict(pairs) => {
                 let mut object = self.object("collections", "OrderedDict", false);
                 object.dict_items = self.pick_pairs(pairs);
-                self.add(Node::Object(object), None);
+                self.add(Node::Object(Box::new(object)), None);
             }
             Step::Deque(indices) => {
                 let mut object = self.object("collections", "deque", false);
@@ -338,14 +338,14 @@ impl Builder {
                     .iter()
                     .filter_map(|&i| self.pick(i).map(|p| p.0))
                     .collect();
-                self.add(Node::Object(object), None);
+                self.add(Node::Object(Box::new(object)), None);
             }
             Step::SimpleNamespace(attributes) => {
                 // SimpleNamespace.__reduce__ always returns the state dict.
                 let mut object = self.object("types", "SimpleNamespace", false);
                 let pairs = self.attributes(attributes);
                 object.state = Some(self.pickle.push(Node::Dict(pairs)));
-                self.add(Node::Object(object), None);
+                self.add(Node::Object(Box::new(object)), None);
             }
             Step::ArgparseNamespace(attributes) => {
                 // copyreg's reduction leaves out an empty `__dict__`.
@@ -354,7 +354,7 @@ impl Builder {
                 if !pairs.is_empty() {
                     object.state = Some(self.pickle.push(Node::Dict(pairs)));
                 }
-                self.add(Node::Object(object), None);
+                self.add(Node::Object(Box::new(object)), None);
             }
             Step::AppendToList(list, value) => {
                 let Some(list) = list.checked_rem(self.lists.len()).map(|i| self.lists[i]) else {

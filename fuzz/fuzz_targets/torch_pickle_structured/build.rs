@@ -246,13 +246,13 @@ impl Builder<'_> {
     fn ordered_dict(&mut self, items: Vec<(NodeId, NodeId)>) -> NodeId {
         let callable = self.outer.global("collections", "OrderedDict");
         let args = self.outer.tuple(Vec::new());
-        self.outer.push(Node::Object(Object {
+        self.outer.push(Node::Object(Box::new(Object {
             callable,
             construction: Construction::Reduce { args },
             state: None,
             list_items: Vec::new(),
             dict_items: items,
-        }))
+        })))
     }
 
     /// Marks the message as straying from what torch writes, and passes

@@ -91,13 +91,13 @@ impl Machine<'_> {
         callable: NodeId,
         construction: Construction,
     ) -> Result<NodeId, DecodeError> {
-        let object = Node::Object(Object {
+        let object = Node::Object(Box::new(Object {
             callable,
             construction,
             state: None,
             list_items: Vec::new(),
             dict_items: Vec::new(),
-        });
+        }));
         // Nothing is added to the object yet: its children are its call's.
         let depth = self.depth_holding(object.children());
         self.add(object, depth)

@@ -5,7 +5,7 @@ use super::machine::{Machine, Singletons};
 use super::number::{self, Int, IntOpcodeValue};
 use super::text;
 use crate::pickle::opcodes::*;
-use crate::pickle::{Node, NodeId, Object};
+use crate::pickle::{Node, NodeId};
 
 /// What the machine does after an opcode.
 pub(super) enum Flow {
@@ -340,7 +340,7 @@ impl Machine<'_> {
     /// `BUILD`: records `state` as the `__setstate__` argument of `target`.
     fn build(&mut self, target: NodeId, state: NodeId) -> Result<(), DecodeError> {
         match self.node(target) {
-            Node::Object(Object { state: None, .. }) => {}
+            Node::Object(object) if object.state.is_none() => {}
             Node::Object(_) => return Err(self.error(Code::StateAlreadySet)),
             _ => return Err(self.wrong_type("BUILD", "an object", target)),
         }
