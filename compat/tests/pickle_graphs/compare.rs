@@ -75,9 +75,9 @@ pub fn cpython_would_write_the_same(pickle: &Pickle, protocol: u8) -> bool {
                 interned.insert(&g.module);
                 interned.insert(&g.name);
             }
-            Node::Object(object) if object.state.is_some() => {
-                let state = object.state.unwrap();
-                if let Node::Dict(pairs) = pickle.get(state).unwrap() {
+            Node::Object(object) => {
+                let state = object.state.and_then(|state| pickle.get(state));
+                if let Some(Node::Dict(pairs)) = state {
                     for &(key, _) in pairs {
                         if let Node::Str(key) = pickle.get(key).unwrap() {
                             attribute_keys.push(key.as_str());
