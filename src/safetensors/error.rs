@@ -48,14 +48,16 @@ pub enum SafetensorsError {
     /// The header length runs past the end of the input or past
     /// [`MAX_HEADER_BYTES`]: a truncated file, or not a safetensors file.
     #[error(
-        "safetensors header of {header_len} bytes, but {available} bytes follow its length \
-         (at most {MAX_HEADER_BYTES} are read): the file is truncated or is not a safetensors file"
+        "safetensors header of {header_len} bytes, but {} (at most {MAX_HEADER_BYTES} are read): \
+         the file is truncated or is not a safetensors file",
+        following(*available)
     )]
     HeaderPastEnd {
         /// The length the file's first 8 bytes give.
         header_len: u64,
-        /// The bytes after those 8.
-        available: u64,
+        /// The bytes after those 8, when the input's length is known (a
+        /// stream's is not).
+        available: Option<u64>,
     },
     /// The header is not valid: not UTF-8 or JSON, a dtype the format does
     /// not know, offsets that overlap, leave a gap or disagree with the
@@ -225,6 +227,15 @@ pub enum SafetensorsError {
         /// The OS error.
         cause: io::Error,
     },
+}
+
+/// What follows a header length that is too long, for
+/// [`SafetensorsError::HeaderPastEnd`].
+fn following(available: Option<u64>) -> String {
+    match available {
+        Some(available) => format!("{available} bytes follow its length"),
+        None => "it is read from a stream".to_owned(),
+    }
 }
 
 /// A Python type's name after "a" or "an".

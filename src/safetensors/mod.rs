@@ -46,8 +46,10 @@
 //! offsets that overlap, leave gaps or run past the data, and shapes whose
 //! size overflows, and a tensor's storage is allocated only once its bytes
 //! are known to be in the input. Memory stays within the input's size:
-//! [`load`] reads each tensor from the file straight into its storage, and
-//! [`from_bytes`] copies each out of the input once.
+//! [`load`] leaves each tensor where the mapped file holds it, [`read`]
+//! fills each tensor's storage as the stream delivers its bytes, and
+//! [`from_bytes`] copies each out of the input once. [`save`] and
+//! [`write`] write one tensor at a time.
 //!
 //! # Examples
 //!
@@ -135,6 +137,39 @@ impl SafetensorsFile {
 /// As [`SafetensorsFile::load`].
 pub fn load(path: impl AsRef<Path>) -> Result<Value, SafetensorsError> {
     Ok(SafetensorsFile::load(path)?.tensors)
+}
+
+/// Reads a safetensors file from `reader` as a `dict` of `str` to `Tensor`,
+/// each tensor into a storage of its own ([`SafetensorsFile::read`]).
+///
+/// # Errors
+///
+/// As [`SafetensorsFile::read`].
+pub fn read(reader: impl std::io::Read) -> Result<Value, SafetensorsError> {
+    Ok(SafetensorsFile::read(reader)?.tensors)
+}
+
+/// Writes `state_dict` to `out` as a safetensors file with the metadata
+/// `{"format": "pt"}`, one tensor at a time ([`SafetensorsFile::write`]).
+///
+/// # Errors
+///
+/// As [`SafetensorsFile::write`].
+///
+/// # Examples
+///
+/// ```
+/// use tensorshare::{Dict, StrategyKind, Tensor, Value};
+///
+/// let bias = Tensor::from_slice(&StrategyKind::Bytes, &[0.5f32, -0.5], &[2])?;
+/// let mut file = Vec::new();
+/// tensorshare::safetensors::write(&Dict::new().with("fc.bias", bias).into(), &mut file)?;
+/// let tensors: Value = tensorshare::safetensors::read(file.as_slice())?;
+/// assert_eq!(tensors.try_get::<&Tensor>("fc.bias")?.as_slice::<f32>()?, [0.5, -0.5]);
+/// # Ok::<(), tensorshare::Error>(())
+/// ```
+pub fn write(state_dict: &Value, out: impl std::io::Write) -> Result<(), SafetensorsError> {
+    SafetensorsFile::new(state_dict.clone()).write(out)
 }
 
 /// Reads a safetensors file from `bytes` as a `dict` of `str` to `Tensor`,

@@ -28,13 +28,31 @@ impl SafetensorsFile {
     /// a dtype torch lacks.
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, SafetensorsError> {
         let mut input = StreamSource(bytes);
-        read_from(&mut input, bytes.len() as u64, &|cause| {
+        read_from(&mut input, Some(bytes.len() as u64), &|cause| {
             // Reading a slice fails only by running out of bytes, which
             // the length checks before every read rule out.
             SafetensorsError::Read {
                 path: PathBuf::from("the input bytes"),
                 cause,
             }
+        })
+    }
+
+    /// Reads a safetensors file from `reader` to the end of its last
+    /// tensor, each tensor into a storage of its own: for a stream that
+    /// cannot be mapped (stdin, a socket). Memory grows with the bytes that
+    /// arrive, whatever sizes the header claims.
+    ///
+    /// # Errors
+    ///
+    /// [`SafetensorsError::Read`] (naming "the input") when reading fails or
+    /// the stream ends before the header says it does, else as
+    /// [`from_bytes`](Self::from_bytes).
+    pub fn read(reader: impl Read) -> Result<Self, SafetensorsError> {
+        let mut input = StreamSource(reader);
+        read_from(&mut input, None, &|cause| SafetensorsError::Read {
+            path: PathBuf::from("the input"),
+            cause,
         })
     }
 
@@ -61,14 +79,14 @@ impl SafetensorsFile {
             MappedOrStream::Stream(file) => {
                 let len = file.metadata().map_err(read_error)?.len();
                 let mut source = StreamSource(io::BufReader::new(file));
-                return read_from(&mut source, len, &read_error);
+                return read_from(&mut source, Some(len), &read_error);
             }
         };
         let mut source = MappedSource {
             file: Arc::clone(&mapped),
             at: 0,
         };
-        let read = read_from(&mut source, mapped.len() as u64, &read_error);
+        let read = read_from(&mut source, Some(mapped.len() as u64), &read_error);
         // Whatever failed, a file that shrank under the reader is the cause.
         if mapped.was_truncated() {
             return Err(SafetensorsError::Changed {
@@ -89,6 +107,9 @@ trait Source {
     fn storage(&mut self, len: usize) -> io::Result<Storage>;
 }
 
+/// What a stream's tensor reserves before its bytes arrive.
+const STREAM_CHUNK: usize = 64 << 20;
+
 /// A stream (or bytes in memory): every tensor is read into its own storage.
 struct StreamSource<R>(R);
 
@@ -98,8 +119,14 @@ impl<R: Read> Source for StreamSource<R> {
     }
 
     fn storage(&mut self, len: usize) -> io::Result<Storage> {
-        let mut bytes = vec![0u8; len];
-        self.0.read_exact(&mut bytes)?;
+        // Grown as bytes arrive, from at most a chunk reserved up front: a
+        // header may claim more than the stream holds.
+        let mut bytes = Vec::new();
+        bytes.try_reserve_exact(len.min(STREAM_CHUNK))?;
+        let read = (&mut self.0).take(len as u64).read_to_end(&mut bytes)?;
+        if read != len {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
         Ok(Storage::from_vec(bytes))
     }
 }
@@ -142,22 +169,24 @@ impl Source for MappedSource {
     }
 }
 
-/// Reads a file of `len` bytes from `input`: the header length, checked
-/// against `len` before anything is allocated, the header, validated, then
-/// each tensor's bytes into a storage of its own, in file order.
+/// Reads a file of `len` bytes from `input` (of a length not known for a
+/// stream): the header length, checked against `len` and a cap before
+/// anything is allocated, the header, validated, then each tensor's bytes
+/// into a storage of its own, in file order. A stream is read to the end
+/// of its last tensor.
 fn read_from(
     input: &mut impl Source,
-    len: u64,
+    len: Option<u64>,
     io_error: &dyn Fn(io::Error) -> SafetensorsError,
 ) -> Result<SafetensorsFile, SafetensorsError> {
     let mut length = [0u8; LENGTH_BYTES];
-    if len < LENGTH_BYTES as u64 {
+    if let Some(len) = len.filter(|&len| len < LENGTH_BYTES as u64) {
         return Err(SafetensorsError::TooShort { len });
     }
     input.read_exact(&mut length).map_err(io_error)?;
     let header_len = u64::from_le_bytes(length);
-    let available = len - LENGTH_BYTES as u64;
-    if header_len > available || header_len > MAX_HEADER_BYTES {
+    let available = len.map(|len| len - LENGTH_BYTES as u64);
+    if available.is_some_and(|available| header_len > available) || header_len > MAX_HEADER_BYTES {
         return Err(SafetensorsError::HeaderPastEnd {
             header_len,
             available,
@@ -174,12 +203,13 @@ fn read_from(
             why: error.to_string(),
         })?;
     let data_len = metadata.data_len() as u64;
-    let available = available - header_len;
-    if data_len != available {
-        return Err(SafetensorsError::DataLength {
-            data_len,
-            available,
-        });
+    if let Some(available) = available.map(|available| available - header_len) {
+        if data_len != available {
+            return Err(SafetensorsError::DataLength {
+                data_len,
+                available,
+            });
+        }
     }
     let mut tensors = Vec::new();
     for name in metadata.offset_keys() {

@@ -122,3 +122,47 @@ fn only_safetensors_files_look_like_one() {
         b"\x02\x00\x00\x00\x00\x00\x00\x00{"
     ));
 }
+
+#[test]
+fn a_stream_reads_and_writes_what_bytes_do() {
+    let value = dict(vec![
+        (
+            "a",
+            tensor(DType::Float32, &[2], vec![0, 0, 128, 63, 0, 0, 0, 64]).into(),
+        ),
+        ("b", tensor(DType::UInt8, &[3], vec![1, 2, 3]).into()),
+    ]);
+    let mut written = Vec::new();
+    super::write(&value, &mut written).expect("written to a Vec");
+    assert_eq!(written, to_bytes(&value).unwrap());
+    // A reader that hands out a few bytes at a time, as a pipe does.
+    let trickle = std::io::Read::chain(&written[..5], &written[5..]);
+    let read = super::read(trickle).expect("read from a stream");
+    let contents = |value: &Value| -> Vec<(String, DType, Vec<usize>, Vec<u8>)> {
+        items(value)
+            .into_iter()
+            .map(|(name, t)| {
+                let bytes = t.storage().bytes().unwrap().to_vec();
+                (name, t.dtype(), t.sizes().to_vec(), bytes)
+            })
+            .collect()
+    };
+    assert_eq!(contents(&read), contents(&value));
+}
+
+#[test]
+fn a_stream_shorter_than_its_header_claims_is_a_read_error_not_an_allocation() {
+    // A valid header claiming a tensor of 2^40 bytes, followed by 3 of them.
+    let header =
+        br#"{"t":{"dtype":"U8","shape":[1099511627776],"data_offsets":[0,1099511627776]}}"#;
+    let mut file = (header.len() as u64).to_le_bytes().to_vec();
+    file.extend_from_slice(header);
+    file.extend_from_slice(&[1, 2, 3]);
+    let error = super::read(file.as_slice()).unwrap_err();
+    assert!(
+        matches!(&error, SafetensorsError::Read { cause, .. }
+            if cause.kind() == std::io::ErrorKind::UnexpectedEof),
+        "{error}"
+    );
+    assert!(error.to_string().contains("the input"), "{error}");
+}

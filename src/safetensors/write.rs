@@ -54,32 +54,53 @@ impl SafetensorsFile {
     /// when the file cannot be written.
     pub fn save(&self, path: impl AsRef<Path>) -> Result<(), SafetensorsError> {
         let path = path.as_ref();
-        let (header, entries) = self.layout()?;
         let write_error = |cause| SafetensorsError::Write {
             path: path.to_owned(),
             cause,
         };
         let mut temp = partial_file_beside(path, ".safetensors.partial").map_err(write_error)?;
-        {
-            let mut writer = io::BufWriter::with_capacity(1 << 20, temp.as_file_mut());
-            writer.write_all(&header).map_err(write_error)?;
-            for entry in &entries {
-                writer.write_all(&entry.data()).map_err(write_error)?;
-                // A storage streamed out of a mapped file gives its pages
-                // back: memory stays bounded by one tensor, not the file.
-                if let Some(window) = entry.tensor.storage().local_segment::<FileWindow>() {
-                    window.release_pages();
-                }
+        self.write_to(temp.as_file_mut(), path)?;
+        temp.persist(path)
+            .map_err(|error| write_error(error.error))?;
+        Ok(())
+    }
+
+    /// Writes the file to `out` one tensor at a time, as
+    /// [`save`](Self::save) writes it, never whole in memory.
+    ///
+    /// # Errors
+    ///
+    /// As [`to_bytes`](super::to_bytes), [`SafetensorsError::Write`] (naming
+    /// "the output") when `out` fails, and
+    /// [`SafetensorsError::SourceChanged`] when a tensor's own file shrank
+    /// while it was written out.
+    pub fn write(&self, out: impl Write) -> Result<(), SafetensorsError> {
+        self.write_to(out, Path::new("the output"))
+    }
+
+    /// [`write`](Self::write), naming `path` in its errors.
+    fn write_to(&self, out: impl Write, path: &Path) -> Result<(), SafetensorsError> {
+        let (header, entries) = self.layout()?;
+        let write_error = |cause| SafetensorsError::Write {
+            path: path.to_owned(),
+            cause,
+        };
+        let mut writer = io::BufWriter::with_capacity(1 << 20, out);
+        writer.write_all(&header).map_err(write_error)?;
+        for entry in &entries {
+            writer.write_all(&entry.data()).map_err(write_error)?;
+            // A storage streamed out of a mapped file gives its pages
+            // back: memory stays bounded by one tensor, not the file.
+            if let Some(window) = entry.tensor.storage().local_segment::<FileWindow>() {
+                window.release_pages();
             }
-            writer.flush().map_err(write_error)?;
         }
+        writer.flush().map_err(write_error)?;
         if any_source_changed(entries.iter().map(|entry| entry.tensor.storage())) {
             return Err(SafetensorsError::SourceChanged {
                 path: path.to_owned(),
             });
         }
-        temp.persist(path)
-            .map_err(|error| write_error(error.error))?;
         Ok(())
     }
 
