@@ -349,6 +349,12 @@ fn convert_writes_safetensors_by_extension_or_flag_and_reads_them_back() {
         .unwrap();
     expect_success(&piped, "convert --safetensors to stdout");
     assert_eq!(piped.stdout, std::fs::read(&by_name).unwrap());
+    let said = String::from_utf8_lossy(&piped.stderr);
+    let counted = format!(
+        "wrote stdout (safetensors, 11 tensors, {} bytes)",
+        piped.stdout.len()
+    );
+    assert!(said.contains(&counted), "{said}");
 
     // Back to torch.save: every name, in the file's order.
     let back = dir.path().join("back.pt");

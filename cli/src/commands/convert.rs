@@ -92,7 +92,8 @@ pub fn run(args: ConvertArgs) -> Result<(), CliError> {
         // A zip is written seeking back over each record's header, which a
         // pipe cannot: built in memory for stdout only.
         let file = save_torch(&value, format).map_err(|e| format!("{input}: {e}"))?;
-        (write_output(&args.output, &file)?, file.len() as u64)
+        write_stdout(&file)?;
+        ("stdout".to_owned(), file.len() as u64)
     } else {
         tensorshare::torch_save::save_as(&value, &args.output, format)
             .map_err(|e| format!("{input}: {e}"))?;
@@ -199,8 +200,13 @@ fn write_safetensors(
 ) -> Result<(), CliError> {
     let explain = |error: SafetensorsError| advise_key(error, value, input, keys);
     let (written, len) = if output.as_os_str() == "-" {
-        let file = tensorshare::safetensors::to_bytes(value).map_err(explain)?;
-        (write_output(output, &file)?, file.len() as u64)
+        // Written a tensor at a time: a safetensors file needs no seeking.
+        let mut stdout = Counted {
+            inner: binary_stdout()?,
+            written: 0,
+        };
+        tensorshare::safetensors::write(value, &mut stdout).map_err(explain)?;
+        ("stdout".to_owned(), stdout.written)
     } else {
         tensorshare::safetensors::save(value, output).map_err(explain)?;
         let len = std::fs::metadata(output)
@@ -335,25 +341,43 @@ fn moved_to_cpu(value: &Value) -> Option<String> {
 
 /// Writes `file` to `output`, or to stdout for `-`; returns how to name
 /// where it went.
-fn write_output(output: &Path, file: &[u8]) -> Result<String, CliError> {
-    if output.as_os_str() != "-" {
-        std::fs::write(output, file)
-            .map_err(|e| CliError::io(format!("writing {}", output.display()), e))?;
-        return Ok(output.display().to_string());
-    }
-    let mut stdout = std::io::stdout().lock();
+fn write_stdout(file: &[u8]) -> Result<(), CliError> {
+    let mut stdout = binary_stdout()?;
+    stdout
+        .write_all(file)
+        .and_then(|()| stdout.flush())
+        .map_err(|e| CliError::io("writing stdout", e))
+}
+
+/// Stdout, for a binary file: refused when it is a terminal.
+fn binary_stdout() -> Result<std::io::StdoutLock<'static>, CliError> {
+    let stdout = std::io::stdout().lock();
     if stdout.is_terminal() {
         return Err(CliError::Unsupported(
-            "stdout is a terminal, and a torch.save file is binary: redirect stdout to a \
+            "stdout is a terminal, and the output is a binary file: redirect stdout to a \
              file or a pipe, or name an output file instead of -"
                 .to_owned(),
         ));
     }
-    stdout
-        .write_all(file)
-        .and_then(|()| stdout.flush())
-        .map_err(|e| CliError::io("writing stdout", e))?;
-    Ok("stdout".to_owned())
+    Ok(stdout)
+}
+
+/// A writer that counts what passes through it.
+struct Counted<W> {
+    inner: W,
+    written: u64,
+}
+
+impl<W: Write> Write for Counted<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.written += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
 }
 
 /// Rebuilds `bytes` with every storage's data at hand: torch.save files and
