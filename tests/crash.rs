@@ -68,9 +68,6 @@ fn trials() -> Vec<Trial> {
 
 #[test]
 fn sigkilled_peers_leave_nothing_in_dev_shm() {
-    if kill_trials::is_producer() {
-        return;
-    }
     let python = test_python("crash::sigkilled_peers_leave_nothing_in_dev_shm");
     let trials: Vec<Trial> = trials()
         .into_iter()
@@ -115,6 +112,7 @@ fn sigkilled_peers_leave_nothing_in_dev_shm() {
 
 /// The Rust producer of the trials (see [`kill_trials::producer_role`]).
 #[test]
+#[ignore = "a child role: the kill trials run it"]
 fn producer_role() {
     kill_trials::producer_role();
 }
@@ -124,9 +122,6 @@ const FD_SHARER_TRIALS: usize = 12;
 
 #[test]
 fn sigkilled_fd_sharers_leave_nothing_in_their_tmpdir() {
-    if kill_trials::is_producer() {
-        return;
-    }
     let started = Instant::now();
     let failed: Vec<String> = (0..FD_SHARER_TRIALS)
         .filter_map(|trial| {
@@ -223,10 +218,9 @@ fn send_and_hoard(connection: &mut tensorshare::Connection, sharing: &SharingCon
 
 /// The child of [`a_killed_clients_unfetched_fds_are_closed_by_the_server`].
 #[test]
+#[ignore = "a child role: a_killed_clients_unfetched_fds_are_closed_by_the_server runs it"]
 fn hoarder_role() {
-    let Ok(setting) = std::env::var(HOARDER_ENV) else {
-        return;
-    };
+    let setting = support::role_setting(HOARDER_ENV);
     let mut fields = setting.split(' ');
     let mut field = || fields.next().expect("ADDRESS HEX COUNT");
     let address: tensorshare::Address = field().parse().expect("address");
@@ -261,9 +255,6 @@ fn memfds_of(pid: u32) -> usize {
 
 #[test]
 fn a_killed_clients_unfetched_fds_are_closed_by_the_server() {
-    if kill_trials::is_producer() || std::env::var_os(HOARDER_ENV).is_some() {
-        return;
-    }
     let authkey = Authkey::random().expect("authkey");
     let mut server = Server::echo(&authkey, "file_descriptor");
     // A client that hangs up alive may still unpickle what it read: the
@@ -286,13 +277,11 @@ fn a_killed_clients_unfetched_fds_are_closed_by_the_server() {
     );
 
     // One killed with its echoes unread leaves nothing to fetch them.
-    let mut command = std::process::Command::new(std::env::current_exe().expect("test binary"));
-    command
-        .args(["hoarder_role", "--exact", "--nocapture", "--test-threads=1"])
-        .env(
-            HOARDER_ENV,
-            format!("{} {} 5", server.address, authkey.to_hex()),
-        );
+    let mut command = support::child_role("hoarder_role");
+    command.env(
+        HOARDER_ENV,
+        format!("{} {} 5", server.address, authkey.to_hex()),
+    );
     let mut hoarder = support::ChildGuard(
         command
             .stdin(std::process::Stdio::null())

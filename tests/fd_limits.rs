@@ -98,12 +98,11 @@ fn tensor_of(value: Value) -> Tensor {
 
 /// Child entry point: under `ulimit -n 1024`, receives and holds every
 /// tensor, checks them all, forwards one that kept no fd, and prints its
-/// fds, mappings and RSS along the way. A no-op in the normal test run.
+/// fds, mappings and RSS along the way.
 #[test]
+#[ignore = "a child role: the fd limit tests run it"]
 fn child_receiver_entry() {
-    if std::env::var(ROLE_ENV).as_deref() != Ok("hold") {
-        return;
-    }
+    assert_eq!(support::role_setting(ROLE_ENV), "hold");
     let count = count_from_env();
     let (sharing, mut connection) = receiver_setup();
     print_point("start", 0);
@@ -149,12 +148,11 @@ fn child_receiver_entry() {
 
 /// Child entry point: under `ulimit -n 1024`, receives until a storage
 /// cannot be mapped for want of mappings, says why, lets go of some and
-/// receives the rest. A no-op in the normal test run.
+/// receives the rest.
 #[test]
+#[ignore = "a child role: the fd limit tests run it"]
 fn child_map_cap_entry() {
-    if std::env::var(ROLE_ENV).as_deref() != Ok("map-cap") {
-        return;
-    }
+    assert_eq!(support::role_setting(ROLE_ENV), "map-cap");
     let count = count_from_env();
     let (sharing, mut connection) = receiver_setup();
     let mut held = Vec::with_capacity(count);
@@ -196,8 +194,7 @@ struct Receiver {
 impl Receiver {
     /// Runs `entry` as `role`, receiving `count` tensors.
     fn spawn(entry: &str, role: &str, count: usize, authkey: &Authkey) -> Self {
-        let mut child = Command::new(std::env::current_exe().expect("test binary"))
-            .args(["--exact", entry, "--nocapture", "--test-threads=1"])
+        let mut child = support::child_role(entry)
             .env(ROLE_ENV, role)
             .env(COUNT_ENV, count.to_string())
             .env("TENSORSHARE_AUTHKEY", authkey.to_hex())
@@ -363,12 +360,11 @@ fn past_vm_max_map_count_a_receiver_refuses_clearly_and_lives_on() {
 
 /// Child entry point: under `ulimit -n 1024`, pickles 50,000 4 KiB
 /// tensors that no receiver ever fetches, and prints the most fds it had
-/// open. A no-op in the normal test run.
+/// open.
 #[test]
+#[ignore = "a child role: unfetched_fds_stay_within_the_fd_limit runs it"]
 fn child_stalled_sender_entry() {
-    if std::env::var(ROLE_ENV).as_deref() != Ok("stalled") {
-        return;
-    }
+    assert_eq!(support::role_setting(ROLE_ENV), "stalled");
     let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).expect("getrlimit");
     setrlimit(Resource::RLIMIT_NOFILE, FD_LIMIT, hard).expect("setrlimit");
     let sharing = SharingContext::new(Authkey::random().expect("authkey"))
@@ -398,8 +394,7 @@ fn child_stalled_sender_entry() {
 /// early, and it never runs out of fds.
 #[test]
 fn unfetched_fds_stay_within_the_fd_limit() {
-    let output = Command::new(std::env::current_exe().expect("test binary"))
-        .args(["--exact", "child_stalled_sender_entry", "--nocapture"])
+    let output = support::child_role("child_stalled_sender_entry")
         .env(ROLE_ENV, "stalled")
         .output()
         .expect("run the sender");

@@ -277,13 +277,11 @@ fn a_bad_socket_dir_is_an_error_that_says_what_to_do() {
 }
 
 /// Child entry point: connects to `SHARER_ADDRESS_HEX` and prints what the
-/// sharer says before closing: nothing, for a process of another user. A
-/// no-op in the normal test run.
+/// sharer says before closing: nothing, for a process of another user.
 #[test]
+#[ignore = "a child role: a resource sharer test runs it"]
 fn child_knock_entry() {
-    if std::env::var(CHILD_ENV).as_deref() != Ok("knock") {
-        return;
-    }
+    assert_eq!(support::role_setting(CHILD_ENV), "knock");
     let address = unhex(&std::env::var("SHARER_ADDRESS_HEX").expect("SHARER_ADDRESS_HEX"));
     let address = tensorshare::Address::from_bytes(&address).expect("an address");
     let mut stream =
@@ -311,12 +309,7 @@ fn another_users_process_is_refused_before_the_handshake() {
     let output = Command::new(setpriv)
         .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
         .arg(std::env::current_exe().expect("test binary"))
-        .args([
-            "--exact",
-            "child_knock_entry",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+        .args(support::child_role_args("child_knock_entry"))
         .env(CHILD_ENV, "knock")
         .env("SHARER_ADDRESS_HEX", hex(sharer.address()))
         .output()
@@ -553,10 +546,8 @@ fn fetch_times_out_on_a_silent_sharer() {
 
 /// Runs one entry point of this test binary in a child process.
 fn run_child(entry: &str, role: &str, args: &[(&str, String)]) -> Output {
-    let mut command = Command::new(std::env::current_exe().expect("test binary"));
-    command
-        .args(["--exact", entry, "--nocapture", "--test-threads=1"])
-        .env(CHILD_ENV, role);
+    let mut command = support::child_role(entry);
+    command.env(CHILD_ENV, role);
     for (name, value) in args {
         command.env(name, value);
     }
@@ -582,12 +573,11 @@ fn line_after(output: &Output, prefix: &str) -> String {
 }
 
 /// Child entry point: fetches `SHARER_ADDRESS_HEX`/`SHARER_KEY` and prints what
-/// it got. A no-op in the normal test run.
+/// it got.
 #[test]
+#[ignore = "a child role: a resource sharer test runs it"]
 fn child_fetch_entry() {
-    if std::env::var(CHILD_ENV).as_deref() != Ok("fetch") {
-        return;
-    }
+    assert_eq!(support::role_setting(CHILD_ENV), "fetch");
     let address = unhex(&std::env::var("SHARER_ADDRESS_HEX").expect("SHARER_ADDRESS_HEX"));
     let key: i64 = std::env::var("SHARER_KEY")
         .expect("SHARER_KEY")
@@ -635,12 +625,11 @@ fn open_fds() -> usize {
 }
 
 /// Child entry point: register/withdraw and register/fetch cycles leave the
-/// fd count where it was. A no-op in the normal test run.
+/// fd count where it was.
 #[test]
+#[ignore = "a child role: a resource sharer test runs it"]
 fn child_leak_entry() {
-    if std::env::var(CHILD_ENV).as_deref() != Ok("leak") {
-        return;
-    }
+    assert_eq!(support::role_setting(CHILD_ENV), "leak");
     let (_segment, fd) = shared_fd(b"leak check");
     let before_start = open_fds();
     let sharer = ResourceSharer::start(AUTHKEY).expect("start sharer");

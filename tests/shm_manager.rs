@@ -158,13 +158,11 @@ fn proc_stat(pid: u32) -> Option<Vec<String>> {
     Some(after_name.split(' ').map(str::to_owned).collect())
 }
 
+/// The client a test kills: registers one segment and waits.
 #[test]
+#[ignore = "a child role: start_helper_client runs it"]
 fn helper_client_registering_a_segment() {
-    // Does nothing unless re-executed by a test as the client it kills.
-    let Some(socket) = std::env::var_os(HELPER_MANAGER_ENV) else {
-        return;
-    };
-    use std::os::unix::ffi::OsStrExt;
+    let socket = support::role_setting(HELPER_MANAGER_ENV);
     let handle = ManagerHandle::from_bytes(socket.as_bytes()).unwrap();
     let segment = ShmObject::create();
     let manager = shm_manager::connect(&handle).unwrap();
@@ -179,13 +177,7 @@ fn helper_client_registering_a_segment() {
 /// This test binary, re-executed as a client that registers one segment
 /// with `handle` and waits to be killed; and the segment's name.
 fn start_helper_client(handle: &ManagerHandle) -> (ChildGuard, SegmentName) {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "helper_client_registering_a_segment",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+    let mut child = support::child_role("helper_client_registering_a_segment")
         .env(HELPER_MANAGER_ENV, handle.path())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -62,10 +62,9 @@ fn shrink(fd: &OwnedFd, len: usize) {
 /// The role of a child that truncates `/dev/shm/<name>` to zero bytes: the
 /// holder that shrinks a segment is another process.
 #[test]
+#[ignore = "a child role: a fault guard test runs it"]
 fn child_truncates_a_named_segment() {
-    if !support::is_child() {
-        return;
-    }
+    support::expect_child();
     let path = std::env::var("FAULT_GUARD_TRUNCATE").expect("path to truncate");
     let file = OpenOptions::new()
         .write(true)
@@ -77,9 +76,6 @@ fn child_truncates_a_named_segment() {
 
 #[test]
 fn file_system_segment_truncated_by_name_reads_zeros() {
-    if support::is_child() {
-        return;
-    }
     let strategy = support::file_system_strategy();
     let len = 3 * PAGE + 100;
     let mut created = strategy.allocate(len).expect("allocate");
@@ -118,9 +114,6 @@ fn file_system_segment_truncated_by_name_reads_zeros() {
 
 #[test]
 fn fd_segment_of_an_unsealable_object_truncated_reads_zeros() {
-    if support::is_child() {
-        return;
-    }
     let len = 4 * PAGE + 100;
     let (mapped, other) = unsealable_object(len);
     let mut segment = import_fd(mapped, len);
@@ -154,9 +147,6 @@ fn fd_segment_of_an_unsealable_object_truncated_reads_zeros() {
 
 #[test]
 fn fd_segment_of_an_unsealable_object_survives_truncation_to_zero() {
-    if support::is_child() {
-        return;
-    }
     let len = 8 * PAGE;
     let (mapped, other) = unsealable_object(len);
     let segment = import_fd(mapped, len);
@@ -181,9 +171,6 @@ fn fd_segment_of_an_unsealable_object_survives_truncation_to_zero() {
 
 #[test]
 fn sealed_segments_cannot_shrink_and_are_never_marked() {
-    if support::is_child() {
-        return;
-    }
     let segment = FileDescriptorStrategy.allocate(PAGE).expect("allocate");
     let other = segment.try_clone_fd().expect("dup");
     // Where memfds exist the allocation is sealed; in the shm fallback it
@@ -213,10 +200,9 @@ extern "C" fn exit_from_sigbus(_signal: libc::c_int) {
 /// The role of a child that guards a segment, then faults on a mapping the
 /// guard does not know: it must die as if the guard were not there.
 #[test]
+#[ignore = "a child role: a fault guard test runs it"]
 fn child_faults_outside_every_guarded_range() {
-    if !support::is_child() {
-        return;
-    }
+    support::expect_child();
     // No core file for the expected crash.
     setrlimit(Resource::RLIMIT_CORE, 0, 0).expect("disable core dumps");
     let previous = std::env::var(PREVIOUS_ENV).expect("which previous disposition");
@@ -294,34 +280,22 @@ fn assert_killed_by_sigbus(output: &std::process::Output) {
 
 #[test]
 fn unguarded_sigbus_still_kills_through_the_std_handler() {
-    if support::is_child() {
-        return;
-    }
     assert_killed_by_sigbus(&run_unguarded_fault("std"));
 }
 
 #[test]
 fn unguarded_sigbus_still_kills_with_the_default_action() {
-    if support::is_child() {
-        return;
-    }
     assert_killed_by_sigbus(&run_unguarded_fault("default"));
 }
 
 #[test]
 fn unguarded_sigbus_still_kills_when_ignored() {
-    if support::is_child() {
-        return;
-    }
     // The kernel cannot ignore a fault: it ends the process all the same.
     assert_killed_by_sigbus(&run_unguarded_fault("ignore"));
 }
 
 #[test]
 fn unguarded_sigbus_goes_to_the_previous_handler() {
-    if support::is_child() {
-        return;
-    }
     let output = run_unguarded_fault("handler");
     assert_eq!(
         output.status.code(),
@@ -335,10 +309,9 @@ fn unguarded_sigbus_goes_to_the_previous_handler() {
 /// threads while others fault on truncated ones, then checks that every
 /// mapping is gone.
 #[test]
+#[ignore = "a child role: a fault guard test runs it"]
 fn child_registers_while_others_fault() {
-    if !support::is_child() {
-        return;
-    }
+    support::expect_child();
     const IMPORTING_THREADS: usize = 4;
     const FAULTING_THREADS: usize = 2;
     const ROUNDS: usize = 300;
@@ -413,8 +386,5 @@ fn shared_memory_mappings() -> usize {
 
 #[test]
 fn registration_on_many_threads_while_faulting() {
-    if support::is_child() {
-        return;
-    }
     support::run_self("child_registers_while_others_fault");
 }

@@ -498,7 +498,7 @@ fn torch_producer(
 
 /// The running test binary again, as the Rust producer of
 /// [`producer_role`]: each test binary that runs trials has a
-/// `producer_role` test that calls it.
+/// `producer_role` child role that calls it.
 fn rust_producer(
     address: &Address,
     authkey: &Authkey,
@@ -506,16 +506,10 @@ fn rust_producer(
     tmp: &Path,
     memmap_dir: &Path,
 ) -> Child {
-    Command::new(std::env::current_exe().expect("test binary"))
+    super::child_role("producer_role")
         .env("TMPDIR", tmp)
         .env(IN_FLIGHT_WAIT_ENV, NO_IN_FLIGHT_WAIT)
         .env_remove(tensorshare::resource_sharer::SHARER_DIR_ENV)
-        .args([
-            "producer_role",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-        ])
         .env(
             PRODUCER_ENV,
             format!(
@@ -532,20 +526,13 @@ fn rust_producer(
         .expect("spawn the Rust producer")
 }
 
-/// Whether this process is a Rust producer, whose other tests do nothing.
-pub fn is_producer() -> bool {
-    std::env::var_os(PRODUCER_ENV).is_some()
-}
-
-/// The Rust producer, when [`PRODUCER_ENV`] is set: streams tensors to the
+/// The Rust producer, as [`PRODUCER_ENV`] says: streams tensors to the
 /// echo server until it goes away, holding the last echoes. Half the
 /// tensors live in this process's own `file_system` segments, half in
 /// memfds, sent by the trial's strategy, so that under `file_system` both
 /// processes create segments.
 pub fn producer_role() {
-    let Ok(setting) = std::env::var(PRODUCER_ENV) else {
-        return;
-    };
+    let setting = super::role_setting(PRODUCER_ENV);
     let mut fields = setting.splitn(4, ' ');
     let mut field = || fields.next().expect("ADDRESS HEX STRATEGY MEMMAP_DIR");
     let address: Address = field().parse().expect("address");

@@ -39,6 +39,39 @@ pub fn test_python(test: &str) -> Option<String> {
     }
 }
 
+/// This test binary, to run its child role `role` alone in a process of
+/// its own. A role is an ignored `#[test]`, never run by the suite itself:
+/// its parent test starts it with the settings it reads
+/// ([`role_setting`]), and run by hand without them it fails.
+pub fn child_role(role: &str) -> Command {
+    let mut command = Command::new(std::env::current_exe().expect("the test binary"));
+    command.args(child_role_args(role));
+    command
+}
+
+/// The arguments that make this test binary run its child role `role`
+/// alone ([`child_role`]), for a command that runs it through another
+/// (`setpriv`).
+pub fn child_role_args(role: &str) -> [&str; 5] {
+    [
+        "--ignored",
+        "--exact",
+        role,
+        "--nocapture",
+        "--test-threads=1",
+    ]
+}
+
+/// The setting `name` a child role's parent test gives it.
+pub fn role_setting(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!(
+            "{name} is not set: this is a child role, which the test that spawns it runs with \
+             its settings; it checks nothing on its own"
+        )
+    })
+}
+
 /// Whether the interop tests must run (`scripts/test`) rather than skip.
 pub fn interop_required() -> bool {
     std::env::var("TENSORSHARE_REQUIRE_INTEROP").as_deref() == Ok("1")

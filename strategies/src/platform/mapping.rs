@@ -257,8 +257,13 @@ impl SharedMapping {
     /// The first four bytes as an atomic `i32`: the reference count several
     /// processes update in place. `None` for a mapping shorter than that.
     ///
-    /// Callers must not also borrow those four bytes as `u8`s.
-    pub(crate) fn head_atomic_i32(&self) -> Option<&AtomicI32> {
+    /// # Safety
+    ///
+    /// While the returned reference lives, the caller must not borrow those
+    /// four bytes otherwise (as `u8`s through [`tail`](Self::tail) or
+    /// [`tail_mut`](Self::tail_mut) from offset 0): a plain read racing
+    /// with the atomic writes of this or another process is a data race.
+    pub(crate) unsafe fn head_atomic_i32(&self) -> Option<&AtomicI32> {
         if self.len() < size_of::<AtomicI32>() {
             return None;
         }

@@ -153,9 +153,11 @@ struct MappedObject {
 
 impl MappedObject {
     fn refcount(&self) -> &AtomicI32 {
-        self.mapping
-            .head_atomic_i32()
-            .expect("a segment mapping holds at least its header")
+        // SAFETY: this module reads and writes a segment's bytes from
+        // `HEADER_BYTES` on only (`tail`, `tail_mut`); the header's count is
+        // touched as this atomic alone.
+        let count = unsafe { self.mapping.head_atomic_i32() };
+        count.expect("a segment mapping holds at least its header")
     }
 
     fn incref(&self) {

@@ -26,12 +26,29 @@ pub fn is_child() -> bool {
     std::env::var_os(CHILD_ENV).is_some()
 }
 
+/// Checks that this process is a child started by [`spawn_self`], for a
+/// child role: an ignored test, which the suite never runs by itself, and
+/// which fails when run by hand, checking nothing on its own.
+pub fn expect_child() {
+    assert!(
+        is_child(),
+        "a child role, which a test runs in a process of its own with its settings"
+    );
+}
+
 /// Starts this test binary again as a real process running only the test
-/// `test_name` (its full path inside the test crate), with extra `env`.
+/// `test_name` (its full path inside the test crate), with extra `env`:
+/// a test that runs itself in a child, or an ignored child role.
 pub fn spawn_self(test_name: &str, env: &[(&str, &str)]) -> Child {
     let exe = std::env::current_exe().expect("path of the test binary");
     Command::new(exe)
-        .args([test_name, "--exact", "--nocapture", "--test-threads=1"])
+        .args([
+            "--include-ignored",
+            test_name,
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(CHILD_ENV, "1")
         .envs(env.iter().copied())
         .stdin(Stdio::null())
