@@ -4,7 +4,8 @@
 //! (the fds sent alone), `file_system` into torch against torch and
 //! between Rust peers against `file_descriptor`, `memmap`'s time, and the
 //! bytes strategy against torch's plain pickle path, memcpy and its floor
-//! (the bytes sent alone).
+//! (the bytes sent alone). `--workload files` times tensorshare's inspect
+//! and convert against torch's on checkpoints torch writes.
 
 mod support;
 
@@ -498,4 +499,150 @@ fn a_tcp_bench_needs_a_tcp_address() {
         stderr.contains("--tcp-address") && stderr.contains("a TCP address is host:port"),
         "{stderr}"
     );
+}
+
+#[test]
+fn bench_times_inspect_and_convert_of_checkpoint_files_against_torch() {
+    let Some(python) =
+        support::test_python("bench_times_inspect_and_convert_of_checkpoint_files_against_torch")
+    else {
+        return;
+    };
+    let output = Command::new(support::tensorshare_exe())
+        .args(["bench", "--workload", "files", "--file-size", "8MiB"])
+        .args([
+            "--small-tensors",
+            "2000",
+            "--rounds",
+            "1",
+            "--python",
+            &python,
+        ])
+        .output()
+        .expect("run tensorshare bench");
+    let stdout = support::expect_success(&output, "tensorshare bench --workload files");
+    let title = line_starting(&stdout, "tensorshare bench --workload files: ");
+    assert!(title.contains(" cores; 1 round"), "{title}");
+    let measured = line_starting(&stdout, "each operation is a process of its own: ");
+    assert!(
+        measured.contains("start-up (and torch's import) included"),
+        "{measured}"
+    );
+    // The checkpoints by the bytes of their tensors.
+    for (case, size) in [
+        ("zip", "8.0 MiB"),
+        ("legacy", "8.0 MiB"),
+        ("small", "125.0 KiB"),
+        ("cuda:0", "1.0 MiB"),
+    ] {
+        let line = line_starting(&stdout, &format!("  {case:<7} "));
+        assert!(line.contains(size), "{line}");
+    }
+    let files = line_starting(&stdout, "checkpoint files: ");
+    for case in ["zip ", "legacy ", "small ", "cuda:0 "] {
+        assert!(files.contains(case), "{files}");
+    }
+    for case in ["zip", "legacy", "small", "cuda:0"] {
+        for operation in ["inspect", "to .safetensors", "to .pt"] {
+            // torch cannot mmap a legacy file: the footnote says so.
+            let operation = match (case, operation) {
+                ("legacy", "inspect") => "inspect*",
+                _ => operation,
+            };
+            let row = line_starting(&stdout, &format!("{case:<7} {operation:<16} "));
+            let figures: Vec<&str> = row[24..].split_whitespace().collect();
+            // Time and peak RSS for each side, then the two ratios.
+            assert_eq!(figures.len(), 10, "{row}");
+            for pair in figures[..8].chunks(2) {
+                let value: f64 = pair[0].parse().unwrap_or_else(|_| panic!("{row}"));
+                assert!(value > 0.0, "{row}");
+                assert!(
+                    ["ms", "s", "µs", "KiB", "MiB", "GiB"].contains(&pair[1]),
+                    "{row}"
+                );
+            }
+            for ratio in &figures[8..] {
+                let ratio: f64 = ratio
+                    .strip_suffix('x')
+                    .and_then(|r| r.parse().ok())
+                    .unwrap_or_else(|| panic!("a ratio: {row}"));
+                assert!(ratio > 0.0, "{row}");
+            }
+        }
+    }
+    line_starting(&stdout, "* torch cannot mmap a legacy file");
+    let targets: Vec<&str> = stdout
+        .lines()
+        .filter(|line| line.starts_with("target: "))
+        .collect();
+    let expected = [
+        "target: zip (8.0 MiB) inspect: peak RSS ",
+        "target: zip (8.0 MiB) to .safetensors: peak RSS ",
+        "target: zip (8.0 MiB) to .pt: peak RSS ",
+        "target: zip (8.0 MiB) to .safetensors: ",
+        "target: zip (8.0 MiB) to .pt: ",
+    ];
+    let bounds = [
+        "(target <= 64.0 MiB: ",
+        "(target <= 256.0 MiB: ",
+        "(target <= 256.0 MiB: ",
+        "(target >= 2x: ",
+        "(target >= 1.5x: ",
+    ];
+    assert_eq!(targets.len(), expected.len(), "{stdout}");
+    for ((line, start), bound) in targets.iter().zip(expected).zip(bounds) {
+        assert!(line.starts_with(start), "{line}");
+        assert!(line.contains(bound) && line.ends_with("met)"), "{line}");
+    }
+}
+
+#[test]
+fn file_flags_and_the_files_workload_go_together() {
+    let cases: [(&[&str], &str); 6] = [
+        (
+            &["--file-size", "8MiB"],
+            "--file-size goes with --workload files",
+        ),
+        (
+            &["--workload", "tcp", "--small-tensors", "10"],
+            "--small-tensors goes with --workload files",
+        ),
+        (
+            &["--workload", "batches", "--dir", "/tmp"],
+            "--dir goes with --workload files",
+        ),
+        (
+            &["--workload", "files", "--sizes", "4KiB"],
+            "--sizes does not go with --workload files",
+        ),
+        (
+            &["--workload", "files", "--consumers", "2"],
+            "--consumers does not go with --workload files",
+        ),
+        (
+            &[
+                "--workload",
+                "files",
+                "--tcp-nodelay",
+                "--feeds",
+                "dataloader-2",
+            ],
+            "--feeds, --tcp-nodelay do not go with --workload files",
+        ),
+    ];
+    for (args, message) in cases {
+        let output = Command::new(support::tensorshare_exe())
+            .arg("bench")
+            .args(args)
+            .args(["--python", "/nonexistent/python"])
+            .output()
+            .expect("run tensorshare bench");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.starts_with(&format!("error: {message}")),
+            "{args:?}: {stderr}"
+        );
+        assert!(output.stdout.is_empty(), "{args:?}");
+    }
 }

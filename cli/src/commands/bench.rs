@@ -2,6 +2,7 @@
 //! way, on the same machine in one run. The torch side is
 //! `compat/python/bench_peer.py`, built into this binary.
 
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -29,13 +30,16 @@ pub struct BenchArgs {
     python: Option<PathBuf>,
     /// What to time: single tensors streamed one way (`--sizes`,
     /// `--paths`), DataLoader-shaped batches fed to a torch training
-    /// loop by torch's DataLoader and by every producer, or `bytes` over
+    /// loop by torch's DataLoader and by every producer, `bytes` over
     /// TCP (`--sizes`, `--tcp-address`) against torch pickling to torch
-    /// over the same link.
+    /// over the same link, or checkpoint files inspected and converted by
+    /// us and by torch (`--file-size`, `--small-tensors`, `--dir`).
     #[arg(long, value_enum, default_value = "streams")]
     workload: BenchWorkload,
-    /// Tensor sizes, comma-separated, e.g. 4KiB,1MiB,64MiB.
-    #[arg(long, value_delimiter = ',', value_parser = parse_size, default_value = "4KiB,1MiB,64MiB")]
+    /// Tensor sizes, comma-separated, e.g. 4KiB,1MiB,64MiB (the default).
+    // Defaulted in `run`, not by clap, so that `--workload files` can tell
+    // it was given.
+    #[arg(long, value_delimiter = ',', value_parser = parse_size)]
     sizes: Vec<usize>,
     /// Timed rounds per path, 1 to 1000; the table shows the median.
     #[arg(
@@ -104,11 +108,11 @@ pub struct BenchArgs {
     )]
     torch_threads: Option<usize>,
     /// With `--workload tcp`, where the listening end of each path binds:
-    /// `HOST:PORT`, port 0 for a free one. A non-loopback address times the
-    /// link it is on (a veth pair, a NIC); the other end connects to the
-    /// address the listener reports.
-    #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:0")]
-    tcp_address: TcpAddress,
+    /// `HOST:PORT`, port 0 for a free one (default 127.0.0.1:0). A
+    /// non-loopback address times the link it is on (a veth pair, a NIC);
+    /// the other end connects to the address the listener reports.
+    #[arg(long, value_name = "HOST:PORT")]
+    tcp_address: Option<TcpAddress>,
     /// With `--workload tcp`, set TCP_NODELAY on tensorshare's ends (torch's
     /// stay as CPython leaves them, off).
     #[arg(long)]
@@ -119,6 +123,25 @@ pub struct BenchArgs {
     /// torch -> torch, torch's consumer are).
     #[arg(long, value_name = "COMMAND", value_delimiter = ' ', num_args = 1..)]
     tcp_peer_wrapper: Vec<String>,
+    /// With `--workload files`, the tensor bytes of each of the two large
+    /// checkpoints (a zip and a legacy torch.save of 200 float32 tensors);
+    /// default 2GiB. The cuda:0 checkpoint is an eighth of it.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    file_size: Option<usize>,
+    /// With `--workload files`, how many 16-element float32 tensors the
+    /// small-tensors checkpoint holds; default 200000.
+    #[arg(
+        long,
+        value_name = "N",
+        value_parser = RangedU64ValueParser::<usize>::new().range(1..=100_000_000)
+    )]
+    small_tensors: Option<usize>,
+    /// With `--workload files`, where to write the checkpoints, in a
+    /// private directory removed at the end (default: $TMPDIR). One
+    /// checkpoint and one conversion of it at a time: about twice
+    /// --file-size of disk.
+    #[arg(long, value_name = "DIR")]
+    dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -148,6 +171,9 @@ enum BenchWorkload {
     /// `bytes` over TCP, Rust and torch at either end, against torch's
     /// pickle over the same link.
     Tcp,
+    /// Checkpoint files inspected and converted by tensorshare and by
+    /// torch (`bench_files`).
+    Files,
 }
 
 /// The paths compared, in table order.
@@ -309,6 +335,7 @@ struct Row {
 }
 
 pub fn run(args: BenchArgs) -> Result<(), CliError> {
+    check_files_flags(&args)?;
     let python = args
         .python
         .or_else(|| std::env::var_os("TENSORSHARE_PYTHON").map(PathBuf::from))
@@ -319,6 +346,22 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
     let batches_script = scratch.path().join("bench_batches.py");
     for (path, text) in [(&script, BENCH_PEER), (&batches_script, BENCH_BATCHES)] {
         std::fs::write(path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    }
+    if args.workload == BenchWorkload::Files {
+        let torch = TorchPeer {
+            python,
+            script,
+            threads: None,
+        };
+        torch.check()?;
+        let options = super::bench_files::Options {
+            python: &torch.python,
+            dir: args.dir.as_deref(),
+            file_size: args.file_size.unwrap_or(DEFAULT_FILE_SIZE),
+            small_tensors: args.small_tensors.unwrap_or(DEFAULT_SMALL_TENSORS),
+            rounds: args.rounds,
+        };
+        return super::bench_files::run(&options);
     }
     if args.workload != BenchWorkload::Batches
         && (!args.consumers.is_empty() || args.busy_loops > 0 || args.torch_threads.is_some())
@@ -364,22 +407,26 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
         script,
         threads: None,
     };
+    let sizes = if args.sizes.is_empty() {
+        DEFAULT_SIZES.to_vec()
+    } else {
+        args.sizes
+    };
     if args.workload == BenchWorkload::Tcp {
         torch.check()?;
         let link = tcp::TcpLink {
             torch: &torch,
-            address: args.tcp_address.into(),
+            address: args
+                .tcp_address
+                .unwrap_or_else(|| SocketAddr::from((Ipv4Addr::LOCALHOST, 0)).into())
+                .into(),
             nodelay: args.tcp_nodelay,
             wrapper: args.tcp_peer_wrapper,
         };
-        return tcp::run(&link, &args.sizes, args.rounds, args.quick);
+        return tcp::run(&link, &sizes, args.rounds, args.quick);
     }
     // Before any peer runs, so that none of them competes with it.
-    let memcpy: Vec<f64> = args
-        .sizes
-        .iter()
-        .map(|&size| memcpy_seconds(size))
-        .collect();
+    let memcpy: Vec<f64> = sizes.iter().map(|&size| memcpy_seconds(size)).collect();
     let fd_limit = raise_fd_limit();
     if args.paths.iter().any(|path| path.needs_torch()) {
         torch.check()?;
@@ -395,7 +442,7 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
         "size", "path", "tensors", "per tensor", "GB/s", "vs torch best"
     );
     let spinner = spinner();
-    for (&size, &memcpy) in args.sizes.iter().zip(&memcpy) {
+    for (&size, &memcpy) in sizes.iter().zip(&memcpy) {
         let mut rows = Vec::new();
         for &path in &args.paths {
             let workload = workload_for(path, size, args.rounds, args.quick, fd_limit);
@@ -415,6 +462,69 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
     }
     spinner.finish_and_clear();
     Ok(())
+}
+
+/// `--sizes` when not given.
+const DEFAULT_SIZES: [usize; 3] = [4 << 10, 1 << 20, 64 << 20];
+/// `--file-size` when not given.
+const DEFAULT_FILE_SIZE: usize = 2 << 30;
+/// `--small-tensors` when not given.
+const DEFAULT_SMALL_TENSORS: usize = 200_000;
+
+/// Rejects the flags of the files workload with any other, and the flags
+/// of the others with it: a flag that does nothing would read as if it
+/// had shaped the table.
+fn check_files_flags(args: &BenchArgs) -> Result<(), CliError> {
+    let files_flags = [
+        ("--file-size", args.file_size.is_some()),
+        ("--small-tensors", args.small_tensors.is_some()),
+        ("--dir", args.dir.is_some()),
+    ];
+    let other_flags = [
+        ("--sizes", !args.sizes.is_empty()),
+        ("--quick", args.quick),
+        ("--feeds", !args.feeds.is_empty()),
+        ("--consumers", !args.consumers.is_empty()),
+        ("--busy-loops", args.busy_loops > 0),
+        ("--torch-threads", args.torch_threads.is_some()),
+        ("--tcp-address", args.tcp_address.is_some()),
+        ("--tcp-nodelay", args.tcp_nodelay),
+        ("--tcp-peer-wrapper", !args.tcp_peer_wrapper.is_empty()),
+    ];
+    let given = |flags: &[(&'static str, bool)]| -> Vec<&'static str> {
+        flags
+            .iter()
+            .filter(|(_, given)| *given)
+            .map(|(flag, _)| *flag)
+            .collect()
+    };
+    let message = if args.workload == BenchWorkload::Files {
+        let misplaced = given(&other_flags);
+        if misplaced.is_empty() {
+            return Ok(());
+        }
+        let verb = if misplaced.len() == 1 { "does" } else { "do" };
+        format!(
+            "{} {verb} not go with --workload files, which takes --file-size, \
+             --small-tensors, --dir, --rounds and --python",
+            misplaced.join(", ")
+        )
+    } else {
+        let misplaced = given(&files_flags);
+        if misplaced.is_empty() {
+            return Ok(());
+        }
+        let (verb, them) = if misplaced.len() == 1 {
+            ("goes", "it")
+        } else {
+            ("go", "them")
+        };
+        format!(
+            "{} {verb} with --workload files: add that, or drop {them}",
+            misplaced.join(", ")
+        )
+    };
+    Err(super::usage_error("bench", clap::error::ErrorKind::ArgumentConflict, message).into())
 }
 
 /// A spinner saying what runs, ticking on its own.

@@ -6,6 +6,8 @@ mod bench_batch_stream;
 mod bench_batches;
 mod bench_busy;
 mod bench_consumers;
+mod bench_files;
+mod bench_measure;
 mod bench_stream;
 mod convert;
 mod demo;
@@ -41,6 +43,10 @@ enum Command {
     /// The consumer of a Rust-to-Rust `bench` run.
     #[command(hide = true)]
     BenchPeer(bench::BenchPeerArgs),
+    /// Runs a command and prints its wall time and peak RSS: how
+    /// `bench --workload files` measures each side.
+    #[command(hide = true)]
+    BenchMeasure(bench_measure::BenchMeasureArgs),
     /// Two processes stream tensors both ways over every strategy, verify
     /// every byte and print what it cost. Needs no Python.
     Demo(demo::DemoArgs),
@@ -79,6 +85,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
         Command::Bench(args) => bench::run(args),
         Command::BenchPeer(args) => bench::run_peer(args),
+        Command::BenchMeasure(args) => bench_measure::run(args),
         Command::Demo(args) => demo::run(args),
         Command::DemoPeer(args) => demo::run_peer(args),
         Command::Inspect(args) => inspect::run(args),

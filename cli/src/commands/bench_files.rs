@@ -1,0 +1,436 @@
+//! `tensorshare bench --workload files`: checkpoints inspected and converted
+//! by tensorshare and by stock torch, in the same run. torch writes each
+//! checkpoint (`compat/python/bench_files.py`, built into this binary) into
+//! a private directory just before its rows, and it is removed after them;
+//! the directory goes at the end. Every measured operation, ours and
+//! torch's, is a process of its own run under `bench-measure`, which gives
+//! its wall time and peak RSS.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tensorshare::connection::PrivateTempDir;
+
+use super::bench::median;
+use super::bench_measure::{Measurement, measure};
+use crate::error::CliError;
+
+mod report;
+
+const BENCH_FILES: &str = include_str!("../../../compat/python/bench_files.py");
+
+/// Tensors in the large checkpoints and in the cuda:0 one.
+const TENSORS: usize = 200;
+/// Elements of each tensor of the small-tensors checkpoint.
+const SMALL_ELEMENTS: usize = 16;
+/// The cuda:0 checkpoint is this fraction of `--file-size`: its location
+/// is what it adds, not its bytes.
+const GPU_FRACTION: usize = 8;
+const FLOAT32_BYTES: usize = 4;
+
+/// What `--workload files` runs.
+pub struct Options<'a> {
+    /// A Python with torch and safetensors.
+    pub python: &'a Path,
+    /// Where the private directory of checkpoints goes; `$TMPDIR` if none.
+    pub dir: Option<&'a Path>,
+    /// Bytes of tensor data in each of the two large checkpoints.
+    pub file_size: usize,
+    /// Tensors in the small-tensors checkpoint.
+    pub small_tensors: usize,
+    pub rounds: usize,
+}
+
+/// One checkpoint: how torch writes it and what the table calls it.
+struct Case {
+    /// The table's name for it.
+    name: &'static str,
+    /// What the header says it holds.
+    description: String,
+    tensors: usize,
+    elements: usize,
+    legacy: bool,
+    /// The device its storages name, when not the CPU.
+    location: Option<&'static str>,
+    path: PathBuf,
+}
+
+impl Case {
+    /// The bytes of its tensors (the file holds a little more).
+    fn tensor_bytes(&self) -> u64 {
+        (self.tensors * self.elements * FLOAT32_BYTES) as u64
+    }
+
+    /// torch maps zip files only.
+    fn torch_can_mmap(&self) -> bool {
+        !self.legacy
+    }
+}
+
+/// What is done to a checkpoint, by each side.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Operation {
+    /// `tensorshare inspect --json` against `torch.load(mmap=True)`.
+    Inspect,
+    /// `tensorshare convert` against `safetensors.torch.save_file`.
+    ToSafetensors,
+    /// `tensorshare convert` against `torch.save`.
+    ToPt,
+}
+
+impl Operation {
+    const ALL: [Operation; 3] = [
+        Operation::Inspect,
+        Operation::ToSafetensors,
+        Operation::ToPt,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            Operation::Inspect => "inspect",
+            Operation::ToSafetensors => "to .safetensors",
+            Operation::ToPt => "to .pt",
+        }
+    }
+
+    /// The file a conversion writes, in `scratch`.
+    fn output(self, scratch: &Path) -> Option<PathBuf> {
+        match self {
+            Operation::Inspect => None,
+            Operation::ToSafetensors => Some(scratch.join("out.safetensors")),
+            Operation::ToPt => Some(scratch.join("out.pt")),
+        }
+    }
+}
+
+/// Which side a measurement is of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Side {
+    Ours,
+    Torch,
+}
+
+/// One row: the medians of each side's rounds.
+struct Row {
+    case: &'static str,
+    operation: Operation,
+    ours: Measurement,
+    torch: Measurement,
+}
+
+/// What a run stopped by SIGINT or SIGTERM reports.
+const INTERRUPTED: &str = "interrupted: the checkpoints are removed";
+
+/// Makes the checkpoints, measures every operation on each, prints the
+/// table and the targets' verdicts, and removes the checkpoints.
+pub fn run(options: &Options) -> Result<(), CliError> {
+    let interrupted = stop_on_signals()?;
+    check_safetensors(options.python)?;
+    let scratch = match options.dir {
+        Some(dir) if !dir.is_dir() => {
+            return Err(format!(
+                "--dir {} is not a directory: create it, or name one that exists",
+                dir.display()
+            )
+            .into());
+        }
+        Some(dir) => PrivateTempDir::create_in(dir)?,
+        None => PrivateTempDir::create()?,
+    };
+    let ran = run_in(options, scratch.path(), &interrupted);
+    // A measured process dies of the terminal's SIGINT too, and its
+    // failure would read as a bug.
+    if ran.is_err() && interrupted.load(Ordering::Relaxed) {
+        return Err(INTERRUPTED.into());
+    }
+    ran
+}
+
+/// [`run`] with its checkpoints in `scratch`.
+fn run_in(options: &Options, scratch: &Path, interrupted: &AtomicBool) -> Result<(), CliError> {
+    let script = scratch.join("bench_files.py");
+    std::fs::write(&script, BENCH_FILES)
+        .map_err(|e| CliError::io(format!("writing {}", script.display()), e))?;
+    let programs = Programs {
+        tensorshare: std::env::current_exe()
+            .map_err(|e| CliError::io("finding this program", e))?,
+        python: options.python,
+        script: &script,
+    };
+    // A command that does nothing shows the floor of every peak RSS: a
+    // child's peak counts the pages of the process that started it, up
+    // to the exec.
+    let floor = measure("`true`", &["true".into()])?;
+    let cases = cases(options, scratch);
+    report::print_header(options, &cases, floor.peak_rss_bytes);
+    let spinner = super::bench::spinner();
+    let mut rows = Vec::new();
+    let mut file_sizes = Vec::new();
+    // One checkpoint on disk at a time, beside one output: the disk a run
+    // needs is about twice --file-size, not four times.
+    for case in &cases {
+        spinner.set_message(format!("torch is writing the {} checkpoint", case.name));
+        make(&programs, case)?;
+        let written = std::fs::metadata(&case.path)
+            .map_err(|e| CliError::io(format!("reading {}", case.path.display()), e))?;
+        file_sizes.push((case.name, written.len()));
+        for operation in Operation::ALL {
+            spinner.set_message(format!("{} {}", case.name, operation.label()));
+            let row = run_row(
+                case,
+                operation,
+                &programs,
+                options.rounds,
+                scratch,
+                interrupted,
+            )?;
+            spinner.suspend(|| report::print_row(&row, case));
+            rows.push(row);
+        }
+        std::fs::remove_file(&case.path)
+            .map_err(|e| CliError::io(format!("removing {}", case.path.display()), e))?;
+    }
+    spinner.finish_and_clear();
+    report::print_file_sizes(&file_sizes);
+    report::print_targets(&rows, options.file_size);
+    Ok(())
+}
+
+/// The checkpoints, in table order, to be written in `dir`.
+fn cases(options: &Options, dir: &Path) -> Vec<Case> {
+    // At least the bytes asked for, and never an empty tensor.
+    let elements = |nbytes: usize| (nbytes / FLOAT32_BYTES).div_ceil(TENSORS).max(1);
+    let large = elements(options.file_size);
+    vec![
+        Case {
+            name: "zip",
+            description: format!("a zip torch.save of {TENSORS} float32 tensors"),
+            tensors: TENSORS,
+            elements: large,
+            legacy: false,
+            location: None,
+            path: dir.join("large.zip.pt"),
+        },
+        Case {
+            name: "legacy",
+            description: "the same state dict as a legacy stream".into(),
+            tensors: TENSORS,
+            elements: large,
+            legacy: true,
+            location: None,
+            path: dir.join("large.legacy.pt"),
+        },
+        Case {
+            name: "small",
+            description: format!(
+                "a zip of {} float32 tensors of {SMALL_ELEMENTS} elements",
+                options.small_tensors
+            ),
+            tensors: options.small_tensors,
+            elements: SMALL_ELEMENTS,
+            legacy: false,
+            location: None,
+            path: dir.join("small.zip.pt"),
+        },
+        Case {
+            name: "cuda:0",
+            description: format!(
+                "a zip of {TENSORS} float32 tensors saved as on cuda:0 \
+                 (1/{GPU_FRACTION} of --file-size)"
+            ),
+            tensors: TENSORS,
+            elements: elements(options.file_size / GPU_FRACTION),
+            legacy: false,
+            location: Some("cuda:0"),
+            path: dir.join("cuda0.zip.pt"),
+        },
+    ]
+}
+
+/// Fails unless `python` has the safetensors package (torch is checked
+/// before): torch's side of the .safetensors conversion needs it.
+fn check_safetensors(python: &Path) -> Result<(), CliError> {
+    let status = Command::new(python)
+        .args(["-c", "import safetensors"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    match status {
+        Ok(status) if status.success() => Ok(()),
+        _ => Err(format!(
+            "{} cannot import safetensors, which torch's side of the .safetensors conversion \
+             uses: install it there (`pip install safetensors`; \
+             compat/python/requirements-addons.txt pins the version), or pass --python to a \
+             Python that has it",
+            python.display()
+        )
+        .into()),
+    }
+}
+
+/// Has torch write `case`'s checkpoint.
+fn make(programs: &Programs, case: &Case) -> Result<(), CliError> {
+    let mut command = Command::new(programs.python);
+    command
+        .arg(programs.script)
+        .arg("make")
+        .arg(&case.path)
+        .args(["--tensors", &case.tensors.to_string()])
+        .args(["--elements", &case.elements.to_string()]);
+    if case.legacy {
+        command.arg("--legacy");
+    }
+    if let Some(location) = case.location {
+        command.args(["--location", location]);
+    }
+    let output = command
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| CliError::io(format!("starting {}", programs.python.display()), e))?;
+    if !output.status.success() {
+        return Err(format!(
+            "torch could not write the {} checkpoint {} ({}): {}",
+            case.name,
+            case.path.display(),
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// What runs each side's operations.
+struct Programs<'a> {
+    /// This program.
+    tensorshare: PathBuf,
+    python: &'a Path,
+    /// `bench_files.py`.
+    script: &'a Path,
+}
+
+impl Programs<'_> {
+    /// The command line of `side` doing `operation` to `case`, writing
+    /// `output` if it converts.
+    fn command_line(
+        &self,
+        side: Side,
+        operation: Operation,
+        case: &Case,
+        output: Option<&Path>,
+    ) -> Vec<OsString> {
+        let mut line: Vec<OsString> = match (side, operation) {
+            (Side::Ours, Operation::Inspect) => {
+                vec![
+                    self.tensorshare.clone().into(),
+                    "inspect".into(),
+                    "--json".into(),
+                ]
+            }
+            (Side::Ours, Operation::ToSafetensors | Operation::ToPt) => {
+                vec![self.tensorshare.clone().into(), "convert".into()]
+            }
+            (Side::Torch, _) => {
+                let subcommand = match operation {
+                    Operation::Inspect => "load",
+                    Operation::ToSafetensors => "to-safetensors",
+                    Operation::ToPt => "to-pt",
+                };
+                vec![self.python.into(), self.script.into(), subcommand.into()]
+            }
+        };
+        line.push(case.path.clone().into());
+        line.extend(output.map(OsString::from));
+        if side == Side::Torch && operation == Operation::Inspect && case.torch_can_mmap() {
+            line.push("--mmap".into());
+        }
+        line
+    }
+}
+
+/// Measures both sides' `operation` on `case` over `rounds`, taking turns
+/// at going first so that neither always finds the page cache as the other
+/// left it; each output is removed once made (they are as large as the
+/// checkpoint).
+fn run_row(
+    case: &Case,
+    operation: Operation,
+    programs: &Programs,
+    rounds: usize,
+    scratch: &Path,
+    interrupted: &AtomicBool,
+) -> Result<Row, CliError> {
+    let output = operation.output(scratch);
+    let mut ours = Vec::with_capacity(rounds);
+    let mut theirs = Vec::with_capacity(rounds);
+    for round in 0..rounds {
+        let order = if round % 2 == 0 {
+            [Side::Ours, Side::Torch]
+        } else {
+            [Side::Torch, Side::Ours]
+        };
+        for side in order {
+            if interrupted.load(Ordering::Relaxed) {
+                return Err(INTERRUPTED.into());
+            }
+            let line = programs.command_line(side, operation, case, output.as_deref());
+            let who = match side {
+                Side::Ours => "tensorshare",
+                Side::Torch => "torch",
+            };
+            let what = format!(
+                "{who} {} of the {} checkpoint",
+                operation.label(),
+                case.name
+            );
+            let measured = measure(&what, &line)?;
+            if let Some(output) = &output {
+                take_output(output, &what)?;
+            }
+            match side {
+                Side::Ours => ours.push(measured),
+                Side::Torch => theirs.push(measured),
+            }
+        }
+    }
+    Ok(Row {
+        case: case.name,
+        operation,
+        ours: medians(&ours),
+        torch: medians(&theirs),
+    })
+}
+
+/// Checks that a conversion wrote something, then removes it.
+fn take_output(output: &Path, what: &str) -> Result<(), CliError> {
+    let written = std::fs::metadata(output).map(|m| m.len()).unwrap_or(0);
+    std::fs::remove_file(output).ok();
+    if written == 0 {
+        return Err(format!("{what} succeeded but wrote nothing to {}", output.display()).into());
+    }
+    Ok(())
+}
+
+/// The median time and the median peak of `runs`.
+fn medians(runs: &[Measurement]) -> Measurement {
+    let peaks = runs.iter().map(|m| m.peak_rss_bytes as f64).collect();
+    Measurement {
+        seconds: median(runs.iter().map(|m| m.seconds).collect()),
+        peak_rss_bytes: median(peaks) as u64,
+    }
+}
+
+/// Makes SIGINT and SIGTERM end the run between two measurements (a
+/// measured process gets the terminal's SIGINT itself), so that the
+/// checkpoints are removed rather than left on disk.
+fn stop_on_signals() -> Result<Arc<AtomicBool>, CliError> {
+    let interrupted = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, Arc::clone(&interrupted)).map_err(CliError::Os)?;
+    }
+    Ok(interrupted)
+}
