@@ -49,7 +49,7 @@
 //! [`load`] leaves each tensor where the mapped file holds it, [`read`]
 //! fills each tensor's storage as the stream delivers its bytes, and
 //! [`from_bytes`] copies each out of the input once. [`save`] and
-//! [`write`] write one tensor at a time.
+//! [`write()`] write one tensor at a time.
 //!
 //! # Examples
 //!
