@@ -18,7 +18,8 @@
 //!   process holds.
 //! - The private `unique_name`, `segment_name` and `memmap_file_name`
 //!   modules: the names of the objects this crate creates, each carrying
-//!   the pid of its creator.
+//!   the pid of its creator; `memmap_marks`, the extended attributes a
+//!   `memmap` file carries for its sharers and for `gc`.
 
 pub(crate) mod fault_guard;
 pub mod fd_passing;
@@ -27,6 +28,7 @@ pub(crate) mod map_count;
 pub mod mapped_file;
 pub(crate) mod mapping;
 pub(crate) mod memmap_file_name;
+pub(crate) mod memmap_marks;
 pub mod open_watch;
 pub(crate) mod owner;
 pub(crate) mod populate;

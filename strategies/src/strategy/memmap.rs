@@ -60,7 +60,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use nix::errno::Errno;
 use nix::fcntl::{OFlag, open};
@@ -69,6 +69,7 @@ use nix::unistd::{ftruncate, unlink};
 use rustix::fs::{AtFlags, CWD, Statx, StatxFlags, makedev, statx};
 
 use crate::platform::mapping::{SharedMapping, is_regular_file, reserve};
+use crate::platform::memmap_marks;
 use crate::platform::owner::check_own_user;
 use crate::strategy::error::{MAX_SEGMENT_BYTES, check_covers};
 use crate::strategy::file_descriptor::{FileIdentity, ReceivedFd};
@@ -401,14 +402,7 @@ impl FileLease {
         }
         // Best effort, as documented: a file that cannot be marked is
         // reclaimed by age, as before marks existed.
-        if rustix::fs::lsetxattr(
-            &self.path,
-            AWAITS_RECEIVERS_ATTRIBUTE,
-            until.to_string().as_bytes(),
-            rustix::fs::XattrFlags::empty(),
-        )
-        .is_ok()
-        {
+        if memmap_marks::mark_awaits_receivers_until(&self.path, until) {
             self.marked_until.fetch_max(until, Ordering::Relaxed);
         }
     }
@@ -479,11 +473,7 @@ impl MemmapSegment {
     /// messages it sent itself, and must not reuse a file whose receivers
     /// it does not know of.
     pub fn sent_on(&self) -> Option<bool> {
-        match rustix::fs::lgetxattr(&self.file.path, SENT_ON_ATTRIBUTE, &mut [0_u8; 8]) {
-            Ok(_) | Err(rustix::io::Errno::RANGE) => Some(true),
-            Err(rustix::io::Errno::NODATA) => Some(false),
-            Err(_) => None,
-        }
+        memmap_marks::sent_on(&self.file.path)
     }
 
     /// Whether part of the segment was lost because another process
@@ -727,39 +717,14 @@ impl ReceivedFile {
     }
 }
 
-/// The extended attribute a process sets on a file it received before it
-/// sends the file on.
-const SENT_ON_ATTRIBUTE: &str = "user.tensorshare.sent_on";
-
-/// The extended attribute a sender sets on a file whose message a receiver
-/// may still have to open ([`FileLease::await_receivers_until`]).
-const AWAITS_RECEIVERS_ATTRIBUTE: &str = "user.tensorshare.awaits_receivers_until";
-
-/// Until when the file at `path` awaits the receivers of a message naming
-/// it, as its sender marked it; `None` without a readable mark.
-pub(crate) fn awaits_receivers_until(path: &Path) -> Option<SystemTime> {
-    let mut value = [0_u8; 20];
-    let len = rustix::fs::lgetxattr(path, AWAITS_RECEIVERS_ATTRIBUTE, &mut value).ok()?;
-    let seconds: u64 = std::str::from_utf8(value.get(..len)?).ok()?.parse().ok()?;
-    UNIX_EPOCH.checked_add(Duration::from_secs(seconds))
-}
-
 /// Marks the file at `path` as sent on by a process that did not create it
 /// ([`MemmapSegment::sent_on`]). A filesystem that keeps no user extended
 /// attributes needs no mark: its files' creators cannot tell, and never
 /// reuse them.
 fn mark_sent_on(path: &Path) -> Result<(), ExportError> {
-    match rustix::fs::lsetxattr(
-        path,
-        SENT_ON_ATTRIBUTE,
-        b"1",
-        rustix::fs::XattrFlags::empty(),
-    ) {
-        Ok(()) | Err(rustix::io::Errno::NOTSUP) => Ok(()),
-        Err(errno) => Err(ExportError::MarkSentOn {
-            errno: Errno::from_raw(errno.raw_os_error()),
-        }),
-    }
+    memmap_marks::mark_sent_on(path).map_err(|errno| ExportError::MarkSentOn {
+        errno: Errno::from_raw(errno.raw_os_error()),
+    })
 }
 
 /// A file this process just created, removed if dropped before the segment

@@ -85,6 +85,6 @@ impl OrphanName for MemmapFileName {
     }
 
     fn awaits_receivers_until(path: &Path) -> Option<SystemTime> {
-        crate::memmap::awaits_receivers_until(path)
+        crate::platform::memmap_marks::awaits_receivers_until(path)
     }
 }

@@ -77,7 +77,7 @@ mod tests {
 
     #[test]
     fn registrations_and_other_frees_are_not_the_probe() {
-        let name = crate::file_system::SegmentName::fresh();
+        let name = crate::platform::segment_name::SegmentName::fresh();
         assert!(!is_pipeline_probe(&AllocInfo::free(name.clone()).encode()));
         assert!(!is_pipeline_probe(&AllocInfo::register(name).encode()));
         let mut registration = pipeline_probe(1);
