@@ -238,6 +238,21 @@ fn rust_bytes_and_memmap_paths_need_no_python() {
     );
 }
 
+/// Runs `tensorshare bench` with `args`, which must be a usage error
+/// (status 2, nothing on stdout); its stderr.
+fn usage_error(args: &[&str]) -> String {
+    let output = Command::new(support::tensorshare_exe())
+        .arg("bench")
+        .args(args)
+        .args(["--python", "/nonexistent/python"])
+        .output()
+        .expect("run tensorshare bench");
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+    assert!(output.stdout.is_empty(), "{args:?}");
+    stderr
+}
+
 #[test]
 fn zero_rounds_or_sizes_are_usage_errors() {
     for args in [
@@ -248,19 +263,11 @@ fn zero_rounds_or_sizes_are_usage_errors() {
         ["--sizes", ""],
         ["--sizes", "4KiB,"],
     ] {
-        let output = Command::new(support::tensorshare_exe())
-            .arg("bench")
-            .args(args)
-            .args(["--python", "/nonexistent/python"])
-            .output()
-            .expect("run tensorshare bench");
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        let stderr = usage_error(&args);
         assert!(
             stderr.starts_with("error: ") && stderr.contains(args[0]),
             "{args:?}: {stderr}"
         );
-        assert!(output.stdout.is_empty(), "{args:?}");
     }
 }
 
@@ -405,14 +412,7 @@ fn bench_feeds_two_torch_training_loops_at_once() {
 #[test]
 fn busy_loops_and_consumers_go_with_the_batches_workload() {
     for args in [["--consumers", "2"], ["--busy-loops", "2"]] {
-        let output = Command::new(support::tensorshare_exe())
-            .arg("bench")
-            .args(args)
-            .args(["--python", "/nonexistent/python"])
-            .output()
-            .expect("run tensorshare bench");
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        let stderr = usage_error(&args);
         assert!(stderr.contains("--workload batches"), "{args:?}: {stderr}");
     }
 }
@@ -631,18 +631,10 @@ fn file_flags_and_the_files_workload_go_together() {
         ),
     ];
     for (args, message) in cases {
-        let output = Command::new(support::tensorshare_exe())
-            .arg("bench")
-            .args(args)
-            .args(["--python", "/nonexistent/python"])
-            .output()
-            .expect("run tensorshare bench");
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        let stderr = usage_error(args);
         assert!(
             stderr.starts_with(&format!("error: {message}")),
             "{args:?}: {stderr}"
         );
-        assert!(output.stdout.is_empty(), "{args:?}");
     }
 }

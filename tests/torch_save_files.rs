@@ -128,6 +128,25 @@ fn state_dict_at_every_alignment() -> Value {
     dict.into()
 }
 
+/// Cuts the file at `path` to its first page in place, as another
+/// program rewriting it would.
+fn cut_to_a_page(path: &Path) {
+    std::fs::File::options()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_len(4096)
+        .unwrap();
+}
+
+/// The tensor `layer{i}.weight` of a state dict.
+fn weight_of(state_dict: &Value, i: usize) -> &Tensor {
+    state_dict
+        .get(&format!("layer{i}.weight"))
+        .and_then(Value::as_tensor)
+        .unwrap()
+}
+
 #[test]
 fn zip_and_legacy_storages_are_windows_of_the_file() {
     let dir = tempfile::tempdir().unwrap();
@@ -155,10 +174,7 @@ fn zip_and_legacy_storages_are_windows_of_the_file() {
     // the one-byte tensors put the weights at every address modulo 4.
     let mut unaligned = 0;
     for i in 0..4 {
-        let weight = loaded
-            .get(&format!("layer{i}.weight"))
-            .and_then(Value::as_tensor)
-            .unwrap();
+        let weight = weight_of(&loaded, i);
         let in_file = weight.storage().bytes().unwrap().as_ptr();
         let expected: Vec<f32> = (0..1000).map(|j| (i * 1000 + j) as f32).collect();
         assert_eq!(weight.to_vec::<f32>().unwrap(), expected, "read in place");
@@ -196,20 +212,12 @@ fn an_unaligned_storage_of_a_truncated_file_is_copied_as_zeros() {
     let value = state_dict_at_every_alignment();
     torch_save::save_as(&value, &input, TorchSaveFormat::Legacy).unwrap();
     let loaded = torch_save::load(&input).unwrap();
-    std::fs::File::options()
-        .write(true)
-        .open(&input)
-        .unwrap()
-        .set_len(4096)
-        .unwrap();
+    cut_to_a_page(&input);
     // Each weight's view is of what is left, zeros past the cut; those the
     // file holds unaligned are read through a copy, which must not fault.
     let mut copied_past_the_cut = 0;
     for i in 0..4 {
-        let weight = loaded
-            .get(&format!("layer{i}.weight"))
-            .and_then(Value::as_tensor)
-            .unwrap();
+        let weight = weight_of(&loaded, i);
         let window = weight.storage().local_segment::<FileWindow>().unwrap();
         let unaligned = weight.storage().bytes().unwrap().as_ptr() as usize % 4 != 0;
         let view = weight.as_slice::<f32>().expect("a view of what is left");
@@ -235,12 +243,7 @@ fn a_truncated_file_of(input_format: TorchSaveFormat) {
     assert_eq!(windows(&loaded), 8, "{input_format:?}");
 
     // Another program rewrites the checkpoint in place.
-    std::fs::File::options()
-        .write(true)
-        .open(&input)
-        .unwrap()
-        .set_len(4096)
-        .unwrap();
+    cut_to_a_page(&input);
     // Reading the lost bytes gives zeros, not SIGBUS: in place, and
     // through the copy a view of a legacy stream's unaligned storage makes.
     let last = loaded
@@ -296,12 +299,7 @@ fn safetensors_tensors_are_windows_of_the_file_and_truncation_is_caught() {
         (2 * (1 << 15) + 7) as f32
     );
 
-    std::fs::File::options()
-        .write(true)
-        .open(&path)
-        .unwrap()
-        .set_len(4096)
-        .unwrap();
+    cut_to_a_page(&path);
     let error = torch_save::save(&loaded, dir.path().join("out.pt")).unwrap_err();
     assert!(
         matches!(error, Error::TorchSaveFile(FileError::SourceChanged { .. })),

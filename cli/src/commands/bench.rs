@@ -752,19 +752,14 @@ impl TorchPeer {
     }
 
     pub(super) fn check(&self) -> Result<(), String> {
-        let status = Command::new(&self.python)
-            .args(["-c", "import torch"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-        match status {
-            Ok(status) if status.success() => Ok(()),
-            _ => Err(format!(
-                "{} cannot import torch; pass --python (or set TENSORSHARE_PYTHON) to a Python \
-                 with torch installed, e.g. the one scripts/python-env prints",
-                self.python.display()
-            )),
+        if imports(&self.python, "torch") {
+            return Ok(());
         }
+        Err(format!(
+            "{} cannot import torch; pass --python (or set TENSORSHARE_PYTHON) to a Python \
+             with torch installed, e.g. the one scripts/python-env prints",
+            self.python.display()
+        ))
     }
 
     fn command(
@@ -873,4 +868,15 @@ fn fastest<'a>(rows: &'a [Row], routes: &[Route]) -> Option<&'a Row> {
     rows.iter()
         .filter(|row| routes.contains(&row.path))
         .min_by(|a, b| a.per_tensor.total_cmp(&b.per_tensor))
+}
+
+/// Whether `python` imports `module`.
+pub(super) fn imports(python: &std::path::Path, module: &str) -> bool {
+    Command::new(python)
+        .args(["-c", &format!("import {module}")])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success())
 }

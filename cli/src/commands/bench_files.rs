@@ -253,23 +253,17 @@ fn cases(options: &Options, dir: &Path) -> Vec<Case> {
 /// Fails unless `python` has the safetensors package (torch is checked
 /// before): torch's side of the .safetensors conversion needs it.
 fn check_safetensors(python: &Path) -> Result<(), CliError> {
-    let status = Command::new(python)
-        .args(["-c", "import safetensors"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
-    match status {
-        Ok(status) if status.success() => Ok(()),
-        _ => Err(format!(
-            "{} cannot import safetensors, which torch's side of the .safetensors conversion \
-             uses: install it there (`pip install safetensors`; \
-             compat/python/requirements-addons.txt pins the version), or pass --python to a \
-             Python that has it",
-            python.display()
-        )
-        .into()),
+    if super::bench::imports(python, "safetensors") {
+        return Ok(());
     }
+    Err(format!(
+        "{} cannot import safetensors, which torch's side of the .safetensors conversion \
+         uses: install it there (`pip install safetensors`; \
+         compat/python/requirements-addons.txt pins the version), or pass --python to a \
+         Python that has it",
+        python.display()
+    )
+    .into())
 }
 
 /// Has torch write `case`'s checkpoint.
