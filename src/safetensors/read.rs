@@ -27,7 +27,10 @@ impl SafetensorsFile {
     /// past the input, an invalid header, offsets that do not tile the data,
     /// a dtype torch lacks.
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, SafetensorsError> {
-        let mut input = StreamSource(bytes);
+        let mut input = StreamSource {
+            reader: bytes,
+            length_checked: true,
+        };
         read_from(&mut input, Some(bytes.len() as u64), &|cause| {
             // Reading a slice fails only by running out of bytes, which
             // the length checks before every read rule out.
@@ -49,7 +52,10 @@ impl SafetensorsFile {
     /// the stream ends before the header says it does, else as
     /// [`from_bytes`](Self::from_bytes).
     pub fn read(reader: impl Read) -> Result<Self, SafetensorsError> {
-        let mut input = StreamSource(reader);
+        let mut input = StreamSource {
+            reader,
+            length_checked: false,
+        };
         read_from(&mut input, None, &|cause| SafetensorsError::Read {
             path: PathBuf::from("the input"),
             cause,
@@ -78,7 +84,10 @@ impl SafetensorsFile {
             MappedOrStream::Mapped(mapped) => Arc::new(mapped),
             MappedOrStream::Stream(file) => {
                 let len = file.metadata().map_err(read_error)?.len();
-                let mut source = StreamSource(io::BufReader::new(file));
+                let mut source = StreamSource {
+                    reader: io::BufReader::new(file),
+                    length_checked: true,
+                };
                 return read_from(&mut source, Some(len), &read_error);
             }
         };
@@ -111,19 +120,32 @@ trait Source {
 const STREAM_CHUNK: usize = 64 << 20;
 
 /// A stream (or bytes in memory): every tensor is read into its own storage.
-struct StreamSource<R>(R);
+struct StreamSource<R> {
+    reader: R,
+    /// Whether the input's length is known, so that `read_from` checked
+    /// every tensor's bytes against it before reading any.
+    length_checked: bool,
+}
 
 impl<R: Read> Source for StreamSource<R> {
     fn read_exact(&mut self, buf: &mut [u8]) -> io::Result<()> {
-        self.0.read_exact(buf)
+        self.reader.read_exact(buf)
     }
 
     fn storage(&mut self, len: usize) -> io::Result<Storage> {
-        // Grown as bytes arrive, from at most a chunk reserved up front: a
-        // header may claim more than the stream holds.
+        // Reserved whole when the input is known to hold it; else grown as
+        // bytes arrive, from at most a chunk: a stream's header may claim
+        // more than the stream holds.
+        let reserve = if self.length_checked {
+            len
+        } else {
+            len.min(STREAM_CHUNK)
+        };
         let mut bytes = Vec::new();
-        bytes.try_reserve_exact(len.min(STREAM_CHUNK))?;
-        let read = (&mut self.0).take(len as u64).read_to_end(&mut bytes)?;
+        bytes.try_reserve_exact(reserve)?;
+        let read = (&mut self.reader)
+            .take(len as u64)
+            .read_to_end(&mut bytes)?;
         if read != len {
             return Err(io::ErrorKind::UnexpectedEof.into());
         }
