@@ -10,14 +10,15 @@
 //! twice. Wrapped errors stay reachable as the variants' fields, and the OS
 //! error behind any failure through [`Error::io_error`] and its likes on
 //! [`ConnectionError`](crate::connection::ConnectionError),
-//! [`FetchError`](crate::sharing::resource_sharer::FetchError) and
-//! [`SharerError`](crate::sharing::resource_sharer::SharerError). So no error
+//! [`FetchError`](crate::resource_sharer::FetchError) and
+//! [`SharerError`](crate::resource_sharer::SharerError). So no error
 //! derives `#[from]` or `#[source]`, nor names a field `source` (thiserror
 //! takes each for the source): conversions are written out below, and
 //! `#[error(transparent)]` variants pass on their wrapped error's message
 //! and its `source()`, which is `None` too.
 
 use std::io;
+use std::net::SocketAddr;
 
 use tensorshare_compat::pickle::{DecodeError, EncodeError, Global};
 use tensorshare_compat::torch_save::{TorchSaveError, WriteError};
@@ -25,16 +26,14 @@ use tensorshare_strategies::memmap::InvalidMemmapDir;
 use tensorshare_strategies::{AllocateError, ExportError, ImportError};
 
 use crate::archive::FileError;
-use crate::connection::ConnectionError;
+use crate::connection::{ConnectionError, is_loopback};
 use crate::model::{ElementError, ValueAccessError, ViewError};
 use crate::reduce::ReduceError;
 use crate::registry::{LoadError, RebuildError};
+use crate::resource_sharer::{FetchError, RegisterError, SharerError};
 #[cfg(feature = "safetensors")]
 use crate::safetensors::SafetensorsError;
 use crate::serde_value::SerdeError;
-use crate::sharing::SharingError;
-use crate::sharing::resource_sharer::{FetchError, RegisterError, SharerError};
-use crate::sharing::{peer_authkey_message, shared_memory_over_tcp_message, unfetched_message};
 
 /// Everything that can go wrong loading or sharing tensors.
 ///
@@ -165,7 +164,11 @@ pub enum Error {
     /// A send over TCP with a context whose strategy is pinned to one that
     /// shares memory
     /// ([`SharingContext::with_pinned_strategy`](crate::SharingContext::with_pinned_strategy)).
-    #[error("{}", SharingError::PinnedStrategyOverTcp { strategy: *.strategy })]
+    #[error(
+        "this context's strategy is pinned to {strategy}, which shares memory and cannot reach \
+         a peer over TCP: set it with with_strategy instead (TCP connections then send \
+         storages as bytes, local ones keep {strategy}), or pin bytes"
+    )]
     PinnedStrategyOverTcp {
         /// The pinned strategy.
         strategy: tensorshare_strategies::StrategyKind,
@@ -200,6 +203,54 @@ fn then_failed(connection: Option<&ConnectionError>) -> String {
     connection.map_or_else(String::new, |cause| {
         format!("; the connection then failed: {cause}")
     })
+}
+
+/// What to say of storages still waiting for their receivers.
+fn unfetched_message(pending: usize, waited: std::time::Duration) -> String {
+    format!(
+        "{pending} shared storages were not fetched by their receivers within {waited:.1?}: \
+         keep this process running until they are, or look at why the receivers are not \
+         reading their messages"
+    )
+}
+
+/// What to say of peers that failed the resource sharer's handshake.
+fn peer_authkey_message(failures: u64) -> String {
+    let times = match failures {
+        1 => "once".to_string(),
+        n => format!("{n} times"),
+    };
+    format!(
+        "a peer failed to authenticate to this process's resource sharer ({times}): its \
+         authkey differs from this process's, so it cannot fetch the storages sent to it; \
+         give every process the same key (the torch side's \
+         multiprocessing.current_process().authkey)"
+    )
+}
+
+/// What to say of a shared-memory handle that arrived over TCP.
+fn shared_memory_over_tcp_message(form: &str, peer: Option<&SocketAddr>) -> String {
+    let from = match peer {
+        Some(peer) if is_loopback(peer.ip()) => {
+            format!(
+                "a TCP connection from {peer} (loopback: refused all the same, so that a peer \
+                 behaves alike on one host and on two; connect over an AF_UNIX address for \
+                 shared memory on one host)"
+            )
+        }
+        Some(peer) => format!("a TCP connection from {peer}"),
+        None => "a TCP connection".to_owned(),
+    };
+    format!(
+        "{form} arrived over {from}: shared memory does not cross hosts, so only storages \
+         carried as bytes are accepted over TCP. The sender must send them inline: a \
+         tensorshare sender does so over TCP unless its strategy is pinned (drop \
+         with_pinned_strategy, or pin bytes); a torch sender must send \
+         conn.send_bytes(pickle.dumps(obj)) instead of conn.send(obj), because conn.send \
+         pickles with multiprocessing's ForkingPickler, for which torch registers its \
+         shared-memory reductions whatever torch.multiprocessing.set_sharing_strategy says, \
+         while plain pickle writes each storage's bytes"
+    )
 }
 
 impl Error {
@@ -289,38 +340,6 @@ impl From<ReduceError> for Error {
         match error {
             ReduceError::TorchSaveWrite(error) => Error::TorchSaveWrite(error),
             error => Error::Reduce(error),
-        }
-    }
-}
-
-impl From<SharingError> for Error {
-    fn from(error: SharingError) -> Self {
-        match error {
-            SharingError::Load(error) => error.into(),
-            SharingError::Attach { callee, cause } => Error::Attach {
-                callee,
-                cause: Box::new((*cause).into()),
-            },
-            SharingError::Reduce(error) => error.into(),
-            SharingError::Encode(error) => Error::Encode(error),
-            SharingError::Allocate(error) => Error::Allocate(error),
-            SharingError::Export(error) => Error::Export(error),
-            SharingError::Import(error) => Error::Import(error),
-            SharingError::Sharer(error) => Error::Sharer(error),
-            SharingError::Register(error) => Error::Register(error),
-            SharingError::Fetch(error) => Error::Fetch(error),
-            SharingError::MemmapDir(error) => Error::MemmapDir(error),
-            SharingError::PeerAuthkey { failures } => Error::PeerAuthkey {
-                failures,
-                connection: None,
-            },
-            SharingError::Unfetched { pending, waited } => Error::Unfetched { pending, waited },
-            SharingError::SharedMemoryOverTcp { form, peer } => {
-                Error::SharedMemoryOverTcp { form, peer }
-            }
-            SharingError::PinnedStrategyOverTcp { strategy } => {
-                Error::PinnedStrategyOverTcp { strategy }
-            }
         }
     }
 }
@@ -457,7 +476,7 @@ mod tests {
         let bytes = encode(&outer, &EncodeOptions::new()).unwrap();
 
         let sharing = SharingContext::new(Authkey::new(*b"key"));
-        let error = Error::from(sharing.loads(&bytes).unwrap_err());
+        let error = sharing.loads(&bytes).unwrap_err();
         assert!(
             matches!(error, Error::Rebuild(RebuildError::Archive { .. })),
             "{error}"

@@ -33,10 +33,12 @@ pub mod archive;
 pub mod safetensors;
 // multiprocessing.connection: bytes and fds.
 pub mod connection;
-// SharingContext: strategies, caches, pool, resource sharer.
-pub mod sharing;
+// multiprocessing.resource_sharer: fds handed out to peers that ask.
+pub mod resource_sharer;
 // The facade error, wrapping every layer's.
 mod error;
+// SharingContext: strategies, caches, pools, the sender's lifetimes.
+pub mod sharing;
 // Values over a connection: Connection::send and recv.
 mod messages;
 // Describing any pickle or torch.save file without executing it.
@@ -76,6 +78,6 @@ pub use tensorshare_strategies::{AllocateError, Segment, StrategyKind};
 // The entry points: the allowlist, a process's sharing state, connections.
 pub use connection::{Address, Authkey, Client, Connection, Listener};
 pub use registry::{Reduction, Registry};
-pub use sharing::{SharingContext, resource_sharer};
+pub use sharing::SharingContext;
 // The facade error, wrapping every layer's.
 pub use error::Error;

@@ -273,6 +273,6 @@ impl Connection {
         let value = sharing.loads_with_fds(&message.bytes, message.fds, origin);
         drop(message.bytes);
         self.reuse_buffer(message.buffer);
-        Ok(value?)
+        value
     }
 }

@@ -52,6 +52,35 @@ fn attached_fds_are_mapped_and_their_keys_given_back() {
     assert_eq!((stats.served, stats.released), (0, 50), "{stats:?}");
 }
 
+/// Every case in one message: nested lists, dicts and tuples, views that
+/// share a storage, parameters, a tensor twice. The receiver pairs each
+/// attached fd with the `DupFd` its walk meets next, so this holds only
+/// while the sender registers storages in that order: were two paired
+/// crosswise, the storages being of one size, elements would differ, and
+/// were one out of key order, it would be fetched.
+#[test]
+fn every_fd_of_a_nested_message_pairs_with_its_dup_fd() {
+    let _counts = support::process_counts::making();
+    let authkey = Authkey::random().expect("authkey");
+    let sender = SharingContext::new(authkey.clone()).with_strategy(StrategyKind::FileDescriptor);
+    let receiver = SharingContext::new(authkey.clone());
+    let (mut out, mut inbound) = pair(&authkey);
+    let cases = cases::all(&cases::sharable_dtypes());
+    let sent = Value::List(cases.into_iter().map(|case| case.value).collect());
+    out.send(&sent, &sender).expect("send");
+    let storages = sender.sharer_stats().expect("a sharer").pending;
+    assert!(storages > 20, "{storages} storages in the message");
+    let got = inbound.recv(&receiver).expect("recv");
+    cases::check_echo(&sent, &got).expect("every storage as sent");
+    let mut stats = None;
+    support::wait_until(std::time::Duration::from_secs(5), || {
+        stats = sender.sharer_stats();
+        stats.is_some_and(|stats| stats.released >= storages as u64)
+    });
+    let stats = stats.expect("a sharer");
+    assert_eq!(stats.served, 0, "none fetched: {stats:?}");
+}
+
 #[test]
 fn without_attached_fds_every_fd_is_fetched() {
     let _counts = support::process_counts::making();

@@ -12,7 +12,7 @@ use std::io;
 
 use tensorshare::AllocateError;
 use tensorshare::connection::ConnectionError;
-use tensorshare::sharing::{ImportError, SharingError};
+use tensorshare::sharing::ImportError;
 use tensorshare_strategies::UnknownStrategyError;
 use tensorshare_strategies::services::orphans::ScanError;
 use tensorshare_strategies::services::shm_manager::ManagerError;
@@ -126,7 +126,6 @@ macro_rules! from_runtime_layer {
 
 from_runtime_layer!(
     ConnectionError,
-    SharingError,
     tensorshare::ViewError,
     tensorshare::ElementError
 );

@@ -9,7 +9,6 @@
 //! (`Registry::loads`, `inspect`) the rebuilders describe each storage
 //! instead ([`Storage::remote`]).
 
-use std::error::Error as StdError;
 use std::fmt;
 
 use crate::model::{DupFdRef, SegmentRef, Storage};
@@ -17,42 +16,14 @@ use crate::model::{DupFdRef, SegmentRef, Storage};
 /// Attaches the storages one received message names, `nbytes` of each.
 pub(crate) trait StorageAttacher: fmt::Debug {
     /// The storage a `DupFd` names.
-    fn attach_fd(&self, dup_fd: &DupFdRef, nbytes: usize) -> Result<Storage, AttachError>;
+    fn attach_fd(&self, dup_fd: &DupFdRef, nbytes: usize) -> Result<Storage, AttachFailed>;
     /// The storage in a `file_system` segment.
-    fn attach_segment(&self, segment: &SegmentRef, nbytes: usize) -> Result<Storage, AttachError>;
+    fn attach_segment(&self, segment: &SegmentRef, nbytes: usize) -> Result<Storage, AttachFailed>;
     /// The storage in the `memmap` file at `path`.
-    fn attach_file(&self, path: &str, nbytes: usize) -> Result<Storage, AttachError>;
+    fn attach_file(&self, path: &str, nbytes: usize) -> Result<Storage, AttachFailed>;
 }
 
-/// Why a storage could not be attached, in the attacher's own error type,
-/// which the registry carries without knowing it.
-pub struct AttachError(Box<dyn StdError + Send + Sync>);
-
-impl AttachError {
-    /// Wraps the attacher's error.
-    pub(crate) fn new(cause: impl StdError + Send + Sync + 'static) -> Self {
-        Self(Box::new(cause))
-    }
-
-    /// An error the attacher handed back unrecognized, carried on.
-    pub(crate) fn from_boxed(cause: Box<dyn StdError + Send + Sync>) -> Self {
-        Self(cause)
-    }
-
-    /// The attacher's error, for the attacher to take back.
-    pub(crate) fn into_inner(self) -> Box<dyn StdError + Send + Sync> {
-        self.0
-    }
-}
-
-impl fmt::Debug for AttachError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&self.0, f)
-    }
-}
-
-impl fmt::Display for AttachError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.0, f)
-    }
-}
+/// A storage could not be attached: the attacher keeps why, in its own
+/// layer's error, and hands it to whoever runs the rebuild.
+#[derive(Debug)]
+pub(crate) struct AttachFailed;

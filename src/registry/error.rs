@@ -6,7 +6,6 @@
 use tensorshare_compat::pickle::{DecodeError, Global};
 use tensorshare_compat::torch_save::TorchSaveError;
 
-use super::attach::AttachError;
 use crate::model::ViewError;
 
 /// Why bytes could not be loaded: decoded and rebuilt, as a pickle or a
@@ -90,14 +89,13 @@ pub enum RebuildError {
         cause: Box<LoadError>,
     },
     /// A shared storage could not be attached (fd fetch or mapping failed).
-    /// Only a rebuild that attaches storages meets it, and the sharing
-    /// layer that attaches them hands its own error on instead.
-    #[error("{callee}: {cause}")]
+    /// Only a rebuild that attaches storages meets it, and the runtime that
+    /// attaches them reports [`Error::Attach`](crate::Error::Attach), with
+    /// the cause, instead.
+    #[error("{callee}: a shared storage could not be attached")]
     Attach {
         /// The global called.
         callee: Global,
-        /// What failed.
-        cause: AttachError,
     },
     /// A persistent id appeared outside a `torch.save` archive.
     #[error("persistent id outside a torch.save archive; plain pickles carry no persistent ids")]

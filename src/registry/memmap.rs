@@ -82,7 +82,7 @@ fn from_file(call: Call<'_>) -> Result<Value, RebuildError> {
     let storage = match call.attacher {
         Some(attacher) => attacher
             .attach_file(path, nbytes)
-            .map_err(|source| call.attach_failed(source))?,
+            .map_err(|failed| call.attach_failed(failed))?,
         // Every reference to one path in a message is one storage.
         None => call.shared_storage(StorageKey::File(path.to_string()), || {
             Storage::remote(

@@ -53,7 +53,6 @@ use tensorshare_compat::pickle::{self, Global};
 use crate::model::{Custom, Value};
 
 pub use crate::model::{CallKind, Callable};
-pub use attach::AttachError;
 pub use error::{LoadError, RebuildError};
 pub use rebuild::{Call, Rebuilder};
 pub use reducers::Reduction;

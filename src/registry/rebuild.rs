@@ -8,7 +8,7 @@ use rustc_hash::FxHashMap;
 
 use tensorshare_compat::pickle::{Construction, Global, Node, NodeId, Object, Pickle};
 
-use super::attach::{AttachError, StorageAttacher};
+use super::attach::{AttachFailed, StorageAttacher};
 use super::{RebuildError, Registry};
 use crate::model::{CallKind, Callable, Opaque, OpaqueCall, Storage, Value};
 
@@ -96,10 +96,9 @@ impl Call<'_> {
     }
 
     /// An error saying a storage this call names could not be attached.
-    pub(crate) fn attach_failed(&self, cause: AttachError) -> RebuildError {
+    pub(crate) fn attach_failed(&self, _: AttachFailed) -> RebuildError {
         RebuildError::Attach {
             callee: self.callee.clone(),
-            cause,
         }
     }
 
@@ -189,44 +188,6 @@ impl<'a> Walker<'a> {
     pub(crate) fn attaching(mut self, attacher: &'a dyn StorageAttacher) -> Self {
         self.attacher = Some(attacher);
         self
-    }
-
-    /// Rebuilds every object the pickle makes by calling `global`, in arena
-    /// order, without evaluating anything else: e.g. the `DupFd`s of a
-    /// message, before any storage is attached. Call it before
-    /// [`attaching`](Self::attaching), so that nothing it evaluates fetches
-    /// or maps.
-    pub(crate) fn objects_built_by(
-        &mut self,
-        global: &Global,
-    ) -> Result<Vec<(NodeId, Value)>, RebuildError> {
-        let pickle = self.pickle;
-        let values = pickle
-            .iter()
-            .filter(|(_, node)| match node {
-                Node::Object(object) => {
-                    matches!(pickle.get(object.callable), Some(Node::Global(g)) if g == global)
-                }
-                _ => false,
-            })
-            .map(|(id, _)| Ok((id, self.eval(id, 0)?)))
-            .collect();
-        // Nothing evaluated here, attached or not, may stand in for what the
-        // attaching run builds, unless handed back with `keep_built`.
-        self.cache.clear();
-        self.storages.borrow_mut().clear();
-        values
-    }
-
-    /// Has the runs that follow take `value` for node `id` instead of
-    /// rebuilding it: for a value [`objects_built_by`](Self::objects_built_by)
-    /// built that holds no storage, such as a `DupFd`'s description, which is
-    /// the same attached or not.
-    pub(crate) fn keep_built(&mut self, id: NodeId, value: Value) {
-        if let Some(marks) = self.marks.get_mut(id.index()) {
-            marks.cached = true;
-            self.cache.insert(id, value);
-        }
     }
 
     pub(crate) fn in_archive(mut self, archive_depth: usize) -> Self {
@@ -476,8 +437,7 @@ struct NodeMarks {
     /// An edge points at the node.
     seen: bool,
     /// Its value goes in the cache and comes from it: more than one edge
-    /// points at the node, or it was built ahead
-    /// ([`keep_built`](Walker::keep_built)).
+    /// points at the node.
     cached: bool,
     /// The node is being evaluated: meeting it again is a cycle.
     busy: bool,

@@ -163,7 +163,7 @@ fn rebuild_storage_fd(call: Call<'_>) -> Result<Value, RebuildError> {
     storage_of_class(&call, cls, size, |nbytes| match call.attacher {
         Some(attacher) => attacher
             .attach_fd(dup_fd, nbytes)
-            .map_err(|source| call.attach_failed(source)),
+            .map_err(|failed| call.attach_failed(failed)),
         None => Ok(Storage::remote(
             Residence::FileDescriptor(dup_fd.clone()),
             nbytes,
@@ -195,7 +195,7 @@ fn rebuild_storage_filename(call: Call<'_>) -> Result<Value, RebuildError> {
         // one storage.
         Some(attacher) => attacher
             .attach_segment(&segment, nbytes)
-            .map_err(|source| call.attach_failed(source)),
+            .map_err(|failed| call.attach_failed(failed)),
         // Every reference to one segment name in a message is one storage, as
         // torch's receiver finds it in its cache by handle.
         None => Ok(call.shared_storage(StorageKey::Segment(name.to_vec()), || {

@@ -43,9 +43,10 @@ use std::cell::Cell;
 use tensorshare_compat::pickle::{Node, NodeId};
 use tensorshare_strategies::bytes::BytesStrategy;
 
+use super::SharingContext;
 use super::form::{Reduced, TorchForm, reduce_empty};
 use super::shares::Shares;
-use super::{SharingContext, SharingError};
+use crate::Error;
 use crate::model::{Storage, Value};
 use crate::reduce::{PickleBuilder, ReduceError, StorageReducer, reduce_value};
 use crate::registry::frombuffer::{DTYPE_KEYWORD, FROMBUFFER, PARTIAL, UNTYPED_STORAGE};
@@ -61,7 +62,7 @@ impl TorchForm for BytesStrategy {
     /// Writes `value` with every storage's bytes inline; a storage whose
     /// bytes are not in this process is
     /// [`ReduceError::BytesElsewhere`](crate::reduce::ReduceError::BytesElsewhere).
-    fn reduce(context: &SharingContext, value: &Value) -> Result<Reduced, SharingError> {
+    fn reduce(context: &SharingContext, value: &Value) -> Result<Reduced, Error> {
         let storages = InlineStorages::default();
         let pickle = reduce_value(value, &storages, context.registry().reducers())?;
         Ok(Reduced {

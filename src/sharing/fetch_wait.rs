@@ -3,8 +3,9 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::resource_sharer::SharerStats;
-use super::{SharingContext, SharingError};
+use super::SharingContext;
+use crate::Error;
+use crate::resource_sharer::SharerStats;
 
 impl SharingContext {
     /// What this process's resource sharer has done: fds fetched by
@@ -46,9 +47,9 @@ impl SharingContext {
     ///
     /// # Errors
     ///
-    /// [`SharingError::PeerAuthkey`] as soon as a receiver failed to
+    /// [`Error::PeerAuthkey`] as soon as a receiver failed to
     /// authenticate to this process's resource sharer (it will never
-    /// fetch), and [`SharingError::Unfetched`] when storages are still
+    /// fetch), and [`Error::Unfetched`] when storages are still
     /// waiting after `timeout`.
     ///
     /// # Examples
@@ -62,12 +63,15 @@ impl SharingContext {
     /// sharing.wait_until_fetched(Duration::from_secs(1))?;
     /// # Ok::<(), tensorshare::Error>(())
     /// ```
-    pub fn wait_until_fetched(&self, timeout: Duration) -> Result<(), SharingError> {
+    pub fn wait_until_fetched(&self, timeout: Duration) -> Result<(), Error> {
         let start = Instant::now();
         let mut pause = Duration::from_millis(1);
         loop {
             if let Some(failures) = self.new_auth_failures() {
-                return Err(SharingError::PeerAuthkey { failures });
+                return Err(Error::PeerAuthkey {
+                    failures,
+                    connection: None,
+                });
             }
             let pending = self.registrations.pending() + self.unopened_sent_files();
             if pending == 0 {
@@ -75,7 +79,7 @@ impl SharingContext {
             }
             let waited = start.elapsed();
             if waited >= timeout {
-                return Err(SharingError::Unfetched { pending, waited });
+                return Err(Error::Unfetched { pending, waited });
             }
             std::thread::sleep(pause.min(timeout - waited));
             pause = (pause * 2).min(Duration::from_millis(50));

@@ -9,10 +9,11 @@ use tensorshare_compat::pickle::{Node, NodeId};
 use tensorshare_strategies::file_descriptor::{FdSegment, FileDescriptorStrategy};
 use tensorshare_strategies::{AllocateError, SharingStrategy, WritableSegment};
 
+use super::SharingContext;
 use super::form::{Attachable, HandleForm, Reduced, TorchForm, reduce_handles};
 use super::shares::Shares;
 use super::watched::Watched;
-use super::{SharingContext, SharingError};
+use crate::Error;
 use crate::model::{DupFdRef, Storage, StorageWriter, Value};
 use crate::reduce::PickleBuilder;
 use crate::registry::REDUCTIONS;
@@ -22,7 +23,7 @@ impl TorchForm for FileDescriptorStrategy {
         &context.fd
     }
 
-    fn reduce(context: &SharingContext, value: &Value) -> Result<Reduced, SharingError> {
+    fn reduce(context: &SharingContext, value: &Value) -> Result<Reduced, Error> {
         reduce_handles::<Self>(context, value)
     }
 
@@ -77,7 +78,7 @@ impl HandleForm for FileDescriptorStrategy {
         segment: &FdSegment,
         out: &mut PickleBuilder,
         attachable: &mut Attachable,
-    ) -> Result<NodeId, SharingError> {
+    ) -> Result<NodeId, Error> {
         let identity = segment.identity();
         let fd = context.fd.strategy.export(segment)?;
         let registration = context.resource_sharer()?.register(fd)?;
@@ -121,7 +122,7 @@ impl SharingContext {
         fd: OwnedFd,
         nbytes: usize,
         attached: Option<&DupFdRef>,
-    ) -> Result<Storage, SharingError> {
+    ) -> Result<Storage, Error> {
         let arrival = self.fd.receive(
             fd,
             nbytes,

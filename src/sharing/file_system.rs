@@ -11,10 +11,11 @@ use tensorshare_strategies::file_system::{
 use tensorshare_strategies::services::shm_manager::ManagerHandle;
 use tensorshare_strategies::{AllocateError, ImportError, SharingStrategy, WritableSegment};
 
+use super::SharingContext;
 use super::form::{Attachable, HandleForm, Reduced, TorchForm, reduce_handles};
 use super::shares::Shares;
 use super::watched::Watched;
-use super::{SharingContext, SharingError};
+use crate::Error;
 use crate::model::{SegmentRef, Storage, StorageWriter, Value};
 use crate::reduce::PickleBuilder;
 use crate::registry::REDUCTIONS;
@@ -24,7 +25,7 @@ impl TorchForm for FileSystemStrategy {
         &context.fs
     }
 
-    fn reduce(context: &SharingContext, value: &Value) -> Result<Reduced, SharingError> {
+    fn reduce(context: &SharingContext, value: &Value) -> Result<Reduced, Error> {
         reduce_handles::<Self>(context, value)
     }
 
@@ -77,7 +78,7 @@ impl HandleForm for FileSystemStrategy {
         segment: &FileSystemSegment,
         out: &mut PickleBuilder,
         _attachable: &mut Attachable,
-    ) -> Result<NodeId, SharingError> {
+    ) -> Result<NodeId, Error> {
         let (manager, name) = context.fs.strategy.export(segment)?.into_parts();
         let manager = out.push(Node::Bytes(manager.as_bytes().into()));
         let name = out.push(Node::Bytes(name.as_str().as_bytes().into()));
@@ -96,7 +97,7 @@ impl SharingContext {
         &self,
         segment: &SegmentRef,
         nbytes: usize,
-    ) -> Result<Storage, SharingError> {
+    ) -> Result<Storage, Error> {
         let invalid = |reason: String| ImportError::InvalidHandle { reason };
         let name = SegmentName::parse(&segment.name).map_err(|e| invalid(e.to_string()))?;
         let manager = ManagerHandle::from_bytes(&segment.manager_handle)

@@ -20,8 +20,9 @@ use tensorshare_strategies::file_system::FileSystemStrategy;
 use tensorshare_strategies::memmap::MemmapStrategy;
 use tensorshare_strategies::{AllocateError, SharingStrategy, StrategyKind};
 
+use super::SharingContext;
 use super::shares::Shares;
-use super::{SharingContext, SharingError};
+use crate::Error;
 use crate::model::{Storage, StorageWriter, Value};
 use crate::reduce::{PickleBuilder, ReduceError, StorageReducer, reduce_value};
 use crate::registry::REDUCTIONS;
@@ -33,7 +34,7 @@ pub(crate) trait TorchForm: SharingStrategy + Sized {
 
     /// Pickles `value` as torch's `ForkingPickler` would, every storage
     /// shared with this strategy.
-    fn reduce(context: &SharingContext, value: &Value) -> Result<Reduced, SharingError>;
+    fn reduce(context: &SharingContext, value: &Value) -> Result<Reduced, Error>;
 
     /// A zero-filled storage to write in place and send, allocated by the
     /// context's instance of the strategy.
@@ -60,7 +61,7 @@ pub(crate) trait HandleForm: TorchForm {
         segment: &Self::Segment,
         out: &mut PickleBuilder,
         attachable: &mut Attachable,
-    ) -> Result<NodeId, SharingError>;
+    ) -> Result<NodeId, Error>;
 }
 
 /// The storages whose fds may ride on a message, each with the key of the
@@ -84,13 +85,9 @@ struct HandleReducer<'a, S> {
 }
 
 impl<S: HandleForm> StorageReducer for HandleReducer<'_, S> {
-    type Error = SharingError;
+    type Error = Error;
 
-    fn reduce_storage(
-        &self,
-        storage: &Storage,
-        out: &mut PickleBuilder,
-    ) -> Result<NodeId, SharingError> {
+    fn reduce_storage(&self, storage: &Storage, out: &mut PickleBuilder) -> Result<NodeId, Error> {
         if storage.nbytes() == 0 {
             return Ok(reduce_empty(out));
         }
@@ -108,7 +105,7 @@ impl<S: HandleForm> StorageReducer for HandleReducer<'_, S> {
 pub(crate) fn reduce_handles<S: HandleForm>(
     context: &SharingContext,
     value: &Value,
-) -> Result<Reduced, SharingError> {
+) -> Result<Reduced, Error> {
     let reducer = HandleReducer::<S> {
         context,
         attachable: RefCell::new(Vec::new()),

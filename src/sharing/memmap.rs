@@ -45,7 +45,8 @@ use tensorshare_strategies::{AllocateError, SharingStrategy, WritableSegment};
 use super::form::{Attachable, HandleForm, Reduced, TorchForm, reduce_handles};
 use super::shares::Shares;
 use super::watched::Watched;
-use super::{SharingContext, SharingError, new_memmap_pool};
+use super::{SharingContext, new_memmap_pool};
+use crate::Error;
 use crate::model::{Storage, StorageWriter, Value};
 use crate::reduce::{PickleBuilder, ReduceError};
 use crate::registry::memmap::{FROM_FILE, GETATTR, STORAGE_BASE};
@@ -55,7 +56,7 @@ impl TorchForm for MemmapStrategy {
         &context.memmap
     }
 
-    fn reduce(context: &SharingContext, value: &Value) -> Result<Reduced, SharingError> {
+    fn reduce(context: &SharingContext, value: &Value) -> Result<Reduced, Error> {
         reduce_handles::<Self>(context, value)
     }
 
@@ -109,7 +110,7 @@ impl HandleForm for MemmapStrategy {
         segment: &MemmapSegment,
         out: &mut PickleBuilder,
         _attachable: &mut Attachable,
-    ) -> Result<NodeId, SharingError> {
+    ) -> Result<NodeId, Error> {
         let handle = context.memmap.strategy.export(segment)?;
         let path = handle
             .path_str()
@@ -173,7 +174,7 @@ impl SharingContext {
     }
 
     /// Maps `nbytes` of the file at `path`, once per file while it lives.
-    pub(super) fn map_file(&self, path: &str, nbytes: usize) -> Result<Storage, SharingError> {
+    pub(super) fn map_file(&self, path: &str, nbytes: usize) -> Result<Storage, Error> {
         self.memmap
             .receive_plain(MemmapHandle::received(path), nbytes)
     }
@@ -189,12 +190,12 @@ impl SharingContext {
     ///
     /// # Errors
     ///
-    /// [`SharingError::MemmapDir`] when `dir` is not an existing directory with a
+    /// [`Error::MemmapDir`] when `dir` is not an existing directory with a
     /// UTF-8 path.
-    pub fn with_memmap_dir(mut self, dir: impl AsRef<Path>) -> Result<Self, SharingError> {
+    pub fn with_memmap_dir(mut self, dir: impl AsRef<Path>) -> Result<Self, Error> {
         let keep = self.memmap.strategy.keeps_files();
         let strategy = MemmapStrategy::in_dir(dir)
-            .map_err(SharingError::MemmapDir)?
+            .map_err(Error::MemmapDir)?
             .keep_files(keep);
         self.memmap = Shares::new(strategy);
         self.memmap_pool = new_memmap_pool();

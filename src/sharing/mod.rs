@@ -14,7 +14,6 @@ mod by_length;
 mod bytes;
 mod cache;
 mod dormant;
-mod error;
 mod expiry;
 mod fetch_wait;
 mod file_descriptor;
@@ -29,7 +28,6 @@ mod receipt;
 mod recycle;
 mod refcounted_pool;
 mod release;
-pub mod resource_sharer;
 mod sent_files;
 mod settings;
 mod shares;
@@ -56,18 +54,19 @@ use tensorshare_strategies::{AllocateError, StrategyKind, WritableSegment};
 use form::{Reduced, TorchForm, WithStrategy};
 use shares::Shares;
 
-pub use error::SharingError;
-pub(crate) use error::{peer_authkey_message, unfetched_message};
-pub(crate) use network::{MessageOrigin, shared_memory_over_tcp_message};
+pub(crate) use network::MessageOrigin;
 pub use tensorshare_strategies::{ExportError, ImportError, memmap::InvalidMemmapDir};
 
+use crate::Error;
 use crate::connection::{Authkey, ConnectionOptions};
 use crate::model::{Storage, StorageAllocator, StorageWriter, Value};
 use crate::reduce::ReduceError;
 use crate::registry::Registry;
 use crate::registry::rebuild::Walker;
+use crate::resource_sharer::{
+    Registration, ResourceSharer, SharerError, SharerOptions, SharerSocket,
+};
 use receipt::Receipt;
-use resource_sharer::{Registration, ResourceSharer, SharerError, SharerOptions, SharerSocket};
 
 /// How long to wait for a peer's resource sharer to hand over an fd.
 const DEFAULT_FETCH_TIMEOUT: Duration = Duration::from_secs(30);
@@ -299,21 +298,17 @@ impl SharingContext {
     ///
     /// When a storage cannot be shared (out of fds or memory, a storage whose
     /// bytes are not in this process) or the value has no pickled form.
-    pub fn dumps(&self, value: &Value) -> Result<Vec<u8>, SharingError> {
+    pub fn dumps(&self, value: &Value) -> Result<Vec<u8>, Error> {
         Ok(self.dumps_outgoing(value, false)?.pickle.into_vec())
     }
 
     /// Pickles `value` as [`dumps`](Self::dumps) does, keeping the storages
     /// whose fds may ride on the message; `over_tcp` for a message to a
     /// peer that may be on another host, whose storages go as bytes.
-    pub(crate) fn dumps_outgoing(
-        &self,
-        value: &Value,
-        over_tcp: bool,
-    ) -> Result<Outgoing, SharingError> {
+    pub(crate) fn dumps_outgoing(&self, value: &Value, over_tcp: bool) -> Result<Outgoing, Error> {
         struct Reduce<'v>(&'v Value);
         impl WithStrategy for Reduce<'_> {
-            type Output = Result<Reduced, SharingError>;
+            type Output = Result<Reduced, Error>;
             fn run<S: TorchForm>(self, context: &SharingContext) -> Self::Output {
                 S::reduce(context, self.0)
             }
@@ -328,8 +323,9 @@ impl SharingContext {
         if !self.inline_fds || shared.len() > MAX_FDS_PER_MESSAGE {
             shared.clear();
         }
-        // The receiver pairs fds with DupFds by ascending key.
-        shared.sort_unstable_by_key(|(key, _)| *key);
+        // In the order they were registered, depth first through the value:
+        // the order the receiver's walk meets their DupFds in, with
+        // ascending keys, which it checks.
         Ok(Outgoing {
             pickle,
             attached: shared.into_iter().map(|(_, storage)| storage).collect(),
@@ -347,7 +343,7 @@ impl SharingContext {
     ///
     /// Any decoding or rebuilding error; a storage whose fd cannot be fetched
     /// (sender gone, wrong authkey).
-    pub fn loads(&self, bytes: &[u8]) -> Result<Value, SharingError> {
+    pub fn loads(&self, bytes: &[u8]) -> Result<Value, Error> {
         let limits = self.registry.options().limits;
         let decoded = decode_all(bytes, &self.registry, &limits)?;
         self.rebuild_message(decoded, Vec::new(), MessageOrigin::Local)
@@ -366,7 +362,7 @@ impl SharingContext {
         message: &SharedBytes,
         fds: Vec<OwnedFd>,
         origin: MessageOrigin,
-    ) -> Result<Value, SharingError> {
+    ) -> Result<Value, Error> {
         let limits = self.registry.options().limits;
         let decoded = decode_all_shared(message, &self.registry, &limits)?;
         self.rebuild_message(decoded, fds, origin)
@@ -377,17 +373,16 @@ impl SharingContext {
         decoded: Decoded,
         fds: Vec<OwnedFd>,
         origin: MessageOrigin,
-    ) -> Result<Value, SharingError> {
-        let mut walker = Walker::new(&self.registry, &decoded.pickle, None);
-        let receipt = Receipt::new(self, &mut walker, fds, origin);
-        walker
+    ) -> Result<Value, Error> {
+        let receipt = Receipt::new(self, fds, origin);
+        Walker::new(&self.registry, &decoded.pickle, None)
             .attaching(&receipt)
             .run()
-            .map_err(SharingError::from_rebuild)
+            .map_err(|error| receipt.rebuild_failed(error))
     }
 
     /// This process's resource sharer, started on first use.
-    pub(crate) fn resource_sharer(&self) -> Result<&Arc<ResourceSharer>, SharingError> {
+    pub(crate) fn resource_sharer(&self) -> Result<&Arc<ResourceSharer>, Error> {
         if let Some(sharer) = self.sharer.get() {
             return Ok(sharer);
         }
@@ -486,7 +481,7 @@ impl SharingContext {
     /// storage's bytes. A storage in memory that other processes write (a
     /// received `file_descriptor` storage sent on as a `memmap` file) may
     /// have changed since: it then goes in a fresh copy.
-    fn shared_copy<S: TorchForm>(&self, storage: &Storage) -> Result<Storage, SharingError> {
+    fn shared_copy<S: TorchForm>(&self, storage: &Storage) -> Result<Storage, Error> {
         let Some(kind) = storage.local_kind() else {
             return Err(not_in_process(storage));
         };
@@ -494,7 +489,7 @@ impl SharingContext {
             return Ok(storage.clone());
         }
         let bytes = local_bytes(storage)?;
-        let copy = || -> Result<Storage, SharingError> {
+        let copy = || -> Result<Storage, Error> {
             let mut segment = S::shares(self).strategy.allocate(bytes.len())?;
             segment.as_bytes_mut().copy_from_slice(bytes);
             Ok(Storage::from_segment(Arc::new(segment)))
@@ -508,7 +503,7 @@ impl SharingContext {
 }
 
 /// Why a storage whose bytes are elsewhere cannot be sent.
-fn not_in_process(storage: &Storage) -> SharingError {
+fn not_in_process(storage: &Storage) -> Error {
     ReduceError::NotInProcess {
         kind: storage.kind().name(),
     }
@@ -516,7 +511,7 @@ fn not_in_process(storage: &Storage) -> SharingError {
 }
 
 /// The bytes of a storage held in this process, to be copied for sending.
-fn local_bytes(storage: &Storage) -> Result<&[u8], SharingError> {
+fn local_bytes(storage: &Storage) -> Result<&[u8], Error> {
     storage.bytes().ok_or(ReduceError::ShortSegment.into())
 }
 

@@ -23,8 +23,8 @@ use std::net::SocketAddr;
 
 use tensorshare_strategies::StrategyKind;
 
-use super::{SharingContext, SharingError};
-use crate::connection::is_loopback;
+use super::SharingContext;
+use crate::Error;
 
 /// Where a received message came from, for the storages it names.
 #[derive(Clone, Copy, Debug)]
@@ -43,10 +43,10 @@ pub(crate) enum MessageOrigin {
 impl MessageOrigin {
     /// `Ok` when a storage named by the rebuilder `form` may be attached
     /// from a message of this origin.
-    pub(crate) fn admit_shared_memory(self, form: &'static str) -> Result<(), SharingError> {
+    pub(crate) fn admit_shared_memory(self, form: &'static str) -> Result<(), Error> {
         match self {
             Self::Local => Ok(()),
-            Self::Tcp { peer } => Err(SharingError::SharedMemoryOverTcp { form, peer }),
+            Self::Tcp { peer } => Err(Error::SharedMemoryOverTcp { form, peer }),
         }
     }
 }
@@ -56,7 +56,7 @@ impl SharingContext {
     /// [`with_strategy`](Self::with_strategy), which TCP connections
     /// override with `bytes`, a pinned shared-memory strategy makes
     /// [`Connection::send`](crate::Connection::send) on a TCP connection
-    /// fail with [`SharingError::PinnedStrategyOverTcp`]. For a program that
+    /// fail with [`Error::PinnedStrategyOverTcp`]. For a program that
     /// must never copy storages, where a copy would be a bug to report.
     ///
     /// # Examples
@@ -85,40 +85,15 @@ impl SharingContext {
 
     /// The strategy for a message on a connection; `over_tcp` for one that
     /// may reach another host.
-    pub(crate) fn strategy_for(&self, over_tcp: bool) -> Result<StrategyKind, SharingError> {
+    pub(crate) fn strategy_for(&self, over_tcp: bool) -> Result<StrategyKind, Error> {
         if !over_tcp || self.strategy == StrategyKind::Bytes {
             return Ok(self.strategy);
         }
         if self.strategy_pinned {
-            return Err(SharingError::PinnedStrategyOverTcp {
+            return Err(Error::PinnedStrategyOverTcp {
                 strategy: self.strategy,
             });
         }
         Ok(StrategyKind::Bytes)
     }
-}
-
-/// What to say of a shared-memory handle that arrived over TCP.
-pub(crate) fn shared_memory_over_tcp_message(form: &str, peer: Option<&SocketAddr>) -> String {
-    let from = match peer {
-        Some(peer) if is_loopback(peer.ip()) => {
-            format!(
-                "a TCP connection from {peer} (loopback: refused all the same, so that a peer \
-                 behaves alike on one host and on two; connect over an AF_UNIX address for \
-                 shared memory on one host)"
-            )
-        }
-        Some(peer) => format!("a TCP connection from {peer}"),
-        None => "a TCP connection".to_owned(),
-    };
-    format!(
-        "{form} arrived over {from}: shared memory does not cross hosts, so only storages \
-         carried as bytes are accepted over TCP. The sender must send them inline: a \
-         tensorshare sender does so over TCP unless its strategy is pinned (drop \
-         with_pinned_strategy, or pin bytes); a torch sender must send \
-         conn.send_bytes(pickle.dumps(obj)) instead of conn.send(obj), because conn.send \
-         pickles with multiprocessing's ForkingPickler, for which torch registers its \
-         shared-memory reductions whatever torch.multiprocessing.set_sharing_strategy says, \
-         while plain pickle writes each storage's bytes"
-    )
 }

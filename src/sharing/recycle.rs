@@ -29,8 +29,8 @@ use tensorshare_strategies::file_descriptor::{FdSegment, FileIdentity};
 use super::aging::AgingMap;
 use super::by_length::{ByLength, kept_bytes_limit};
 use super::lock;
-use super::resource_sharer::KeyReports;
 use super::watched::Watcher;
+use crate::resource_sharer::KeyReports;
 
 /// How long a segment waits for its receivers' reports after its storage
 /// died here before the pool frees it.

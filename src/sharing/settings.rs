@@ -7,9 +7,9 @@ use tensorshare_strategies::StrategyKind;
 use tensorshare_strategies::file_descriptor::FdBudget;
 
 use super::SharingContext;
-use super::resource_sharer::SharerSocket;
 use crate::connection::{Authkey, ConnectionOptions};
 use crate::registry::Registry;
+use crate::resource_sharer::SharerSocket;
 
 impl SharingContext {
     /// Uses `registry` to rebuild received pickles.

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use tensorshare_strategies::SharingStrategy;
 
-use super::SharingError;
 use super::cache::WeakStorageCache;
+use crate::Error;
 use crate::model::Storage;
 
 /// A strategy as a context uses it.
@@ -55,7 +55,7 @@ impl<S: SharingStrategy> Shares<S> {
         nbytes: usize,
         dormant: impl FnOnce(&S::Key) -> Option<S::Dormant>,
         storage_of: impl FnOnce(S::Segment) -> Storage,
-    ) -> Result<Arrival, SharingError> {
+    ) -> Result<Arrival, Error> {
         let received = self.strategy.open(handle)?;
         let Some(key) = S::received_key(&received) else {
             let segment = self.strategy.map_received(received, nbytes, None)?;
@@ -72,7 +72,7 @@ impl<S: SharingStrategy> Shares<S> {
                 let segment = self
                     .strategy
                     .map_received(received, nbytes, dormant(&key))?;
-                Ok::<_, SharingError>(storage_of(segment))
+                Ok::<_, Error>(storage_of(segment))
             },
         )?;
         let mapped = match unmapped {
@@ -89,11 +89,7 @@ impl<S: SharingStrategy> Shares<S> {
 
     /// [`receive`](Self::receive) for a strategy that keeps no mapping
     /// dormant, into a plain storage.
-    pub(super) fn receive_plain(
-        &self,
-        handle: S::Handle,
-        nbytes: usize,
-    ) -> Result<Storage, SharingError> {
+    pub(super) fn receive_plain(&self, handle: S::Handle, nbytes: usize) -> Result<Storage, Error> {
         let arrival = self.receive(
             handle,
             nbytes,

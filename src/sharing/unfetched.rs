@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use super::expiry::{Expiring, ExpiringQueue};
-use super::resource_sharer::Registration;
+use crate::resource_sharer::Registration;
 
 /// Fds handed to the resource sharer and not yet fetched, oldest first.
 #[derive(Debug)]
@@ -108,7 +108,7 @@ mod tests {
     use std::thread;
 
     use super::*;
-    use crate::sharing::resource_sharer::ResourceSharer;
+    use crate::resource_sharer::ResourceSharer;
     use tensorshare_strategies::SharingStrategy;
     use tensorshare_strategies::file_descriptor::FileDescriptorStrategy;
 
