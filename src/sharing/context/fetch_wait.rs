@@ -18,7 +18,7 @@ impl SharingContext {
 
     /// How many shared fds are waiting for their receivers.
     pub fn unfetched_shares(&self) -> usize {
-        self.registrations.pending()
+        self.unfetched.pending()
     }
 
     /// Waits until the receivers have taken every storage this context
@@ -73,7 +73,7 @@ impl SharingContext {
                     connection: None,
                 });
             }
-            let pending = self.registrations.pending() + self.unopened_sent_files();
+            let pending = self.unfetched.pending() + self.unopened_sent_files();
             if pending == 0 {
                 return Ok(());
             }

@@ -1,6 +1,6 @@
 //! Telling the senders of storages this process received when it no
 //! longer maps them, so that they may reuse the memory
-//! ([`recycle`](super::recycle)).
+//! ([`memfds`](crate::sharing::pools)).
 //!
 //! Only storages whose fds arrived attached to their message are noticed:
 //! only a tensorshare sender attaches fds, and a CPython sharer must never
@@ -21,10 +21,10 @@ use tensorshare_strategies::file_descriptor::{
     DormantMapping, FdSegment, FileDescriptorStrategy, FileIdentity,
 };
 
-use super::dormant::DormantMappings;
-use super::lock;
-use super::release::Releases;
-use super::watched::{Watched, Watcher};
+use super::releases::Releases;
+use crate::sharing::pools::DormantMappings;
+use crate::sharing::pools::watched::{Watched, Watcher};
+use crate::sharing::sync::lock;
 
 /// What this process owes the senders of the storages it received with
 /// fds attached: the keys to report unmapped once each storage dies here.

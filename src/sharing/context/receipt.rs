@@ -7,7 +7,7 @@
 //! fetches). Registration follows the value depth first, as the receiver's
 //! walk does, so the keys the walk meets ascend: each `DupFd` the walk
 //! reaches takes the next attached fd, mapped without a round trip, and
-//! its key goes back to the sender's sharer ([`Releases`](super::release::Releases))
+//! its key goes back to the sender's sharer (the `notices` module)
 //! so that it closes its copy. Once a `DupFd` names another sharer than the
 //! first, or a key not past the last, the fds left are closed and every
 //! storage from there on is fetched as from torch; an attached fd that
@@ -165,7 +165,7 @@ impl Drop for Receipt<'_> {
     fn drop(&mut self) {
         let attached = self.attached.take();
         if let Some(sharer) = attached.sharer {
-            self.context.releases.release(sharer, attached.keys);
+            self.context.notices.release(sharer, attached.keys);
         }
     }
 }

@@ -17,8 +17,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use super::lock;
 use crate::resource_sharer::{join_within, release_fds, report_unmapped};
+use crate::sharing::sync::lock;
 
 /// How long keys gather before a batch goes out.
 const BATCH_WINDOW: Duration = Duration::from_millis(10);

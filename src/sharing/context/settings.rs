@@ -64,7 +64,7 @@ impl SharingContext {
     /// minutes), and lets go of sent `memmap` files as long after their
     /// last send (see [`with_max_held_memmap_files`](Self::with_max_held_memmap_files)).
     pub fn with_unfetched_lifetime(self, lifetime: Duration) -> Self {
-        self.registrations.set_lifetime(lifetime);
+        self.unfetched.set_lifetime(lifetime);
         self.sent_files
             .update_limits(|limits| limits.lifetime = lifetime);
         self
@@ -81,7 +81,7 @@ impl SharingContext {
     /// `ulimit -n`) if receivers fall further behind than that. `0` counts
     /// as 1.
     pub fn with_max_unfetched_fds(self, count: usize) -> Self {
-        self.registrations.set_max(count);
+        self.unfetched.set_max(count);
         self
     }
 

@@ -7,12 +7,11 @@ use std::sync::Arc;
 
 use tensorshare_compat::pickle::{Node, NodeId};
 use tensorshare_strategies::file_descriptor::{FdSegment, FileDescriptorStrategy};
-use tensorshare_strategies::{AllocateError, SharingStrategy, WritableSegment};
+use tensorshare_strategies::{AllocateError, SharingStrategy};
 
 use super::SharingContext;
 use super::form::{Attachable, HandleForm, Reduced, TorchForm, reduce_handles};
 use super::shares::Shares;
-use super::watched::Watched;
 use crate::Error;
 use crate::model::{DupFdRef, Storage, StorageWriter, Value};
 use crate::reduce::PickleBuilder;
@@ -34,36 +33,10 @@ impl TorchForm for FileDescriptorStrategy {
         context: &SharingContext,
         nbytes: usize,
     ) -> Result<StorageWriter, AllocateError> {
-        if nbytes == 0 {
-            return Ok(StorageWriter::new(Box::new(
-                context.fd.strategy.allocate(0)?,
-            )));
-        }
         if let Some(sharer) = context.sharer.get() {
-            context.pool.take_reports(sharer.take_reports());
+            context.pools.take_memfd_reports(sharer.take_reports());
         }
-        let segment = match context.pool.take(nbytes) {
-            Some(mut segment) => {
-                segment.as_bytes_mut().fill(0);
-                segment
-            }
-            None => {
-                let segment = context.fd.strategy.allocate(nbytes).or_else(|error| {
-                    // Out of fds or memory, perhaps to the pool: what it
-                    // keeps goes first.
-                    if context.pool.clear_idle() == 0 {
-                        return Err(error);
-                    }
-                    context.fd.strategy.allocate(nbytes)
-                })?;
-                context.pool.adopt(segment.identity(), nbytes);
-                segment
-            }
-        };
-        Ok(StorageWriter::new(Box::new(Watched::new(
-            segment,
-            &context.pool,
-        ))))
+        context.pools.allocate(&context.fd.strategy, nbytes)
     }
 }
 
@@ -83,7 +56,7 @@ impl HandleForm for FileDescriptorStrategy {
         let fd = context.fd.strategy.export(segment)?;
         let registration = context.resource_sharer()?.register(fd)?;
         let id = registration.id().clone();
-        context.pool.sent(identity, id.key);
+        context.pools.memfd_sent(identity, id.key);
         context.notices.sent_on(identity);
         context.keep_registration(registration);
         attachable.push((id.key, storage.clone()));
@@ -130,11 +103,7 @@ impl SharingContext {
             |mut segment| {
                 segment.keep_fd_within(&self.received_fds);
                 match attached {
-                    Some(dup_fd) => Storage::from_segment(Arc::new(self.notices.noticed(
-                        segment,
-                        &dup_fd.address,
-                        dup_fd.key,
-                    ))),
+                    Some(dup_fd) => self.notices.noticed(segment, &dup_fd.address, dup_fd.key),
                     None => Storage::from_segment(Arc::new(segment)),
                 }
             },

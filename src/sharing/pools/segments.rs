@@ -4,7 +4,7 @@
 //! A fresh segment costs a manager round trip, a `shm_open`, sizing,
 //! reserving and mapping, and its pages allocated and zeroed; dropping it
 //! costs the unlink, the unmap and a message to the manager.
-//! [`SharingContext::allocate`](super::SharingContext::allocate) takes a
+//! [`SharingContext::allocate`](crate::SharingContext::allocate) takes a
 //! segment of the right size from [`RefcountedPool`] instead when one is
 //! free, and zeroes it; the segment of a storage allocated there comes back
 //! to the pool when the storage dies here.
@@ -51,11 +51,13 @@
 use std::sync::Mutex;
 use std::time::Instant;
 
+use tensorshare_strategies::Segment;
 use tensorshare_strategies::file_system::FileSystemSegment;
 
-use super::lock;
+use super::Pool;
 use super::parked::Parked;
 use super::watched::Watcher;
+use crate::sharing::sync::lock;
 
 /// `file_system` segments this process allocated for storages that died
 /// here, by length, oldest first.
@@ -73,9 +75,16 @@ impl RefcountedPool {
         }
     }
 
-    /// A pooled segment of exactly `nbytes` that nobody else holds, with
-    /// whatever bytes its last storage left in it.
-    pub(crate) fn take(&self, nbytes: usize) -> Option<FileSystemSegment> {
+    /// How many segments are pooled, free or not.
+    #[cfg(test)]
+    fn pooled(&self) -> usize {
+        lock(&self.parked).queue.segments()
+    }
+}
+
+impl Pool for RefcountedPool {
+    /// A pooled segment of exactly `nbytes` that nobody else holds.
+    fn take(&self, nbytes: usize) -> Option<FileSystemSegment> {
         let (taken, expired) = {
             let mut parked = lock(&self.parked);
             let expired = parked.expire(Instant::now());
@@ -86,22 +95,15 @@ impl RefcountedPool {
         taken
     }
 
-    /// Starts tracking a new segment of `nbytes` made for a storage.
-    pub(crate) fn adopt(&self, nbytes: usize) {
-        lock(&self.parked).adopt(nbytes);
+    fn adopt(&self, segment: &FileSystemSegment) -> bool {
+        lock(&self.parked).adopt(segment.as_bytes().len());
+        true
     }
 
-    /// Lets go of every pooled segment (when allocating ran out of shared
-    /// memory); how many there were.
-    pub(crate) fn clear(&self) -> usize {
+    /// Lets go of every pooled segment.
+    fn make_room(&self) -> usize {
         let drained = lock(&self.parked).drain(None);
         drained.len()
-    }
-
-    /// How many segments are pooled, free or not.
-    #[cfg(test)]
-    fn pooled(&self) -> usize {
-        lock(&self.parked).queue.segments()
     }
 }
 
@@ -164,7 +166,7 @@ mod tests {
     ) -> (Watched<RefcountedPool>, SegmentName) {
         let segment = pool.take(nbytes).unwrap_or_else(|| {
             let segment = strategy.allocate(nbytes).expect("segment");
-            pool.adopt(nbytes);
+            pool.adopt(&segment);
             segment
         });
         let name = segment.name().clone();

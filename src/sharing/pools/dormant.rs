@@ -16,8 +16,8 @@ use tensorshare_strategies::file_system::{
 };
 
 use super::aging::AgingMap;
-use super::lock;
 use super::watched::Watcher;
+use crate::sharing::sync::lock;
 
 /// How long a dormant mapping waits for its object to arrive again.
 const DORMANT_LIFETIME: Duration = Duration::from_secs(2);
@@ -36,7 +36,7 @@ fn over(now: Instant, since: Instant, len: usize) -> bool {
 }
 
 /// A mapping that can be kept dormant: what finds it again, and its size.
-pub(super) trait Dormant: Send + std::fmt::Debug {
+pub(crate) trait Dormant: Send + std::fmt::Debug {
     type Key: Clone + Eq + Hash + Send + std::fmt::Debug;
     fn key(&self) -> Self::Key;
     fn len(&self) -> usize;
@@ -68,7 +68,7 @@ impl Dormant for DormantSegment {
 
 /// Dormant mappings by key, oldest first, within the caps.
 #[derive(Debug)]
-pub(super) struct DormantMappings<D: Dormant> {
+pub(crate) struct DormantMappings<D: Dormant> {
     mappings: AgingMap<D::Key, D>,
     bytes: usize,
 }
@@ -86,10 +86,10 @@ impl<D: Dormant> Default for DormantMappings<D> {
 /// the lock it holds the mappings under: dropping a `file_system` one tells
 /// its manager.
 #[must_use = "drop it once the lock is released"]
-pub(super) struct Evicted<D>(Vec<D>);
+pub(crate) struct Evicted<D>(Vec<D>);
 
 impl<D: Dormant> DormantMappings<D> {
-    pub(super) fn put(&mut self, mapping: D, now: Instant) -> Evicted<D> {
+    pub(crate) fn put(&mut self, mapping: D, now: Instant) -> Evicted<D> {
         self.bytes += mapping.len();
         let replaced = self.mappings.insert(mapping.key(), mapping, now);
         if let Some(old) = &replaced {
@@ -100,7 +100,7 @@ impl<D: Dormant> DormantMappings<D> {
         evicted
     }
 
-    pub(super) fn take(&mut self, key: &D::Key, now: Instant) -> (Option<D>, Evicted<D>) {
+    pub(crate) fn take(&mut self, key: &D::Key, now: Instant) -> (Option<D>, Evicted<D>) {
         let evicted = self.evict(now);
         let mapping = self.mappings.remove(key);
         if let Some(mapping) = &mapping {

@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 use tensorshare_strategies::file_descriptor::FileIdentity;
 use tensorshare_strategies::memmap::FileLease;
 
-use super::aging::AgingMap;
 use super::expiry::{Expiring, ExpiringQueue};
+use crate::sharing::pools::AgingMap;
 
 /// How many sent files a context keeps by default.
 pub(crate) const DEFAULT_MAX_FILES: usize = 4096;

@@ -2,19 +2,16 @@
 //! segments with a reference-count header, and the name travels
 //! (`rebuild_storage_filename(UntypedStorage, manager_handle, name, nbytes)`).
 
-use std::sync::Arc;
-
 use tensorshare_compat::pickle::{Node, NodeId};
 use tensorshare_strategies::file_system::{
     FileSystemSegment, FileSystemStrategy, SegmentHandle, SegmentName,
 };
 use tensorshare_strategies::services::shm_manager::ManagerHandle;
-use tensorshare_strategies::{AllocateError, ImportError, SharingStrategy, WritableSegment};
+use tensorshare_strategies::{AllocateError, ImportError, SharingStrategy};
 
 use super::SharingContext;
 use super::form::{Attachable, HandleForm, Reduced, TorchForm, reduce_handles};
 use super::shares::Shares;
-use super::watched::Watched;
 use crate::Error;
 use crate::model::{SegmentRef, Storage, StorageWriter, Value};
 use crate::reduce::PickleBuilder;
@@ -30,39 +27,14 @@ impl TorchForm for FileSystemStrategy {
     }
 
     /// A segment from the context's pool when one of `nbytes` is free
-    /// (nobody but this process counts it: see
-    /// [`refcounted_pool`](super::refcounted_pool)), zeroed; else a new one.
-    /// Either way it goes back to the pool when the storage dies here.
+    /// (nobody but this process counts it: see the `pools::segments`
+    /// module of the source), zeroed; else a new one. Either way it goes
+    /// back to the pool when the storage dies here.
     fn allocate_writer(
         context: &SharingContext,
         nbytes: usize,
     ) -> Result<StorageWriter, AllocateError> {
-        let strategy = &context.fs.strategy;
-        if nbytes == 0 {
-            return Ok(StorageWriter::new(Box::new(strategy.allocate(0)?)));
-        }
-        let segment = match context.fs_pool.take(nbytes) {
-            Some(mut segment) => {
-                segment.as_bytes_mut().fill(0);
-                segment
-            }
-            None => {
-                let segment = strategy.allocate(nbytes).or_else(|error| {
-                    // `/dev/shm` full, perhaps of pooled segments: they go
-                    // first.
-                    if context.fs_pool.clear() == 0 {
-                        return Err(error);
-                    }
-                    strategy.allocate(nbytes)
-                })?;
-                context.fs_pool.adopt(nbytes);
-                segment
-            }
-        };
-        Ok(StorageWriter::new(Box::new(Watched::new(
-            segment,
-            &context.fs_pool,
-        ))))
+        context.pools.allocate(&context.fs.strategy, nbytes)
     }
 }
 
@@ -102,12 +74,11 @@ impl SharingContext {
         let name = SegmentName::parse(&segment.name).map_err(|e| invalid(e.to_string()))?;
         let manager = ManagerHandle::from_bytes(&segment.manager_handle)
             .map_err(|e| invalid(format!("the manager handle: {e}")))?;
-        let dormant = &self.fs_dormant;
         let arrival = self.fs.receive(
             SegmentHandle::received(manager, name),
             nbytes,
-            |name| dormant.take(name),
-            |segment| Storage::from_segment(Arc::new(Watched::new(segment, dormant))),
+            |name| self.pools.take_dormant_segment(name),
+            |segment| self.pools.received_segment(segment),
         )?;
         Ok(arrival.storage)
     }

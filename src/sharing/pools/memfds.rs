@@ -5,14 +5,14 @@
 //! memfd, and a fresh memfd costs the kernel more than the tensor's bytes:
 //! creating, sealing, mapping, allocating and zeroing pages, then unmapping
 //! and freeing them. A producer that streams tensors gets the same memory
-//! back instead: [`SharingContext::allocate`](super::SharingContext::allocate)
-//! takes a segment from [`SegmentPool`] when one of the right size is free,
+//! back instead: [`SharingContext::allocate`](crate::SharingContext::allocate)
+//! takes a segment from [`MemfdPool`] when one of the right size is free,
 //! and the storage's segment comes back to the pool when the storage dies.
 //!
 //! A segment is free only when nothing outside this process can see it any
 //! more. Each time it is sent, the pool records the resource-sharer key it
 //! went under; a tensorshare receiver reports each key unmapped when its
-//! storage dies there ([`NoticeBoard`](super::notices::NoticeBoard)), and
+//! storage dies there (the `notices` module), and
 //! the sharer collects those reports. A key fetched by a Python process is never
 //! reported, so its segment is never reused: it is freed as always once the
 //! pool gives up on it. Whatever the receivers say, only senders' own
@@ -26,11 +26,12 @@ use std::time::{Duration, Instant};
 use tensorshare_strategies::Segment;
 use tensorshare_strategies::file_descriptor::{FdSegment, FileIdentity};
 
+use super::Pool;
 use super::aging::AgingMap;
 use super::by_length::{ByLength, kept_bytes_limit};
-use super::lock;
 use super::watched::Watcher;
 use crate::resource_sharer::KeyReports;
+use crate::sharing::sync::lock;
 
 /// How long a segment waits for its receivers' reports after its storage
 /// died here before the pool frees it.
@@ -41,7 +42,7 @@ const IDLE_LIFETIME: Duration = Duration::from_secs(10);
 
 /// Memfds this process made for storages, and those of them free for reuse.
 #[derive(Debug)]
-pub(crate) struct SegmentPool {
+pub(crate) struct MemfdPool {
     state: Mutex<PoolState>,
     /// The most free segments kept, and the most parked: each holds an fd.
     max_idle_segments: usize,
@@ -77,7 +78,7 @@ struct Tracked {
     fetched: bool,
 }
 
-impl SegmentPool {
+impl MemfdPool {
     /// A pool keeping at most `max_idle_segments` free segments (each
     /// holds an fd) and at most `max_idle_bytes` free bytes.
     pub(crate) fn new(max_idle_segments: usize, max_idle_bytes: usize) -> Self {
@@ -86,27 +87,6 @@ impl SegmentPool {
             max_idle_segments,
             max_idle_bytes,
         }
-    }
-
-    /// A free segment of exactly `nbytes`, oldest first; its bytes are
-    /// whatever its last storage held.
-    pub(crate) fn take(&self, nbytes: usize) -> Option<FdSegment> {
-        let mut state = lock(&self.state);
-        state.expire(Instant::now());
-        state.idle.pop(nbytes)
-    }
-
-    /// Starts tracking a new segment of `nbytes` made for a storage.
-    pub(crate) fn adopt(&self, identity: FileIdentity, nbytes: usize) {
-        let mut state = lock(&self.state);
-        let tracked = Tracked {
-            nbytes,
-            outstanding: Vec::new(),
-            fetched: false,
-        };
-        state.tracked.insert(identity, tracked);
-        state.tracked_bytes += nbytes;
-        state.peak_tracked_bytes = state.peak_tracked_bytes.max(state.tracked_bytes);
     }
 
     /// Records that the segment `identity` went out under `key`; segments
@@ -169,17 +149,6 @@ impl SegmentPool {
         state.idle.push(segment, now);
     }
 
-    /// Frees every free segment, so that their fds and memory go back to
-    /// the system (when allocating ran out of either); how many there were.
-    pub(crate) fn clear_idle(&self) -> usize {
-        let mut state = lock(&self.state);
-        let freed = state.idle.drain(None);
-        for segment in &freed {
-            state.untrack(segment.identity());
-        }
-        freed.len()
-    }
-
     /// How many segments are free for reuse.
     #[cfg(test)]
     fn idle_segments(&self) -> usize {
@@ -187,7 +156,41 @@ impl SegmentPool {
     }
 }
 
-impl Watcher for SegmentPool {
+impl Pool for MemfdPool {
+    /// A free segment of exactly `nbytes`, oldest first.
+    fn take(&self, nbytes: usize) -> Option<FdSegment> {
+        let mut state = lock(&self.state);
+        state.expire(Instant::now());
+        state.idle.pop(nbytes)
+    }
+
+    fn adopt(&self, segment: &FdSegment) -> bool {
+        let nbytes = segment.as_bytes().len();
+        let mut state = lock(&self.state);
+        let tracked = Tracked {
+            nbytes,
+            outstanding: Vec::new(),
+            fetched: false,
+        };
+        state.tracked.insert(segment.identity(), tracked);
+        state.tracked_bytes += nbytes;
+        state.peak_tracked_bytes = state.peak_tracked_bytes.max(state.tracked_bytes);
+        true
+    }
+
+    /// Frees every free segment, so that their fds and memory go back to
+    /// the system.
+    fn make_room(&self) -> usize {
+        let mut state = lock(&self.state);
+        let freed = state.idle.drain(None);
+        for segment in &freed {
+            state.untrack(segment.identity());
+        }
+        freed.len()
+    }
+}
+
+impl Watcher for MemfdPool {
     type Segment = FdSegment;
 
     /// Takes back the segment of a storage that died here: free at once if
@@ -265,19 +268,16 @@ mod tests {
         }
     }
 
-    fn pool() -> Arc<SegmentPool> {
-        Arc::new(SegmentPool::new(16, 1 << 30))
+    fn pool() -> Arc<MemfdPool> {
+        Arc::new(MemfdPool::new(16, 1 << 30))
     }
 
     /// A storage's segment from `pool`, as `SharingContext::allocate` makes
     /// it, and its identity.
-    fn storage_segment(
-        pool: &Arc<SegmentPool>,
-        nbytes: usize,
-    ) -> (Watched<SegmentPool>, FileIdentity) {
+    fn storage_segment(pool: &Arc<MemfdPool>, nbytes: usize) -> (Watched<MemfdPool>, FileIdentity) {
         let segment = pool.take(nbytes).unwrap_or_else(|| {
             let segment = FileDescriptorStrategy.allocate(nbytes).expect("memfd");
-            pool.adopt(segment.identity(), nbytes);
+            pool.adopt(&segment);
             segment
         });
         let identity = segment.identity();
@@ -350,7 +350,7 @@ mod tests {
 
     #[test]
     fn parked_segments_stay_within_the_fd_budget() {
-        let pool = Arc::new(SegmentPool::new(2, 1 << 30));
+        let pool = Arc::new(MemfdPool::new(2, 1 << 30));
         for key in 0..5 {
             let (segment, identity) = storage_segment(&pool, 4096);
             pool.sent(identity, key);
@@ -378,15 +378,15 @@ mod tests {
 
     #[test]
     fn keeps_at_most_its_limits() {
-        let pool = Arc::new(SegmentPool::new(2, 1 << 30));
+        let pool = Arc::new(MemfdPool::new(2, 1 << 30));
         let segments: Vec<_> = (0..3).map(|_| storage_segment(&pool, 4096).0).collect();
         drop(segments);
-        assert_eq!(pool.clear_idle(), 2);
+        assert_eq!(pool.make_room(), 2);
         assert_eq!(pool.idle_segments(), 0);
 
         // Free bytes stay within the most the producer held at once, or
         // the floor for small producers.
-        let pool = Arc::new(SegmentPool::new(64, 1 << 30));
+        let pool = Arc::new(MemfdPool::new(64, 1 << 30));
         let big = MIN_KEPT_BYTES / 2 + 4096;
         let segments: Vec<_> = (0..2).map(|_| storage_segment(&pool, big).0).collect();
         drop(segments);

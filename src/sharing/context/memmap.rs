@@ -32,7 +32,8 @@
 //!
 //! A file [`SharingContext::allocate`] made comes back to the context when
 //! its storage dies, and is allocated again once every message that named
-//! it was opened and let go of ([`memmap_pool`](super::memmap_pool)).
+//! it was opened and let go of (the `pools::memmap_files` module of the
+//! source).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -40,12 +41,11 @@ use std::time::SystemTime;
 
 use tensorshare_compat::pickle::{Node, NodeId};
 use tensorshare_strategies::memmap::{MemmapHandle, MemmapSegment, MemmapStrategy};
-use tensorshare_strategies::{AllocateError, SharingStrategy, WritableSegment};
+use tensorshare_strategies::{AllocateError, SharingStrategy};
 
+use super::SharingContext;
 use super::form::{Attachable, HandleForm, Reduced, TorchForm, reduce_handles};
 use super::shares::Shares;
-use super::watched::Watched;
-use super::{SharingContext, new_memmap_pool};
 use crate::Error;
 use crate::model::{Storage, StorageWriter, Value};
 use crate::reduce::{PickleBuilder, ReduceError};
@@ -61,41 +61,20 @@ impl TorchForm for MemmapStrategy {
     }
 
     /// A file from the context's pool when one of `nbytes` is free (every
-    /// message that named it was opened and let go of: see
-    /// [`memmap_pool`](super::memmap_pool)), zeroed; else a new one, which
-    /// the pool watches from then on. Either way it goes back to the pool
-    /// when the storage dies here. A context that keeps its files makes a
-    /// new one every time.
+    /// message that named it was opened and let go of: see the
+    /// `pools::memmap_files` module of the source), zeroed; else a new one,
+    /// which the pool watches from then on. Either way it goes back to the
+    /// pool when the storage dies here. A context that keeps its files
+    /// makes a new one every time.
     fn allocate_writer(
         context: &SharingContext,
         nbytes: usize,
     ) -> Result<StorageWriter, AllocateError> {
         let strategy = &context.memmap.strategy;
-        if nbytes == 0 || strategy.keeps_files() {
+        if strategy.keeps_files() {
             return Ok(StorageWriter::new(Box::new(strategy.allocate(nbytes)?)));
         }
-        let pool = &context.memmap_pool;
-        let segment = match pool.take(nbytes) {
-            Some(mut segment) => {
-                segment.as_bytes_mut().fill(0);
-                segment
-            }
-            None => {
-                let segment = strategy.allocate(nbytes).or_else(|error| {
-                    // The directory's filesystem full, perhaps of pooled
-                    // files: they go first.
-                    if pool.clear() == 0 {
-                        return Err(error);
-                    }
-                    strategy.allocate(nbytes)
-                })?;
-                if !pool.adopt(strategy.dir(), &segment) {
-                    return Ok(StorageWriter::new(Box::new(segment)));
-                }
-                segment
-            }
-        };
-        Ok(StorageWriter::new(Box::new(Watched::new(segment, pool))))
+        context.pools.allocate(strategy, nbytes)
     }
 }
 
@@ -116,9 +95,7 @@ impl HandleForm for MemmapStrategy {
             .path_str()
             .ok_or_else(|| ReduceError::PathNotUtf8(handle.path().to_path_buf()))?;
         context.hold_sent_file(segment);
-        context
-            .memmap_pool
-            .sent(context.memmap.strategy.dir(), segment);
+        context.pools.memmap_file_sent(segment);
 
         let getattr = out.global(GETATTR.0, GETATTR.1);
         let class = out.global(STORAGE_BASE.0, STORAGE_BASE.1);
@@ -156,7 +133,7 @@ impl SharingContext {
         self.sent_files
             .leases()
             .iter()
-            .filter(|lease| self.memmap_pool.all_opened(lease.path()) == Some(false))
+            .filter(|lease| self.pools.memmap_file_opened(lease.path()) == Some(false))
             .count()
     }
 
@@ -167,7 +144,7 @@ impl SharingContext {
     /// ([`FileLease::leave_for_receivers`](tensorshare_strategies::memmap::FileLease::leave_for_receivers)).
     pub(super) fn leave_unopened_sent_files(&self) {
         for lease in self.sent_files.leases() {
-            if self.memmap_pool.all_opened(lease.path()) != Some(true) {
+            if self.pools.memmap_file_opened(lease.path()) != Some(true) {
                 lease.leave_for_receivers();
             }
         }
@@ -197,8 +174,8 @@ impl SharingContext {
         let strategy = MemmapStrategy::in_dir(dir)
             .map_err(Error::MemmapDir)?
             .keep_files(keep);
+        self.pools.renew_memmap_files(strategy.dir());
         self.memmap = Shares::new(strategy);
-        self.memmap_pool = new_memmap_pool();
         Ok(self)
     }
 
@@ -206,7 +183,7 @@ impl SharingContext {
     /// drops them (default: they are removed).
     pub fn with_memmap_keep_files(mut self, keep: bool) -> Self {
         self.memmap = Shares::new(self.memmap.strategy.clone().keep_files(keep));
-        self.memmap_pool = new_memmap_pool();
+        self.pools.renew_memmap_files(self.memmap.strategy.dir());
         self
     }
 

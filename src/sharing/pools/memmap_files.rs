@@ -3,7 +3,7 @@
 //!
 //! A fresh file costs its creation, sizing and reserving on a real
 //! filesystem (journalled, on most), its mapping, and its removal;
-//! [`SharingContext::allocate`](super::SharingContext::allocate) takes a
+//! [`SharingContext::allocate`](crate::SharingContext::allocate) takes a
 //! file of the right size from [`MemmapPool`] instead when one is free, and
 //! zeroes it; the file of a storage allocated there comes back to the pool,
 //! still mapped, when the storage dies here.
@@ -34,7 +34,7 @@
 //! A message that is never opened (its receiver died, or refused the path)
 //! keeps its file out of reuse; the file leaves the pool at its lifetime,
 //! and is kept for late receivers as before
-//! ([`SharingContext::with_unfetched_lifetime`](super::SharingContext::with_unfetched_lifetime)).
+//! ([`SharingContext::with_unfetched_lifetime`](crate::SharingContext::with_unfetched_lifetime)).
 //!
 //! A receiver that sends the file on gives it receivers of its own, whose
 //! messages this process never counted: before sending a file it did not
@@ -56,7 +56,7 @@
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -64,14 +64,17 @@ use tensorshare_strategies::Segment;
 use tensorshare_strategies::memmap::MemmapSegment;
 use tensorshare_strategies::platform::open_watch::OpenWatch;
 
-use super::lock;
+use super::Pool;
 use super::parked::Parked;
 use super::watched::Watcher;
+use crate::sharing::sync::lock;
 
 /// `memmap` files this process made for storages, and those of them whose
 /// storage died here, by length, oldest first.
 #[derive(Debug)]
 pub(crate) struct MemmapPool {
+    /// The directory whose files it pools and whose opens it counts.
+    dir: PathBuf,
     state: Mutex<PoolState>,
 }
 
@@ -192,10 +195,11 @@ impl PoolState {
 }
 
 impl MemmapPool {
-    /// A pool keeping at most `max_files` files (each holds a mapping) and
-    /// `max_bytes` bytes.
-    pub(crate) fn new(max_files: usize, max_bytes: usize) -> Self {
+    /// A pool of the files of `dir`, keeping at most `max_files` files
+    /// (each holds a mapping) and `max_bytes` bytes.
+    pub(crate) fn new(dir: &Path, max_files: usize, max_bytes: usize) -> Self {
         Self {
+            dir: dir.to_path_buf(),
             state: Mutex::new(PoolState {
                 seen: None,
                 unavailable: false,
@@ -204,68 +208,24 @@ impl MemmapPool {
         }
     }
 
-    /// A file of exactly `nbytes` whose storage died here and whose every
-    /// message was opened and let go of, with whatever bytes its last
-    /// storage left in it.
-    pub(crate) fn take(&self, nbytes: usize) -> Option<MemmapSegment> {
-        let (taken, expired) = {
-            let mut state = lock(&self.state);
-            let PoolState { seen, parked, .. } = &mut *state;
-            let seen = seen.as_mut()?;
-            let expired = parked.expire(Instant::now());
-            seen.untrack(&expired);
-            if parked.has_len(nbytes) {
-                seen.watch.refresh();
-            }
-            (
-                parked.take_free(nbytes, |file| seen.all_received(file)),
-                expired,
-            )
-        };
-        // Unmapped, and removed unless a receiver's lease keeps them,
-        // outside the lock.
-        drop(expired);
-        taken
-    }
-
-    /// Starts counting the opens of `segment`, a new file in `dir` made
-    /// for a storage; `false` when the directory cannot be watched, and
-    /// the file is not the pool's.
-    pub(crate) fn adopt(&self, dir: &Path, segment: &MemmapSegment) -> bool {
-        let Some(name) = segment.path().file_name() else {
-            return false;
-        };
-        let mut state = lock(&self.state);
-        let Some(seen) = state.watching(dir) else {
-            return false;
-        };
-        // Read now and then whatever the allocations are, so that the
-        // kernel's queue does not overflow: a file costs far more than this.
-        seen.watch.refresh();
-        seen.watch.track(name);
-        seen.sends.insert(name.to_owned(), Sends::default());
-        state.parked.adopt(segment.as_bytes().len());
-        true
-    }
-
-    /// Counts a message naming `segment`, a file of `dir`: a file the pool
-    /// made, or any other this process sent (a storage copied into a
-    /// file), whose opens are counted from now on so that
+    /// Counts a message naming `segment`, a file of the pool's directory:
+    /// a file the pool made, or any other this process sent (a storage
+    /// copied into a file), whose opens are counted from now on so that
     /// [`all_opened`](Self::all_opened) can tell when its receivers have
     /// taken it.
-    pub(crate) fn sent(&self, dir: &Path, segment: &MemmapSegment) {
+    pub(crate) fn sent(&self, segment: &MemmapSegment) {
         let Some(name) = segment.path().file_name() else {
             return;
         };
         let mut state = lock(&self.state);
-        let Some(seen) = state.watching(dir) else {
+        let Some(seen) = state.watching(&self.dir) else {
             return;
         };
         // Every open made before this message is counted now, so that
         // `opens_before` holds none of its receiver's.
         seen.watch.refresh();
         if !seen.sends.contains_key(name) {
-            seen.prune(dir);
+            seen.prune(&self.dir);
             seen.watch.track(name);
         }
         let opened = seen.watch.counts(name).map_or(0, |counts| counts.opened);
@@ -284,21 +244,6 @@ impl MemmapPool {
         let seen = state.seen.as_mut()?;
         seen.watch.refresh();
         seen.all_opened(name)
-    }
-
-    /// Lets go of every file of a storage that died here (when allocating
-    /// ran out of space); how many there were.
-    pub(crate) fn clear(&self) -> usize {
-        let drained = {
-            let mut state = lock(&self.state);
-            let PoolState { seen, parked, .. } = &mut *state;
-            let drained = parked.drain(None);
-            if let Some(seen) = seen {
-                seen.untrack(&drained);
-            }
-            drained
-        };
-        drained.len()
     }
 }
 
@@ -319,5 +264,64 @@ impl Watcher for MemmapPool {
             dropped
         };
         drop(dropped);
+    }
+}
+
+impl Pool for MemmapPool {
+    /// A file of exactly `nbytes` whose storage died here and whose every
+    /// message was opened and let go of, with whatever bytes its last
+    /// storage left in it.
+    fn take(&self, nbytes: usize) -> Option<MemmapSegment> {
+        let (taken, expired) = {
+            let mut state = lock(&self.state);
+            let PoolState { seen, parked, .. } = &mut *state;
+            let seen = seen.as_mut()?;
+            let expired = parked.expire(Instant::now());
+            seen.untrack(&expired);
+            if parked.has_len(nbytes) {
+                seen.watch.refresh();
+            }
+            (
+                parked.take_free(nbytes, |file| seen.all_received(file)),
+                expired,
+            )
+        };
+        // Unmapped, and removed unless a receiver's lease keeps them,
+        // outside the lock.
+        drop(expired);
+        taken
+    }
+
+    /// Starts counting the opens of `segment`, a new file of the pool's
+    /// directory; `false` when the directory cannot be watched.
+    fn adopt(&self, segment: &MemmapSegment) -> bool {
+        let Some(name) = segment.path().file_name() else {
+            return false;
+        };
+        let mut state = lock(&self.state);
+        let Some(seen) = state.watching(&self.dir) else {
+            return false;
+        };
+        // Read now and then whatever the allocations are, so that the
+        // kernel's queue does not overflow: a file costs far more than this.
+        seen.watch.refresh();
+        seen.watch.track(name);
+        seen.sends.insert(name.to_owned(), Sends::default());
+        state.parked.adopt(segment.as_bytes().len());
+        true
+    }
+
+    /// Lets go of every file of a storage that died here.
+    fn make_room(&self) -> usize {
+        let drained = {
+            let mut state = lock(&self.state);
+            let PoolState { seen, parked, .. } = &mut *state;
+            let drained = parked.drain(None);
+            if let Some(seen) = seen {
+                seen.untrack(&drained);
+            }
+            drained
+        };
+        drained.len()
     }
 }

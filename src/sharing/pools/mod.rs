@@ -1,0 +1,215 @@
+//! The memory a context hands out again instead of making anew: the
+//! memfds, `file_system` segments and `memmap` files of storages it
+//! allocated, once nobody else holds them, and the `file_system` segments
+//! it received, kept mapped for their senders to send again.
+//!
+//! Each of the three strategies that share memory has one [`Pool`], and
+//! [`Pools::allocate`] is the one path through them all: take a free
+//! segment and zero it, or make one and have the pool adopt it, and hand
+//! it out [`Watched`], so that it comes back to its pool
+//! when its storage dies. What makes a segment free is each pool's own
+//! (its module says): its receivers' reports, the count in its header, the
+//! kernel's open events.
+
+mod aging;
+mod by_length;
+mod dormant;
+mod memfds;
+mod memmap_files;
+mod parked;
+mod segments;
+pub(crate) mod watched;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use tensorshare_strategies::file_descriptor::{FileDescriptorStrategy, FileIdentity};
+use tensorshare_strategies::file_system::{
+    DormantSegment, FileSystemSegment, FileSystemStrategy, SegmentName,
+};
+use tensorshare_strategies::memmap::{MemmapSegment, MemmapStrategy};
+use tensorshare_strategies::{AllocateError, SharingStrategy, WritableSegment};
+
+pub(crate) use aging::AgingMap;
+pub(crate) use dormant::DormantMappings;
+use dormant::DormantSegments;
+use memfds::MemfdPool;
+use memmap_files::MemmapPool;
+use segments::RefcountedPool;
+use watched::{Watched, Watcher};
+
+use crate::model::{Storage, StorageWriter};
+use crate::resource_sharer::KeyReports;
+
+/// The most bytes of free segments a pool keeps for reuse, however much
+/// its producer held at once.
+const MAX_POOLED_BYTES: usize = 1 << 30;
+
+/// The most `file_system` segments or `memmap` files a pool keeps: each
+/// holds a mapping, of the 65530 `vm.max_map_count` allows by default.
+const MAX_POOLED_MAPPINGS: usize = 8192;
+
+/// Segments of one strategy kept for reuse.
+pub(crate) trait Pool: Watcher {
+    /// A free segment of exactly `nbytes`, with whatever bytes its last
+    /// storage left in it.
+    fn take(&self, nbytes: usize) -> Option<Self::Segment>;
+
+    /// Counts `segment`, just made for a storage, as the pool's from now
+    /// on; `false` when the pool cannot follow it, and it goes unpooled.
+    fn adopt(&self, segment: &Self::Segment) -> bool;
+
+    /// Lets go of the free segments kept, when making one ran out of fds,
+    /// memory or room: how many went.
+    fn make_room(&self) -> usize;
+}
+
+/// A strategy whose segments a [`Pools`] keeps.
+pub(crate) trait Pooled: SharingStrategy {
+    /// Its pool.
+    type Pool: Pool<Segment = Self::Segment>;
+
+    /// Its pool among `pools`.
+    fn pool(pools: &Pools) -> &Arc<Self::Pool>;
+}
+
+impl Pooled for FileDescriptorStrategy {
+    type Pool = MemfdPool;
+
+    fn pool(pools: &Pools) -> &Arc<MemfdPool> {
+        &pools.memfds
+    }
+}
+
+impl Pooled for FileSystemStrategy {
+    type Pool = RefcountedPool;
+
+    fn pool(pools: &Pools) -> &Arc<RefcountedPool> {
+        &pools.segments
+    }
+}
+
+impl Pooled for MemmapStrategy {
+    type Pool = MemmapPool;
+
+    fn pool(pools: &Pools) -> &Arc<MemmapPool> {
+        &pools.memmap_files
+    }
+}
+
+/// A context's pools.
+#[derive(Debug)]
+pub(crate) struct Pools {
+    /// Memfds, reused once their receivers have unmapped them.
+    memfds: Arc<MemfdPool>,
+    /// `file_system` segments, reused once their count says nobody else
+    /// holds them.
+    segments: Arc<RefcountedPool>,
+    /// `memmap` files of one directory, reused once every message that
+    /// named one was opened and let go of.
+    memmap_files: Arc<MemmapPool>,
+    /// Received `file_system` segments kept mapped and registered after
+    /// their storages died, for their senders to send again.
+    dormant_segments: Arc<DormantSegments>,
+}
+
+impl Pools {
+    /// Pools keeping at most `max_memfds` free memfds (each holds an fd),
+    /// and `memmap` files of `memmap_dir`.
+    pub(crate) fn new(max_memfds: usize, memmap_dir: &Path) -> Self {
+        Self {
+            memfds: Arc::new(MemfdPool::new(max_memfds, MAX_POOLED_BYTES)),
+            segments: Arc::new(RefcountedPool::new(MAX_POOLED_MAPPINGS, MAX_POOLED_BYTES)),
+            memmap_files: new_memmap_pool(memmap_dir),
+            dormant_segments: Arc::default(),
+        }
+    }
+
+    /// A zero-filled storage of `nbytes` to write in place, in `strategy`'s
+    /// memory: a free segment of its pool, else a new one that comes back
+    /// to the pool when its storage dies.
+    pub(crate) fn allocate<S: Pooled>(
+        &self,
+        strategy: &S,
+        nbytes: usize,
+    ) -> Result<StorageWriter, AllocateError>
+    where
+        S::Segment: 'static,
+    {
+        if nbytes == 0 {
+            return Ok(StorageWriter::new(Box::new(strategy.allocate(0)?)));
+        }
+        let pool = S::pool(self);
+        let segment = match pool.take(nbytes) {
+            Some(mut segment) => {
+                segment.as_bytes_mut().fill(0);
+                segment
+            }
+            None => {
+                let segment = strategy.allocate(nbytes).or_else(|error| {
+                    // Out of fds, memory or room, perhaps to the pool: what
+                    // it keeps goes first.
+                    if pool.make_room() == 0 {
+                        return Err(error);
+                    }
+                    strategy.allocate(nbytes)
+                })?;
+                if !pool.adopt(&segment) {
+                    return Ok(StorageWriter::new(Box::new(segment)));
+                }
+                segment
+            }
+        };
+        Ok(StorageWriter::new(Box::new(Watched::new(segment, pool))))
+    }
+
+    /// Takes what the resource sharer saw of the keys memfds went under.
+    pub(crate) fn take_memfd_reports(&self, reports: KeyReports) {
+        self.memfds.take_reports(reports);
+    }
+
+    /// Records that the memfd `identity` went out under `key`.
+    pub(crate) fn memfd_sent(&self, identity: FileIdentity, key: i64) {
+        self.memfds.sent(identity, key);
+    }
+
+    /// Counts a message naming the `memmap` file of `segment`.
+    pub(crate) fn memmap_file_sent(&self, segment: &MemmapSegment) {
+        self.memmap_files.sent(segment);
+    }
+
+    /// Whether every message this process sent naming the `memmap` file at
+    /// `path` has been opened; `None` where that cannot be told.
+    pub(crate) fn memmap_file_opened(&self, path: &Path) -> Option<bool> {
+        self.memmap_files.all_opened(path)
+    }
+
+    /// Pools `memmap` files of `dir` from now on, letting go of those kept.
+    pub(crate) fn renew_memmap_files(&mut self, dir: &Path) {
+        self.memmap_files = new_memmap_pool(dir);
+    }
+
+    /// The received segment named `name`, if one is kept dormant.
+    pub(crate) fn take_dormant_segment(&self, name: &SegmentName) -> Option<DormantSegment> {
+        self.dormant_segments.take(name)
+    }
+
+    /// The storage of a received segment, which is kept dormant after the
+    /// storage dies here should its sender send it again.
+    pub(crate) fn received_segment(&self, segment: FileSystemSegment) -> Storage {
+        Storage::from_segment(Arc::new(Watched::new(segment, &self.dormant_segments)))
+    }
+
+    /// Lets go of the `file_system` segments and `memmap` files kept, and
+    /// of the received segments kept dormant; the memfds stay until the
+    /// pools go, as their receivers may still report them.
+    pub(crate) fn clear(&self) {
+        self.memmap_files.make_room();
+        self.segments.make_room();
+        self.dormant_segments.clear();
+    }
+}
+
+fn new_memmap_pool(dir: &Path) -> Arc<MemmapPool> {
+    Arc::new(MemmapPool::new(dir, MAX_POOLED_MAPPINGS, MAX_POOLED_BYTES))
+}
