@@ -1,3 +1,15 @@
+// Without the feature there is no safetensors module to link to: the
+// crate docs' links to it go where docs.rs shows it, built with every
+// feature.
+#![cfg_attr(
+    not(feature = "safetensors"),
+    doc = "[`safetensors`]: https://docs.rs/tensorshare/0.1/tensorshare/safetensors/index.html
+[`safetensors::load`]: https://docs.rs/tensorshare/0.1/tensorshare/safetensors/fn.load.html
+[`safetensors::save`]: https://docs.rs/tensorshare/0.1/tensorshare/safetensors/fn.save.html
+[`safetensors::from_bytes`]: https://docs.rs/tensorshare/0.1/tensorshare/safetensors/fn.from_bytes.html
+[`safetensors::to_bytes`]: https://docs.rs/tensorshare/0.1/tensorshare/safetensors/fn.to_bytes.html
+[`safetensors::SafetensorsFile`]: https://docs.rs/tensorshare/0.1/tensorshare/safetensors/struct.SafetensorsFile.html"
+)]
 #![doc = include_str!("lib.md")]
 #![deny(unsafe_code)]
 

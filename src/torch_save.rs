@@ -1,6 +1,5 @@
 //! `torch.save` files by path, reader and writer: [`load`] and [`save`]
-//! beside [`safetensors::load`](crate::safetensors::load) and
-//! [`safetensors::save`](crate::safetensors::save).
+//! beside [`safetensors::load`] and [`safetensors::save`].
 //!
 //! A file is read through a read-only mapping: the zip directory and the
 //! object pickle are parsed from it, and each storage stored uncompressed
@@ -36,6 +35,18 @@
 //! # Ok(())
 //! # }
 //! ```
+#![cfg_attr(
+    feature = "safetensors",
+    doc = "
+[`safetensors::load`]: crate::safetensors::load
+[`safetensors::save`]: crate::safetensors::save"
+)]
+#![cfg_attr(
+    not(feature = "safetensors"),
+    doc = "
+[`safetensors::load`]: https://docs.rs/tensorshare/0.1/tensorshare/safetensors/fn.load.html
+[`safetensors::save`]: https://docs.rs/tensorshare/0.1/tensorshare/safetensors/fn.save.html"
+)]
 
 use std::io::{BufWriter, Read, Seek, Write};
 use std::path::{Path, PathBuf};

@@ -1,5 +1,10 @@
 //! The `tensorshare` command.
 
+// Its doc comments are its --help text, written for a terminal, where
+// `tensorshare-sharer-<pid>-XXXXXXXX` is a pattern, not an HTML tag; its
+// manual is the crate docs of its library.
+#![allow(rustdoc::invalid_html_tags)]
+
 mod commands;
 mod error;
 

@@ -23,7 +23,7 @@ impl Tensor {
     /// writing; see [`Segment`](crate::Segment)).
     ///
     /// `T` must be the tensor's dtype (a `bool` tensor reads as `u8`) and
-    /// [`Pod`]. Needs the `ndarray` feature.
+    /// [`Pod`](https://docs.rs/bytemuck/1/bytemuck/trait.Pod.html). Needs the `ndarray` feature.
     ///
     /// # Errors
     ///

@@ -3,7 +3,7 @@
 //!
 //! A storage's bytes may be shared memory that other processes write at any
 //! time (see [`Segment`](crate::Segment)): only types for which every bit
-//! pattern is a value ([`bytemuck::Pod`]) are ever viewed in place. A
+//! pattern is a value ([`bytemuck::Pod`](https://docs.rs/bytemuck/1/bytemuck/trait.Pod.html)) are ever viewed in place. A
 //! `bool` is not one of them: bool tensors are read by copy, each byte
 //! checked ([`Tensor::to_vec`](crate::Tensor::to_vec)), or viewed in place
 //! as `u8`.
@@ -39,6 +39,10 @@ use crate::DType;
 /// assert_eq!(<i64 as Element>::DTYPE, DType::Int64);
 /// assert_eq!(<tensorshare::half::bf16 as Element>::DTYPE, DType::BFloat16);
 /// ```
+///
+/// [`CheckedBitPattern`]: https://docs.rs/bytemuck/1/bytemuck/checked/trait.CheckedBitPattern.html
+/// [`NoUninit`]: https://docs.rs/bytemuck/1/bytemuck/trait.NoUninit.html
+/// [`bytemuck::Pod`]: https://docs.rs/bytemuck/1/bytemuck/trait.Pod.html
 pub trait Element: CheckedBitPattern + NoUninit + Send + Sync + 'static {
     /// The torch dtype whose elements this type holds.
     const DTYPE: DType;

@@ -16,7 +16,7 @@ impl Tensor {
     ///
     /// `T` must be the tensor's dtype ([`Element::DTYPE`]; a `bool` tensor
     /// reads as `u8`, since `bool` is never viewed in place) and a type
-    /// every bit pattern of which is a value ([`Pod`]). Elements are in the
+    /// every bit pattern of which is a value ([`Pod`](https://docs.rs/bytemuck/1/bytemuck/trait.Pod.html)). Elements are in the
     /// host's byte order, as torch holds them in memory.
     ///
     /// # Errors

@@ -55,9 +55,19 @@ const NETNS_DIR: &str = "/run/netns";
 /// `/dev/shm`, `/tmp` and `$TMPDIR` (made again inside `/tmp` when it lies
 /// there), `ready` once done, then nothing until its stdin closes, which
 /// is when the test drops the host or dies.
+///
+/// A checkout in `/tmp` is bound back where it was, from the test
+/// process's view of the file system (`/proc/<pid>/root`): the processes
+/// run on the host are its binaries and its scripts.
 const HOLDER_SCRIPT: &str = r#"set -e
 mount -t tmpfs -o mode=1777 tensorshare-host /dev/shm
 mount -t tmpfs -o mode=1777 tensorshare-host /tmp
+case "$TENSORSHARE_CHECKOUT" in
+    /tmp/*)
+        mkdir -p "$TENSORSHARE_CHECKOUT"
+        mount --bind "/proc/$TENSORSHARE_TEST_PID/root$TENSORSHARE_CHECKOUT" "$TENSORSHARE_CHECKOUT"
+        ;;
+esac
 if [ -n "${TMPDIR:-}" ]; then
     case "$TMPDIR" in
         /tmp/*) mkdir -p "$TMPDIR" ;;
@@ -277,6 +287,8 @@ impl Host {
             .args(["netns", "exec", &name])
             .args(["unshare", "--mount", "--propagation", "slave"])
             .args(["sh", "-c", HOLDER_SCRIPT])
+            .env("TENSORSHARE_CHECKOUT", env!("CARGO_MANIFEST_DIR"))
+            .env("TENSORSHARE_TEST_PID", std::process::id().to_string())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()

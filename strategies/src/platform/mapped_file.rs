@@ -1,7 +1,7 @@
 //! Read-only mappings of whole files on disk: how checkpoints are read at
 //! the speed of the page cache, in memory the kernel can take back.
 //!
-//! memmap2 maps and unmaps ([`Mmap`]). A [`MappedFile`] adds what a reader
+//! memmap2 maps and unmaps ([`Mmap`](https://docs.rs/memmap2/0.9/memmap2/struct.Mmap.html)). A [`MappedFile`] adds what a reader
 //! of files that other programs may rewrite needs:
 //!
 //! - The fault guard (the private `fault_guard` module): a file

@@ -32,7 +32,7 @@
 //! # Safety
 //!
 //! memmap2 maps, advises and unmaps the anonymous memory, and hands out its
-//! bytes as slices ([`MmapMut`]). This module opts in to `unsafe` for one
+//! bytes as slices ([`MmapMut`](https://docs.rs/memmap2/0.9/memmap2/struct.MmapMut.html)). This module opts in to `unsafe` for one
 //! advice alone, `MADV_FREE`, which may replace the contents of the pages
 //! with zeros later: it is given only to a mapping entering the pool,
 //! which nothing borrows, and a buffer built from a pooled mapping writes
