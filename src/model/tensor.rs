@@ -309,6 +309,39 @@ impl Tensor {
     }
 }
 
+/// Two tensors are equal when they have one dtype and one shape and their
+/// elements are the same bytes, in logical order, whatever their strides,
+/// offsets and storages: what was received is what was sent. So a NaN
+/// equals a NaN of the same bits, and `0.0` does not equal `-0.0`, unlike
+/// `torch.equal`. A tensor whose bytes are not in this process equals only
+/// itself.
+///
+/// # Examples
+///
+/// ```
+/// use tensorshare::{StrategyKind, Tensor};
+///
+/// let a = Tensor::from_slice(&StrategyKind::Bytes, &[1i32, 2, 3, 4], &[2, 2])?;
+/// let b = Tensor::from_slice(&StrategyKind::FileDescriptor, &[1i32, 2, 3, 4], &[2, 2])?;
+/// assert_eq!(a, b);
+/// assert_ne!(a, Tensor::from_slice(&StrategyKind::Bytes, &[1i32, 2, 3, 4], &[4])?);
+/// # Ok::<(), tensorshare::Error>(())
+/// ```
+impl PartialEq for Tensor {
+    fn eq(&self, other: &Tensor) -> bool {
+        if self.same_as(other) {
+            return true;
+        }
+        if self.dtype() != other.dtype() || self.sizes() != other.sizes() {
+            return false;
+        }
+        match (self.elements(), other.elements()) {
+            (Some(mine), Some(theirs)) => mine.eq(theirs),
+            _ => false,
+        }
+    }
+}
+
 impl fmt::Debug for Tensor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Tensor")

@@ -14,6 +14,7 @@ use crate::DType;
 mod access;
 mod convert;
 mod dict;
+mod display;
 mod error;
 
 pub use dict::Dict;

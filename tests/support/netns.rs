@@ -56,18 +56,23 @@ const NETNS_DIR: &str = "/run/netns";
 /// there), `ready` once done, then nothing until its stdin closes, which
 /// is when the test drops the host or dies.
 ///
-/// A checkout in `/tmp` is bound back where it was, from the test
-/// process's view of the file system (`/proc/<pid>/root`): the processes
-/// run on the host are its binaries and its scripts.
+/// A checkout in `/tmp` stays in sight where it was: the processes run on
+/// the host are its binaries and its scripts. The new `/tmp` is made on
+/// `/dev/shm` first, the checkout bound into it while the old `/tmp` is
+/// still there to bind from (a mount cannot be bound from another
+/// namespace's), and then moved to `/tmp`; `/dev/shm` gets a tmpfs of its
+/// own after.
 const HOLDER_SCRIPT: &str = r#"set -e
 mount -t tmpfs -o mode=1777 tensorshare-host /dev/shm
-mount -t tmpfs -o mode=1777 tensorshare-host /tmp
 case "$TENSORSHARE_CHECKOUT" in
     /tmp/*)
-        mkdir -p "$TENSORSHARE_CHECKOUT"
-        mount --bind "/proc/$TENSORSHARE_TEST_PID/root$TENSORSHARE_CHECKOUT" "$TENSORSHARE_CHECKOUT"
+        inside="/dev/shm/${TENSORSHARE_CHECKOUT#/tmp/}"
+        mkdir -p "$inside"
+        mount --bind "$TENSORSHARE_CHECKOUT" "$inside"
         ;;
 esac
+mount --move /dev/shm /tmp
+mount -t tmpfs -o mode=1777 tensorshare-host /dev/shm
 if [ -n "${TMPDIR:-}" ]; then
     case "$TMPDIR" in
         /tmp/*) mkdir -p "$TMPDIR" ;;
@@ -288,7 +293,6 @@ impl Host {
             .args(["unshare", "--mount", "--propagation", "slave"])
             .args(["sh", "-c", HOLDER_SCRIPT])
             .env("TENSORSHARE_CHECKOUT", env!("CARGO_MANIFEST_DIR"))
-            .env("TENSORSHARE_TEST_PID", std::process::id().to_string())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()

@@ -176,6 +176,39 @@ impl Value {
             .map(|(_, v)| v)
     }
 
+    /// The entries of a `dict` or an `OrderedDict` whose keys are all
+    /// strs, in order: a state dict's names and values.
+    ///
+    /// # Errors
+    ///
+    /// [`ValueAccessError::WrongType`] when this is not a dict, or a key is
+    /// not a str.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tensorshare::{Dict, Value};
+    ///
+    /// let state = Value::from(Dict::new().with("step", 3).with("lr", 0.5));
+    /// for (name, value) in state.str_items()? {
+    ///     println!("{name}: {value}");
+    /// }
+    /// assert_eq!(state.str_items()?[1].0, "lr");
+    /// # Ok::<(), tensorshare::ValueAccessError>(())
+    /// ```
+    pub fn str_items(&self) -> Result<Vec<(&str, &Value)>, ValueAccessError> {
+        let pairs = self
+            .as_dict()
+            .ok_or_else(|| ValueAccessError::wrong_type("dict", self))?;
+        pairs
+            .iter()
+            .map(|(key, value)| match key.as_str() {
+                Some(name) => Ok((name, value)),
+                None => Err(ValueAccessError::wrong_type("str key", key)),
+            })
+            .collect()
+    }
+
     /// The value under the str `key` as a `T`: [`get`](Self::get) with a
     /// [`ValueAccessError`] that says what is wrong and where.
     ///
@@ -487,12 +520,43 @@ read_tuple!(10: A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9);
 read_tuple!(11: A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10);
 read_tuple!(12: A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11);
 
+/// A str value equals the str it holds, so that a key reads as one:
+/// `key == "weight"`.
+impl PartialEq<str> for Value {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == Some(other)
+    }
+}
+
+impl PartialEq<&str> for Value {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == Some(*other)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::{BTreeMap, HashMap};
 
     use super::*;
     use crate::model::Dict;
+
+    #[test]
+    fn str_items_read_a_state_dict_in_order_and_refuse_other_keys() {
+        let state = Value::from(Dict::new().with("b", 1).with("a", 2));
+        let items = state.str_items().expect("str keys");
+        let names: Vec<&str> = items.iter().map(|(name, _)| *name).collect();
+        assert_eq!(names, ["b", "a"]);
+        assert!(items[0].1.as_int() == Some(1) && state.as_dict().expect("a dict")[1].0 == "a");
+        let error = Value::from(Dict::new().with("a", 1).with(2, 3))
+            .str_items()
+            .unwrap_err();
+        assert_eq!(error.to_string(), "expected a str key, found an int");
+        let error = Value::from(1).str_items().unwrap_err();
+        assert_eq!(error.to_string(), "expected a dict, found an int");
+        let (a, one) = (Value::from("a"), Value::from(1));
+        assert!(a == "a" && a != "b" && one != "1");
+    }
 
     fn message() -> Value {
         let image = Tensor::from_slice(
