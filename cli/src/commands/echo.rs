@@ -123,6 +123,7 @@ pub fn run(args: EchoArgs) -> Result<(), CliError> {
     std::io::stdout().flush()?;
 
     let mut next_peer = 0_u64;
+    let mut peers: Vec<std::thread::JoinHandle<()>> = Vec::new();
     loop {
         if shutdown.wait(&listener)? == Wake::Shutdown {
             break;
@@ -157,12 +158,25 @@ pub fn run(args: EchoArgs) -> Result<(), CliError> {
                     );
                 }
             });
-        if let Err(e) = spawned {
-            eprintln!("tensorshare echo: peer {peer}: cannot start a thread for it: {e}");
+        match spawned {
+            Ok(thread) => {
+                peers.retain(|peer| !peer.is_finished());
+                peers.push(thread);
+            }
+            Err(e) => {
+                eprintln!("tensorshare echo: peer {peer}: cannot start a thread for it: {e}");
+            }
         }
     }
-    // Peers' threads end with the process; what they hold is released with
-    // it. Unfetched fds and the listening socket go now, explicitly (the
+    // A peer that has hung up has a thread about to drop what it echoed:
+    // given a moment, it does, and a memmap file a storage of it held goes
+    // with the context below rather than outliving the process. Peers still
+    // connected end with the process; what they hold is released with it.
+    let deadline = std::time::Instant::now() + PEERS_GRACE;
+    while peers.iter().any(|peer| !peer.is_finished()) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    // Unfetched fds and the listening socket go now, explicitly (the
     // resource sharer's is abstract, or a socket file it removes too).
     sharing.shutdown();
     drop(listener);
@@ -182,6 +196,9 @@ fn check_tcp_authkey(authkey: &Authkey) -> Result<(), String> {
          and give it to the peers as their multiprocessing authkey"
     ))
 }
+
+/// How long a stopping echo waits for its peers' threads to end.
+const PEERS_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// How long to pause after a failed accept before polling again.
 const ACCEPT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(50);
