@@ -32,7 +32,7 @@ use crate::reduce::ReduceError;
 use crate::registry::{LoadError, RebuildError};
 use crate::resource_sharer::{FetchError, RegisterError, SharerError};
 #[cfg(feature = "safetensors")]
-use crate::safetensors::SafetensorsError;
+use crate::safetensors_format::SafetensorsError;
 use crate::serde_value::SerdeError;
 
 /// Everything that can go wrong loading or sharing tensors.

@@ -40,15 +40,19 @@ pub mod reduce;
 pub mod save;
 // Reading torch.save files.
 pub mod archive;
-// Reading and writing .safetensors files.
+// The .safetensors format, on the safetensors crate.
 #[cfg(feature = "safetensors")]
-pub mod safetensors;
+mod safetensors_format;
 // multiprocessing.connection: bytes and fds.
 pub mod connection;
 // multiprocessing.resource_sharer: fds handed out to peers that ask.
 pub mod resource_sharer;
 // The facade error, wrapping every layer's.
 mod error;
+// .safetensors files by path, reader and writer, failing with the facade's
+// error.
+#[cfg(feature = "safetensors")]
+pub mod safetensors;
 // SharingContext: strategies, caches, pools, the sender's lifetimes.
 pub mod sharing;
 // Values over a connection: Connection::send and recv.

@@ -537,7 +537,7 @@ fn files_save_file_wrote_convert_to_torch_save_files_torch_loads_equal() {
 
 #[test]
 fn the_facade_error_wraps_the_safetensors_error() {
-    let error = tensorshare::Error::from(from_bytes(b"short").unwrap_err());
+    let error = from_bytes(b"short").unwrap_err();
     assert!(matches!(
         error,
         tensorshare::Error::Safetensors(SafetensorsError::TooShort { len: 5 })

@@ -269,7 +269,10 @@ fn a_truncated_file_of(input_format: TorchSaveFormat) {
     let output = dir.path().join("out.safetensors");
     let error = tensorshare::safetensors::save(&loaded, &output).unwrap_err();
     assert!(
-        matches!(error, SafetensorsError::SourceChanged { .. }),
+        matches!(
+            error,
+            Error::Safetensors(SafetensorsError::SourceChanged { .. })
+        ),
         "{error}"
     );
     assert!(!output.exists(), "nothing written");

@@ -49,9 +49,9 @@ mod tests {
     use super::{to_safetensors_dtype, to_torch_dtype};
     use crate::DType;
     use crate::model::Value;
-    use crate::safetensors::SafetensorsError;
-    use crate::safetensors::tests::{dict, get, tensor};
-    use crate::safetensors::{from_bytes, to_bytes};
+    use crate::safetensors_format::SafetensorsError;
+    use crate::safetensors_format::tests::{dict, get, tensor};
+    use crate::safetensors_format::tests::{from_bytes, to_bytes};
 
     #[test]
     fn every_mapped_dtype_round_trips_and_the_rest_are_refused() {

@@ -1,9 +1,19 @@
 //! Tests that cut across reading and writing, and the state dicts and
 //! lookups every test module of `safetensors` builds them with.
 
-use super::{SafetensorsError, SafetensorsFile, from_bytes, looks_like_safetensors, to_bytes};
+use super::{SafetensorsError, SafetensorsFile, looks_like_safetensors};
 use crate::DType;
 use crate::model::{Storage, Tensor, TensorView, Value};
+
+/// The file of `state_dict`, as `safetensors::to_bytes` writes it.
+pub(super) fn to_bytes(state_dict: &Value) -> Result<Vec<u8>, SafetensorsError> {
+    SafetensorsFile::new(state_dict.clone()).to_bytes()
+}
+
+/// The tensors of a file, as `safetensors::from_bytes` reads them.
+pub(super) fn from_bytes(bytes: &[u8]) -> Result<Value, SafetensorsError> {
+    Ok(SafetensorsFile::from_bytes(bytes)?.tensors)
+}
 
 /// A contiguous tensor of `dtype` and `sizes` over a storage of `bytes`.
 pub(super) fn tensor(dtype: DType, sizes: &[usize], bytes: Vec<u8>) -> Tensor {
@@ -133,11 +143,15 @@ fn a_stream_reads_and_writes_what_bytes_do() {
         ("b", tensor(DType::UInt8, &[3], vec![1, 2, 3]).into()),
     ]);
     let mut written = Vec::new();
-    super::write(&value, &mut written).expect("written to a Vec");
+    SafetensorsFile::new(value.clone())
+        .write(&mut written)
+        .expect("written to a Vec");
     assert_eq!(written, to_bytes(&value).unwrap());
     // A reader that hands out a few bytes at a time, as a pipe does.
     let trickle = std::io::Read::chain(&written[..5], &written[5..]);
-    let read = super::read(trickle).expect("read from a stream");
+    let read = SafetensorsFile::read(trickle)
+        .expect("read from a stream")
+        .tensors;
     let contents = |value: &Value| -> Vec<(String, DType, Vec<usize>, Vec<u8>)> {
         items(value)
             .into_iter()
@@ -158,7 +172,7 @@ fn a_stream_shorter_than_its_header_claims_is_a_read_error_not_an_allocation() {
     let mut file = (header.len() as u64).to_le_bytes().to_vec();
     file.extend_from_slice(header);
     file.extend_from_slice(&[1, 2, 3]);
-    let error = super::read(file.as_slice()).unwrap_err();
+    let error = SafetensorsFile::read(file.as_slice()).unwrap_err();
     assert!(
         matches!(&error, SafetensorsError::Read { cause, .. }
             if cause.kind() == std::io::ErrorKind::UnexpectedEof),

@@ -22,8 +22,15 @@ impl SafetensorsFile {
     ///
     /// # Errors
     ///
-    /// As [`to_bytes`](super::to_bytes), and
-    /// [`SafetensorsError::OutOfMemory`] when the file does not fit in memory.
+    /// [`SafetensorsError::NotADict`], [`KeyNotStr`](SafetensorsError::KeyNotStr)
+    /// or [`NotATensor`](SafetensorsError::NotATensor) for tensors that are
+    /// not a flat dict of str to tensor, each naming the key;
+    /// [`NoSafetensorsDtype`](SafetensorsError::NoSafetensorsDtype) for
+    /// complex32, complex128, bcomplex32 and the bits dtypes;
+    /// [`Expanded`](SafetensorsError::Expanded) for a view that repeats
+    /// elements; [`BytesElsewhere`](SafetensorsError::BytesElsewhere) for a
+    /// storage not in this process; [`SafetensorsError::OutOfMemory`] when
+    /// the file does not fit in memory.
     pub fn to_bytes(&self) -> Result<Vec<u8>, SafetensorsError> {
         let (header, entries) = self.layout()?;
         let total = entries
@@ -50,7 +57,7 @@ impl SafetensorsFile {
     ///
     /// # Errors
     ///
-    /// As [`to_bytes`](super::to_bytes), and [`SafetensorsError::Write`]
+    /// As [`to_bytes`](Self::to_bytes), and [`SafetensorsError::Write`]
     /// when the file cannot be written.
     pub fn save(&self, path: impl AsRef<Path>) -> Result<(), SafetensorsError> {
         let path = path.as_ref();
@@ -70,7 +77,7 @@ impl SafetensorsFile {
     ///
     /// # Errors
     ///
-    /// As [`to_bytes`](super::to_bytes), [`SafetensorsError::Write`] (naming
+    /// As [`to_bytes`](Self::to_bytes), [`SafetensorsError::Write`] (naming
     /// "the output") when `out` fails, and
     /// [`SafetensorsError::SourceChanged`] when a tensor's own file shrank
     /// while it was written out.
@@ -299,8 +306,8 @@ mod tests {
 
     use crate::DType;
     use crate::model::{Storage, Tensor, TensorView, Value};
-    use crate::safetensors::tests::{dict, get, items, tensor};
-    use crate::safetensors::{Dtype, from_bytes, to_bytes};
+    use crate::safetensors_format::Dtype;
+    use crate::safetensors_format::tests::{dict, from_bytes, get, items, tensor, to_bytes};
 
     #[test]
     fn the_layout_is_the_safetensors_crates_byte_for_byte() {

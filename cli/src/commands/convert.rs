@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 use clap::error::ErrorKind;
-use tensorshare::safetensors::SafetensorsError;
+use tensorshare::safetensors::{SafetensorsError, SafetensorsFile};
 use tensorshare::save::save_torch;
 use tensorshare::{Authkey, Registry, SharingContext, Storage, TorchSaveFormat, Value};
 
@@ -198,6 +198,9 @@ fn write_safetensors(
     output: &Path,
     keys: &[String],
 ) -> Result<(), CliError> {
+    // The file's own methods keep the format's error, which says which key
+    // is not a tensor.
+    let file = SafetensorsFile::new(value.clone());
     let explain = |error: SafetensorsError| advise_key(error, value, input, keys);
     let (written, len) = if output.as_os_str() == "-" {
         // Written a tensor at a time: a safetensors file needs no seeking.
@@ -205,10 +208,10 @@ fn write_safetensors(
             inner: binary_stdout()?,
             written: 0,
         };
-        tensorshare::safetensors::write(value, &mut stdout).map_err(explain)?;
+        file.write(&mut stdout).map_err(explain)?;
         ("stdout".to_owned(), stdout.written)
     } else {
-        tensorshare::safetensors::save(value, output).map_err(explain)?;
+        file.save(output).map_err(explain)?;
         let len = std::fs::metadata(output)
             .map_err(|e| CliError::io(format!("reading {}", output.display()), e))?
             .len();

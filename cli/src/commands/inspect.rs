@@ -51,12 +51,10 @@ pub fn run(args: InspectArgs) -> Result<(), CliError> {
     let report = if has_safetensors_extension(&args.file) && args.file.as_os_str() != "-" {
         // By its name too: a truncated header does not look like one. Read
         // through a mapping: only the pages shown are read.
-        tensorshare::safetensors::load(&args.file)
-            .map(|object| Report {
-                format: Format::Safetensors,
-                object,
-            })
-            .map_err(tensorshare::Error::from)
+        tensorshare::safetensors::load(&args.file).map(|object| Report {
+            format: Format::Safetensors,
+            object,
+        })
     } else if is_torch_save_file(&args.file) {
         // Through a mapping: the directory, the pickle and the first
         // elements of each tensor are all that is read.
@@ -70,12 +68,10 @@ pub fn run(args: InspectArgs) -> Result<(), CliError> {
     } else {
         let bytes = read_input(&args.file)?;
         if has_safetensors_extension(&args.file) {
-            tensorshare::safetensors::from_bytes(&bytes)
-                .map(|object| Report {
-                    format: Format::Safetensors,
-                    object,
-                })
-                .map_err(tensorshare::Error::from)
+            tensorshare::safetensors::from_bytes(&bytes).map(|object| Report {
+                format: Format::Safetensors,
+                object,
+            })
         } else {
             tensorshare::inspect::inspect(&bytes, &registry)
         }
