@@ -230,7 +230,7 @@ fn soak_kill_trials() {
                     });
                     let mut outcomes = outcomes.lock().expect("outcomes");
                     outcomes.push((trial, outcome));
-                    if outcomes.len() % 100 == 0 {
+                    if outcomes.len().is_multiple_of(100) {
                         let _ = writeln!(
                             std::io::stderr(),
                             "soak: {} trials in {:.0} s",

@@ -182,7 +182,7 @@ fn zip_and_legacy_storages_are_windows_of_the_file() {
             .as_slice::<f32>()
             .expect("a view, copied if unaligned");
         assert_eq!(slice, expected);
-        if in_file as usize % 4 != 0 {
+        if !(in_file as usize).is_multiple_of(4) {
             unaligned += 1;
             assert_ne!(slice.as_ptr().cast::<u8>(), in_file, "viewed from a copy");
             let again = weight.as_slice::<f32>().unwrap().as_ptr();
@@ -219,7 +219,7 @@ fn an_unaligned_storage_of_a_truncated_file_is_copied_as_zeros() {
     for i in 0..4 {
         let weight = weight_of(&loaded, i);
         let window = weight.storage().local_segment::<FileWindow>().unwrap();
-        let unaligned = weight.storage().bytes().unwrap().as_ptr() as usize % 4 != 0;
+        let unaligned = !(weight.storage().bytes().unwrap().as_ptr() as usize).is_multiple_of(4);
         let view = weight.as_slice::<f32>().expect("a view of what is left");
         assert_eq!(view.len(), 1000);
         if window.range().start >= 4096 {

@@ -247,11 +247,11 @@ impl Ids {
         let mut repeated = FxHashSet::default();
         let mut stack = vec![root];
         while let Some(value) = stack.pop() {
-            if let Some(identity) = value.shared_identity() {
-                if !seen.insert(identity) {
-                    repeated.insert(identity);
-                    continue;
-                }
+            if let Some(identity) = value.shared_identity()
+                && !seen.insert(identity)
+            {
+                repeated.insert(identity);
+                continue;
             }
             stack.extend(value.children());
         }

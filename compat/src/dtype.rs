@@ -614,7 +614,7 @@ mod tests {
                     Scalar::Float(value) | Scalar::PackedFloat4(value, _) => value,
                     other => panic!("{dtype} decodes to {other:?}"),
                 };
-                value.is_finite().then_some((value, bits % 2 == 0))
+                value.is_finite().then_some((value, bits.is_multiple_of(2)))
             })
             .collect();
         elements.sort_by(|a, b| a.0.total_cmp(&b.0));

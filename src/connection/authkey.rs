@@ -71,7 +71,7 @@ impl Authkey {
     /// text is secret).
     pub fn from_hex(hex: &str) -> Result<Self, ConnectionError> {
         let digits = hex.trim().as_bytes();
-        if digits.len() % 2 != 0 {
+        if !digits.len().is_multiple_of(2) {
             return Err(ConnectionError::InvalidAuthkey(format!(
                 "the hex form has an odd number of digits ({}); write every byte as two digits, \
                  as Python's authkey.hex() does",

@@ -39,61 +39,59 @@ fn count(value: u64) -> String {
 fn needs(options: &DoctorOptions, load: &PlannedLoad) -> Vec<Need> {
     let mut needs = Vec::new();
     let maps_storages = load.strategy != StrategyKind::Bytes;
-    if maps_storages {
-        if let Some(limit) = sysctl("/proc/sys/vm/max_map_count") {
-            let needed = load.tensors.saturating_add(BASELINE);
-            needs.push(Need {
-                limit: "vm.max_map_count",
-                needed,
-                available: limit,
-                shown: count,
-                fix: format!("`sysctl -w vm.max_map_count={}`", needed.saturating_mul(2)),
-            });
-        }
+    if maps_storages && let Some(limit) = sysctl("/proc/sys/vm/max_map_count") {
+        let needed = load.tensors.saturating_add(BASELINE);
+        needs.push(Need {
+            limit: "vm.max_map_count",
+            needed,
+            available: limit,
+            shown: count,
+            fix: format!("`sysctl -w vm.max_map_count={}`", needed.saturating_mul(2)),
+        });
     }
-    if load.strategy == StrategyKind::FileDescriptor {
-        if let Ok((soft, _)) = getrlimit(Resource::RLIMIT_NOFILE) {
-            let needed = load.tensors.saturating_add(BASELINE);
-            needs.push(Need {
-                limit: "open files (`ulimit -n`)",
-                needed,
-                available: soft,
-                shown: count,
-                fix: format!("raise `ulimit -n` to at least {needed}, or use file_system"),
-            });
-        }
+    if load.strategy == StrategyKind::FileDescriptor
+        && let Ok((soft, _)) = getrlimit(Resource::RLIMIT_NOFILE)
+    {
+        let needed = load.tensors.saturating_add(BASELINE);
+        needs.push(Need {
+            limit: "open files (`ulimit -n`)",
+            needed,
+            available: soft,
+            shown: count,
+            fix: format!("raise `ulimit -n` to at least {needed}, or use file_system"),
+        });
     }
     let room_in = match load.strategy {
         StrategyKind::FileSystem => Some(&options.shm_dir),
         StrategyKind::Memmap => Some(&options.temp_dir),
         StrategyKind::FileDescriptor | StrategyKind::Bytes => None,
     };
-    if let Some(dir) = room_in {
-        if let Ok((free, _)) = space(dir) {
-            let fix = if load.strategy == StrategyKind::FileSystem {
-                format!(
-                    "give {} at least {} (`--shm-size`, or remount with a larger size=)",
-                    dir.display(),
-                    human(load.bytes)
-                )
+    if let Some(dir) = room_in
+        && let Ok((free, _)) = space(dir)
+    {
+        let fix = if load.strategy == StrategyKind::FileSystem {
+            format!(
+                "give {} at least {} (`--shm-size`, or remount with a larger size=)",
+                dir.display(),
+                human(load.bytes)
+            )
+        } else {
+            format!(
+                "point TMPDIR at a filesystem with {} free",
+                human(load.bytes)
+            )
+        };
+        needs.push(Need {
+            limit: if load.strategy == StrategyKind::FileSystem {
+                "free space in /dev/shm"
             } else {
-                format!(
-                    "point TMPDIR at a filesystem with {} free",
-                    human(load.bytes)
-                )
-            };
-            needs.push(Need {
-                limit: if load.strategy == StrategyKind::FileSystem {
-                    "free space in /dev/shm"
-                } else {
-                    "free space in the memmap directory"
-                },
-                needed: load.bytes,
-                available: free,
-                shown: human,
-                fix,
-            });
-        }
+                "free space in the memmap directory"
+            },
+            needed: load.bytes,
+            available: free,
+            shown: human,
+            fix,
+        });
     }
     needs
 }

@@ -179,7 +179,7 @@ impl Tensor {
     pub(crate) fn aligned_local_bytes<T>(&self) -> Result<&[u8], ElementError> {
         let bytes = self.local_bytes()?;
         let align = std::mem::align_of::<T>();
-        if (bytes.as_ptr() as usize) % align == 0 {
+        if (bytes.as_ptr() as usize).is_multiple_of(align) {
             return Ok(bytes);
         }
         let Some(window) = self.storage().local_segment::<FileWindow>() else {

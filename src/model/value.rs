@@ -297,10 +297,10 @@ impl<'a> Iterator for Distinct<'a> {
     fn next(&mut self) -> Option<&'a Value> {
         loop {
             let value = self.stack.pop()?;
-            if let Some(identity) = value.shared_identity() {
-                if !self.seen.insert(identity) {
-                    continue;
-                }
+            if let Some(identity) = value.shared_identity()
+                && !self.seen.insert(identity)
+            {
+                continue;
             }
             let start = self.stack.len();
             self.stack.extend(value.children());
@@ -341,7 +341,7 @@ impl<'a> Iterator for Children<'a> {
 fn pair(pairs: &[(Value, Value)], index: usize) -> Option<&Value> {
     pairs
         .get(index / 2)
-        .map(|(k, v)| if index % 2 == 0 { k } else { v })
+        .map(|(k, v)| if index.is_multiple_of(2) { k } else { v })
 }
 
 /// The `index`th value inside an opaque call: callee, arguments, keyword

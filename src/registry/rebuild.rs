@@ -212,10 +212,8 @@ impl<'a> Walker<'a> {
             return Err(RebuildError::Cycle);
         };
         let cached = marks.cached;
-        if cached {
-            if let Some(value) = self.cache.get(&id) {
-                return Ok(value.clone());
-            }
+        if cached && let Some(value) = self.cache.get(&id) {
+            return Ok(value.clone());
         }
         if std::mem::replace(&mut marks.busy, true) {
             return Err(RebuildError::Cycle);

@@ -465,10 +465,10 @@ impl ResourceSharer {
         // listening socket; the connection is there for kernels that do not.
         let _ = threads.listener_waker.shutdown(Shutdown::Both);
         if let Some(acceptor) = threads.acceptor {
-            if !acceptor.is_finished() {
-                if let Ok(socket_address) = self.address.to_socket_addr() {
-                    let _ = UnixStream::connect_addr(&socket_address);
-                }
+            if !acceptor.is_finished()
+                && let Ok(socket_address) = self.address.to_socket_addr()
+            {
+                let _ = UnixStream::connect_addr(&socket_address);
             }
             join_within(acceptor, deadline);
         }

@@ -225,13 +225,13 @@ fn read_from(
             why: error.to_string(),
         })?;
     let data_len = metadata.data_len() as u64;
-    if let Some(available) = available.map(|available| available - header_len) {
-        if data_len != available {
-            return Err(SafetensorsError::DataLength {
-                data_len,
-                available,
-            });
-        }
+    if let Some(available) = available.map(|available| available - header_len)
+        && data_len != available
+    {
+        return Err(SafetensorsError::DataLength {
+            data_len,
+            available,
+        });
     }
     let mut tensors = Vec::new();
     for name in metadata.offset_keys() {

@@ -101,12 +101,12 @@ impl<'de, 'b> ValueDeserializer<'de, 'b> {
     fn pairs(&self) -> Result<Option<&'de [(Value, Value)]>, SerdeError> {
         match self.value {
             Value::Dict(pairs) | Value::OrderedDict(pairs) => {
-                if let Some((Value::Str(key), _)) = pairs.first() {
-                    if &**key == PASSED_KEY {
-                        return Err(SerdeError::custom(format!(
-                            "the dict key {PASSED_KEY:?} is tensorshare's own"
-                        )));
-                    }
+                if let Some((Value::Str(key), _)) = pairs.first()
+                    && &**key == PASSED_KEY
+                {
+                    return Err(SerdeError::custom(format!(
+                        "the dict key {PASSED_KEY:?} is tensorshare's own"
+                    )));
                 }
                 Ok(Some(pairs))
             }

@@ -237,10 +237,10 @@ impl SerdeError {
     /// serde's visitors only see what they were handed
     /// (`Unexpected::Map` for a tensor passed through).
     pub(crate) fn found_here(mut self, value: &Value) -> Self {
-        if self.is_here() {
-            if let SerdeErrorKind::Mismatch { found, .. } = &mut self.kind {
-                *found = describe(value);
-            }
+        if self.is_here()
+            && let SerdeErrorKind::Mismatch { found, .. } = &mut self.kind
+        {
+            *found = describe(value);
         }
         self
     }

@@ -52,7 +52,7 @@ pub fn contiguous(dtype: DType, sizes: &[usize], seed: u8, shared: bool) -> Tens
     let storage = if dtype == DType::Bool {
         Storage::from_vec(
             (0..elements)
-                .map(|i| u8::from((i + seed as usize) % 3 == 0))
+                .map(|i| u8::from((i + seed as usize).is_multiple_of(3)))
                 .collect(),
         )
     } else {

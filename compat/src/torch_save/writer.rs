@@ -159,7 +159,7 @@ impl<'a> SavedStorage<'a> {
     /// elements.
     pub fn numel(&self, format: TorchSaveFormat) -> Result<u64, WriteError> {
         let size = self.class_dtype(format).map_or(1, DType::element_size);
-        if self.data().len() % size != 0 {
+        if !self.data().len().is_multiple_of(size) {
             return Err(WriteError::RaggedStorage {
                 key: self.key.to_owned(),
                 nbytes: self.data().len(),

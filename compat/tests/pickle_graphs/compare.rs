@@ -137,15 +137,15 @@ pub fn same_graph(original: &Pickle, decoded: &Pickle) -> Result<(), String> {
                 }
                 None => {}
             }
-            if let Some(&other) = backward.get(&b) {
-                if !one_per_value {
-                    return Err(format!(
-                        "nodes {} and {} were decoded as one node {}",
-                        other.index(),
-                        a.index(),
-                        b.index()
-                    ));
-                }
+            if let Some(&other) = backward.get(&b)
+                && !one_per_value
+            {
+                return Err(format!(
+                    "nodes {} and {} were decoded as one node {}",
+                    other.index(),
+                    a.index(),
+                    b.index()
+                ));
             }
             forward.insert(a, b);
             backward.insert(b, a);

@@ -232,11 +232,11 @@ impl Builder {
         let mut seen = HashSet::new();
         let mut pairs = Vec::new();
         for (name, index) in attributes {
-            if seen.insert(name) {
-                if let Some((value, _)) = self.pick(*index) {
-                    let key = self.pickle.push(Node::Str(name.clone()));
-                    pairs.push((key, value));
-                }
+            if seen.insert(name)
+                && let Some((value, _)) = self.pick(*index)
+            {
+                let key = self.pickle.push(Node::Str(name.clone()));
+                pairs.push((key, value));
             }
         }
         pairs

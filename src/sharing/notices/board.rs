@@ -91,10 +91,10 @@ impl NoticeBoard {
 
     /// Adds `key` for a storage already mapped here that arrived again.
     pub(crate) fn arrived_again(&self, identity: FileIdentity, address: &[u8], key: i64) {
-        if let Some(notice) = lock(&self.entries).get_mut(&identity) {
-            if notice.address == address {
-                notice.keys.push(key);
-            }
+        if let Some(notice) = lock(&self.entries).get_mut(&identity)
+            && notice.address == address
+        {
+            notice.keys.push(key);
         }
     }
 

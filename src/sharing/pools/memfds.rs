@@ -128,10 +128,11 @@ impl MemfdPool {
                 continue;
             };
             tracked.outstanding.retain(|&k| k != key);
-            if tracked.outstanding.is_empty() && !tracked.fetched {
-                if let Some(segment) = state.parked.remove(&identity) {
-                    self.make_idle(&mut state, segment, now);
-                }
+            if tracked.outstanding.is_empty()
+                && !tracked.fetched
+                && let Some(segment) = state.parked.remove(&identity)
+            {
+                self.make_idle(&mut state, segment, now);
             }
         }
     }

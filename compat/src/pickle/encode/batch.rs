@@ -47,7 +47,7 @@ pub(super) fn plan_batches(len: usize, style: BatchStyle) -> Vec<Chunk> {
         BatchStyle::ExactDict | BatchStyle::Set => {
             if len == 1 && matches!(style, BatchStyle::ExactDict) {
                 chunks[0].marked = false;
-            } else if len > 0 && len % BATCH_SIZE == 0 {
+            } else if len > 0 && len.is_multiple_of(BATCH_SIZE) {
                 chunks.push(Chunk {
                     start: len,
                     end: len,

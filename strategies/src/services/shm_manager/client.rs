@@ -204,10 +204,12 @@ impl ManagerConnection {
         // Ignored, as documented; a failure that desynchronised the stream
         // has marked the connection broken, and a new own manager has been
         // told of `name` if its object still exists.
-        if let Err(error) = state.link.free(name) {
-            if self.own && link::manager_gone(&error) && self.replace(&mut state).is_ok() {
-                let _ = state.link.free(name);
-            }
+        if let Err(error) = state.link.free(name)
+            && self.own
+            && link::manager_gone(&error)
+            && self.replace(&mut state).is_ok()
+        {
+            let _ = state.link.free(name);
         }
         if at_once {
             let _ = state.link.flush_frees();

@@ -101,7 +101,7 @@ impl FileWindow {
             return Ok(copy.as_bytes());
         }
         let bytes = self.as_bytes();
-        if (bytes.as_ptr() as usize) % align.max(1) == 0 {
+        if (bytes.as_ptr() as usize).is_multiple_of(align.max(1)) {
             return Ok(bytes);
         }
         let copy = BytesSegment::copy_of(bytes)?;
