@@ -63,6 +63,8 @@ pub mod inspect;
 pub mod torch_save;
 // The limits shared memory runs into, checked before they bite.
 pub mod doctor;
+// The names a program uses most, for a glob import.
+pub mod prelude;
 
 // The model: tensors, storages and the values a pickle rebuilds into.
 pub use model::{
