@@ -29,6 +29,8 @@ macro_rules! testing_pub_use {
 // which `scripts/check-layers` checks. One comment per layer keeps rustfmt
 // from sorting them.
 
+// Locks that outlive a panicking holder.
+mod sync;
 // Tensors, storages and the values a pickle rebuilds into.
 mod model;
 // Rust types as Python objects through serde: to_value, from_value.

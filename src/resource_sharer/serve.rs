@@ -19,9 +19,10 @@ use tensorshare_compat::connection::{
 use tensorshare_compat::resource_sharer::{MAX_REQUEST_LEN, SharerRequest};
 use tensorshare_strategies::platform::fd_passing::send_fd_batch;
 
-use super::server::{Shared, lock};
+use super::server::Shared;
 use crate::connection::deadline::DeadlineStream;
 use crate::connection::is_timeout;
+use crate::sync::lock;
 
 /// How long the accept thread waits after a failed `accept` (such as
 /// `EMFILE`, which persists until some fd is closed) before trying again.

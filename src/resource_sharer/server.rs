@@ -10,7 +10,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -21,6 +21,7 @@ use super::registration::{DupFdId, Registration};
 use super::serve::{PeerUids, accept_loop, worker_loop};
 use super::stats::{Counters, SharerStats};
 use crate::connection::{Address, ConnectionError, PrivateTempDir, RegisteredFds};
+use crate::sync::lock;
 
 /// How long shutdown waits for a thread before leaving it behind.
 const JOIN_GRACE: Duration = Duration::from_secs(2);
@@ -182,12 +183,6 @@ impl Shared {
         unmapped.extend(known.into_iter().take(kept));
         (kept, closed)
     }
-}
-
-/// Locks `mutex`, carrying on if a thread panicked while holding it: every
-/// critical section leaves the data consistent.
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 struct Threads {

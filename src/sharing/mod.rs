@@ -14,8 +14,6 @@
 
 // The layers, bottom to top: each imports only those declared before it.
 
-// Locks that outlive a panicking holder.
-mod sync;
 // The memory a context hands out again: memfds, file_system segments and
 // memmap files its storages held, and received segments kept mapped.
 mod pools;

@@ -130,11 +130,11 @@ impl SharingContext {
     /// kernel's open events tell; files whose opens cannot be counted are
     /// not among them.
     pub(super) fn unopened_sent_files(&self) -> usize {
-        self.sent_files
-            .leases()
-            .iter()
-            .filter(|lease| self.pools.memmap_file_opened(lease.path()) == Some(false))
-            .count()
+        let leases = self.sent_files.leases();
+        let opened = self
+            .pools
+            .memmap_files_opened(leases.iter().map(|lease| lease.path()));
+        opened.into_iter().filter(|&all| all == Some(false)).count()
     }
 
     /// Leaves on disk, past this context, every sent file whose messages
@@ -143,8 +143,12 @@ impl SharingContext {
     /// file of zeros. They are reclaimed as a killed sender's files are
     /// ([`FileLease::leave_for_receivers`](tensorshare_strategies::memmap::FileLease::leave_for_receivers)).
     pub(super) fn leave_unopened_sent_files(&self) {
-        for lease in self.sent_files.leases() {
-            if self.pools.memmap_file_opened(lease.path()) != Some(true) {
+        let leases = self.sent_files.leases();
+        let opened = self
+            .pools
+            .memmap_files_opened(leases.iter().map(|lease| lease.path()));
+        for (lease, all) in leases.iter().zip(opened) {
+            if all != Some(true) {
                 lease.leave_for_receivers();
             }
         }

@@ -12,7 +12,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::Instant;
 
-use crate::sharing::sync::lock;
+use crate::sync::lock;
 
 /// A queue whose entries fall due.
 pub(crate) trait ExpiringQueue: Send + 'static {

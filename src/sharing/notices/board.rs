@@ -24,7 +24,7 @@ use tensorshare_strategies::file_descriptor::{
 use super::releases::Releases;
 use crate::sharing::pools::DormantMappings;
 use crate::sharing::pools::watched::{Watched, Watcher};
-use crate::sharing::sync::lock;
+use crate::sync::lock;
 
 /// What this process owes the senders of the storages it received with
 /// fds attached: the keys to report unmapped once each storage dies here.

@@ -18,7 +18,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use crate::resource_sharer::{join_within, release_fds, report_unmapped};
-use crate::sharing::sync::lock;
+use crate::sync::lock;
 
 /// How long keys gather before a batch goes out.
 const BATCH_WINDOW: Duration = Duration::from_millis(10);

@@ -17,7 +17,7 @@ use tensorshare_strategies::file_system::{
 
 use super::aging::AgingMap;
 use super::watched::Watcher;
-use crate::sharing::sync::lock;
+use crate::sync::lock;
 
 /// How long a dormant mapping waits for its object to arrive again.
 const DORMANT_LIFETIME: Duration = Duration::from_secs(2);

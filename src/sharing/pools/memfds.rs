@@ -31,7 +31,7 @@ use super::aging::AgingMap;
 use super::by_length::{ByLength, kept_bytes_limit};
 use super::watched::Watcher;
 use crate::resource_sharer::KeyReports;
-use crate::sharing::sync::lock;
+use crate::sync::lock;
 
 /// How long a segment waits for its receivers' reports after its storage
 /// died here before the pool frees it.

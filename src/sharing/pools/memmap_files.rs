@@ -67,7 +67,7 @@ use tensorshare_strategies::platform::open_watch::OpenWatch;
 use super::Pool;
 use super::parked::Parked;
 use super::watched::Watcher;
-use crate::sharing::sync::lock;
+use crate::sync::lock;
 
 /// `memmap` files this process made for storages, and those of them whose
 /// storage died here, by length, oldest first.
@@ -234,16 +234,24 @@ impl MemmapPool {
         sends.messages += 1;
     }
 
-    /// Whether every message this process sent naming the file at `path`
-    /// has been opened by its receiver, torch's `from_file` or ours; `None`
-    /// where that cannot be told: the directory cannot be watched, or the
-    /// kernel dropped events.
-    pub(crate) fn all_opened(&self, path: &Path) -> Option<bool> {
-        let name = path.file_name()?;
+    /// For each of `paths`, whether every message this process sent naming
+    /// the file there has been opened by its receiver, torch's `from_file`
+    /// or ours; `None` where that cannot be told: the directory cannot be
+    /// watched, or the kernel dropped events. The kernel's events are read
+    /// once for them all.
+    pub(crate) fn all_opened<'p>(
+        &self,
+        paths: impl IntoIterator<Item = &'p Path>,
+    ) -> Vec<Option<bool>> {
         let mut state = lock(&self.state);
-        let seen = state.seen.as_mut()?;
-        seen.watch.refresh();
-        seen.all_opened(name)
+        let seen = state.seen.as_mut().map(|seen| {
+            seen.watch.refresh();
+            &*seen
+        });
+        paths
+            .into_iter()
+            .map(|path| seen?.all_opened(path.file_name()?))
+            .collect()
     }
 }
 

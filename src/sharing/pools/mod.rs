@@ -178,10 +178,14 @@ impl Pools {
         self.memmap_files.sent(segment);
     }
 
-    /// Whether every message this process sent naming the `memmap` file at
-    /// `path` has been opened; `None` where that cannot be told.
-    pub(crate) fn memmap_file_opened(&self, path: &Path) -> Option<bool> {
-        self.memmap_files.all_opened(path)
+    /// For each `memmap` file at `paths`, whether every message this
+    /// process sent naming it has been opened; `None` where that cannot be
+    /// told.
+    pub(crate) fn memmap_files_opened<'p>(
+        &self,
+        paths: impl IntoIterator<Item = &'p Path>,
+    ) -> Vec<Option<bool>> {
+        self.memmap_files.all_opened(paths)
     }
 
     /// Pools `memmap` files of `dir` from now on, letting go of those kept.

@@ -57,7 +57,7 @@ use tensorshare_strategies::file_system::FileSystemSegment;
 use super::Pool;
 use super::parked::Parked;
 use super::watched::Watcher;
-use crate::sharing::sync::lock;
+use crate::sync::lock;
 
 /// `file_system` segments this process allocated for storages that died
 /// here, by length, oldest first.

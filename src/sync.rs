@@ -2,8 +2,8 @@
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-/// `mutex` locked, whether or not a holder panicked: every state kept
-/// behind one in this layer is whole at each point its lock is let go.
+/// `mutex` locked, whether or not a holder panicked: every state the crate
+/// keeps behind one is whole at each point its lock is let go.
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
