@@ -11,9 +11,8 @@ use std::hint::black_box;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use tensorshare::{
-    Authkey, DType, Registry, SharingContext, Storage, StrategyKind, Tensor, TensorView, Value,
-};
+use tensorshare::model::{Storage, TensorView};
+use tensorshare::{Authkey, DType, Registry, SharingContext, StrategyKind, Tensor, Value};
 use tensorshare_compat::pickle::{EncodeOptions, Limits, decode_all, encode};
 
 /// The system allocator, counting allocations.

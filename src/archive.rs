@@ -6,7 +6,6 @@ use std::path::PathBuf;
 use tensorshare_compat::torch_save::{self, TorchSaveFormat};
 
 // Why a torch.save file could not be read, from the format crate.
-pub use tensorshare_compat::torch_save::TorchSaveError;
 
 use crate::model::Value;
 use crate::registry::audit::GlobalAudit;
@@ -17,7 +16,7 @@ use crate::registry::{LoadError, Registry};
 ///
 /// Storages saved on any device (`cuda:0`, `mps`, ...) read as CPU
 /// storages, as `torch.load(map_location="cpu")` reads them;
-/// [`Storage::saved_location`](crate::Storage::saved_location) says where each was saved.
+/// [`Storage::saved_location`](crate::model::Storage::saved_location) says where each was saved.
 ///
 /// # Errors
 ///

@@ -49,7 +49,8 @@ use crate::serde_value::SerdeError;
 ///
 /// ```
 /// use tensorshare::connection::ConnectionError;
-/// use tensorshare::{Address, Authkey, Error, SharingContext};
+/// use tensorshare::{Authkey, Error, SharingContext};
+/// use tensorshare::connection::Address;
 ///
 /// let sharing = SharingContext::new(Authkey::random()?);
 /// let nowhere = Address::unique_abstract("nobody-listens")?;
@@ -173,11 +174,12 @@ pub enum Error {
         /// The pinned strategy.
         strategy: tensorshare_strategies::StrategyKind,
     },
-    /// A connection authenticated with one authkey was used with a
+    /// A connection authenticated with one authkey was given to
+    /// [`Connection::new`](crate::Connection::new) with a
     /// [`SharingContext`](crate::SharingContext) holding another.
     #[error(
         "this connection was authenticated with another authkey than the SharingContext \
-         sending or receiving on it holds: its peer would fail to fetch the storages sent to \
+         given to Connection::new holds: its peer would fail to fetch the storages sent to \
          it, and this process to fetch the peer's; make connections from the context \
          (SharingContext::connect, SharingContext::listen) so that they share one key"
     )]
@@ -254,6 +256,22 @@ fn shared_memory_over_tcp_message(form: &str, peer: Option<&SocketAddr>) -> Stri
 }
 
 impl Error {
+    /// Whether the peer closed the connection between messages: the end
+    /// of its stream, where a loop over [`Connection::recv`](crate::Connection::recv)
+    /// stops. A peer that hangs up inside a message is not this, but a
+    /// [`ConnectionError::Receive`] naming the truncated frame.
+    pub fn is_closed(&self) -> bool {
+        matches!(self, Self::Connection(ConnectionError::Closed))
+    }
+
+    /// Whether only one peer failed, during its handshake (another key, or
+    /// silence past the handshake timeout): a server that
+    /// [accepts](crate::Listener::accept) logs it and accepts the next
+    /// peer.
+    pub fn is_handshake_failure(&self) -> bool {
+        matches!(self, Self::Connection(error) if error.is_handshake_failure())
+    }
+
     /// The OS error behind this one, if an I/O operation failed: a socket,
     /// a file, the resource sharer's connection, or one of these while
     /// attaching a storage or reading an embedded archive. The segment
@@ -353,10 +371,9 @@ mod tests {
     use tensorshare_compat::torch_save::write_legacy;
 
     use super::*;
-    use crate::connection::{ConnectionError, ConnectionOptions};
-    use crate::{
-        Authkey, Client, DType, SharingContext, Storage, StrategyKind, Tensor, TensorView, Value,
-    };
+    use crate::connection::{Client, ConnectionError, ConnectionOptions};
+    use crate::model::{Storage, TensorView};
+    use crate::{Authkey, DType, SharingContext, StrategyKind, Tensor, Value};
 
     /// `error` as anyhow's `{:?}` prints it: the message, then every
     /// `source()` under `Caused by:`.

@@ -36,7 +36,8 @@ use tensorshare_compat::dtype::Scalar;
 use tensorshare_compat::pickle::Global;
 use tensorshare_compat::torch_save::TorchSaveFormat;
 
-use crate::{DType, Error, Opaque, Registry, Tensor, Value};
+use crate::model::Opaque;
+use crate::{DType, Error, Registry, Tensor, Value};
 
 /// Elements shown per tensor.
 pub const HEAD_ELEMENTS: usize = 8;

@@ -32,16 +32,22 @@ macro_rules! testing_pub_use {
 // Locks that outlive a panicking holder.
 mod sync;
 // Tensors, storages and the values a pickle rebuilds into.
-mod model;
+pub mod model;
 // Rust types as Python objects through serde: to_value, from_value.
-mod serde_value;
+pub mod serde_value;
 // The allowlist, the walker and every rebuilder.
 pub mod registry;
 // Writing values as pickles, and as torch.save files.
 pub mod reduce;
+#[cfg(feature = "testing")]
 pub mod save;
+#[cfg(not(feature = "testing"))]
+mod save;
 // Reading torch.save files.
+#[cfg(feature = "testing")]
 pub mod archive;
+#[cfg(not(feature = "testing"))]
+mod archive;
 // The .safetensors format, on the safetensors crate.
 #[cfg(feature = "safetensors")]
 mod safetensors_format;
@@ -68,22 +74,21 @@ pub mod doctor;
 // The names a program uses most, for a glob import.
 pub mod prelude;
 
-// The model: tensors, storages and the values a pickle rebuilds into.
-pub use model::{
-    BATCH_ALIGNMENT, Batch, BatchLayout, BatchWriter, Children, CudaRef, Custom, Dict, Distinct,
-    DupFdRef, Element, ElementError, ElementOffsets, MemmapRef, Opaque, OpaqueCall, PathSegment,
-    Residence, SegmentRef, Storage, StorageAllocator, StorageKind, StorageWriter, Tensor,
-    TensorSlot, TensorView, Value, ValueAccessError, ViewError,
-};
+// The entry points: a process's sharing state and its connections, the
+// key they authenticate with, the allowlist, and the one error.
+pub use connection::Authkey;
+pub use error::Error;
+pub use messages::{Connection, Listener};
+pub use registry::Registry;
+pub use sharing::SharingContext;
+// What messages and files hold: tensors and the values around them (the
+// rest of the model is in `model`).
+pub use model::{DType, Dict, Tensor, Value};
+pub use tensorshare_strategies::StrategyKind;
 // Rust types as Python objects, through serde; and serde itself, the one
 // these implement, for deriving through `tensorshare::serde`.
 pub use serde;
-pub use serde_value::{SerdeError, SerdeErrorKind, from_value, to_value};
-// What the model is made of, from the format crate: dtypes, elements,
-// globals, byte buffers and the torch.save layouts.
-pub use tensorshare_compat::dtype::{DType, Scalar};
-pub use tensorshare_compat::pickle::{Global, SharedBytes};
-pub use tensorshare_compat::torch_save::TorchSaveFormat;
+pub use serde_value::{from_value, to_value};
 // The crates of the element types and typed views: `half::f16`,
 // `num_complex::Complex<f32>`, `bytemuck::Pod`, and under the `ndarray`
 // feature the array views; an embedder names them through these, at the
@@ -93,11 +98,3 @@ pub use half;
 #[cfg(feature = "ndarray")]
 pub use ndarray;
 pub use num_complex;
-// The memory a local storage lives in, from the strategy crate.
-pub use tensorshare_strategies::{AllocateError, Segment, StrategyKind};
-// The entry points: the allowlist, a process's sharing state, connections.
-pub use connection::{Address, Authkey, Client, Connection, Listener};
-pub use registry::{Reduction, Registry};
-pub use sharing::SharingContext;
-// The facade error, wrapping every layer's.
-pub use error::Error;

@@ -148,18 +148,16 @@ pub fn from_bytes(bytes: &[u8]) -> Result<Value, Error> {
 /// would:
 ///
 /// ```
-/// use tensorshare::archive::load_torch_save;
-/// use tensorshare::save::save_torch;
-/// use tensorshare::{Dict, Registry, StrategyKind, Tensor, TorchSaveFormat, Value};
+/// use tensorshare::torch_save::{self, TorchSaveFormat};
+/// use tensorshare::{Dict, StrategyKind, Tensor, Value};
 ///
 /// let dir = std::env::temp_dir().join(format!("tensorshare-save-doc-{}", std::process::id()));
 /// std::fs::create_dir_all(&dir).expect("a scratch directory");
 /// let bias = Tensor::from_slice(&StrategyKind::Bytes, &[0.5f32, -0.5], &[2])?;
-/// let saved = save_torch(&Dict::new().with("fc.bias", bias).into(), TorchSaveFormat::Zip)?;
+/// let saved = torch_save::to_bytes(&Dict::new().with("fc.bias", bias).into(), TorchSaveFormat::Zip)?;
 /// std::fs::write(dir.join("pytorch_model.bin"), saved).expect("the .bin written");
 ///
-/// let bytes = std::fs::read(dir.join("pytorch_model.bin")).expect("the .bin read");
-/// let (_, state_dict) = load_torch_save(&bytes, &Registry::default())?;
+/// let state_dict = torch_save::load(dir.join("pytorch_model.bin"))?;
 /// tensorshare::safetensors::save(&state_dict, dir.join("model.safetensors"))?;
 ///
 /// let tensors: Value = tensorshare::safetensors::load(dir.join("model.safetensors"))?;

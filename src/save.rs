@@ -41,7 +41,8 @@ use crate::registry::TypeReducers;
 /// # Examples
 ///
 /// ```
-/// use tensorshare::{StrategyKind, Tensor, TorchSaveFormat, Value};
+/// use tensorshare::{StrategyKind, Tensor, Value};
+/// use tensorshare::torch_save::TorchSaveFormat;
 /// use tensorshare::save::save_torch;
 ///
 /// let tensor = Tensor::from_slice(&StrategyKind::Bytes, &[1.0f32, 2.0, 3.0], &[3]).unwrap();

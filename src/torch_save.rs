@@ -64,6 +64,7 @@ use crate::registry::saved::{read_options, rebuild_archive};
 use crate::save::{any_source_changed, partial_file_beside, write_torch};
 
 pub use crate::archive::FileError;
+pub use tensorshare_compat::torch_save::TorchSaveError;
 pub use tensorshare_compat::torch_save::TorchSaveFormat;
 
 /// Reads the `torch.save` file (zip or legacy) at `path` with the default
@@ -172,6 +173,31 @@ pub fn from_bytes(bytes: &[u8]) -> Result<Value, Error> {
         .map_err(Error::from)
 }
 
+/// `value` as the bytes of a `torch.save` file of `format`, built in
+/// memory: for a file that goes somewhere other than a path (see
+/// [`write`](fn@write) for any writer that seeks).
+///
+/// # Errors
+///
+/// As [`write`](fn@write).
+///
+/// # Examples
+///
+/// ```
+/// use tensorshare::torch_save::{self, TorchSaveFormat};
+/// use tensorshare::{Dict, StrategyKind, Tensor, Value};
+///
+/// let bias = Tensor::from_slice(&StrategyKind::Bytes, &[0.5f32, -0.5], &[2])?;
+/// let file = torch_save::to_bytes(&Dict::new().with("fc.bias", &bias).into(), TorchSaveFormat::Zip)?;
+/// assert!(file.starts_with(b"PK\x03\x04"));
+/// let back: Value = torch_save::from_bytes(&file)?;
+/// assert_eq!(back.try_get::<&Tensor>("fc.bias")?, &bias);
+/// # Ok::<(), tensorshare::Error>(())
+/// ```
+pub fn to_bytes(value: &Value, format: TorchSaveFormat) -> Result<Vec<u8>, Error> {
+    Ok(crate::save::save_torch(value, format)?)
+}
+
 /// Writes `value` to `path` as a zip `torch.save` file, which stock torch
 /// loads with `torch.load(path, weights_only=True)`.
 ///
@@ -189,8 +215,7 @@ pub fn save(value: &Value, path: impl AsRef<Path>) -> Result<(), Error> {
 /// # Errors
 ///
 /// [`Error::Reduce`] for a value with no torch.save form or a storage whose
-/// bytes are not at hand ([`save_torch`](crate::save::save_torch) says
-/// which), [`FileError::Write`] when the file cannot be written, and
+/// bytes are not at hand (its message says which), [`FileError::Write`] when the file cannot be written, and
 /// [`FileError::SourceChanged`] when a storage's own file shrank while it
 /// was written out (nothing is written then).
 pub fn save_as(

@@ -9,10 +9,9 @@ mod support;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use tensorshare::connection::ConnectionOptions;
-use tensorshare::{
-    Authkey, BATCH_ALIGNMENT, Batch, Dict, Listener, SharingContext, StrategyKind, Tensor, Value,
-};
+use tensorshare::connection::Address;
+use tensorshare::model::{BATCH_ALIGNMENT, Batch};
+use tensorshare::{Authkey, Dict, SharingContext, StrategyKind, Tensor, Value};
 use tensorshare_strategies::file_descriptor::{FdSegment, FileIdentity};
 
 use support::eventually;
@@ -106,11 +105,11 @@ fn a_rust_receiver_gets_one_storage_with_every_view_aligned() {
         let authkey = Authkey::random().unwrap();
         let producer = SharingContext::new(authkey.clone()).with_strategy(strategy);
         let consumer = SharingContext::new(authkey);
-        let (mut tx, mut rx) = support::connection_pair();
+        let (mut tx, mut rx) = support::connection_pair(&producer, &consumer);
         let batch = odd_batch(&producer, 10);
         assert_eq!(batch.storage().kind().name(), strategy.name());
-        tx.send(&message(&batch), &producer).expect("send");
-        let received = rx.recv(&consumer).expect("recv");
+        tx.send(&message(&batch)).expect("send");
+        let received = rx.recv().expect("recv");
         check_received(&received, 10);
     }
 }
@@ -204,8 +203,9 @@ fn a_torch_receiver_rebuilds_one_storage_per_batch() {
     for strategy in STRATEGIES {
         let authkey = Authkey::random().unwrap();
         let sharing = SharingContext::new(authkey.clone()).with_strategy(strategy);
-        let listener =
-            Listener::bind_unique_abstract(&authkey, ConnectionOptions::default()).expect("listen");
+        let listener = sharing
+            .listen(&Address::unique_abstract("listener").expect("an abstract name"))
+            .expect("listen");
         let mut child = Command::new(&python)
             .args(["-c", TORCH_RECEIVER, &listener.address().to_string()])
             .env("TENSORSHARE_AUTHKEY", authkey.to_hex())
@@ -214,9 +214,9 @@ fn a_torch_receiver_rebuilds_one_storage_per_batch() {
             .expect("start python");
         let mut connection = listener.accept().expect("torch connects");
         let batch = odd_batch(&sharing, 20);
-        connection.send(&message(&batch), &sharing).expect("send");
-        let report = connection.recv(&sharing).expect("torch's report");
-        connection.send(&Value::None, &sharing).expect("done");
+        connection.send(&message(&batch)).expect("send");
+        let report = connection.recv().expect("torch's report");
+        connection.send(&Value::None).expect("done");
         assert!(child.wait().expect("python exits").success());
 
         let what = format!("{strategy}: {report:?}");
@@ -263,11 +263,11 @@ fn a_batch_memfd_comes_back_once_the_receiver_drops_every_view() {
     let authkey = Authkey::random().unwrap();
     let producer = SharingContext::new(authkey.clone()).with_strategy(StrategyKind::FileDescriptor);
     let consumer = SharingContext::new(authkey);
-    let (mut tx, mut rx) = support::connection_pair();
+    let (mut tx, mut rx) = support::connection_pair(&producer, &consumer);
     let batch = odd_batch(&producer, 1);
     let first = memfd(&batch);
-    tx.send(&message(&batch), &producer).expect("send");
-    let received = rx.recv(&consumer).expect("recv");
+    tx.send(&message(&batch)).expect("send");
+    let received = rx.recv().expect("recv");
     drop(batch);
 
     // The receiver keeps one label: the whole storage stays its.

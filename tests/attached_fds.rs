@@ -6,20 +6,16 @@ mod support;
 
 use std::os::fd::AsFd;
 
-use tensorshare::connection::ConnectionOptions;
-use tensorshare::{
-    Authkey, Client, Connection, DType, Listener, SharingContext, StrategyKind, Value,
-};
+use tensorshare::{Authkey, Connection, DType, SharingContext, StrategyKind, Value};
 
 use support::{cases, open_fds, settle_unfetched};
 
-/// A connected pair: (sender's end, receiver's end).
-fn pair(authkey: &Authkey) -> (Connection, Connection) {
-    let listener = Listener::bind_in_private_dir(authkey, ConnectionOptions::default())
-        .expect("bind listener");
+/// A connected pair: (`sender`'s end, `receiver`'s end).
+fn pair(sender: &SharingContext, receiver: &SharingContext) -> (Connection, Connection) {
+    let listener = receiver.listen_in_private_dir().expect("bind listener");
     let address = listener.address().clone();
     let accepting = std::thread::spawn(move || listener.accept().expect("accept"));
-    let client = Client::connect(&address, authkey, ConnectionOptions::default()).expect("connect");
+    let client = sender.connect(&address).expect("connect");
     (client, accepting.join().expect("accept thread"))
 }
 
@@ -32,12 +28,12 @@ fn attached_fds_are_mapped_and_their_keys_given_back() {
     let _counts = support::process_counts::making();
     let authkey = Authkey::random().expect("authkey");
     let sender = SharingContext::new(authkey.clone()).with_strategy(StrategyKind::FileDescriptor);
-    let receiver = SharingContext::new(authkey.clone());
-    let (mut out, mut inbound) = pair(&authkey);
+    let receiver = SharingContext::new(authkey);
+    let (mut out, mut inbound) = pair(&sender, &receiver);
     for seed in 0..50 {
         let sent = tensor(seed);
-        out.send(&sent, &sender).expect("send");
-        let got = inbound.recv(&receiver).expect("recv");
+        out.send(&sent).expect("send");
+        let got = inbound.recv().expect("recv");
         cases::check_echo(&sent, &got).expect("same tensor");
     }
     assert_eq!(settle_unfetched(&sender), 0, "every key came back");
@@ -63,14 +59,14 @@ fn every_fd_of_a_nested_message_pairs_with_its_dup_fd() {
     let _counts = support::process_counts::making();
     let authkey = Authkey::random().expect("authkey");
     let sender = SharingContext::new(authkey.clone()).with_strategy(StrategyKind::FileDescriptor);
-    let receiver = SharingContext::new(authkey.clone());
-    let (mut out, mut inbound) = pair(&authkey);
+    let receiver = SharingContext::new(authkey);
+    let (mut out, mut inbound) = pair(&sender, &receiver);
     let cases = cases::all(&cases::sharable_dtypes());
     let sent = Value::List(cases.into_iter().map(|case| case.value).collect());
-    out.send(&sent, &sender).expect("send");
+    out.send(&sent).expect("send");
     let storages = sender.sharer_stats().expect("a sharer").pending;
     assert!(storages > 20, "{storages} storages in the message");
-    let got = inbound.recv(&receiver).expect("recv");
+    let got = inbound.recv().expect("recv");
     cases::check_echo(&sent, &got).expect("every storage as sent");
     let mut stats = None;
     support::wait_until(std::time::Duration::from_secs(5), || {
@@ -88,12 +84,12 @@ fn without_attached_fds_every_fd_is_fetched() {
     let sender = SharingContext::new(authkey.clone())
         .with_strategy(StrategyKind::FileDescriptor)
         .with_inline_fds(false);
-    let receiver = SharingContext::new(authkey.clone());
-    let (mut out, mut inbound) = pair(&authkey);
+    let receiver = SharingContext::new(authkey);
+    let (mut out, mut inbound) = pair(&sender, &receiver);
     for seed in 0..20 {
         let sent = tensor(seed);
-        out.send(&sent, &sender).expect("send");
-        let got = inbound.recv(&receiver).expect("recv");
+        out.send(&sent).expect("send");
+        let got = inbound.recv().expect("recv");
         cases::check_echo(&sent, &got).expect("same tensor");
     }
     // Each key counts as served once its fd is on the way, which may be
@@ -112,12 +108,12 @@ fn fds_that_do_not_pair_are_closed_and_the_storage_fetched() {
     let _counts = support::process_counts::counting();
     let authkey = Authkey::random().expect("authkey");
     let sender = SharingContext::new(authkey.clone()).with_strategy(StrategyKind::FileDescriptor);
-    let receiver = SharingContext::new(authkey.clone());
-    let (mut out, mut inbound) = pair(&authkey);
+    let receiver = SharingContext::new(authkey);
+    let (mut out, mut inbound) = pair(&sender, &receiver);
     let stray = std::fs::File::open("/proc/self/exe").expect("open");
     // Warm up, so that lazily made threads and sockets are counted.
-    out.send(&tensor(0), &sender).expect("send");
-    inbound.recv(&receiver).expect("recv");
+    out.send(&tensor(0)).expect("send");
+    inbound.recv().expect("recv");
     let before = open_fds(std::process::id());
     let rounds = 100;
     for seed in 0..rounds {
@@ -129,8 +125,10 @@ fn fds_that_do_not_pair_are_closed_and_the_storage_fetched() {
         } else {
             vec![stray.as_fd()]
         };
-        out.send_bytes_with_fds(&pickle, &attached).expect("send");
-        let got = inbound.recv(&receiver).expect("recv");
+        out.get_mut()
+            .send_bytes_with_fds(&pickle, &attached)
+            .expect("send");
+        let got = inbound.recv().expect("recv");
         cases::check_echo(&sent, &got).expect("the sender's tensor, not the stray file");
     }
     support::wait_until(std::time::Duration::from_secs(5), || {

@@ -7,8 +7,8 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use tensorshare::connection::ConnectionOptions;
-use tensorshare::{Authkey, Client, DType, Error, Listener, SharingContext, StrategyKind, Value};
+use tensorshare::connection::{Client, ConnectionOptions, Listener};
+use tensorshare::{Authkey, Connection, DType, Error, SharingContext, StrategyKind, Value};
 
 use support::cases;
 
@@ -25,11 +25,11 @@ fn connections_a_context_makes_carry_its_key() {
     let accepting = std::thread::spawn(move || listener.accept().expect("accept"));
     let mut out = client.connect(&address).expect("connect");
     let mut inbound = accepting.join().expect("accept thread");
-    assert_eq!(out.authkey(), Some(client.authkey()));
+    assert_eq!(out.get_ref().authkey(), Some(client.authkey()));
     for seed in 0..5 {
         let sent = tensor(seed);
-        out.send(&sent, &client).expect("send");
-        let got = inbound.recv(&server).expect("recv");
+        out.send(&sent).expect("send");
+        let got = inbound.recv().expect("recv");
         cases::check_echo(&sent, &got).expect("same tensor");
     }
 }
@@ -42,18 +42,20 @@ fn a_connection_of_another_key_is_refused_before_anything_is_sent() {
         .expect("listen");
     let address = listener.address().clone();
     let accepting = std::thread::spawn(move || listener.accept().expect("accept"));
-    let mut out =
+    let out =
         Client::connect(&address, &connection_key, ConnectionOptions::default()).expect("connect");
-    let mut inbound = accepting.join().expect("accept thread");
+    let inbound = accepting.join().expect("accept thread");
 
-    let error = out.send(&tensor(1), &sharing).expect_err("another key");
+    // Refused when the connection is bound to the context, before any
+    // value could be sent or received on it.
+    let error = Connection::new(out, &sharing).expect_err("another key");
     assert!(matches!(error, Error::AuthkeyMismatch), "{error:?}");
     assert!(
         error.to_string().contains("SharingContext::connect"),
         "says what to do: {error}"
     );
     assert_eq!(sharing.sharer_stats(), None, "nothing was shared");
-    let error = inbound.recv(&sharing).expect_err("another key");
+    let error = Connection::new(inbound, &sharing).expect_err("another key");
     assert!(matches!(error, Error::AuthkeyMismatch), "{error:?}");
 }
 
@@ -63,9 +65,9 @@ fn a_peer_without_the_key_is_named_as_the_cause() {
         .with_strategy(StrategyKind::FileDescriptor)
         .with_inline_fds(false);
     let stranger = SharingContext::new(Authkey::random().expect("another key"));
-    let (mut out, mut inbound) = support::connection_pair();
-    out.send(&tensor(2), &sender).expect("send");
-    let refused = inbound.recv(&stranger).expect_err("the fetch is refused");
+    let (mut out, mut inbound) = support::connection_pair(&sender, &stranger);
+    out.send(&tensor(2)).expect("send");
+    let refused = inbound.recv().expect_err("the fetch is refused");
     assert!(
         refused.to_string().contains("authkey"),
         "the receiver is told why: {refused}"
@@ -82,10 +84,13 @@ fn a_peer_without_the_key_is_named_as_the_cause() {
     // The receiver leaves as a torch process whose fetch failed would; the
     // failure is said once, as the cause of what follows, then no more.
     let stranger2 = SharingContext::new(Authkey::random().expect("a third key"));
-    out.send(&tensor(3), &sender).expect("send");
-    let _ = inbound.recv(&stranger2);
+    // The same end of the socket pair, now receiving through `stranger2`.
+    let mut inbound = Connection::new(inbound.into_inner(), &stranger2)
+        .expect("an unauthenticated end binds to any context");
+    out.send(&tensor(3)).expect("send");
+    let _ = inbound.recv();
     drop(inbound);
-    let error = out.recv(&sender).expect_err("the peer is gone");
+    let error = out.recv().expect_err("the peer is gone");
     match &error {
         Error::PeerAuthkey {
             failures: 2,
@@ -97,7 +102,7 @@ fn a_peer_without_the_key_is_named_as_the_cause() {
         error.to_string().contains("the connection then failed"),
         "{error}"
     );
-    let again = out.send(&tensor(4), &sender).expect_err("still gone");
+    let again = out.send(&tensor(4)).expect_err("still gone");
     assert!(
         matches!(again, Error::Connection(_)),
         "reported once: {again:?}"
@@ -111,10 +116,10 @@ fn a_producer_waits_until_its_storages_are_fetched() {
         .with_strategy(StrategyKind::FileDescriptor)
         .with_inline_fds(false);
     let receiver = SharingContext::new(authkey);
-    let (mut out, mut inbound) = support::connection_pair();
+    let (mut out, mut inbound) = support::connection_pair(&sender, &receiver);
     let sent: Vec<Value> = (0..4).map(tensor).collect();
     for value in &sent {
-        out.send(value, &sender).expect("send");
+        out.send(value).expect("send");
     }
     assert_eq!(sender.unfetched_shares(), 4);
 
@@ -133,7 +138,7 @@ fn a_producer_waits_until_its_storages_are_fetched() {
     let reading = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(200));
         (0..4)
-            .map(|_| inbound.recv(&receiver).expect("recv"))
+            .map(|_| inbound.recv().expect("recv"))
             .collect::<Vec<_>>()
     });
     sender
@@ -178,7 +183,7 @@ except Exception as error:
         .spawn()
         .expect("start the torch consumer");
     let mut connection = listener.accept().expect("accept");
-    connection.send(&tensor(5), &sharing).expect("send");
+    connection.send(&tensor(5)).expect("send");
     let error = sharing
         .wait_until_fetched(Duration::from_secs(60))
         .expect_err("the consumer's fetch is refused");
@@ -191,6 +196,6 @@ except Exception as error:
     assert_eq!(status.code(), Some(3), "{stderr}");
     assert!(stderr.contains("digest sent was rejected"), "{stderr}");
     // Reported once already: what follows is the plain broken connection.
-    let after = connection.recv(&sharing).expect_err("the consumer left");
+    let after = connection.recv().expect_err("the consumer left");
     assert!(matches!(after, Error::Connection(_)), "{after:?}");
 }

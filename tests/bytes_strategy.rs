@@ -7,8 +7,9 @@ mod support;
 
 use std::os::unix::net::UnixStream;
 
-use tensorshare::connection::ConnectionOptions;
-use tensorshare::{Authkey, Connection, DType, SharedBytes, SharingContext, StrategyKind, Value};
+use tensorshare::connection::{self, ConnectionOptions};
+use tensorshare::model::SharedBytes;
+use tensorshare::{Authkey, Connection, DType, SharingContext, StrategyKind, Value};
 
 use support::{Server, cases, test_python};
 
@@ -50,8 +51,11 @@ fn what_a_message_gave_survives_the_messages_after_it() {
     // `bytes` value may change when the next message arrives.
     let sharing = bytes_context(&Authkey::random().unwrap());
     let (tx, rx) = UnixStream::pair().unwrap();
-    let mut sender = Connection::from_stream(tx, ConnectionOptions::default());
-    let mut receiver = Connection::from_stream(rx, ConnectionOptions::default());
+    let options = ConnectionOptions::default();
+    let mut sender = Connection::new(connection::Connection::from_stream(tx, options), &sharing)
+        .expect("bind the sender's end");
+    let mut receiver = Connection::new(connection::Connection::from_stream(rx, options), &sharing)
+        .expect("bind the receiver's end");
     let message = |seed: u8| {
         Value::Tuple(
             vec![
@@ -66,12 +70,10 @@ fn what_a_message_gave_survives_the_messages_after_it() {
     let received: Vec<Value> = std::thread::scope(|scope| {
         scope.spawn(|| {
             for value in &sent {
-                sender.send(value, &sharing).unwrap();
+                sender.send(value).unwrap();
             }
         });
-        sent.iter()
-            .map(|_| receiver.recv(&sharing).unwrap())
-            .collect()
+        sent.iter().map(|_| receiver.recv().unwrap()).collect()
     });
     for (sent, received) in sent.iter().zip(&received) {
         cases::check_echo(sent, received).unwrap();
@@ -96,13 +98,13 @@ fn every_case_comes_back_intact_as_a_copy() {
     let mut server = Server::echo(&authkey, "bytes");
     for sender in [StrategyKind::FileDescriptor, StrategyKind::Bytes] {
         let sharing = SharingContext::new(authkey.clone()).with_strategy(sender);
-        let mut connection = server.connect(&authkey);
-        support::assert_echoes_intact(&mut server, &mut connection, &sharing, &sender.to_string());
+        let mut connection = server.connect(&sharing);
+        support::assert_echoes_intact(&mut server, &mut connection, &sender.to_string());
         let sent = cases::contiguous(DType::Int64, &[8, 8], 9, true);
         let value =
             Value::List(vec![Value::Tensor(sent.clone()), Value::Tensor(sent.clone())].into());
-        connection.send(&value, &sharing).unwrap();
-        let echoed = connection.recv(&sharing).unwrap();
+        connection.send(&value).unwrap();
+        let echoed = connection.recv().unwrap();
         cases::check_echo(&value, &echoed).unwrap();
         let tensors = echoed.tensors();
         assert_eq!(tensors.len(), 1, "{sender}: aliasing kept");
@@ -142,9 +144,9 @@ fn tensorshare_sends_bytes_to_a_stock_torch_echo() {
     let authkey = Authkey::random().unwrap();
     let mut server = Server::torch_echo(&python, &authkey, "file_descriptor");
     let sharing = bytes_context(&authkey);
-    let mut connection = server.connect(&authkey);
+    let mut connection = server.connect(&sharing);
     // torch rebuilds our plain pickles and answers by file_descriptor.
-    support::assert_echoes_intact(&mut server, &mut connection, &sharing, "torch echo");
+    support::assert_echoes_intact(&mut server, &mut connection, "torch echo");
 }
 
 /// A 2 MiB uint8 tensor of `byte`, pickled with the bytes strategy, and
@@ -152,10 +154,10 @@ fn tensorshare_sends_bytes_to_a_stock_torch_echo() {
 /// count).
 fn large_bytes_pickle(sharing: &SharingContext, byte: u8) -> (Vec<u8>, usize) {
     const LEN: usize = 2 << 20;
-    let storage = tensorshare::Storage::from_vec(vec![byte; LEN]);
+    let storage = tensorshare::model::Storage::from_vec(vec![byte; LEN]);
     let tensor = tensorshare::Tensor::new(
         storage,
-        tensorshare::TensorView::contiguous(DType::UInt8, &[LEN]),
+        tensorshare::model::TensorView::contiguous(DType::UInt8, &[LEN]),
     )
     .unwrap();
     let pickle = sharing.dumps(&Value::Tensor(tensor)).unwrap();
@@ -177,17 +179,17 @@ fn large_storages_received_are_intact_while_held_and_after_others_are_dropped() 
     // buffer rather than a copy; the next message must land elsewhere, and
     // a dropped storage's buffer may serve a later message.
     let sharing = bytes_context(&Authkey::random().unwrap());
-    let (mut sender, mut receiver) = support::connection_pair();
+    let (mut sender, mut receiver) = support::connection_pair(&sharing, &sharing);
     let pickles: Vec<Vec<u8>> = (1..=6).map(|i| large_bytes_pickle(&sharing, i).0).collect();
     std::thread::scope(|scope| {
         scope.spawn(|| {
             for pickle in &pickles {
-                sender.send_bytes(pickle).unwrap();
+                sender.get_mut().send_bytes(pickle).unwrap();
             }
         });
         let mut held = Vec::new();
         for (index, expected) in (1..=6u8).enumerate() {
-            let value = receiver.recv(&sharing).unwrap();
+            let value = receiver.recv().unwrap();
             let tensor = value.as_tensor().unwrap().clone();
             let bytes = tensor.storage().bytes().unwrap();
             assert_eq!(bytes.len(), 2 << 20);
@@ -213,33 +215,33 @@ fn a_large_storage_whose_count_lies_or_whose_message_is_cut_short_is_refused() {
     for count in [(2u64 << 20) + 1, u64::MAX, 1 << 62] {
         let mut lying = pickle.clone();
         lying[start - 8..start].copy_from_slice(&count.to_le_bytes());
-        let (mut sender, mut receiver) = support::connection_pair();
+        let (mut sender, mut receiver) = support::connection_pair(&sharing, &sharing);
         std::thread::scope(|scope| {
             scope.spawn(|| {
-                sender.send_bytes(&lying).unwrap();
-                sender.send_bytes(&pickle).unwrap();
+                sender.get_mut().send_bytes(&lying).unwrap();
+                sender.get_mut().send_bytes(&pickle).unwrap();
             });
-            let error = receiver.recv(&sharing).unwrap_err().to_string();
+            let error = receiver.recv().unwrap_err().to_string();
             assert!(
                 error.contains("bytes") || error.contains("pickle refused"),
                 "{count}: {error}"
             );
             // The connection serves the next message, a good one.
-            let value = receiver.recv(&sharing).unwrap();
+            let value = receiver.recv().unwrap();
             let bytes = value.as_tensor().unwrap().storage().bytes().unwrap();
             assert!(bytes.iter().all(|b| *b == 0x5a));
         });
     }
     // A frame that promises the whole pickle and ends halfway.
-    let (sender, mut receiver) = support::connection_pair();
+    let (sender, mut receiver) = support::connection_pair(&sharing, &sharing);
     let writer = std::thread::spawn(move || {
         use std::io::Write;
-        let mut stream = sender.into_stream();
+        let mut stream = sender.into_inner().into_stream();
         let len = i32::try_from(pickle.len()).unwrap();
         stream.write_all(&len.to_be_bytes()).unwrap();
         stream.write_all(&pickle[..pickle.len() / 2]).unwrap();
     });
-    let error = receiver.recv(&sharing).unwrap_err().to_string();
+    let error = receiver.recv().unwrap_err().to_string();
     writer.join().unwrap();
     assert!(
         error.contains("closed") || error.contains("short") || error.contains("bytes"),

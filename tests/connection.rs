@@ -17,8 +17,11 @@ use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use tensorshare::connection::{ConnectionError, ConnectionOptions, Dialect};
-use tensorshare::{Address, Authkey, Client, Connection, Listener, Registry, Value};
+use tensorshare::connection::Address;
+use tensorshare::connection::{
+    Client, Connection, ConnectionError, ConnectionOptions, Dialect, Listener,
+};
+use tensorshare::{Authkey, Registry, Value};
 use tensorshare_compat::connection::{AuthError, Rejection};
 
 use support::{test_python, unique_address};

@@ -14,9 +14,8 @@ use serde_json::Value as Json;
 
 use tensorshare::archive::load_torch_save;
 use tensorshare::connection::AUTHKEY_ENV;
-use tensorshare::{
-    Authkey, DType, Registry, SharingContext, Storage, StrategyKind, Tensor, TensorView, Value,
-};
+use tensorshare::model::{Storage, TensorView};
+use tensorshare::{Authkey, DType, Registry, SharingContext, StrategyKind, Tensor, Value};
 
 use support::{expect_success, test_python, torch_describes};
 

@@ -23,8 +23,10 @@ mod support;
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use tensorshare::{Authkey, DType, SharingContext, Storage, StrategyKind, Value};
-use tensorshare::{Tensor, TensorView};
+use tensorshare::Tensor;
+use tensorshare::model::Storage;
+use tensorshare::model::TensorView;
+use tensorshare::{Authkey, DType, SharingContext, StrategyKind, Value};
 
 use support::kill_trials::{self, Peers, Strategy, Trial, Victim};
 use support::{Server, bound_abstract_names, test_python, tree, wait_until};
@@ -150,8 +152,8 @@ fn fd_sharer_trial(trial: usize) -> Result<(), String> {
     let (mut command, address) = Server::echo_command(&authkey, "file_descriptor");
     command.env("TMPDIR", tmp.path());
     let mut server = Server::start(command, address);
-    let sharing = SharingContext::new(authkey.clone());
-    let mut connection = server.connect(&authkey);
+    let sharing = SharingContext::new(authkey);
+    let mut connection = server.connect(&sharing);
     for round in 0..=trial {
         let mut writer =
             Storage::allocate(StrategyKind::FileDescriptor, 4096).map_err(|e| e.to_string())?;
@@ -162,9 +164,12 @@ fn fd_sharer_trial(trial: usize) -> Result<(), String> {
         )
         .map_err(|e| e.to_string())?;
         connection
-            .send(&Value::Tensor(tensor), &sharing)
+            .send(&Value::Tensor(tensor))
             .map_err(|e| e.to_string())?;
-        let reply = connection.recv_bytes().map_err(|e| e.to_string())?;
+        let reply = connection
+            .get_mut()
+            .recv_bytes()
+            .map_err(|e| e.to_string())?;
         if !reply.windows(5).any(|window| window == b"DupFd") {
             return Err("the echo is not a file_descriptor pickle".into());
         }
@@ -199,7 +204,7 @@ const HOARDER_ENV: &str = "TENSORSHARE_CRASH_HOARDER";
 
 /// Sends `count` tensors over `connection` and reads each echo as bytes,
 /// so that none of the echoes' fds is fetched or given back.
-fn send_and_hoard(connection: &mut tensorshare::Connection, sharing: &SharingContext, count: u8) {
+fn send_and_hoard(connection: &mut tensorshare::Connection, count: u8) {
     for round in 0..count {
         let mut writer = Storage::allocate(StrategyKind::FileDescriptor, 4096).expect("allocate");
         writer.as_bytes_mut().fill(round);
@@ -209,9 +214,9 @@ fn send_and_hoard(connection: &mut tensorshare::Connection, sharing: &SharingCon
         )
         .expect("tensor");
         connection
-            .send(&Value::Tensor(tensor), sharing)
+            .send(&Value::Tensor(tensor))
             .expect("send a tensor");
-        let echo = connection.recv_bytes().expect("an echo");
+        let echo = connection.get_mut().recv_bytes().expect("an echo");
         assert!(echo.windows(5).any(|window| window == b"DupFd"));
     }
 }
@@ -223,17 +228,12 @@ fn hoarder_role() {
     let setting = support::role_setting(HOARDER_ENV);
     let mut fields = setting.split(' ');
     let mut field = || fields.next().expect("ADDRESS HEX COUNT");
-    let address: tensorshare::Address = field().parse().expect("address");
+    let address: tensorshare::connection::Address = field().parse().expect("address");
     let authkey = Authkey::from_hex(field()).expect("authkey");
     let count: u8 = field().parse().expect("count");
-    let sharing = SharingContext::new(authkey.clone());
-    let mut connection = tensorshare::Client::connect(
-        &address,
-        &authkey,
-        tensorshare::connection::ConnectionOptions::default(),
-    )
-    .expect("connect");
-    send_and_hoard(&mut connection, &sharing, count);
+    let sharing = SharingContext::new(authkey);
+    let mut connection = sharing.connect(&address).expect("connect");
+    send_and_hoard(&mut connection, count);
     println!("hoarding");
     std::thread::sleep(Duration::from_secs(600));
 }
@@ -260,8 +260,8 @@ fn a_killed_clients_unfetched_fds_are_closed_by_the_server() {
     // A client that hangs up alive may still unpickle what it read: the
     // server keeps those fds for their unfetched lifetime.
     let sharing = SharingContext::new(authkey.clone());
-    let mut connection = server.connect(&authkey);
-    send_and_hoard(&mut connection, &sharing, 3);
+    let mut connection = server.connect(&sharing);
+    send_and_hoard(&mut connection, 3);
     drop(connection);
     // Time for a wrong close of the echoes to show; then only the fd of the
     // last tensor received may still be going.

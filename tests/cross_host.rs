@@ -14,11 +14,10 @@ use std::time::{Duration, Instant};
 
 use support::netns::{Host, TorchAcrossHosts};
 use support::{Server, cases, python_script};
-use tensorshare::connection::{ConnectionError, ConnectionOptions};
-use tensorshare::{
-    Address, Authkey, Client, Connection, DType, Error, SharingContext, Storage, Tensor,
-    TensorView, Value,
-};
+use tensorshare::connection::Address;
+use tensorshare::connection::{Client, ConnectionError, ConnectionOptions};
+use tensorshare::model::{Storage, TensorView};
+use tensorshare::{Authkey, Connection, DType, Error, SharingContext, Tensor, Value};
 
 /// A stock torch echo listener sending back plain pickles.
 const TORCH_ECHO: [&str; 2] = ["tcp_peer.py", "serve"];
@@ -45,10 +44,12 @@ fn torch_listener(
     Server::start_reporting(torch)
 }
 
-/// A connection from this thread to `address`, with `options`.
-fn connect(address: &Address, authkey: &Authkey, options: ConnectionOptions) -> Connection {
-    Client::connect(address, authkey, options)
-        .unwrap_or_else(|e| panic!("connect to {address}: {e}"))
+/// A connection from this thread to `address`, with `options`, whose
+/// values go through `sharing` (and which authenticates with its key).
+fn connect(address: &Address, sharing: &SharingContext, options: ConnectionOptions) -> Connection {
+    let connection = Client::connect(address, sharing.authkey(), options)
+        .unwrap_or_else(|e| panic!("connect to {address}: {e}"));
+    Connection::new(connection, sharing).expect("a connection made with the context's key")
 }
 
 /// How many fds this process has open.
@@ -71,8 +72,8 @@ fn a_rust_client_echoes_every_case_through_a_torch_listener_on_another_host() {
         // The context prefers file_system, as by default: over TCP
         // every storage goes as bytes all the same.
         let sharing = SharingContext::new(authkey.clone());
-        let mut connection = connect(&address, authkey, ConnectionOptions::default());
-        cases::echo_failures(&mut connection, &sharing)
+        let mut connection = connect(&address, &sharing, ConnectionOptions::default());
+        cases::echo_failures(&mut connection)
     });
     // Torch's plain pickle writes each tensor's storage on its own
     // (`pickle.loads(pickle.dumps([a[:3], a[3:]]))` gives two storages), so
@@ -108,10 +109,10 @@ fn a_wrong_authkey_from_a_rust_client_is_refused_by_a_torch_listener() {
     // The listener refused that client only: the right key still gets in.
     let echoed = rust_host.run_on(|| {
         let sharing = SharingContext::new(authkey.clone());
-        let mut connection = connect(&address, authkey, ConnectionOptions::default());
+        let mut connection = connect(&address, &sharing, ConnectionOptions::default());
         connection
-            .send(&Value::Int(19), &sharing)
-            .and_then(|()| connection.recv(&sharing))
+            .send(&Value::Int(19))
+            .and_then(|()| connection.recv())
     });
     let echoed = echoed.expect("an echo after the refusal");
     assert!(matches!(echoed, Value::Int(19)), "{echoed:?}");
@@ -182,16 +183,16 @@ fn a_3_gib_tensor_crosses_to_torch_and_back_in_the_long_length_form() {
     let options = ConnectionOptions::default().with_max_message_bytes(LARGE_BYTES + (1 << 20));
     let (sent_in, received_in, echoed) = rust_host.run_on(|| {
         let sharing = SharingContext::new(authkey.clone());
-        let mut connection = connect(&address, authkey, options);
+        let mut connection = connect(&address, &sharing, options);
         // One copy of the tensor at a time on each side: ours is gone
         // once sent, before torch sends its own back.
         let tensor = Value::Tensor(large_tensor());
         let start = Instant::now();
-        connection.send(&tensor, &sharing).expect("send 3 GiB");
+        connection.send(&tensor).expect("send 3 GiB");
         let sent_in = start.elapsed();
         drop(tensor);
         let start = Instant::now();
-        let echoed = connection.recv(&sharing).expect("receive 3 GiB");
+        let echoed = connection.recv().expect("receive 3 GiB");
         (sent_in, start.elapsed(), echoed)
     });
     let Value::Tensor(echoed) = echoed else {
@@ -240,8 +241,9 @@ fn a_torch_sender_that_vanishes_mid_message_fails_the_read_within_its_timeout() 
     let address = torch.address.clone();
     let fds_before = own_fds();
     let timeout = Duration::from_secs(3);
+    let sharing = SharingContext::new(authkey.clone());
     let mut connection =
-        rust_host.run_on(|| connect(&address, authkey, ConnectionOptions::default()));
+        rust_host.run_on(|| connect(&address, &sharing, ConnectionOptions::default()));
     // Torch writes 256 MiB, pickled before it listened, as soon as the
     // connection is up. Unread, at most the socket buffers' few MiB of it
     // get through before its write blocks: the message is in flight when
@@ -251,13 +253,13 @@ fn a_torch_sender_that_vanishes_mid_message_fails_the_read_within_its_timeout() 
     let _ = torch.child.kill();
     let _ = torch.child.wait();
 
-    let sharing = SharingContext::new(authkey.clone());
     connection
+        .get_mut()
         .set_read_timeout(Some(timeout))
         .expect("set a read timeout");
     let start = Instant::now();
     let error = connection
-        .recv(&sharing)
+        .recv()
         .expect_err("a message from a vanished sender");
     let waited = start.elapsed();
     assert!(
@@ -297,8 +299,9 @@ fn a_rust_sender_whose_torch_receiver_vanishes_fails_the_write_within_its_timeou
         });
         rust_host.run_on(|| {
             let sharing = SharingContext::new(authkey.clone());
-            let mut connection = connect(&address, authkey, ConnectionOptions::default());
+            let mut connection = connect(&address, &sharing, ConnectionOptions::default());
             connection
+                .get_mut()
                 .set_write_timeout(Some(timeout))
                 .expect("set a write timeout");
             let view = TensorView::contiguous(DType::UInt8, &[256 << 20]);
@@ -306,7 +309,7 @@ fn a_rust_sender_whose_torch_receiver_vanishes_fails_the_write_within_its_timeou
             let tensor = Value::Tensor(Tensor::new(storage, view).expect("a contiguous view"));
             let start = Instant::now();
             let error = connection
-                .send(&tensor, &sharing)
+                .send(&tensor)
                 .expect_err("256 MiB sent to a receiver that is gone");
             (error, start.elapsed())
         })
@@ -355,11 +358,11 @@ fn shared_memory_handles_from_a_torch_listener_are_refused() {
         let address = torch.address.clone();
         let error = rust_host.run_on(|| {
             let sharing = SharingContext::new(authkey.clone());
-            let mut connection = connect(&address, authkey, ConnectionOptions::default());
+            let mut connection = connect(&address, &sharing, ConnectionOptions::default());
             let tensor = Value::Tensor(cases::contiguous(DType::Float32, &[4], 1, false));
-            connection.send(&tensor, &sharing).expect("send a tensor");
+            connection.send(&tensor).expect("send a tensor");
             connection
-                .recv(&sharing)
+                .recv()
                 .expect_err("a shared-memory handle from another host was taken")
         });
         // The rebuilder's failure, naming it, around the refusal.

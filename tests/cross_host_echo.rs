@@ -16,8 +16,7 @@ use support::{
     ChildGuard, Server, cases, eventually, expect_success, open_fds, output_within, python_script,
     tensorshare_exe,
 };
-use tensorshare::connection::ConnectionOptions;
-use tensorshare::{Authkey, Client, SharingContext};
+use tensorshare::{Authkey, SharingContext};
 
 /// How long a torch driver may take for all its cases.
 const DRIVE_LIMIT: Duration = Duration::from_secs(120);
@@ -95,9 +94,10 @@ fn a_rust_client_on_another_host_echoes_every_case_over_ipv6() {
     assert!(address.to_string().starts_with('['), "{address}");
     let failures = client_host.run_on(|| {
         let sharing = SharingContext::new(authkey.clone());
-        let mut connection = Client::connect(&address, &authkey, ConnectionOptions::default())
+        let mut connection = sharing
+            .connect(&address)
             .unwrap_or_else(|e| panic!("connect to {address}: {e}"));
-        cases::echo_failures(&mut connection, &sharing)
+        cases::echo_failures(&mut connection)
     });
     assert!(failures.is_empty(), "echoes differ: {failures:#?}");
 }
@@ -145,11 +145,10 @@ fn echo_serves_on_after_a_torch_client_vanishes_mid_message() {
     let address = echo.address.clone();
     let failures = echo_host.run_on(|| {
         let sharing = SharingContext::new(authkey.clone());
-        let mut connection = Client::connect(&address, authkey, ConnectionOptions::default())
-            .unwrap_or_else(|e| {
-                panic!("connect to {address} after the torch client vanished: {e}")
-            });
-        cases::echo_failures(&mut connection, &sharing)
+        let mut connection = sharing.connect(&address).unwrap_or_else(|e| {
+            panic!("connect to {address} after the torch client vanished: {e}")
+        });
+        cases::echo_failures(&mut connection)
     });
     assert!(failures.is_empty(), "echoes differ: {failures:#?}");
 }

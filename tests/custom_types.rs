@@ -7,10 +7,9 @@ mod support;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
-use tensorshare::{
-    Authkey, Custom, DType, Global, Reduction, Registry, SharingContext, StrategyKind, Tensor,
-    Value,
-};
+use tensorshare::model::{Custom, Global};
+use tensorshare::registry::Reduction;
+use tensorshare::{Authkey, DType, Registry, SharingContext, StrategyKind, Tensor, Value};
 
 use support::cases;
 
@@ -175,8 +174,8 @@ assert conn.recv() == "done"
         ]
         .into(),
     );
-    connection.send(&sent, &sharing).expect("send");
-    let reply = connection.recv(&sharing).expect("recv");
+    connection.send(&sent).expect("send");
+    let reply = connection.recv().expect("recv");
     let [Value::Custom(point), Value::Custom(sample)] = reply.as_sequence().expect("a list") else {
         panic!("{reply:?}");
     };
@@ -192,7 +191,7 @@ assert conn.recv() == "done"
         .expect("read");
     assert_eq!(line.trim(), "ok");
     connection
-        .send(&Value::Str("done".into()), &sharing)
+        .send(&Value::Str("done".into()))
         .expect("send done");
     assert!(child.wait().expect("peer exits").success());
 }

@@ -6,8 +6,8 @@ mod support;
 
 use std::time::Duration;
 
-use tensorshare::connection::{AUTHKEY_ENV, ConnectionOptions};
-use tensorshare::{Authkey, Client, DType, SharingContext, StrategyKind, Value};
+use tensorshare::connection::{AUTHKEY_ENV, Client, ConnectionOptions};
+use tensorshare::{Authkey, DType, SharingContext, StrategyKind, Value};
 use tensorshare_strategies::file_descriptor::FdSegment;
 
 use support::{Server, cases, open_fds, settle_unfetched, shared_mappings, wait_until};
@@ -18,8 +18,8 @@ fn every_case_comes_back_intact() {
     let authkey = Authkey::random().unwrap();
     let mut server = Server::echo(&authkey, "file_descriptor");
     let sharing = SharingContext::new(authkey.clone()).with_strategy(StrategyKind::FileDescriptor);
-    let mut connection = server.connect(&authkey);
-    support::assert_echoes_intact(&mut server, &mut connection, &sharing, "echo");
+    let mut connection = server.connect(&sharing);
+    support::assert_echoes_intact(&mut server, &mut connection, "echo");
 }
 
 #[test]
@@ -28,9 +28,9 @@ fn an_echoed_storage_is_the_storage_sent() {
     let authkey = Authkey::random().unwrap();
     let server = Server::echo(&authkey, "file_descriptor");
     let sharing = SharingContext::new(authkey.clone()).with_strategy(StrategyKind::FileDescriptor);
-    let mut connection = server.connect(&authkey);
+    let mut connection = server.connect(&sharing);
     let sent = cases::contiguous(DType::Float32, &[1024], 1, true);
-    let (_echoed, storages) = cases::echo_times(&mut connection, &sharing, &sent, 1);
+    let (_echoed, storages) = cases::echo_times(&mut connection, &sent, 1);
     // torch's shared_cache semantics: the fd that comes back names the
     // memfd that was sent, so it resolves to the very same storage.
     assert!(storages[0].same_as(sent.storage()));
@@ -39,12 +39,10 @@ fn an_echoed_storage_is_the_storage_sent() {
     let heap = cases::contiguous(DType::Int32, &[64], 2, false);
     let mut inodes = Vec::new();
     for _ in 0..3 {
-        connection
-            .send(&Value::Tensor(heap.clone()), &sharing)
-            .unwrap();
-        let back = connection.recv(&sharing).unwrap();
+        connection.send(&Value::Tensor(heap.clone())).unwrap();
+        let back = connection.recv().unwrap();
         let storage = back.as_tensor().unwrap().storage().clone();
-        let tensorshare::Residence::Local(segment) = storage.residence() else {
+        let tensorshare::model::Residence::Local(segment) = storage.residence() else {
             panic!("echoed storage not mapped here");
         };
         inodes.push(
@@ -63,10 +61,10 @@ fn thousands_of_messages_leak_no_fds_or_mappings() {
     let authkey = Authkey::random().unwrap();
     let server = Server::echo(&authkey, "file_descriptor");
     let sharing = SharingContext::new(authkey.clone()).with_strategy(StrategyKind::FileDescriptor);
-    let mut connection = server.connect(&authkey);
+    let mut connection = server.connect(&sharing);
     let same = Value::Tensor(cases::contiguous(DType::Float32, &[256], 3, true));
     // Alternate one storage sent again and again with fresh ones.
-    let mut round = |n: usize| cases::echo_alternating(&mut connection, &sharing, &same, n, true);
+    let mut round = |n: usize| cases::echo_alternating(&mut connection, &same, n, true);
     round(200);
     settle(&sharing);
     let (fds, maps) = (open_fds(server.pid()), shared_mappings(server.pid()));
@@ -119,7 +117,7 @@ fn settle(sharing: &SharingContext) {
 /// Sends `payload` as one message on a fresh connection and expects the
 /// server to hang up instead of answering.
 fn expect_refusal(server: &Server, authkey: &Authkey, payload: &[u8], name: &str) {
-    let mut connection = server.connect(authkey);
+    let mut connection = server.connect_bytes(authkey);
     connection.send_bytes(payload).unwrap();
     connection
         .set_read_timeout(Some(Duration::from_secs(20)))
@@ -134,11 +132,11 @@ fn expect_refusal(server: &Server, authkey: &Authkey, payload: &[u8], name: &str
     );
 }
 
-fn still_serves(server: &Server, authkey: &Authkey, sharing: &SharingContext) {
-    let mut connection = server.connect(authkey);
+fn still_serves(server: &Server, sharing: &SharingContext) {
+    let mut connection = server.connect(sharing);
     let value = Value::Tensor(cases::contiguous(DType::Int16, &[8], 5, false));
-    connection.send(&value, sharing).unwrap();
-    let echoed = connection.recv(sharing).unwrap();
+    connection.send(&value).unwrap();
+    let echoed = connection.recv().unwrap();
     cases::check_echo(&value, &echoed).unwrap();
 }
 
@@ -176,12 +174,12 @@ fn bad_messages_close_only_their_connection() {
     ];
     for (name, payload) in &payloads {
         expect_refusal(&server, &authkey, payload, name);
-        still_serves(&server, &authkey, &sharing);
+        still_serves(&server, &sharing);
         assert!(!marker.exists(), "{name}: code ran");
     }
     let wrong = Authkey::new(b"not the key".to_vec());
     assert!(Client::connect(&server.address, &wrong, ConnectionOptions::default()).is_err());
-    still_serves(&server, &authkey, &sharing);
+    still_serves(&server, &sharing);
 
     let stderr = server.stop_and_read_stderr();
     for reason in ["not allowed", "truncated", "cannot fetch"] {
@@ -220,15 +218,20 @@ fn sigterm_and_sigint_remove_the_socket() {
         // Leave an fd unfetched in the echo: a message whose echo is read as
         // bytes, never unpickled, so that its fd is never fetched.
         let sharing = SharingContext::new(authkey.clone());
-        let mut connection = server.connect(&authkey);
+        let mut connection = server.connect(&sharing);
         connection
-            .send(
-                &Value::Tensor(cases::contiguous(DType::Float32, &[16], 1, true)),
-                &sharing,
-            )
+            .send(&Value::Tensor(cases::contiguous(
+                DType::Float32,
+                &[16],
+                1,
+                true,
+            )))
             .unwrap();
         // The echo has answered, so its share is registered.
-        connection.recv_bytes().expect("the echo of the tensor");
+        connection
+            .get_mut()
+            .recv_bytes()
+            .expect("the echo of the tensor");
         let sharer_dirs = std::fs::read_dir(dir.path())
             .unwrap()
             .flatten()
@@ -310,7 +313,7 @@ fn the_authkey_comes_from_the_environment_a_file_or_the_command_line() {
     let address = support::unique_address("echo-env");
     let mut command = tensorshare(&["echo", "--listen", &address.to_string()]);
     command.env(AUTHKEY_ENV, authkey.to_hex());
-    still_serves(&Server::start(command, address), &authkey, &sharing);
+    still_serves(&Server::start(command, address), &sharing);
     // From a file, with a trailing newline.
     let address = support::unique_address("echo-file");
     let command = tensorshare(&[
@@ -320,7 +323,7 @@ fn the_authkey_comes_from_the_environment_a_file_or_the_command_line() {
         "--authkey-file",
         key_file,
     ]);
-    still_serves(&Server::start(command, address), &authkey, &sharing);
+    still_serves(&Server::start(command, address), &sharing);
 
     // None, or two at once, is a usage error.
     let hex = authkey.to_hex();

@@ -13,11 +13,9 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use nix::sys::resource::{Resource, getrlimit, setrlimit};
-use tensorshare::connection::ConnectionOptions;
-use tensorshare::{
-    Address, Authkey, Client, DType, Listener, SharingContext, StrategyKind, Tensor, TensorView,
-    Value,
-};
+use tensorshare::connection::Address;
+use tensorshare::model::TensorView;
+use tensorshare::{Authkey, DType, SharingContext, StrategyKind, Tensor, Value};
 
 use support::{ChildGuard, exit_within, open_fds, shared_mappings};
 
@@ -80,9 +78,8 @@ fn receiver_setup() -> (SharingContext, tensorshare::Connection) {
     let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).expect("getrlimit");
     setrlimit(Resource::RLIMIT_NOFILE, FD_LIMIT, hard).expect("setrlimit");
     let authkey = Authkey::from_env().expect("authkey").expect("authkey set");
-    let sharing = SharingContext::new(authkey.clone()).with_strategy(StrategyKind::FileDescriptor);
-    let listener =
-        Listener::bind_in_private_dir(&authkey, ConnectionOptions::default()).expect("bind");
+    let sharing = SharingContext::new(authkey).with_strategy(StrategyKind::FileDescriptor);
+    let listener = sharing.listen_in_private_dir().expect("bind");
     println!("listening {}", listener.address());
     std::io::stdout().flush().expect("flush");
     let connection = listener.accept().expect("accept");
@@ -109,7 +106,7 @@ fn child_receiver_entry() {
     let mut held = Vec::with_capacity(count);
     for index in 0..count {
         let value = connection
-            .recv(&sharing)
+            .recv()
             .unwrap_or_else(|e| panic!("tensor {index}: {e}"));
         held.push(tensor_of(value));
         if (index + 1) % 10_000 == 0 {
@@ -154,12 +151,12 @@ fn child_receiver_entry() {
 fn child_map_cap_entry() {
     assert_eq!(support::role_setting(ROLE_ENV), "map-cap");
     let count = count_from_env();
-    let (sharing, mut connection) = receiver_setup();
+    let (_sharing, mut connection) = receiver_setup();
     let mut held = Vec::with_capacity(count);
     let mut refused = None;
     let mut received = 0;
     for index in 0..count {
-        match connection.recv(&sharing) {
+        match connection.recv() {
             Ok(value) => {
                 received += 1;
                 held.push((index, tensor_of(value)));
@@ -246,12 +243,11 @@ fn pattern_tensor(sharing: &SharingContext, index: usize) -> Tensor {
 /// Sends `count` tensors of [`pattern`] from this process.
 fn send_from_rust(address: &Address, authkey: &Authkey, count: usize) {
     let sharing = SharingContext::new(authkey.clone()).with_strategy(StrategyKind::FileDescriptor);
-    let mut connection =
-        Client::connect(address, authkey, ConnectionOptions::default()).expect("connect");
+    let mut connection = sharing.connect(address).expect("connect");
     for index in 0..count {
         let tensor = pattern_tensor(&sharing, index);
         connection
-            .send(&Value::Tensor(tensor), &sharing)
+            .send(&Value::Tensor(tensor))
             .unwrap_or_else(|e| panic!("send {index}: {e}"));
     }
 }

@@ -11,7 +11,8 @@ use std::io::Write;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use tensorshare::{Authkey, DType, SharingContext, Storage, StrategyKind, Value};
+use tensorshare::model::Storage;
+use tensorshare::{Authkey, DType, SharingContext, StrategyKind, Value};
 use tensorshare_strategies::file_system::{FileSystemSegment, HEADER_BYTES, SegmentName};
 use tensorshare_strategies::services::shm_manager;
 use tensorshare_strategies::{AllocateError, Segment, UnixUser};
@@ -35,8 +36,8 @@ fn every_case_comes_back_intact() {
     let authkey = Authkey::random().unwrap();
     let mut server = Server::echo(&authkey, "file_system");
     let sharing = fs_context(&authkey);
-    let mut connection = server.connect(&authkey);
-    support::assert_echoes_intact(&mut server, &mut connection, &sharing, "file_system echo");
+    let mut connection = server.connect(&sharing);
+    support::assert_echoes_intact(&mut server, &mut connection, "file_system echo");
 }
 
 #[test]
@@ -45,11 +46,11 @@ fn an_echoed_segment_is_the_one_sent_and_counts_return_to_one() {
     let authkey = Authkey::random().unwrap();
     let server = Server::echo(&authkey, "file_system");
     let sharing = fs_context(&authkey);
-    let mut connection = server.connect(&authkey);
+    let mut connection = server.connect(&sharing);
 
     // A heap storage moves into one segment, however often it is sent.
     let sent = cases::contiguous(DType::Float32, &[1024], 1, false);
-    let (echoed, storages) = cases::echo_times(&mut connection, &sharing, &sent, 3);
+    let (echoed, storages) = cases::echo_times(&mut connection, &sent, 3);
     assert!(storages.windows(2).all(|w| w[0].same_as(&w[1])));
     let segment = fs_segment(&storages[0]);
     assert_eq!(storages[0].bytes(), sent.storage().bytes());
@@ -81,9 +82,9 @@ fn thousands_of_messages_leave_nothing_behind() {
     let authkey = Authkey::random().unwrap();
     let server = Server::echo(&authkey, "file_system");
     let sharing = fs_context(&authkey);
-    let mut connection = server.connect(&authkey);
+    let mut connection = server.connect(&sharing);
     let same = Value::Tensor(cases::contiguous(DType::Float32, &[256], 3, false));
-    let mut round = |n: usize| cases::echo_alternating(&mut connection, &sharing, &same, n, false);
+    let mut round = |n: usize| cases::echo_alternating(&mut connection, &same, n, false);
     round(100);
     let server_segments = || segments_of(server.pid()).len();
     let (fds, maps) = (open_fds(server.pid()), shared_mappings(server.pid()));
@@ -141,11 +142,9 @@ fn hostile_segment_references_are_refused_and_the_server_keeps_serving() {
     // A real segment, announced larger than it is; a name with a path in
     // it; a name that does not exist.
     let real = cases::contiguous(DType::UInt8, &[16], 9, false);
-    let mut connection = server.connect(&authkey);
-    connection
-        .send(&Value::Tensor(real.clone()), &sharing)
-        .unwrap();
-    let echoed = connection.recv(&sharing).unwrap();
+    let mut connection = server.connect(&sharing);
+    connection.send(&Value::Tensor(real.clone())).unwrap();
+    let echoed = connection.recv().unwrap();
     let segment = fs_segment(echoed.as_tensor().unwrap().storage());
     let manager = segment.manager().as_bytes().to_vec();
     let name = segment.name().as_str().as_bytes().to_vec();
@@ -155,11 +154,11 @@ fn hostile_segment_references_are_refused_and_the_server_keeps_serving() {
         ("missing", b"/torch_1_2_3".to_vec(), 16),
     ] {
         let pickle = cases::filename_tensor_pickle(&manager, &name, nbytes);
-        let mut hostile = server.connect(&authkey);
+        let mut hostile = server.connect_bytes(&authkey);
         hostile.send_bytes(&pickle).unwrap();
         assert!(hostile.recv_bytes().is_err(), "{what}: the server answered");
     }
-    let failures = cases::echo_failures(&mut server.connect(&authkey), &sharing);
+    let failures = cases::echo_failures(&mut server.connect(&sharing));
     assert!(failures.is_empty(), "{failures:#?}");
     let stderr = server.stop_and_read_stderr();
     for expected in ["announces 4096", "it names a path", "does not exist"] {
@@ -238,7 +237,7 @@ fn another_users_segment_is_refused_by_echo_under_file_system_and_file_descripto
     ] {
         let authkey = Authkey::random().unwrap();
         let mut server = Server::echo(&authkey, strategy);
-        let mut forger = server.connect(&authkey);
+        let mut forger = server.connect_bytes(&authkey);
         forger.send_bytes(&pickle).unwrap();
         assert!(
             forger.recv_bytes().is_err(),
@@ -246,7 +245,7 @@ fn another_users_segment_is_refused_by_echo_under_file_system_and_file_descripto
         );
         // Other clients are still served.
         let sharing = SharingContext::new(authkey.clone()).with_strategy(kind);
-        let failures = cases::echo_failures(&mut server.connect(&authkey), &sharing);
+        let failures = cases::echo_failures(&mut server.connect(&sharing));
         assert!(failures.is_empty(), "{strategy}: {failures:#?}");
         let stderr = server.stop_and_read_stderr();
         let why = format!("shared-memory segment {} belongs to {owner}", theirs.name);
@@ -293,11 +292,11 @@ fn tensorshare_drives_a_stock_torch_echo() {
     let authkey = Authkey::random().unwrap();
     let mut server = Server::torch_echo(&python, &authkey, "file_system");
     let sharing = fs_context(&authkey);
-    let mut connection = server.connect(&authkey);
-    support::assert_echoes_intact(&mut server, &mut connection, &sharing, "torch echo");
+    let mut connection = server.connect(&sharing);
+    support::assert_echoes_intact(&mut server, &mut connection, "torch echo");
     // torch finds our segment in its cache by name and sends it back.
     let sent = cases::contiguous(DType::Float32, &[64], 4, false);
-    let (_echoed, storages) = cases::echo_times(&mut connection, &sharing, &sent, 2);
+    let (_echoed, storages) = cases::echo_times(&mut connection, &sent, 2);
     assert!(storages[1].same_as(&storages[0]));
     assert_eq!(storages[0].bytes(), sent.storage().bytes());
     assert_eq!(fs_segment(&storages[0]).len(), sent.storage().nbytes());

@@ -669,13 +669,13 @@ fn echo_with_sharer_dir(sharer_dir: &std::path::Path) -> (support::Server, PathB
     let (mut command, address) = support::Server::echo_command(&authkey, "file_descriptor");
     command.env(tensorshare::resource_sharer::SHARER_DIR_ENV, sharer_dir);
     let server = support::Server::start(command, address);
-    let sharing = tensorshare::SharingContext::new(authkey.clone());
-    let mut connection = server.connect(&authkey);
+    let sharing = tensorshare::SharingContext::new(authkey);
+    let mut connection = server.connect(&sharing);
     let tensor = support::cases::contiguous(tensorshare::DType::Float32, &[16], 1, true);
     connection
-        .send(&tensorshare::Value::Tensor(tensor), &sharing)
+        .send(&tensorshare::Value::Tensor(tensor))
         .expect("send a tensor");
-    connection.recv_bytes().expect("its echo");
+    connection.get_mut().recv_bytes().expect("its echo");
     let prefix = format!("tensorshare-sharer-{}-", server.pid());
     let dir = std::fs::read_dir(sharer_dir)
         .expect("list the sharer dir")

@@ -33,7 +33,7 @@ fn views() -> Value {
         &[2, 3],
     )
     .unwrap();
-    let with = |change: &dyn Fn(&mut tensorshare::TensorView)| {
+    let with = |change: &dyn Fn(&mut tensorshare::model::TensorView)| {
         let mut view = weight.view();
         change(&mut view);
         Tensor::new(weight.storage().clone(), view).unwrap()

@@ -8,8 +8,9 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use tensorshare::model::Storage;
 use tensorshare::reduce::PickleBuilder;
-use tensorshare::{Authkey, DType, Error, SharingContext, Storage, StrategyKind, Value};
+use tensorshare::{Authkey, DType, Error, SharingContext, StrategyKind, Value};
 use tensorshare_compat::pickle::{EncodeOptions, Node, NodeId, encode};
 use tensorshare_strategies::memmap::MemmapSegment;
 
@@ -78,8 +79,8 @@ fn every_case_comes_back_intact() {
     let authkey = Authkey::random().unwrap();
     let mut server = memmap_echo(&authkey, dir.path());
     let sharing = memmap_context(&authkey, dir.path());
-    let mut connection = server.connect(&authkey);
-    support::assert_echoes_intact(&mut server, &mut connection, &sharing, "memmap echo");
+    let mut connection = server.connect(&sharing);
+    support::assert_echoes_intact(&mut server, &mut connection, "memmap echo");
 }
 
 #[test]
@@ -88,11 +89,11 @@ fn an_echoed_file_is_the_one_sent_and_removed_with_its_last_holder() {
     let authkey = Authkey::random().unwrap();
     let mut server = memmap_echo(&authkey, dir.path());
     let sharing = memmap_context(&authkey, dir.path());
-    let mut connection = server.connect(&authkey);
+    let mut connection = server.connect(&sharing);
 
     // A heap storage moves into one file, however often it is sent.
     let sent = cases::contiguous(DType::Float32, &[1024], 1, false);
-    let (echoed, storages) = cases::echo_times(&mut connection, &sharing, &sent, 3);
+    let (echoed, storages) = cases::echo_times(&mut connection, &sent, 3);
     assert!(storages.windows(2).all(|w| w[0].same_as(&w[1])));
     assert_eq!(storages[0].bytes(), sent.storage().bytes());
     let segment = memmap_segment(&storages[0]);
@@ -135,7 +136,7 @@ fn a_context_allocates_in_its_memmap_dir_and_sends_that_file() {
     );
     assert_eq!(memmap_segment(&storage).path(), allocated[0]);
 
-    let view = tensorshare::TensorView::contiguous(DType::UInt8, &[4096]);
+    let view = tensorshare::model::TensorView::contiguous(DType::UInt8, &[4096]);
     let tensor = tensorshare::Tensor::new(storage.clone(), view).unwrap();
     let pickle = sharing.dumps(&Value::Tensor(tensor)).expect("dumps");
     assert_eq!(files_in(dir.path()), allocated, "sent as it is, not copied");
@@ -186,9 +187,9 @@ fn echo_removes_the_files_it_made_unless_told_to_keep_them() {
         let mut server = memmap_echo_with(&authkey, dir.path(), flags);
         // Sent inline, so the echo writes a file of its own for the reply.
         let sharing = memmap_context(&authkey, dir.path()).with_strategy(StrategyKind::Bytes);
-        let mut connection = server.connect(&authkey);
+        let mut connection = server.connect(&sharing);
         let sent = cases::contiguous(DType::Int64, &[64], 5, false);
-        let (echoed, storages) = cases::echo_times(&mut connection, &sharing, &sent, 1);
+        let (echoed, storages) = cases::echo_times(&mut connection, &sent, 1);
         assert_eq!(storages[0].bytes(), sent.storage().bytes());
         let segment = memmap_segment(&storages[0]);
         assert!(!segment.removes_file(), "the echo's file, not ours");
@@ -239,8 +240,8 @@ fn a_stock_torch_echo_answers_our_memmap_tensors() {
     // such a storage on by file_system only (echo_peer.py serve says why).
     let mut server = Server::torch_echo(&python, &authkey, "memmap");
     let sharing = memmap_context(&authkey, dir.path());
-    let mut connection = server.connect(&authkey);
-    support::assert_echoes_intact(&mut server, &mut connection, &sharing, "torch echo");
+    let mut connection = server.connect(&sharing);
+    support::assert_echoes_intact(&mut server, &mut connection, "torch echo");
 }
 
 #[test]

@@ -34,14 +34,14 @@ fn echoes_of_a_killed_sender(dir: &Path, count: usize, flags: &[&str]) -> Vec<Va
         .with_strategy(StrategyKind::Bytes)
         .with_memmap_dir(dir)
         .expect("a memmap directory");
-    let mut connection = server.connect(&authkey);
+    let mut connection = server.connect(&sharing);
     let echoes: Vec<Value> = (0..count)
         .map(|i| {
             let tensor = cases::contiguous(DType::Float32, &[256], i as u8 + 1, false);
             connection
-                .send(&Value::Tensor(tensor), &sharing)
+                .send(&Value::Tensor(tensor))
                 .expect("send a tensor");
-            connection.recv(&sharing).expect("its echo")
+            connection.recv().expect("its echo")
         })
         .collect();
     server.child.kill().expect("SIGKILL the echo");

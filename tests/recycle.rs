@@ -7,9 +7,8 @@ mod support;
 
 use std::time::Duration;
 
-use tensorshare::{
-    Authkey, Connection, DType, SharingContext, Storage, StrategyKind, Tensor, TensorView, Value,
-};
+use tensorshare::model::{Storage, TensorView};
+use tensorshare::{Authkey, Connection, DType, SharingContext, StrategyKind, Tensor, Value};
 use tensorshare_strategies::file_descriptor::{FdSegment, FileIdentity};
 
 use support::{eventually, wait_until};
@@ -20,13 +19,10 @@ const NBYTES: usize = 4096;
 /// the first to the second.
 fn producer_and_consumer() -> (SharingContext, SharingContext, Connection, Connection) {
     let authkey = Authkey::random().unwrap();
-    let (tx, rx) = support::connection_pair();
-    (
-        SharingContext::new(authkey.clone()).with_strategy(StrategyKind::FileDescriptor),
-        SharingContext::new(authkey).with_strategy(StrategyKind::FileDescriptor),
-        tx,
-        rx,
-    )
+    let producer = SharingContext::new(authkey.clone()).with_strategy(StrategyKind::FileDescriptor);
+    let consumer = SharingContext::new(authkey).with_strategy(StrategyKind::FileDescriptor);
+    let (tx, rx) = support::connection_pair(&producer, &consumer);
+    (producer, consumer, tx, rx)
 }
 
 /// Waits until `count` keys were reported unmapped to `sharing`'s sharer.
@@ -51,19 +47,16 @@ fn identity(storage: &Storage) -> FileIdentity {
         .identity()
 }
 
-/// Sends `storage` as a tensor from `from` to `to`; the storage received.
-fn send(
-    storage: &Storage,
-    (sender, from): (&mut Connection, &SharingContext),
-    (receiver, to): (&mut Connection, &SharingContext),
-) -> Storage {
+/// Sends `storage` as a tensor from `sender` to `receiver`, each through
+/// its own context; the storage received.
+fn send(storage: &Storage, sender: &mut Connection, receiver: &mut Connection) -> Storage {
     let tensor = Tensor::new(
         storage.clone(),
         TensorView::contiguous(DType::UInt8, &[NBYTES]),
     )
     .expect("tensor");
-    sender.send(&Value::Tensor(tensor), from).expect("send");
-    let received = receiver.recv(to).expect("recv");
+    sender.send(&Value::Tensor(tensor)).expect("send");
+    let received = receiver.recv().expect("recv");
     received.as_tensor().expect("a tensor").storage().clone()
 }
 
@@ -75,10 +68,10 @@ fn reuses(sharing: &SharingContext, identity: FileIdentity) -> bool {
 
 #[test]
 fn a_memfd_both_ends_dropped_is_allocated_again_zeroed() {
-    let (producer, consumer, mut tx, mut rx) = producer_and_consumer();
+    let (producer, _consumer, mut tx, mut rx) = producer_and_consumer();
     let sent = filled(&producer, 7);
     let first = identity(&sent);
-    let received = send(&sent, (&mut tx, &producer), (&mut rx, &consumer));
+    let received = send(&sent, &mut tx, &mut rx);
     assert_eq!(received.bytes(), Some(&[7; NBYTES][..]));
     drop((sent, received));
     await_unmapped(&producer, 1);
@@ -88,10 +81,10 @@ fn a_memfd_both_ends_dropped_is_allocated_again_zeroed() {
 
 #[test]
 fn a_memfd_its_receiver_still_holds_is_not_reused() {
-    let (producer, consumer, mut tx, mut rx) = producer_and_consumer();
+    let (producer, _consumer, mut tx, mut rx) = producer_and_consumer();
     let sent = filled(&producer, 1);
     let first = identity(&sent);
-    let held = send(&sent, (&mut tx, &producer), (&mut rx, &consumer));
+    let held = send(&sent, &mut tx, &mut rx);
     drop(sent);
     // Long past the receiver's batching window: nothing to report.
     std::thread::sleep(Duration::from_millis(200));
@@ -111,12 +104,12 @@ fn a_memfd_its_receiver_sent_on_is_not_reused() {
     let producer = SharingContext::new(authkey.clone()).with_strategy(StrategyKind::FileDescriptor);
     let relay = SharingContext::new(authkey.clone()).with_strategy(StrategyKind::FileDescriptor);
     let last = SharingContext::new(authkey).with_strategy(StrategyKind::FileDescriptor);
-    let (mut tx, mut rx) = support::connection_pair();
-    let (mut relay_tx, mut last_rx) = support::connection_pair();
+    let (mut tx, mut rx) = support::connection_pair(&producer, &relay);
+    let (mut relay_tx, mut last_rx) = support::connection_pair(&relay, &last);
     let sent = filled(&producer, 2);
     let first = identity(&sent);
-    let relayed = send(&sent, (&mut tx, &producer), (&mut rx, &relay));
-    let at_last = send(&relayed, (&mut relay_tx, &relay), (&mut last_rx, &last));
+    let relayed = send(&sent, &mut tx, &mut rx);
+    let at_last = send(&relayed, &mut relay_tx, &mut last_rx);
     drop((sent, relayed));
     // The last receiver reports to the relay, which did not make the memfd;
     // the producer hears nothing however long it waits.
@@ -136,10 +129,10 @@ fn a_memfd_fetched_through_the_resource_sharer_is_not_reused() {
         .with_strategy(StrategyKind::FileDescriptor)
         .with_inline_fds(false);
     let consumer = SharingContext::new(authkey);
-    let (mut tx, mut rx) = support::connection_pair();
+    let (mut tx, mut rx) = support::connection_pair(&producer, &consumer);
     let sent = filled(&producer, 3);
     let first = identity(&sent);
-    let received = send(&sent, (&mut tx, &producer), (&mut rx, &consumer));
+    let received = send(&sent, &mut tx, &mut rx);
     // The sharer counts a key served once the fd is on its way, which may
     // be after the receiver already has it.
     assert!(wait_until(Duration::from_secs(5), || {
@@ -156,14 +149,14 @@ fn a_memfd_fetched_through_the_resource_sharer_is_not_reused() {
 
 #[test]
 fn a_stream_reuses_a_few_memfds_and_every_tensor_arrives_intact() {
-    let (producer, consumer, mut tx, mut rx) = producer_and_consumer();
+    let (producer, _consumer, mut tx, mut rx) = producer_and_consumer();
     let mut memfds = std::collections::HashSet::new();
     for round in 0..20_u8 {
         for index in 0..50_u8 {
             let byte = round.wrapping_mul(50).wrapping_add(index);
             let sent = filled(&producer, byte);
             memfds.insert(identity(&sent));
-            let received = send(&sent, (&mut tx, &producer), (&mut rx, &consumer));
+            let received = send(&sent, &mut tx, &mut rx);
             assert!(
                 received
                     .bytes()

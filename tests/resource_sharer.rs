@@ -283,7 +283,7 @@ fn a_bad_socket_dir_is_an_error_that_says_what_to_do() {
 fn child_knock_entry() {
     assert_eq!(support::role_setting(CHILD_ENV), "knock");
     let address = unhex(&std::env::var("SHARER_ADDRESS_HEX").expect("SHARER_ADDRESS_HEX"));
-    let address = tensorshare::Address::from_bytes(&address).expect("an address");
+    let address = tensorshare::connection::Address::from_bytes(&address).expect("an address");
     let mut stream =
         UnixStream::connect_addr(&address.to_socket_addr().expect("address")).expect("connect");
     let mut said = Vec::new();

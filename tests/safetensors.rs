@@ -13,8 +13,9 @@ use std::process::{Command, Output};
 use proptest::prelude::*;
 use serde_json::Value as Json;
 
+use tensorshare::model::{Storage, TensorView};
 use tensorshare::safetensors::{SafetensorsError, SafetensorsFile, from_bytes, to_bytes};
-use tensorshare::{DType, Storage, Tensor, TensorView, Value};
+use tensorshare::{DType, Tensor, Value};
 
 use support::{expect_success, python_script, test_python};
 

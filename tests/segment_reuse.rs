@@ -13,9 +13,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use tensorshare::{
-    Authkey, Connection, DType, SharingContext, Storage, StrategyKind, Tensor, TensorView, Value,
-};
+use tensorshare::model::{Storage, TensorView};
+use tensorshare::{Authkey, Connection, DType, SharingContext, StrategyKind, Tensor, Value};
 use tensorshare_strategies::file_system::FileSystemSegment;
 use tensorshare_strategies::memmap::MemmapSegment;
 
@@ -127,11 +126,11 @@ fn a_file_its_rust_receiver_maps_is_reused_only_once_it_lets_go() {
 fn held_by_a_rust_receiver(shared: &Shared) -> Storage {
     let authkey = Authkey::random().unwrap();
     let (producer, consumer) = (shared.context(&authkey), shared.context(&authkey));
-    let (mut tx, mut rx) = support::connection_pair();
+    let (mut tx, mut rx) = support::connection_pair(&producer, &consumer);
     let sent = filled(&producer, 7);
     let first = name(&sent);
-    tx.send(&tensor(&sent), &producer).expect("send");
-    let held = received_storage(&rx.recv(&consumer).expect("recv"));
+    tx.send(&tensor(&sent)).expect("send");
+    let held = received_storage(&rx.recv().expect("recv"));
     drop(sent);
     assert!(!reuses(&producer, &first));
     assert_eq!(held.bytes(), Some(&[7; NBYTES][..]), "its bytes are intact");
@@ -140,10 +139,11 @@ fn held_by_a_rust_receiver(shared: &Shared) -> Storage {
     let again = filled(&producer, 8);
     assert_eq!(name(&again), first, "the same object, zeroed");
     // The reused object travels as before.
-    tx.send(&tensor(&again), &producer).expect("send");
-    let second = received_storage(&rx.recv(&consumer).expect("recv"));
+    tx.send(&tensor(&again)).expect("send");
+    let second = received_storage(&rx.recv().expect("recv"));
     assert_eq!(second.bytes(), Some(&[8; NBYTES][..]));
-    drop((again, producer));
+    // The sender's end holds the producer's context too.
+    drop((again, tx, producer));
     second
 }
 
@@ -159,11 +159,11 @@ fn a_segment_sent_again_arrives_in_the_mapping_its_receiver_kept() {
     let shared = Shared::file_system();
     let authkey = Authkey::random().unwrap();
     let (producer, consumer) = (shared.context(&authkey), shared.context(&authkey));
-    let (mut tx, mut rx) = support::connection_pair();
+    let (mut tx, mut rx) = support::connection_pair(&producer, &consumer);
     let mut send_and_drop = |byte: u8| {
         let sent = filled(&producer, byte);
-        tx.send(&tensor(&sent), &producer).expect("send");
-        let received = received_storage(&rx.recv(&consumer).expect("recv"));
+        tx.send(&tensor(&sent)).expect("send");
+        let received = received_storage(&rx.recv().expect("recv"));
         assert_eq!(received.bytes(), Some(&[byte; NBYTES][..]));
         let name = name(&sent);
         let mapped = mappings_of(&name);
@@ -187,7 +187,8 @@ fn a_segment_sent_again_arrives_in_the_mapping_its_receiver_kept() {
     // Shutting the receiver's context down lets its kept mapping go.
     consumer.shutdown();
     assert_eq!(mappings_of(&first), 1, "the producer's alone");
-    drop(producer);
+    // The sender's end holds the producer's context too.
+    drop((tx, producer));
     assert!(!shared.exists(&first), "{first} left behind");
 }
 
@@ -204,14 +205,14 @@ fn a_message_not_yet_opened_keeps_its_file_out_of_reuse() {
 fn in_flight(shared: &Shared) {
     let authkey = Authkey::random().unwrap();
     let (producer, consumer) = (shared.context(&authkey), shared.context(&authkey));
-    let (mut tx, mut rx) = support::connection_pair();
+    let (mut tx, mut rx) = support::connection_pair(&producer, &consumer);
     let sent = filled(&producer, 3);
     let first = name(&sent);
-    tx.send(&tensor(&sent), &producer).expect("send");
+    tx.send(&tensor(&sent)).expect("send");
     // Nobody maps it but this process, and the message still counts it.
     drop(sent);
     assert!(!reuses(&producer, &first));
-    let received = received_storage(&rx.recv(&consumer).expect("recv"));
+    let received = received_storage(&rx.recv().expect("recv"));
     assert_eq!(received.bytes(), Some(&[3; NBYTES][..]), "what was sent");
     drop(received);
     assert!(reuses(&producer, &first));
@@ -232,14 +233,14 @@ fn a_stream_reuses_a_few_files_and_leaves_nothing_behind() {
 fn streamed(shared: &Shared) {
     let authkey = Authkey::random().unwrap();
     let (producer, consumer) = (shared.context(&authkey), shared.context(&authkey));
-    let (mut tx, mut rx) = support::connection_pair();
+    let (mut tx, mut rx) = support::connection_pair(&producer, &consumer);
     let mut names = std::collections::HashSet::new();
     for index in 0..500_u32 {
         let byte = (index % 251) as u8;
         let sent = filled(&producer, byte);
         names.insert(name(&sent));
-        tx.send(&tensor(&sent), &producer).expect("send");
-        let received = received_storage(&rx.recv(&consumer).expect("recv"));
+        tx.send(&tensor(&sent)).expect("send");
+        let received = received_storage(&rx.recv().expect("recv"));
         assert!(
             received
                 .bytes()
@@ -248,7 +249,8 @@ fn streamed(shared: &Shared) {
         );
     }
     assert!(names.len() <= 2, "500 tensors took {} objects", names.len());
-    drop((producer, consumer));
+    // Each end holds its context too.
+    drop((tx, rx, producer, consumer));
     for name in &names {
         assert!(!shared.exists(name), "{name} left behind");
     }
@@ -273,14 +275,14 @@ fn sent_on(shared: &Shared, reused_in_the_end: bool) {
     let producer = shared.context(&authkey);
     let relay = shared.context(&authkey);
     let last = shared.context(&authkey);
-    let (mut tx, mut rx) = support::connection_pair();
-    let (mut relay_tx, mut last_rx) = support::connection_pair();
+    let (mut tx, mut rx) = support::connection_pair(&producer, &relay);
+    let (mut relay_tx, mut last_rx) = support::connection_pair(&relay, &last);
     let sent = filled(&producer, 4);
     let first = name(&sent);
-    tx.send(&tensor(&sent), &producer).expect("send");
-    let relayed = received_storage(&rx.recv(&relay).expect("recv"));
-    relay_tx.send(&tensor(&relayed), &relay).expect("send on");
-    let at_last = received_storage(&last_rx.recv(&last).expect("recv"));
+    tx.send(&tensor(&sent)).expect("send");
+    let relayed = received_storage(&rx.recv().expect("recv"));
+    relay_tx.send(&tensor(&relayed)).expect("send on");
+    let at_last = received_storage(&last_rx.recv().expect("recv"));
     assert_eq!(at_last.bytes(), Some(&[4; NBYTES][..]));
     drop((sent, at_last));
     assert!(!reuses(&producer, &first), "the relay still maps it");
@@ -316,8 +318,8 @@ while True:
 "#;
 
 /// torch's answer, as Python's `repr` would show it.
-fn expect_reply(connection: &mut Connection, sharing: &SharingContext, expected: &str) {
-    let reply = connection.recv(sharing).expect("torch answers");
+fn expect_reply(connection: &mut Connection, expected: &str) {
+    let reply = connection.recv().expect("torch answers");
     let shown = match &reply {
         Value::Int(n) => n.to_string(),
         Value::Str(s) => format!("{s:?}"),
@@ -366,36 +368,35 @@ fn held_by_torch(python: &str, shared: &Shared) {
 
     let sent = filled(&sharing, 7);
     let first = name(&sent);
-    connection.send(&tensor(&sent), &sharing).expect("send");
-    expect_reply(&mut connection, &sharing, "7");
+    connection.send(&tensor(&sent)).expect("send");
+    expect_reply(&mut connection, "7");
     drop(sent);
     // torch maps it: another segment for the next storage.
     let other = filled(&sharing, 5);
     assert_ne!(name(&other), first);
 
     connection
-        .send(&Value::Str("release".into()), &sharing)
+        .send(&Value::Str("release".into()))
         .expect("send");
-    expect_reply(&mut connection, &sharing, "\"released\"");
+    expect_reply(&mut connection, "\"released\"");
     let again = filled(&sharing, 9);
     assert_eq!(name(&again), first, "the object torch let go of, zeroed");
     // torch maps the reused segment anew and sees the new bytes.
-    connection.send(&tensor(&again), &sharing).expect("send");
-    expect_reply(&mut connection, &sharing, "9");
+    connection.send(&tensor(&again)).expect("send");
+    expect_reply(&mut connection, "9");
     drop(again);
     assert!(!reuses(&sharing, &first), "torch holds it again");
 
     connection
-        .send(&Value::Str("release".into()), &sharing)
+        .send(&Value::Str("release".into()))
         .expect("send");
-    expect_reply(&mut connection, &sharing, "\"released\"");
+    expect_reply(&mut connection, "\"released\"");
     assert!(reuses(&sharing, &first));
 
-    connection
-        .send(&Value::Str("exit".into()), &sharing)
-        .expect("send");
+    connection.send(&Value::Str("exit".into())).expect("send");
     let status = exit_within(&mut torch, Duration::from_secs(30)).expect("torch exits");
     assert!(status.success(), "{status}");
-    drop((other, sharing));
+    // The connection and the listener hold the context too.
+    drop((other, connection, listener, sharing));
     assert!(!shared.exists(&first), "{first} left behind");
 }

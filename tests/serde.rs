@@ -9,10 +9,10 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tensorshare::connection::ConnectionOptions;
+use tensorshare::model::TensorView;
 use tensorshare::{
-    Authkey, Connection, DType, Error, Listener, SharingContext, StrategyKind, Tensor, TensorView,
-    Value, from_value, to_value,
+    Authkey, Connection, DType, Error, SharingContext, StrategyKind, Tensor, Value, from_value,
+    to_value,
 };
 
 use support::test_python;
@@ -74,11 +74,11 @@ fn keys(value: &Value) -> Vec<&str> {
 /// back into a `Batch`: the whole path, errors through the facade's.
 fn send_batch(
     batch: &Batch,
-    (out, sender): (&mut Connection, &SharingContext),
-    (inbound, receiver): (&mut Connection, &SharingContext),
+    out: &mut Connection,
+    inbound: &mut Connection,
 ) -> Result<(Value, Batch), Error> {
-    out.send(&to_value(batch)?, sender)?;
-    let value = inbound.recv(receiver)?;
+    out.send(&to_value(batch)?)?;
+    let value = inbound.recv()?;
     let batch = from_value(&value)?;
     Ok((value, batch))
 }
@@ -101,10 +101,10 @@ fn a_batch_struct_crosses_a_connection_as_a_dict_under_every_strategy() {
                 .expect("memmap dir")
         };
         let (left, right) = (context(), context());
-        let (mut left_end, mut right_end) = support::connection_pair();
+        let (mut left_end, mut right_end) = support::connection_pair(&left, &right);
 
         let sent = batch(&left);
-        let (value, arrived) = send_batch(&sent, (&mut left_end, &left), (&mut right_end, &right))
+        let (value, arrived) = send_batch(&sent, &mut left_end, &mut right_end)
             .unwrap_or_else(|e| panic!("{kind:?}: {e}"));
         assert_eq!(
             keys(&value),
@@ -120,7 +120,7 @@ fn a_batch_struct_crosses_a_connection_as_a_dict_under_every_strategy() {
 
         // And back: under the strategies that share memory, the very
         // storages that were sent.
-        let (_, returned) = send_batch(&arrived, (&mut right_end, &right), (&mut left_end, &left))
+        let (_, returned) = send_batch(&arrived, &mut right_end, &mut left_end)
             .unwrap_or_else(|e| panic!("{kind:?} back: {e}"));
         assert_eq!(f32s(&returned.image), f32s(&sent.image));
         if kind != StrategyKind::Bytes {
@@ -151,9 +151,9 @@ fn a_message_that_does_not_fit_the_struct_fails_naming_the_key() {
         SharingContext::new(authkey.clone()),
         SharingContext::new(authkey),
     );
-    let (mut out, mut inbound) = support::connection_pair();
-    out.send(&to_value(&batch(&left)).unwrap(), &left).unwrap();
-    let value = inbound.recv(&right).unwrap();
+    let (mut out, mut inbound) = support::connection_pair(&left, &right);
+    out.send(&to_value(&batch(&left)).unwrap()).unwrap();
+    let value = inbound.recv().unwrap();
 
     let error = Error::from(from_value::<Mistyped>(&value).unwrap_err());
     assert!(matches!(error, Error::Serde(_)));
@@ -217,8 +217,7 @@ fn stock_torch_receives_the_dict_and_answers_with_one() {
     };
     let authkey = Authkey::random().expect("authkey");
     let sharing = SharingContext::new(authkey.clone());
-    let listener =
-        Listener::bind_in_private_dir(&authkey, ConnectionOptions::default()).expect("listen");
+    let listener = sharing.listen_in_private_dir().expect("listen");
     let mut torch = Command::new(&python)
         .args([
             "-c",
@@ -233,13 +232,14 @@ fn stock_torch_receives_the_dict_and_answers_with_one() {
         .expect("start torch");
     let mut connection = listener.accept().expect("torch connects");
     connection
+        .get_mut()
         .set_read_timeout(Some(Duration::from_secs(120)))
         .expect("timeout");
 
     connection
-        .send(&to_value(&batch(&sharing)).expect("to_value"), &sharing)
+        .send(&to_value(&batch(&sharing)).expect("to_value"))
         .expect("send the batch");
-    let value = match connection.recv(&sharing) {
+    let value = match connection.recv() {
         Ok(value) => value,
         Err(e) => {
             drop(connection);
@@ -270,7 +270,7 @@ fn stock_torch_receives_the_dict_and_answers_with_one() {
         "loss: expected a Tensor, found float 0.25"
     );
 
-    connection.send(&Value::None, &sharing).expect("done");
+    connection.send(&Value::None).expect("done");
     let output = torch.wait_with_output().expect("torch exits");
     let stdout = support::expect_success(&output, "the torch peer");
     assert_eq!(stdout.trim(), "OK");

@@ -21,9 +21,8 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use tempfile::TempDir;
-use tensorshare::{
-    Authkey, Connection, DType, SharingContext, Storage, StorageKind, StrategyKind, Tensor, Value,
-};
+use tensorshare::model::{Storage, StorageKind};
+use tensorshare::{Authkey, Connection, DType, SharingContext, StrategyKind, Tensor, Value};
 
 /// Instantiates the suite for one strategy in a module of that name.
 macro_rules! sharing_conformance {
@@ -75,10 +74,10 @@ static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 const HELD_FILES: usize = 8;
 
 /// Two contexts of one strategy joined by a socket pair, with the memmap
-/// directory both use.
+/// directory both use. Each end holds its context; the left one is at hand
+/// here too.
 struct Peers {
     left: SharingContext,
-    right: SharingContext,
     left_end: Connection,
     right_end: Connection,
     dir: TempDir,
@@ -102,10 +101,10 @@ impl Peers {
                 .expect("memmap dir")
                 .with_max_held_memmap_files(HELD_FILES)
         };
-        let (left_end, right_end) = support::connection_pair();
+        let (left, right) = (context(), context());
+        let (left_end, right_end) = support::connection_pair(&left, &right);
         Self {
-            left: context(),
-            right: context(),
+            left,
             left_end,
             right_end,
             dir,
@@ -115,14 +114,14 @@ impl Peers {
 
     /// Sends `value` from left to right and returns what arrived.
     fn send_right(&mut self, value: &Value) -> Value {
-        self.left_end.send(value, &self.left).expect("send");
-        self.right_end.recv(&self.right).expect("recv")
+        self.left_end.send(value).expect("send");
+        self.right_end.recv().expect("recv")
     }
 
     /// Sends `value` from right to left and returns what arrived.
     fn send_left(&mut self, value: &Value) -> Value {
-        self.right_end.send(value, &self.right).expect("send back");
-        self.left_end.recv(&self.left).expect("recv back")
+        self.right_end.send(value).expect("send back");
+        self.left_end.recv().expect("recv back")
     }
 
     /// What this process holds of shared memory and memmap files: fds,

@@ -10,11 +10,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use support::cases;
-use tensorshare::connection::{ConnectionError, ConnectionOptions};
-use tensorshare::{
-    Address, Authkey, Client, Connection, DType, Error, Listener, SharingContext, StorageKind,
-    StrategyKind, Value,
-};
+use tensorshare::connection::Address;
+use tensorshare::connection::{Client, Connection, ConnectionError, ConnectionOptions, Listener};
+use tensorshare::model::StorageKind;
+use tensorshare::{Authkey, DType, Error, SharingContext, StrategyKind, Value};
 
 /// A listener on `host` port 0, or `None` (with a notice) where the host
 /// has no such interface (`::1` on a machine without IPv6).
@@ -32,15 +31,16 @@ fn listen_on(host: &str, authkey: &Authkey, options: ConnectionOptions) -> Optio
     }
 }
 
-/// Echoes every message on one accepted connection with `sharing`, until
-/// the peer hangs up; the error that ended it otherwise.
-fn echo_one(listener: Listener, sharing: SharingContext) -> thread::JoinHandle<Result<(), Error>> {
+/// Echoes every message on one connection `listener` accepts, through the
+/// context that made it, until the peer hangs up; the error that ended it
+/// otherwise.
+fn echo_one(listener: tensorshare::Listener) -> thread::JoinHandle<Result<(), Error>> {
     thread::spawn(move || {
         let mut connection = listener.accept()?;
         loop {
-            match connection.recv(&sharing) {
-                Ok(value) => connection.send(&value, &sharing)?,
-                Err(Error::Connection(ConnectionError::Closed)) => return Ok(()),
+            match connection.recv() {
+                Ok(value) => connection.send(&value)?,
+                Err(error) if error.is_closed() => return Ok(()),
                 Err(error) => return Err(error),
             }
         }
@@ -135,15 +135,15 @@ fn storages_go_as_bytes_over_tcp_whatever_strategy_the_context_prefers() {
             .listen(&"127.0.0.1:0".parse().expect("address"))
             .expect("listen");
         let address = listener.address().clone();
-        let echo = echo_one(listener, server);
+        let echo = echo_one(listener);
         let client = SharingContext::new(authkey.clone()).with_strategy(strategy);
         let mut connection = client.connect(&address).expect("connect");
-        let failures = cases::echo_failures(&mut connection, &client);
+        let failures = cases::echo_failures(&mut connection);
         assert!(failures.is_empty(), "{strategy}: {failures:#?}");
         // The echo of a storage in this process's shared memory is a copy.
         let shared = Value::Tensor(cases::contiguous(DType::Float32, &[64], 1, true));
-        connection.send(&shared, &client).expect("send");
-        let back = connection.recv(&client).expect("echo");
+        connection.send(&shared).expect("send");
+        let back = connection.recv().expect("echo");
         let kind = back.as_tensor().expect("a tensor").storage().kind();
         assert_eq!(kind, StorageKind::Bytes, "{strategy}");
         assert_eq!(
@@ -164,12 +164,12 @@ fn a_pinned_shared_memory_strategy_refuses_tcp_and_keeps_unix() {
         .listen(&"127.0.0.1:0".parse().expect("address"))
         .expect("listen");
     let address = listener.address().clone();
-    let echo = echo_one(listener, receiver);
+    let echo = echo_one(listener);
     let pinned =
         SharingContext::new(authkey.clone()).with_pinned_strategy(StrategyKind::FileSystem);
     let mut connection = pinned.connect(&address).expect("connect");
     let tensor = Value::Tensor(cases::contiguous(DType::Int64, &[8], 2, false));
-    let error = connection.send(&tensor, &pinned).unwrap_err();
+    let error = connection.send(&tensor).unwrap_err();
     assert!(
         matches!(error, Error::PinnedStrategyOverTcp { .. }),
         "{error}"
@@ -179,20 +179,21 @@ fn a_pinned_shared_memory_strategy_refuses_tcp_and_keeps_unix() {
         message.contains("pinned to file_system") && message.contains("with_strategy"),
         "{message}"
     );
-    // Nothing went out: the connection is still in step.
+    // Nothing went out: the connection is still in step, and serves a
+    // context pinned to bytes.
     let bytes = SharingContext::new(authkey.clone()).with_pinned_strategy(StrategyKind::Bytes);
-    connection
-        .send(&tensor, &bytes)
-        .expect("pinned bytes go over TCP");
-    cases::check_echo(&tensor, &connection.recv(&bytes).expect("echo")).expect("intact");
+    let mut connection =
+        tensorshare::Connection::new(connection.into_inner(), &bytes).expect("the same key");
+    connection.send(&tensor).expect("pinned bytes go over TCP");
+    cases::check_echo(&tensor, &connection.recv().expect("echo")).expect("intact");
     drop(connection);
     echo.join().expect("echo thread").expect("echo served");
 
-    let (mut ours, mut theirs) = support::connection_pair();
     let fd = SharingContext::new(authkey).with_pinned_strategy(StrategyKind::FileDescriptor);
-    ours.send(&tensor, &fd)
+    let (mut ours, mut theirs) = support::connection_pair(&fd, &fd);
+    ours.send(&tensor)
         .expect("a pinned strategy over a Unix socket");
-    let got = theirs.recv(&fd).expect("receive");
+    let got = theirs.recv().expect("receive");
     assert_eq!(
         got.as_tensor().expect("tensor").storage().kind(),
         StorageKind::FileDescriptor
@@ -206,7 +207,9 @@ fn shared_memory_handles_arriving_over_tcp_are_refused_with_what_to_do() {
     let authkey = Authkey::random().expect("a key");
     let receiver = SharingContext::new(authkey.clone());
     let options = ConnectionOptions::default();
-    let listener = listen_on("127.0.0.1", &authkey, options).expect("listener");
+    let listener = receiver
+        .listen(&"127.0.0.1:0".parse().expect("address"))
+        .expect("listen");
     let address = listener.address().clone();
     let forms = [
         (StrategyKind::FileDescriptor, "rebuild_storage_fd"),
@@ -217,7 +220,7 @@ fn shared_memory_handles_arriving_over_tcp_are_refused_with_what_to_do() {
         let mut refusals = Vec::new();
         for _ in 0..forms.len() {
             let mut connection = listener.accept().expect("accept");
-            refusals.push(connection.recv(&receiver).unwrap_err().to_string());
+            refusals.push(connection.recv().unwrap_err().to_string());
         }
         (refusals, receiver)
     });

@@ -11,8 +11,9 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::thread;
 
-use tensorshare::connection::{ConnectionOptions, Dialect};
-use tensorshare::{Address, Authkey, Client, Listener};
+use tensorshare::Authkey;
+use tensorshare::connection::Address;
+use tensorshare::connection::{Client, ConnectionOptions, Dialect, Listener};
 
 /// `argv`: role (`client` or `listener`), port, key hex.
 const PEER: &str = r#"

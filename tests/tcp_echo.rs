@@ -12,8 +12,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use support::{Server, cases, output_within, python_script, tensorshare_exe, test_python};
-use tensorshare::connection::ConnectionOptions;
-use tensorshare::{Authkey, Client, Connection, SharingContext, Value};
+use tensorshare::connection::{Client, ConnectionOptions};
+use tensorshare::{Authkey, Connection, SharingContext, Value};
 
 /// `tensorshare echo --listen ADDRESS` with `authkey` and `extra` flags.
 fn echo_command(address: &str, authkey: &Authkey, extra: &[&str]) -> Command {
@@ -42,14 +42,11 @@ fn torch_peer(python: &str, role: &str, address: &str, authkey: &Authkey) -> Com
 /// each with what is wrong with its echo. torch's plain pickle writes the
 /// storage of each view apart (`pickle.dumps([x[0], x[1]])` rebuilds two
 /// storages), so two views of one storage come back on two, each intact.
-fn torch_pickle_echo_failures(
-    connection: &mut Connection,
-    sharing: &SharingContext,
-) -> Vec<String> {
+fn torch_pickle_echo_failures(connection: &mut Connection) -> Vec<String> {
     let mut failures = Vec::new();
     for case in cases::all(&cases::sharable_dtypes()) {
-        connection.send(&case.value, sharing).expect("send");
-        let echoed = connection.recv(sharing).expect("receive the echo");
+        connection.send(&case.value).expect("send");
+        let echoed = connection.recv().expect("receive the echo");
         let checked = match (&case.value, &echoed) {
             (Value::List(sent), Value::List(got))
                 if case.name == "two views of one storage" && sent.len() == got.len() =>
@@ -119,14 +116,14 @@ fn a_rust_client_drives_a_stock_torch_listener_over_tcp() {
         // The context prefers file_descriptor; over TCP its storages go as bytes.
         let sharing = SharingContext::new(authkey.clone());
         let mut connection = sharing.connect(&server.address).expect("connect to torch");
-        assert!(connection.is_tcp());
-        let failures = torch_pickle_echo_failures(&mut connection, &sharing);
+        assert!(connection.get_ref().is_tcp());
+        let failures = torch_pickle_echo_failures(&mut connection);
         assert!(failures.is_empty(), "{listen}: {failures:#?}");
         let wrong = Authkey::random().expect("another key");
         let refused = Client::connect(&server.address, &wrong, ConnectionOptions::default());
         assert!(refused.is_err(), "torch let a wrong key in");
         let mut again = sharing.connect(&server.address).expect("connect");
-        let again = torch_pickle_echo_failures(&mut again, &sharing);
+        let again = torch_pickle_echo_failures(&mut again);
         assert!(again.is_empty(), "{listen}: {again:#?}");
     }
 }
@@ -150,8 +147,7 @@ fn echo_listens_beyond_loopback_only_when_asked_and_never_with_a_short_key() {
     let port = allowed.address.as_tcp().expect("TCP").port();
     let sharing = SharingContext::new(authkey.clone());
     let loopback = format!("127.0.0.1:{port}").parse().expect("address");
-    let failures =
-        cases::echo_failures(&mut sharing.connect(&loopback).expect("connect"), &sharing);
+    let failures = cases::echo_failures(&mut sharing.connect(&loopback).expect("connect"));
     assert!(failures.is_empty(), "{failures:#?}");
     let stderr = allowed.stop_and_read_stderr();
     assert!(stderr.contains("not encrypted"), "{stderr}");
@@ -182,7 +178,7 @@ fn a_silent_or_oversized_tcp_peer_holds_nothing_but_its_own_thread() {
     let mut served = sharing
         .connect(&server.address)
         .expect("connect beside the silent peer");
-    let failures = cases::echo_failures(&mut served, &sharing);
+    let failures = cases::echo_failures(&mut served);
     assert!(failures.is_empty(), "{failures:#?}");
     let options = ConnectionOptions::default();
     let oversized = Client::connect(&server.address, &authkey, options).expect("connect");
@@ -209,7 +205,7 @@ fn a_silent_or_oversized_tcp_peer_holds_nothing_but_its_own_thread() {
     );
     assert!(seen.starts_with(&[0, 0, 0]), "{seen:?}");
     // Still serving, on the connection that was open all along.
-    let failures = cases::echo_failures(&mut served, &sharing);
+    let failures = cases::echo_failures(&mut served);
     assert!(failures.is_empty(), "{failures:#?}");
     let stderr = server.stop_and_read_stderr();
     assert!(stderr.contains("did not finish within 2s"), "{stderr}");

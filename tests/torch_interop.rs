@@ -8,11 +8,9 @@ mod support;
 use std::process::Command;
 use std::time::Duration;
 
-use tensorshare::connection::ConnectionOptions;
+use tensorshare::model::{Storage, TensorView};
 use tensorshare::resource_sharer::SharerSocket;
-use tensorshare::{
-    Authkey, DType, Listener, SharingContext, Storage, StrategyKind, Tensor, TensorView, Value,
-};
+use tensorshare::{Authkey, DType, SharingContext, StrategyKind, Tensor, Value};
 
 use support::{Server, cases, open_fds, python_script, test_python};
 
@@ -53,23 +51,21 @@ fn tensorshare_drives_a_stock_torch_echo() {
     let authkey = Authkey::random().unwrap();
     let mut server = Server::torch_echo(&python, &authkey, "file_descriptor");
     let sharing = SharingContext::new(authkey.clone()).with_strategy(StrategyKind::FileDescriptor);
-    let mut connection = server.connect(&authkey);
-    support::assert_echoes_intact(&mut server, &mut connection, &sharing, "torch echo");
+    let mut connection = server.connect(&sharing);
+    support::assert_echoes_intact(&mut server, &mut connection, "torch echo");
 
     // torch keeps what it received in its shared cache and sends the same
     // fd back: the storage returns as the very one sent.
     let sent = cases::contiguous(DType::Float32, &[64], 4, true);
-    let (_echoed, storages) = cases::echo_times(&mut connection, &sharing, &sent, 1);
+    let (_echoed, storages) = cases::echo_times(&mut connection, &sent, 1);
     assert!(storages[0].same_as(sent.storage()));
 
     // One storage sent many times: no fds pile up on either side.
     let own_before = open_fds(std::process::id());
     let torch_before = open_fds(server.pid());
     for _ in 0..1000 {
-        connection
-            .send(&Value::Tensor(sent.clone()), &sharing)
-            .unwrap();
-        let echoed = connection.recv(&sharing).unwrap();
+        connection.send(&Value::Tensor(sent.clone())).unwrap();
+        let echoed = connection.recv().unwrap();
         cases::check_echo(&Value::Tensor(sent.clone()), &echoed).unwrap();
     }
     assert!(open_fds(std::process::id()) <= own_before + 8);
@@ -91,7 +87,7 @@ fn a_torch_worker_pool_fed_by_a_rust_producer() {
     const ITEMS: usize = 40;
     let authkey = Authkey::random().unwrap();
     let sharing = SharingContext::new(authkey.clone());
-    let listener = Listener::bind_in_private_dir(&authkey, ConnectionOptions::default()).unwrap();
+    let listener = sharing.listen_in_private_dir().unwrap();
     let mut pool = Command::new(python)
         .arg(python_script("echo_peer.py"))
         .args(["pool", "--workers", "3"])
@@ -105,6 +101,7 @@ fn a_torch_worker_pool_fed_by_a_rust_producer() {
         .expect("start the torch pool");
     let mut connection = listener.accept().unwrap();
     connection
+        .get_mut()
         .set_read_timeout(Some(Duration::from_secs(120)))
         .unwrap();
     let mut reader = connection.try_clone().unwrap();
@@ -116,7 +113,7 @@ fn a_torch_worker_pool_fed_by_a_rust_producer() {
         let receiving = scope.spawn(|| {
             let mut results = Vec::new();
             loop {
-                let message = reader.recv(&sharing).expect("a result from the pool");
+                let message = reader.recv().expect("a result from the pool");
                 let items = message.as_sequence().expect("a tuple").to_vec();
                 if let [Value::Str(done), Value::Int(pids)] = items.as_slice() {
                     assert_eq!(&**done, "done");
@@ -127,16 +124,16 @@ fn a_torch_worker_pool_fed_by_a_rust_producer() {
         });
         for (index, values) in inputs.iter().enumerate() {
             let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-            let storage = tensorshare::Storage::from_vec(bytes);
+            let storage = tensorshare::model::Storage::from_vec(bytes);
             let tensor = tensorshare::Tensor::new(
                 storage,
-                tensorshare::TensorView::contiguous(DType::Float32, &[values.len()]),
+                tensorshare::model::TensorView::contiguous(DType::Float32, &[values.len()]),
             )
             .unwrap();
             let item = Value::Tuple(vec![Value::Int(index as i64), Value::Tensor(tensor)].into());
-            connection.send(&item, &sharing).unwrap();
+            connection.send(&item).unwrap();
         }
-        connection.send(&Value::None, &sharing).unwrap();
+        connection.send(&Value::None).unwrap();
         receiving.join().expect("receiving thread")
     });
     // Both ends closed: the pool sees the producer leave.

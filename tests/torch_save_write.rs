@@ -11,8 +11,9 @@ use proptest::prelude::*;
 use serde_json::{Value as Json, json};
 
 use tensorshare::archive::load_torch_save;
+use tensorshare::model::{Storage, TensorView};
 use tensorshare::save::save_torch;
-use tensorshare::{DType, Registry, Storage, Tensor, TensorView, Value};
+use tensorshare::{DType, Registry, Tensor, Value};
 use tensorshare_compat::torch_save::TorchSaveFormat;
 
 use support::{cases, hex, test_python, torch_describes};

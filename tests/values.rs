@@ -9,11 +9,9 @@ mod support;
 use std::collections::{BTreeMap, HashMap};
 
 use tensorshare::half::{bf16, f16};
+use tensorshare::model::{SharedBytes, TensorView, ValueAccessError};
 use tensorshare::num_complex::Complex;
-use tensorshare::{
-    Authkey, DType, Dict, Error, SharedBytes, SharingContext, StrategyKind, Tensor, TensorView,
-    Value, ValueAccessError,
-};
+use tensorshare::{Authkey, DType, Dict, Error, SharingContext, StrategyKind, Tensor, Value};
 
 use support::test_python;
 
@@ -208,7 +206,7 @@ fn a_transposed_offset_view_arrives_as_a_view_and_copies_in_logical_order() {
         assert_eq!(view_back.to_vec::<i32>().unwrap(), [5, 9, 6, 10, 7, 11]);
         assert!(matches!(
             view_back.as_slice::<i32>(),
-            Err(tensorshare::ElementError::NotContiguous { .. })
+            Err(tensorshare::model::ElementError::NotContiguous { .. })
         ));
         assert_eq!(
             base_back.as_slice::<i32>().unwrap(),

@@ -10,8 +10,8 @@
 
 use std::io;
 
-use tensorshare::AllocateError;
 use tensorshare::connection::ConnectionError;
+use tensorshare::model::AllocateError;
 use tensorshare::sharing::ImportError;
 use tensorshare_strategies::UnknownStrategyError;
 use tensorshare_strategies::services::orphans::ScanError;
@@ -126,6 +126,6 @@ macro_rules! from_runtime_layer {
 
 from_runtime_layer!(
     ConnectionError,
-    tensorshare::ViewError,
-    tensorshare::ElementError
+    tensorshare::model::ViewError,
+    tensorshare::model::ElementError
 );

@@ -41,8 +41,9 @@ use std::fmt::Write as _;
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde_json::{Value as Json, json};
 use tensorshare::inspect::{HEAD_ELEMENTS, Report, head};
+use tensorshare::model::{Opaque, Scalar, Storage, StorageKind};
 use tensorshare::registry::CallKind;
-use tensorshare::{DType, Opaque, Scalar, Storage, StorageKind, Tensor, Value};
+use tensorshare::{DType, Tensor, Value};
 use tensorshare_compat::pickle::Global;
 
 mod json;

@@ -51,7 +51,7 @@ const ABSTRACT_BIND_ATTEMPTS: usize = 8;
 /// # Examples
 ///
 /// ```
-/// use tensorshare::Address;
+/// use tensorshare::connection::Address;
 ///
 /// let path: Address = "/tmp/pymp-abc/listener-xyz".parse()?;
 /// assert_eq!(path.as_path().map(|p| p.to_str()), Some(Some("/tmp/pymp-abc/listener-xyz")));

@@ -19,8 +19,7 @@ use super::{Address, Authkey, Connection, ConnectionError, ConnectionOptions};
 /// ```
 /// use std::thread;
 ///
-/// use tensorshare::connection::{ConnectionError, ConnectionOptions};
-/// use tensorshare::{Authkey, Client, Listener};
+/// use tensorshare::connection::{Authkey, Client, ConnectionError, ConnectionOptions, Listener};
 ///
 /// let authkey = Authkey::random()?;
 /// let options = ConnectionOptions::default();

@@ -25,11 +25,10 @@ use super::{
 /// also inject traffic can take over a connection after its handshake.
 /// Listen on a non-loopback address only on a network you trust, with a
 /// long random key ([`Authkey::random`]). Storages go as bytes over TCP
-/// (see [`Connection::send`]).
+/// (see [`Connection::send`](crate::Connection::send)).
 ///
 /// ```
-/// use tensorshare::connection::ConnectionOptions;
-/// use tensorshare::{Address, Authkey, Client, Listener};
+/// use tensorshare::connection::{Address, Authkey, Client, ConnectionOptions, Listener};
 ///
 /// let authkey = Authkey::random()?;
 /// let options = ConnectionOptions::default();
@@ -49,8 +48,7 @@ use super::{
 /// A server loop that survives peers with the wrong key:
 ///
 /// ```no_run
-/// use tensorshare::connection::ConnectionOptions;
-/// use tensorshare::{Address, Authkey, Listener};
+/// use tensorshare::connection::{Address, Authkey, ConnectionOptions, Listener};
 ///
 /// let address: Address = "@tensorshare-example".parse()?;
 /// let authkey = Authkey::from_hex("00ff")?;
@@ -218,8 +216,7 @@ impl Listener {
     /// `Client(address, authkey=authkey)`:
     ///
     /// ```
-    /// use tensorshare::connection::{ConnectionError, ConnectionOptions};
-    /// use tensorshare::{Authkey, Client, Listener};
+    /// use tensorshare::connection::{Authkey, Client, ConnectionError, ConnectionOptions, Listener};
     ///
     /// let authkey = Authkey::random()?;
     /// let options = ConnectionOptions::default();

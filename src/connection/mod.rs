@@ -6,11 +6,12 @@
 //! big-endian length, or `-1` and an 8-byte length); [`Connection::send_bytes`]
 //! is Python's `conn.send_bytes` and [`Connection::recv_bytes`] its
 //! `conn.recv_bytes`. Python's `conn.send(obj)` is `send_bytes` of a pickle.
-//! To exchange tensors, use [`Connection::send`] and [`Connection::recv`]
-//! with a [`SharingContext`](crate::SharingContext), which share and attach
-//! the storages (and make connections with its own key:
-//! [`SharingContext::connect`](crate::SharingContext::connect),
-//! [`SharingContext::listen`](crate::SharingContext::listen)). The bytes
+//! To exchange tensors, use the [`Connection`](crate::Connection) of a
+//! [`SharingContext`](crate::SharingContext), which shares and attaches
+//! the storages ([`SharingContext::connect`](crate::SharingContext::connect),
+//! [`SharingContext::listen`](crate::SharingContext::listen), or
+//! [`Connection::new`](crate::Connection::new) over a connection made
+//! here). The bytes
 //! level here is for pickles without shared storages, decoded with
 //! [`Registry::loads`](crate::Registry::loads), and for other protocols.
 //!
@@ -51,8 +52,8 @@
 //! A TCP connection carries the same framing (the 8-byte length form
 //! above 2 GiB included) and the same handshake in both dialects. It
 //! authenticates but does not encrypt: see [`Listener`] for what that
-//! means on a network. [`Connection::send`] sends storages over it as
-//! bytes, and [`Connection::recv`] refuses shared-memory handles arriving
+//! means on a network. [`send`](crate::Connection::send) sends storages over it as
+//! bytes, and [`recv`](crate::Connection::recv) refuses shared-memory handles arriving
 //! on it (see [`SharingContext::with_pinned_strategy`](crate::SharingContext::with_pinned_strategy)).
 //!
 //! # Dialects
@@ -79,8 +80,7 @@
 //! # Examples
 //!
 //! ```
-//! use tensorshare::connection::ConnectionOptions;
-//! use tensorshare::{Authkey, Client, Listener};
+//! use tensorshare::connection::{Authkey, Client, ConnectionOptions, Listener};
 //!
 //! let authkey = Authkey::random()?;
 //! let options = ConnectionOptions::default();

@@ -25,8 +25,7 @@ use super::ConnectionOptions;
 /// ```
 /// use std::os::unix::net::UnixStream;
 ///
-/// use tensorshare::connection::{ConnectionOptions, StreamSocket};
-/// use tensorshare::Connection;
+/// use tensorshare::connection::{Connection, ConnectionOptions, StreamSocket};
 ///
 /// let (ours, _theirs) = UnixStream::pair()?;
 /// let connection = Connection::from_stream(ours, ConnectionOptions::default());

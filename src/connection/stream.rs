@@ -23,10 +23,11 @@ use super::{Address, Authkey, ConnectionError, ConnectionOptions, StreamSocket};
 /// One end of a `multiprocessing.connection` connection: length-framed
 /// byte messages over a Unix or TCP stream socket ([`StreamSocket`]).
 ///
-/// Tensors and other Python objects go with [`send`](Self::send) and
-/// [`recv`](Self::recv) and a [`SharingContext`](crate::SharingContext);
 /// [`send_bytes`](Self::send_bytes) and [`recv_bytes`](Self::recv_bytes)
-/// move the bytes of one message as they are.
+/// move the bytes of one message as they are; tensors and other Python
+/// objects go over the [`Connection`](crate::Connection) of a
+/// [`SharingContext`](crate::SharingContext) ([`Connection::new`](crate::Connection::new)
+/// wraps this one).
 ///
 /// Made by [`Listener::accept`](super::Listener::accept) and
 /// [`Client::connect`](super::Client::connect) after the authkey handshake,
@@ -34,8 +35,9 @@ use super::{Address, Authkey, ConnectionError, ConnectionOptions, StreamSocket};
 /// Reads are unbuffered (see the [module docs](super)); every send is
 /// written out before it returns.
 ///
-/// [`recv`](Self::recv) reads each message into a buffer it keeps for the
-/// next one (up to 256 MiB), so that a stream of
+/// [`recv_bytes`](Self::recv_bytes), and the [`Connection::recv`](crate::Connection::recv)
+/// over it, read each message into a buffer kept for the next one (up to
+/// 256 MiB), so that a stream of
 /// large messages does not pay for fresh memory every time.
 pub struct Connection {
     stream: StreamSocket,
@@ -131,7 +133,7 @@ impl Connection {
     /// Receives one message: Python's `conn.recv_bytes()`.
     ///
     /// What Python's `conn.send(obj)` sent is a pickle: receive it with
-    /// [`Connection::recv`](crate::Connection::recv) and a
+    /// the [`Connection::recv`](crate::Connection::recv) of a
     /// [`SharingContext`](crate::SharingContext), which rebuilds it and
     /// attaches the storages its tensors name. Decode the bytes with
     /// [`Registry::loads`](crate::Registry::loads) only for plain data,
@@ -330,7 +332,7 @@ impl Connection {
     }
 
     /// Whether this connection runs over TCP, and so may reach another
-    /// host: [`send`](Self::send) sends storages as bytes on it.
+    /// host: [`Connection::send`](crate::Connection::send) sends storages as bytes on it.
     pub fn is_tcp(&self) -> bool {
         self.stream.is_tcp()
     }

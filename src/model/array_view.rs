@@ -20,7 +20,7 @@ impl Tensor {
     /// The elements as an n-d array view, in place, with the tensor's
     /// sizes and strides: any view, transposed, sliced or expanded, reads
     /// the storage's own memory (shared memory that other processes may be
-    /// writing; see [`Segment`](crate::Segment)).
+    /// writing; see [`Segment`](crate::model::Segment)).
     ///
     /// `T` must be the tensor's dtype (a `bool` tensor reads as `u8`) and
     /// [`Pod`](https://docs.rs/bytemuck/1/bytemuck/trait.Pod.html). Needs the `ndarray` feature.
@@ -251,8 +251,11 @@ mod tests {
             })
         ));
         let storage = Storage::from_segment(Arc::new(OffByOne(vec![0; 3])));
-        let misaligned =
-            Tensor::new(storage, crate::TensorView::contiguous(DType::Int32, &[2])).unwrap();
+        let misaligned = Tensor::new(
+            storage,
+            crate::model::TensorView::contiguous(DType::Int32, &[2]),
+        )
+        .unwrap();
         assert!(matches!(
             misaligned.as_array_view::<i32>(),
             Err(ElementError::Misaligned { align: 4, .. })

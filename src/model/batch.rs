@@ -38,7 +38,8 @@ static NEXT_LAYOUT: AtomicU64 = AtomicU64::new(0);
 /// # Examples
 ///
 /// ```
-/// use tensorshare::{BATCH_ALIGNMENT, StrategyKind, BatchLayout};
+/// use tensorshare::StrategyKind;
+/// use tensorshare::model::{BATCH_ALIGNMENT, BatchLayout};
 ///
 /// let mut layout = BatchLayout::new(&StrategyKind::FileDescriptor);
 /// let image = layout.tensor::<u8>(&[2, 3])?;

@@ -2,7 +2,7 @@
 //! elements can fail.
 //!
 //! A storage's bytes may be shared memory that other processes write at any
-//! time (see [`Segment`](crate::Segment)): only types for which every bit
+//! time (see [`Segment`](crate::model::Segment)): only types for which every bit
 //! pattern is a value ([`bytemuck::Pod`](https://docs.rs/bytemuck/1/bytemuck/trait.Pod.html)) are ever viewed in place. A
 //! `bool` is not one of them: bool tensors are read by copy, each byte
 //! checked ([`Tensor::to_vec`](crate::Tensor::to_vec)), or viewed in place
@@ -34,7 +34,8 @@ use crate::DType;
 /// # Examples
 ///
 /// ```
-/// use tensorshare::{DType, Element};
+/// use tensorshare::DType;
+/// use tensorshare::model::Element;
 ///
 /// assert_eq!(<i64 as Element>::DTYPE, DType::Int64);
 /// assert_eq!(<tensorshare::half::bf16 as Element>::DTYPE, DType::BFloat16);

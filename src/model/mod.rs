@@ -1,6 +1,9 @@
 //! The model: tensors, their storages and the values a pickle rebuilds
-//! into. Every layer above speaks in these types; this one imports none of
-//! them.
+//! into, with what they are made of (dtypes, elements, globals, byte
+//! buffers, the memory a storage lives in). Every layer above speaks in
+//! these types; this one imports none of them.
+//!
+//! [`Tensor`], [`Value`], [`Dict`] and [`DType`] are at the crate root too.
 
 #[cfg(feature = "ndarray")]
 mod array_view;
@@ -20,7 +23,11 @@ pub use storage::{
     CudaRef, DupFdRef, MemmapRef, Residence, SegmentRef, Storage, StorageAllocator, StorageKind,
     StorageWriter,
 };
-pub use tensor::{ElementOffsets, Tensor, TensorView, ViewError};
-pub use value::{
-    Children, Custom, Dict, Distinct, Opaque, OpaqueCall, PathSegment, Value, ValueAccessError,
-};
+pub use tensor::{Tensor, TensorView, ViewError};
+pub use value::{Custom, Dict, Opaque, OpaqueCall, PathSegment, Value, ValueAccessError};
+// What the model is made of, from the format and strategy crates: dtypes
+// and their scalars, the globals a pickle names, byte buffers shared
+// without a copy, and the memory a local storage lives in.
+pub use tensorshare_compat::dtype::{DType, Scalar};
+pub use tensorshare_compat::pickle::{Global, SharedBytes};
+pub use tensorshare_strategies::{AllocateError, Segment};

@@ -173,7 +173,8 @@ impl AsRef<[u8]> for StorageBytes {
 /// ([`into_tensor`](Self::into_tensor)).
 ///
 /// ```
-/// use tensorshare::{Storage, StrategyKind};
+/// use tensorshare::StrategyKind;
+/// use tensorshare::model::Storage;
 ///
 /// let mut writer = Storage::allocate(StrategyKind::FileDescriptor, 4 * size_of::<f32>())?;
 /// for (i, x) in writer.as_mut_slice::<f32>()?.iter_mut().enumerate() {
@@ -220,12 +221,13 @@ impl fmt::Debug for StorageWriter {
 /// # Examples
 ///
 /// ```
-/// use tensorshare::{StorageAllocator, StrategyKind};
+/// use tensorshare::StrategyKind;
+/// use tensorshare::model::StorageAllocator;
 ///
 /// let mut writer = StrategyKind::Bytes.allocate_storage(16)?;
 /// writer.as_bytes_mut()[0] = 1;
 /// assert_eq!(writer.freeze().nbytes(), 16);
-/// # Ok::<(), tensorshare::AllocateError>(())
+/// # Ok::<(), tensorshare::model::AllocateError>(())
 /// ```
 pub trait StorageAllocator {
     /// Allocates `nbytes` zero-filled bytes to be written in place.
@@ -260,7 +262,8 @@ impl Storage {
     /// strategy and reuses memory ([`SharingContext::allocate`](crate::SharingContext::allocate)):
     ///
     /// ```
-    /// use tensorshare::{Storage, StorageKind, StrategyKind};
+    /// use tensorshare::StrategyKind;
+    /// use tensorshare::model::{Storage, StorageKind};
     ///
     /// let mut writer = Storage::allocate(StrategyKind::FileDescriptor, 4 * size_of::<f32>())?;
     /// writer.as_mut_slice::<f32>()?.copy_from_slice(&[1.0, 2.0, 3.0, 4.0]);
@@ -284,7 +287,7 @@ impl Storage {
     /// # Errors
     ///
     /// [`AllocateError`] when the copy cannot be allocated.
-    pub fn from_shared_bytes(bytes: SharedBytes) -> Result<Self, AllocateError> {
+    pub(crate) fn from_shared_bytes(bytes: SharedBytes) -> Result<Self, AllocateError> {
         Ok(Self::from_segment(heap_segment(bytes)?))
     }
 

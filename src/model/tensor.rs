@@ -63,7 +63,7 @@ pub enum ViewError {
 ///
 /// Write one with [`Tensor::from_slice`] or, in place,
 /// [`SharingContext::allocate`](crate::SharingContext::allocate) and
-/// [`StorageWriter::into_tensor`](crate::StorageWriter::into_tensor); read
+/// [`StorageWriter::into_tensor`](crate::model::StorageWriter::into_tensor); read
 /// its elements with [`as_slice`](Self::as_slice) (contiguous, in place)
 /// or [`to_vec`](Self::to_vec) (any view).
 ///
@@ -145,13 +145,14 @@ impl Tensor {
     /// # Examples
     ///
     /// ```
-    /// use tensorshare::{DType, Storage, Tensor, TensorView};
+    /// use tensorshare::{DType, Tensor};
+    /// use tensorshare::model::{Storage, TensorView};
     ///
     /// let storage = Storage::from_vec(vec![0u8; 6 * 4]);
     /// let t = Tensor::new(storage, TensorView::contiguous(DType::Float32, &[2, 3]))?;
     /// assert_eq!(t.sizes(), &[2, 3]);
     /// assert_eq!(t.strides(), &[3, 1]);
-    /// # Ok::<(), tensorshare::ViewError>(())
+    /// # Ok::<(), tensorshare::model::ViewError>(())
     /// ```
     pub fn new(storage: Storage, view: TensorView) -> Result<Self, ViewError> {
         let (storage_offset, sizes, strides) = validate_view(&view, storage.nbytes())?;
@@ -211,7 +212,8 @@ impl Tensor {
     /// # Examples
     ///
     /// ```
-    /// use tensorshare::{DType, Storage, Tensor, TensorView};
+    /// use tensorshare::{DType, Tensor};
+    /// use tensorshare::model::{Storage, TensorView};
     ///
     /// let storage = Storage::from_vec(vec![0u8; 6]);
     /// let rows = Tensor::new(storage.clone(), TensorView::contiguous(DType::UInt8, &[2, 3]))?;
@@ -219,7 +221,7 @@ impl Tensor {
     /// let mut transposed = TensorView::contiguous(DType::UInt8, &[3, 2]);
     /// transposed.strides = vec![1, 3];
     /// assert!(!Tensor::new(storage, transposed)?.is_contiguous());
-    /// # Ok::<(), tensorshare::ViewError>(())
+    /// # Ok::<(), tensorshare::model::ViewError>(())
     /// ```
     pub fn is_contiguous(&self) -> bool {
         if self.numel() == 0 {
@@ -260,7 +262,7 @@ impl Tensor {
 
     /// Byte offsets of the elements in logical (row-major) order, relative to
     /// the start of the storage.
-    pub fn element_offsets(&self) -> ElementOffsets<'_> {
+    pub(crate) fn element_offsets(&self) -> ElementOffsets<'_> {
         ElementOffsets {
             tensor: self,
             index: vec![0; self.0.sizes.len()],
@@ -357,7 +359,7 @@ impl fmt::Debug for Tensor {
 }
 
 /// Iterator over the byte offsets of a tensor's elements, in logical order.
-pub struct ElementOffsets<'a> {
+pub(crate) struct ElementOffsets<'a> {
     tensor: &'a Tensor,
     index: Vec<usize>,
     remaining: usize,

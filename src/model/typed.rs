@@ -12,7 +12,7 @@ use crate::DType;
 impl Tensor {
     /// The elements as a slice of `T`, in place: no copy, the storage's own
     /// memory (shared memory that other processes may be writing; see
-    /// [`Segment`](crate::Segment)).
+    /// [`Segment`](crate::model::Segment)).
     ///
     /// `T` must be the tensor's dtype ([`Element::DTYPE`]; a `bool` tensor
     /// reads as `u8`, since `bool` is never viewed in place) and a type
@@ -40,7 +40,7 @@ impl Tensor {
     /// let t = Tensor::from_slice(&StrategyKind::Bytes, &[1i64, 2, 3, 4, 5, 6], &[2, 3])?;
     /// assert_eq!(t.as_slice::<i64>()?, &[1, 2, 3, 4, 5, 6]);
     /// assert!(t.as_slice::<f64>().is_err(), "an int64 tensor is not float64");
-    /// # Ok::<(), tensorshare::ElementError>(())
+    /// # Ok::<(), tensorshare::model::ElementError>(())
     /// ```
     pub fn as_slice<T: Element + Pod>(&self) -> Result<&[T], ElementError> {
         check_element::<T>(self.dtype())?;
@@ -466,7 +466,7 @@ pub(crate) mod tests {
         assert_eq!(t.as_slice::<f16>().unwrap(), halves);
         assert_eq!(
             DType::Float16.decode_element(&t.storage().bytes().unwrap()[2..4]),
-            Some(crate::Scalar::Float(-2.0))
+            Some(crate::model::Scalar::Float(-2.0))
         );
         let bfloats = [bf16::from_f32(1.5), bf16::from_f32(-3.0)];
         let t = Tensor::from_slice(&StrategyKind::Bytes, &bfloats, &[2]).unwrap();
@@ -479,7 +479,7 @@ pub(crate) mod tests {
         assert_eq!(t.as_slice::<Complex<f32>>().unwrap(), complex);
         assert_eq!(
             DType::Complex64.decode_element(&t.storage().bytes().unwrap()[8..]),
-            Some(crate::Scalar::Complex(0.5, 2.0))
+            Some(crate::model::Scalar::Complex(0.5, 2.0))
         );
     }
 
@@ -551,7 +551,7 @@ pub(crate) mod tests {
         assert_eq!(
             error,
             ElementError::NotLocal {
-                kind: crate::StorageKind::FileDescriptor
+                kind: crate::model::StorageKind::FileDescriptor
             }
         );
         assert_eq!(t.to_vec::<i64>().unwrap_err(), error);

@@ -50,7 +50,7 @@ pub use error::{PathSegment, ValueAccessError};
 ///     fields.try_get::<Vec<String>>("ids").unwrap_err().to_string(),
 ///     "expected a str at ['ids'][0], found an int",
 /// );
-/// # Ok::<(), tensorshare::ValueAccessError>(())
+/// # Ok::<(), tensorshare::model::ValueAccessError>(())
 /// ```
 #[derive(Clone, Debug)]
 pub enum Value {
@@ -259,7 +259,7 @@ impl Value {
 
     /// The values directly inside this one, in order: items, then for dicts
     /// key before value, then the parts of an opaque call.
-    pub fn children(&self) -> Children<'_> {
+    pub fn children(&self) -> impl Iterator<Item = &Value> {
         Children {
             value: self,
             index: 0,
@@ -277,7 +277,7 @@ impl Value {
     /// [`shared_identity`](Self::shared_identity)) comes once, and what is
     /// inside it once. The walk is linear in the graph's size however much
     /// of it is shared.
-    pub fn distinct(&self) -> Distinct<'_> {
+    pub fn distinct(&self) -> impl Iterator<Item = &Value> {
         Distinct {
             stack: vec![self],
             seen: FxHashSet::default(),
@@ -286,7 +286,7 @@ impl Value {
 }
 
 /// The values of a graph, each once; see [`Value::distinct`].
-pub struct Distinct<'a> {
+struct Distinct<'a> {
     stack: Vec<&'a Value>,
     seen: FxHashSet<usize>,
 }
@@ -311,7 +311,7 @@ impl<'a> Iterator for Distinct<'a> {
 }
 
 /// The values directly inside a [`Value`]; see [`Value::children`].
-pub struct Children<'a> {
+struct Children<'a> {
     value: &'a Value,
     index: usize,
 }

@@ -3,7 +3,8 @@
 use std::sync::Arc;
 
 use super::{Call, CallKind, RebuildError, Registry};
-use crate::{SharedBytes, Value};
+use crate::Value;
+use crate::model::SharedBytes;
 
 pub(super) fn register(registry: &mut Registry) {
     registry.register_rebuilder("collections", "OrderedDict", ordered_dict);

@@ -24,8 +24,9 @@ use tensorshare_compat::pickle::Global;
 
 use super::rebuild::StorageKey;
 use super::{Call, RebuildError, Registry};
+use crate::DType;
+use crate::model::SharedBytes;
 use crate::model::{CallKind, Callable, Storage, Tensor, TensorView, Value};
-use crate::{DType, SharedBytes};
 
 /// The class that carries `torch.frombuffer`'s keyword argument.
 pub(crate) const PARTIAL: (&str, &str) = ("functools", "partial");

@@ -229,7 +229,7 @@ impl Registry {
     /// Registers a Rust type `T` for a Python class `module.name` both
     /// ways: values of `T` pickle as `reduce` says, and a pickle naming the
     /// class rebuilds through `rebuild` into a [`Value::Custom`] holding a
-    /// `T` ([`Custom::downcast_ref`](crate::Custom::downcast_ref) reads it).
+    /// `T` ([`Custom::downcast_ref`](crate::model::Custom::downcast_ref) reads it).
     ///
     /// # Examples
     ///
@@ -237,7 +237,9 @@ impl Registry {
     /// the peer's `__main__`:
     ///
     /// ```
-    /// use tensorshare::{Custom, Global, Reduction, Registry, Value};
+    /// use tensorshare::{Registry, Value};
+    /// use tensorshare::model::{Custom, Global};
+    /// use tensorshare::registry::Reduction;
     ///
     /// #[derive(Debug, PartialEq)]
     /// struct Point { x: i64, y: i64 }

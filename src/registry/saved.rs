@@ -1,7 +1,7 @@
 //! `torch.save` archives rebuilt through the registry: the payload of
 //! `torch.storage._load_from_bytes` inside plain pickles (what
 //! `pickle.dumps(tensor)` writes), and the object of whole `.pt` files
-//! ([`load_torch_save`](crate::archive::load_torch_save)).
+//! ([`torch_save::load`](crate::torch_save::load)).
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};

@@ -10,7 +10,8 @@ use super::rebuild::StorageKey;
 use super::{Call, CallKind, RebuildError, Registry};
 use crate::model::Custom;
 use crate::model::{CudaRef, DupFdRef, Residence, SegmentRef};
-use crate::{DType, Storage, Tensor, TensorView, Value};
+use crate::model::{Storage, TensorView};
+use crate::{DType, Tensor, Value};
 
 /// The module of torch's sharing reducers and rebuilders.
 pub(crate) const REDUCTIONS: &str = "torch.multiprocessing.reductions";

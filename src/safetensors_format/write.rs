@@ -428,7 +428,7 @@ mod tests {
                     Value::Tensor(
                         Tensor::new(
                             Storage::remote(
-                                crate::Residence::Cuda(crate::CudaRef {
+                                crate::model::Residence::Cuda(crate::model::CudaRef {
                                     device: 0,
                                     handle: Vec::new(),
                                     storage_offset_bytes: 0,

@@ -24,7 +24,7 @@ use crate::model::Value;
 ///
 /// Send the result with [`Connection::send`](crate::Connection::send),
 /// pickle it with [`SharingContext::dumps`](crate::SharingContext::dumps)
-/// or save it with [`save::save_torch`](crate::save::save_torch).
+/// or save it with [`torch_save::to_bytes`](crate::torch_save::to_bytes).
 ///
 /// | Rust (serde's data model) | Python |
 /// |---|---|
@@ -44,7 +44,7 @@ use crate::model::Value;
 /// | a unit variant | `str`: the variant's name |
 /// | other variants | `{'Variant': content}`, content a tuple for a tuple variant and a dict for a struct variant (serde's default, externally tagged; `#[serde(tag = "...")]` and `untagged` give serde's other forms) |
 /// | [`Tensor`](crate::Tensor) | `torch.Tensor` (or `Parameter`): the same tensor, not copied |
-/// | [`Storage`](crate::Storage) | `torch.UntypedStorage` |
+/// | [`Storage`](crate::model::Storage) | `torch.UntypedStorage` |
 /// | [`Value`] | itself |
 ///
 /// A tensor (or storage, or `Value`) serializes into a `Value` and nothing
@@ -124,7 +124,7 @@ pub fn to_value<T: Serialize + ?Sized>(value: &T) -> Result<Value, SerdeError> {
 /// - an enum from a `str` (a unit variant) or a one-key dict
 ///   `{'Variant': content}`;
 /// - [`Tensor`](crate::Tensor) from a `torch.Tensor` or `Parameter`;
-///   [`Storage`](crate::Storage) from an untyped or typed storage;
+///   [`Storage`](crate::model::Storage) from an untyped or typed storage;
 ///   [`Value`] from anything, whole and still shared. A `Value` field
 ///   keeps any part of a message as it came (a dtype, a tuple, a nested
 ///   dict whose shape varies).

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::*;
-use crate::{DType, Storage, Tensor, TensorView};
+use crate::model::{Storage, TensorView};
+use crate::{DType, Tensor};
 
 fn tensor(dtype: DType, sizes: &[usize]) -> Tensor {
     let nbytes = sizes.iter().product::<usize>() * dtype.element_size();

@@ -67,11 +67,11 @@ fn produce() -> Result<(), Box<dyn std::error::Error>> {
         let message = Dict::new()
             .with("image", batch.tensor(images).clone())
             .with("label", batch.tensor(labels).clone());
-        receiver.send(&message.into(), &sharing)?;
+        receiver.send(&message.into())?;
         writeln!(out, "sent {}", b + 1)?;
         out.flush()?;
     }
-    receiver.send(&Value::None, &sharing)?;
+    receiver.send(&Value::None)?;
     if wait {
         sharing.wait_until_fetched(Duration::from_secs(60))?;
     }

@@ -4,9 +4,8 @@
 
 use std::collections::HashMap;
 
-use tensorshare::{
-    Connection, DType, SharingContext, Storage, StrategyKind, Tensor, TensorView, Value,
-};
+use tensorshare::model::{Storage, TensorView};
+use tensorshare::{Connection, DType, StrategyKind, Tensor, Value};
 
 /// One message to echo.
 pub struct Case {
@@ -304,11 +303,11 @@ pub fn sharable_dtypes() -> Vec<DType> {
 
 /// Sends every case over `connection` and checks each echo; the cases that
 /// did not come back intact, each with why.
-pub fn echo_failures(connection: &mut Connection, sharing: &SharingContext) -> Vec<String> {
+pub fn echo_failures(connection: &mut Connection) -> Vec<String> {
     let mut failures = Vec::new();
     for case in all(&sharable_dtypes()) {
-        connection.send(&case.value, sharing).expect("send");
-        let echoed = connection.recv(sharing).expect("receive the echo");
+        connection.send(&case.value).expect("send");
+        let echoed = connection.recv().expect("receive the echo");
         if let Err(why) = check_echo(&case.value, &echoed) {
             failures.push(format!("{}: {why}", case.name));
         }
@@ -363,16 +362,13 @@ pub fn tensor_over(
 /// Sends `sent` `times` times and returns the echoes and their storages.
 pub fn echo_times(
     connection: &mut Connection,
-    sharing: &SharingContext,
     sent: &Tensor,
     times: usize,
 ) -> (Vec<Value>, Vec<Storage>) {
     let mut echoed = Vec::new();
     for _ in 0..times {
-        connection
-            .send(&Value::Tensor(sent.clone()), sharing)
-            .expect("send");
-        echoed.push(connection.recv(sharing).expect("receive the echo"));
+        connection.send(&Value::Tensor(sent.clone())).expect("send");
+        echoed.push(connection.recv().expect("receive the echo"));
     }
     let storages = echoed
         .iter()
@@ -383,21 +379,15 @@ pub fn echo_times(
 
 /// Echoes `n` messages that alternate `same`, sent again and again, with
 /// fresh 4 KiB storages (in shared memory if `shared`), checking each echo.
-pub fn echo_alternating(
-    connection: &mut Connection,
-    sharing: &SharingContext,
-    same: &Value,
-    n: usize,
-    shared: bool,
-) {
+pub fn echo_alternating(connection: &mut Connection, same: &Value, n: usize, shared: bool) {
     for i in 0..n {
         let value = if i % 2 == 0 {
             same.clone()
         } else {
             Value::Tensor(contiguous(DType::UInt8, &[4096], i as u8, shared))
         };
-        connection.send(&value, sharing).expect("send");
-        let echoed = connection.recv(sharing).expect("receive the echo");
+        connection.send(&value).expect("send");
+        let echoed = connection.recv().expect("receive the echo");
         check_echo(&value, &echoed).unwrap();
     }
 }

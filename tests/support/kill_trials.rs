@@ -18,9 +18,11 @@ use std::time::Duration;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use tensorshare::connection::ConnectionOptions;
-use tensorshare::{Address, Authkey, Client, DType, SharingContext, Storage, StrategyKind, Value};
-use tensorshare::{Tensor, TensorView};
+use tensorshare::Tensor;
+use tensorshare::connection::Address;
+use tensorshare::model::Storage;
+use tensorshare::model::TensorView;
+use tensorshare::{Authkey, DType, SharingContext, StrategyKind, Value};
 use tensorshare_strategies::services::shm_manager::IN_FLIGHT_WAIT_ENV;
 
 pub use super::leftovers::Leaks;
@@ -539,12 +541,11 @@ pub fn producer_role() {
     let authkey = Authkey::from_hex(field()).expect("authkey");
     let strategy = Strategy::from_name(field()).expect("strategy");
     let memmap_dir = PathBuf::from(field());
-    let sharing = SharingContext::new(authkey.clone())
+    let sharing = SharingContext::new(authkey)
         .with_strategy(strategy.kind())
         .with_memmap_dir(&memmap_dir)
         .expect("memmap dir");
-    let Ok(mut connection) = Client::connect(&address, &authkey, ConnectionOptions::default())
-    else {
+    let Ok(mut connection) = sharing.connect(&address) else {
         return;
     };
     let mut held = std::collections::VecDeque::new();
@@ -561,10 +562,10 @@ pub fn producer_role() {
             TensorView::contiguous(DType::UInt8, &[4096]),
         )
         .expect("tensor");
-        if connection.send(&Value::Tensor(tensor), &sharing).is_err() {
+        if connection.send(&Value::Tensor(tensor)).is_err() {
             return;
         }
-        let Ok(echo) = connection.recv(&sharing) else {
+        let Ok(echo) = connection.recv() else {
             return;
         };
         held.push_back(echo);

@@ -14,7 +14,8 @@ use std::process::{Child, ChildStderr, Command, ExitStatus, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use tensorshare::{Address, Authkey};
+use tensorshare::Authkey;
+use tensorshare::connection::Address;
 
 /// The test Python (`TENSORSHARE_TEST_PYTHON`: any CPython for the
 /// `multiprocessing` tests, the venv with the pinned torch under
@@ -270,9 +271,17 @@ impl Server {
         self.child.id()
     }
 
-    /// A connection to the server, authenticated with `authkey`.
-    pub fn connect(&self, authkey: &Authkey) -> tensorshare::Connection {
-        tensorshare::Client::connect(
+    /// A connection to the server whose values go through `sharing`,
+    /// authenticated with its key.
+    pub fn connect(&self, sharing: &tensorshare::SharingContext) -> tensorshare::Connection {
+        sharing
+            .connect(&self.address)
+            .expect("connect to the server")
+    }
+
+    /// A byte-level connection to the server, authenticated with `authkey`.
+    pub fn connect_bytes(&self, authkey: &Authkey) -> tensorshare::connection::Connection {
+        tensorshare::connection::Client::connect(
             &self.address,
             authkey,
             tensorshare::connection::ConnectionOptions::default(),
@@ -321,10 +330,9 @@ impl Drop for Server {
 pub fn assert_echoes_intact(
     server: &mut Server,
     connection: &mut tensorshare::Connection,
-    sharing: &tensorshare::SharingContext,
     what: &str,
 ) {
-    let failures = cases::echo_failures(connection, sharing);
+    let failures = cases::echo_failures(connection);
     assert!(
         failures.is_empty(),
         "{what}: {failures:#?}\nserver stderr: {}",
@@ -457,13 +465,31 @@ pub fn settle_unfetched(sharing: &tensorshare::SharingContext) -> usize {
 }
 
 /// The two ends of a connection within this process, over a socket pair
-/// that no handshake guards.
-pub fn connection_pair() -> (tensorshare::Connection, tensorshare::Connection) {
+/// that no handshake guards: the first sends and receives values through
+/// `left`, the second through `right`.
+pub fn connection_pair(
+    left: &tensorshare::SharingContext,
+    right: &tensorshare::SharingContext,
+) -> (tensorshare::Connection, tensorshare::Connection) {
+    let (a, b) = raw_connection_pair();
+    (
+        tensorshare::Connection::new(a, left).expect("an unauthenticated end binds to any context"),
+        tensorshare::Connection::new(b, right)
+            .expect("an unauthenticated end binds to any context"),
+    )
+}
+
+/// The two byte-level ends of a connection within this process, over a
+/// socket pair that no handshake guards.
+pub fn raw_connection_pair() -> (
+    tensorshare::connection::Connection,
+    tensorshare::connection::Connection,
+) {
     let (a, b) = std::os::unix::net::UnixStream::pair().expect("socket pair");
     let options = tensorshare::connection::ConnectionOptions::default();
     (
-        tensorshare::Connection::from_stream(a, options),
-        tensorshare::Connection::from_stream(b, options),
+        tensorshare::connection::Connection::from_stream(a, options),
+        tensorshare::connection::Connection::from_stream(b, options),
     )
 }
 
@@ -663,7 +689,7 @@ pub fn allocated_filled(
     sharing: &tensorshare::SharingContext,
     nbytes: usize,
     byte: u8,
-) -> tensorshare::Storage {
+) -> tensorshare::model::Storage {
     let mut writer = sharing.allocate(nbytes).expect("allocate");
     assert!(
         writer.as_bytes_mut().iter().all(|&b| b == 0),

@@ -10,8 +10,10 @@ use std::time::{Duration, Instant};
 use clap::builder::RangedU64ValueParser;
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
+use tensorshare::connection::Address;
+use tensorshare::connection::Listener;
 use tensorshare::connection::{AUTHKEY_ENV, ConnectionOptions, PrivateTempDir, TcpAddress};
-use tensorshare::{Address, Authkey, Listener, SharingContext, StrategyKind};
+use tensorshare::{Authkey, Connection, SharingContext, StrategyKind};
 
 use super::bench_stream::{Framing, Workload, consume, produce};
 use super::peer::{Peer, connect_back};
@@ -541,14 +543,15 @@ pub(super) fn spinner() -> ProgressBar {
 /// The consumer of a Rust-to-Rust run.
 pub fn run_peer(args: BenchPeerArgs) -> Result<(), CliError> {
     let options = ConnectionOptions::default().with_tcp_nodelay(args.tcp_nodelay);
-    let (authkey, mut connection) = connect_back(&args.connect, options)?;
+    let (authkey, connection) = connect_back(&args.connect, options)?;
     let sharing = SharingContext::new(authkey);
+    let mut connection = Connection::new(connection, &sharing)?;
     if args.batches {
-        let seconds = super::bench_batch_stream::consume_batches(&mut connection, &sharing)?;
+        let seconds = super::bench_batch_stream::consume_batches(&mut connection)?;
         println!("{}", serde_json::json!({ "seconds": seconds }));
         return Ok(());
     }
-    consume(&mut connection, &sharing, args.framing)?;
+    consume(&mut connection, args.framing)?;
     Ok(())
 }
 
@@ -616,9 +619,9 @@ fn run_path(path: Route, workload: Workload, torch: &TorchPeer) -> Result<Vec<f6
             &["--framing", &framing],
         )?
     };
-    let mut connection = peer.accept(&listener)?;
+    let mut connection = Connection::new(peer.accept(&listener)?, &sharing)?;
     if path.torch_produces() {
-        consume(&mut connection, &sharing, Framing::Pickled)?;
+        consume(&mut connection, Framing::Pickled)?;
         return torch.seconds(peer.finish()?);
     }
     let rounds = produce(&mut connection, &sharing, workload, path.framing())?;

@@ -20,7 +20,8 @@ use std::sync::OnceLock;
 use std::time::Instant;
 
 use tensorshare::bytemuck::{self, Pod};
-use tensorshare::{Connection, Dict, Element, SharingContext, Tensor, Value};
+use tensorshare::model::Element;
+use tensorshare::{Connection, Dict, SharingContext, Tensor, Value};
 
 use crate::error::CliError;
 
@@ -158,9 +159,9 @@ pub fn produce_batches(
     layout: Layout,
 ) -> Result<(), CliError> {
     let samples = make_samples(&spec);
-    connection.send(&spec.to_value(), sharing)?;
+    connection.send(&spec.to_value())?;
     loop {
-        let count = connection.recv(sharing)?;
+        let count = connection.recv()?;
         let count = count
             .as_int()
             .and_then(|n| usize::try_from(n).ok())
@@ -171,15 +172,15 @@ pub fn produce_batches(
         let mut kept = VecDeque::with_capacity(spec.window);
         for index in 0..count {
             if kept.len() == spec.window {
-                connection.recv(sharing)?;
+                connection.recv()?;
                 kept.pop_front();
             }
             let batch = make_batch(sharing, &spec, &samples, index, layout)?;
-            connection.send(&batch, sharing)?;
+            connection.send(&batch)?;
             kept.push_back(batch);
         }
         for _ in kept {
-            connection.recv(sharing)?;
+            connection.recv()?;
         }
     }
 }
@@ -284,25 +285,22 @@ fn stack(out: &mut [u8], samples: &[&[u8]]) {
 /// The training loop in Rust: asks for each run, acks each batch on
 /// receipt, sums every element and checks the sums. Returns each timed
 /// round's seconds.
-pub fn consume_batches(
-    connection: &mut Connection,
-    sharing: &SharingContext,
-) -> Result<Vec<f64>, CliError> {
-    let spec = BatchSpec::from_value(&connection.recv(sharing)?)?;
+pub fn consume_batches(connection: &mut Connection) -> Result<Vec<f64>, CliError> {
+    let spec = BatchSpec::from_value(&connection.recv()?)?;
     let mut seconds = Vec::with_capacity(spec.rounds);
     for round in 0..=spec.rounds {
         let start = Instant::now();
-        connection.send(&Value::from(spec.batches as i64), sharing)?;
+        connection.send(&Value::from(spec.batches as i64))?;
         for index in 0..spec.batches {
-            let batch = connection.recv(sharing)?;
-            connection.send(&Value::from(index as i64), sharing)?;
+            let batch = connection.recv()?;
+            connection.send(&Value::from(index as i64))?;
             check_batch(&spec, &batch, index)?;
         }
         if round > 0 {
             seconds.push(start.elapsed().as_secs_f64());
         }
     }
-    connection.send(&Value::from(0_i64), sharing)?;
+    connection.send(&Value::from(0_i64))?;
     Ok(seconds)
 }
 

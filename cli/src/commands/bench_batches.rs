@@ -11,7 +11,8 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use tensorshare::connection::ConnectionOptions;
-use tensorshare::{Authkey, Listener, SharingContext, StrategyKind};
+use tensorshare::connection::Listener;
+use tensorshare::{Authkey, Connection, SharingContext, StrategyKind};
 
 use super::bench::{TorchPeer, median};
 use super::bench_batch_stream::{BatchSpec, ImageDType, Layout, produce_batches};
@@ -486,7 +487,7 @@ fn run_feed(feed: Feed, spec: BatchSpec, torch: &TorchPeer) -> Result<Vec<f64>, 
                 .stdout(Stdio::piped()),
         )?
     };
-    let mut connection = peer.accept(&listener)?;
+    let mut connection = Connection::new(peer.accept(&listener)?, &sharing)?;
     produce_batches(&mut connection, &sharing, spec, layout)?;
     torch.seconds(peer.finish()?)
 }

@@ -7,7 +7,8 @@
 use std::time::Duration;
 
 use tensorshare::connection::ConnectionOptions;
-use tensorshare::{Authkey, Listener, SharingContext, StrategyKind, Value};
+use tensorshare::connection::Listener;
+use tensorshare::{Authkey, Connection, SharingContext, StrategyKind, Value};
 
 use super::bench::{TorchPeer, median};
 use super::bench_batch_stream::{BatchSpec, produce_batches};
@@ -49,8 +50,8 @@ pub fn run_feed(
             // their runs together.
             let mut connections = peers
                 .iter_mut()
-                .map(|peer| peer.accept(&listener))
-                .collect::<Result<Vec<_>, _>>()?;
+                .map(|peer| Ok(Connection::new(peer.accept(&listener)?, &sharing)?))
+                .collect::<Result<Vec<_>, CliError>>()?;
             std::thread::scope(|scope| {
                 let producers: Vec<_> = connections
                     .iter_mut()
@@ -111,13 +112,13 @@ fn dataloaders(
     let mut peers = (0..consumers)
         .map(|_| torch.spawn_with_authkey(&args, &authkey))
         .collect::<Result<Vec<_>, _>>()?;
+    let sharing = SharingContext::new(authkey);
     let mut starts = peers
         .iter_mut()
-        .map(|peer| peer.accept(&listener))
-        .collect::<Result<Vec<_>, _>>()?;
-    let sharing = SharingContext::new(authkey);
+        .map(|peer| Ok(Connection::new(peer.accept(&listener)?, &sharing)?))
+        .collect::<Result<Vec<_>, CliError>>()?;
     for start in &mut starts {
-        start.send(&Value::from(true), &sharing)?;
+        start.send(&Value::from(true))?;
     }
     drop(starts);
     finish_all(peers, torch)

@@ -20,7 +20,8 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use crate::error::CliError;
-use tensorshare::{Connection, DType, SharingContext, Tensor, TensorView, Value};
+use tensorshare::model::TensorView;
+use tensorshare::{Connection, DType, SharingContext, Tensor, Value};
 use tensorshare_strategies::file_descriptor::{FdSegment, FileDescriptorStrategy};
 use tensorshare_strategies::{Segment, SharingStrategy};
 
@@ -97,7 +98,7 @@ pub fn produce(
     workload: Workload,
     framing: Framing,
 ) -> Result<Vec<Duration>, CliError> {
-    connection.send(&workload.to_value(), sharing)?;
+    connection.send(&workload.to_value())?;
     let mut run = |count| send_run(connection, sharing, framing, workload.size, count);
     run(workload.warmup)?;
     (0..workload.rounds).map(|_| run(workload.count)).collect()
@@ -125,24 +126,24 @@ fn send_run(
         )?);
         let storage = || tensor.as_tensor().map(Tensor::storage);
         match framing {
-            Framing::Pickled => connection.send(&tensor, sharing)?,
+            Framing::Pickled => connection.send(&tensor)?,
             Framing::RawFds => {
                 let fd = storage()
                     .and_then(|storage| storage.local_segment::<FdSegment>())
                     .and_then(FdSegment::fd)
                     .ok_or("raw fds need the file_descriptor strategy")?;
-                connection.send_bytes_with_fds(&[], &[fd])?;
+                connection.get_mut().send_bytes_with_fds(&[], &[fd])?;
             }
             Framing::RawBytes => {
                 let bytes = storage()
                     .and_then(|storage| storage.bytes())
                     .ok_or("raw bytes need a storage in this process")?;
-                connection.send_bytes(bytes)?;
+                connection.get_mut().send_bytes(bytes)?;
             }
         }
         kept.push(tensor);
     }
-    let ack = connection.recv(sharing)?;
+    let ack = connection.recv()?;
     let elapsed = start.elapsed();
     if ack.as_int() != Some(count as i64) {
         return Err(format!("the consumer acknowledged {ack:?}, expected {count}").into());
@@ -184,24 +185,11 @@ fn fill_in_parallel(bytes: &mut [u8], byte: u8) {
 }
 
 /// Consumes a workload, checking every tensor.
-pub fn consume(
-    connection: &mut Connection,
-    sharing: &SharingContext,
-    framing: Framing,
-) -> Result<(), CliError> {
-    let workload = Workload::from_value(&connection.recv(sharing)?)?;
+pub fn consume(connection: &mut Connection, framing: Framing) -> Result<(), CliError> {
+    let workload = Workload::from_value(&connection.recv()?)?;
     // Kept across messages, as a connection keeps its receive buffer.
     let mut buffer = Vec::new();
-    let mut run = |count| {
-        receive_run(
-            connection,
-            sharing,
-            framing,
-            workload.size,
-            count,
-            &mut buffer,
-        )
-    };
+    let mut run = |count| receive_run(connection, framing, workload.size, count, &mut buffer);
     run(workload.warmup)?;
     for _ in 0..workload.rounds {
         run(workload.count)?;
@@ -211,7 +199,6 @@ pub fn consume(
 
 fn receive_run(
     connection: &mut Connection,
-    sharing: &SharingContext,
     framing: Framing,
     size: usize,
     count: usize,
@@ -219,13 +206,13 @@ fn receive_run(
 ) -> Result<(), CliError> {
     for index in 0..count {
         match framing {
-            Framing::Pickled => check_tensor(&connection.recv(sharing)?, size, index)?,
+            Framing::Pickled => check_tensor(&connection.recv()?, size, index)?,
             Framing::RawBytes => {
-                let len = connection.recv_bytes_into(buffer)?;
+                let len = connection.get_mut().recv_bytes_into(buffer)?;
                 check_bytes(buffer.get(..len), size, index)?;
             }
             Framing::RawFds => {
-                let fds = connection.recv_bytes_with_fds(buffer)?;
+                let fds = connection.get_mut().recv_bytes_with_fds(buffer)?;
                 let [fd] = <[_; 1]>::try_from(fds)
                     .map_err(|fds| format!("tensor {index}: {} fds, expected 1", fds.len()))?;
                 let segment = FileDescriptorStrategy.import(fd, size)?;
@@ -233,7 +220,7 @@ fn receive_run(
             }
         }
     }
-    connection.send(&Value::Int(count as i64), sharing)?;
+    connection.send(&Value::Int(count as i64))?;
     Ok(())
 }
 

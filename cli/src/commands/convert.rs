@@ -11,9 +11,10 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 use clap::error::ErrorKind;
+use tensorshare::model::Storage;
 use tensorshare::safetensors::{SafetensorsError, SafetensorsFile};
-use tensorshare::save::save_torch;
-use tensorshare::{Authkey, Registry, SharingContext, Storage, TorchSaveFormat, Value};
+use tensorshare::torch_save::{self, TorchSaveFormat};
+use tensorshare::{Authkey, Registry, SharingContext, Value};
 
 use super::authkey::AuthkeyArgs;
 use super::inspect::read_input;
@@ -91,7 +92,7 @@ pub fn run(args: ConvertArgs) -> Result<(), CliError> {
     let (written, len) = if args.output.as_os_str() == "-" {
         // A zip is written seeking back over each record's header, which a
         // pipe cannot: built in memory for stdout only.
-        let file = save_torch(&value, format).map_err(|e| format!("{input}: {e}"))?;
+        let file = torch_save::to_bytes(&value, format).map_err(|e| format!("{input}: {e}"))?;
         write_stdout(&file)?;
         ("stdout".to_owned(), file.len() as u64)
     } else {

@@ -6,10 +6,9 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use clap::builder::RangedU64ValueParser;
 use indicatif::{ProgressBar, ProgressStyle};
-use tensorshare::connection::ConnectionOptions;
-use tensorshare::{
-    Address, Authkey, Connection, DType, Listener, SharingContext, StrategyKind, Value,
-};
+use tensorshare::connection::Address;
+use tensorshare::connection::{self, ConnectionOptions};
+use tensorshare::{Authkey, Connection, DType, SharingContext, StrategyKind, Value};
 
 use super::peer::{Peer, connect_back};
 use super::workload::{TensorSpec, shared_identity};
@@ -61,7 +60,8 @@ struct Leg {
 pub fn run(args: DemoArgs) -> Result<(), CliError> {
     let workload = workload(args.tensors);
     let authkey = Authkey::random()?;
-    let listener = Listener::bind_unique_abstract(&authkey, ConnectionOptions::default())?;
+    let listener =
+        connection::Listener::bind_unique_abstract(&authkey, ConnectionOptions::default())?;
     let tensors = args.tensors.to_string();
     let mut peer = Peer::spawn_self(
         "demo-peer",
@@ -69,7 +69,8 @@ pub fn run(args: DemoArgs) -> Result<(), CliError> {
         &authkey,
         &["--tensors", &tensors],
     )?;
-    let mut connection = peer.accept(&listener)?;
+    let sharing = SharingContext::new(authkey.clone());
+    let mut connection = Connection::new(peer.accept(&listener)?, &sharing)?;
     println!(
         "tensorshare demo: process {} and process {} exchange {} tensors each way per strategy\n",
         std::process::id(),
@@ -81,12 +82,10 @@ pub fn run(args: DemoArgs) -> Result<(), CliError> {
     let progress = progress_bar((per_leg * 2 * STRATEGIES.len()) as u64);
     let mut legs = Vec::new();
     for strategy in STRATEGIES {
-        let sharing = SharingContext::new(authkey.clone()).with_strategy(strategy);
-        connection.send(
-            &message("begin", Value::Str(strategy.to_string().into())),
-            &sharing,
-        )?;
-        let (elapsed, zero_copy) = send_stream(&mut connection, &sharing, &workload, &progress)?;
+        connection.send(&message("begin", Value::Str(strategy.to_string().into())))?;
+        // The one context, sending with this leg's strategy.
+        let mut leg = with_strategy(connection, strategy)?;
+        let (elapsed, zero_copy) = send_stream(&mut leg, &workload, &progress)?;
         legs.push(Leg {
             strategy,
             direction: "A -> B",
@@ -95,8 +94,9 @@ pub fn run(args: DemoArgs) -> Result<(), CliError> {
             elapsed,
             zero_copy,
         });
-        receive_stream(&mut connection, &sharing, &workload, &progress)?;
-        let (elapsed, zero_copy) = read_report(connection.recv(&sharing)?)?;
+        receive_stream(&mut leg, &workload, &progress)?;
+        let (elapsed, zero_copy) = read_report(leg.recv()?)?;
+        connection = Connection::new(leg.into_inner(), &sharing)?;
         legs.push(Leg {
             strategy,
             direction: "B -> A",
@@ -106,8 +106,7 @@ pub fn run(args: DemoArgs) -> Result<(), CliError> {
             zero_copy,
         });
     }
-    let sharing = SharingContext::new(authkey.clone());
-    connection.send(&message("quit", Value::None), &sharing)?;
+    connection.send(&message("quit", Value::None))?;
     progress.finish_and_clear();
     peer.finish()?;
 
@@ -118,28 +117,35 @@ pub fn run(args: DemoArgs) -> Result<(), CliError> {
 
 /// The second process: mirrors [`run`].
 pub fn run_peer(args: DemoPeerArgs) -> Result<(), CliError> {
-    let (authkey, mut connection) = connect_back(&args.connect, ConnectionOptions::default())?;
+    let (authkey, connection) = connect_back(&args.connect, ConnectionOptions::default())?;
+    let sharing = SharingContext::new(authkey);
+    let mut connection = Connection::new(connection, &sharing)?;
     let workload = workload(args.tensors);
     let hidden = ProgressBar::hidden();
-    let control = SharingContext::new(authkey.clone());
     loop {
-        let (tag, argument) = read_message(connection.recv(&control)?)?;
+        let (tag, argument) = read_message(connection.recv()?)?;
         match (tag.as_str(), argument) {
             ("quit", _) => return Ok(()),
             ("begin", Value::Str(name)) => {
-                let strategy: StrategyKind = name.parse()?;
-                let sharing = SharingContext::new(authkey.clone()).with_strategy(strategy);
-                receive_stream(&mut connection, &sharing, &workload, &hidden)?;
-                let (elapsed, zero_copy) =
-                    send_stream(&mut connection, &sharing, &workload, &hidden)?;
+                let mut leg = with_strategy(connection, name.parse()?)?;
+                receive_stream(&mut leg, &workload, &hidden)?;
+                let (elapsed, zero_copy) = send_stream(&mut leg, &workload, &hidden)?;
                 let report = Value::Tuple(
                     vec![Value::Float(elapsed.as_secs_f64()), Value::Bool(zero_copy)].into(),
                 );
-                connection.send(&message("report", report), &sharing)?;
+                leg.send(&message("report", report))?;
+                connection = Connection::new(leg.into_inner(), &sharing)?;
             }
             (other, _) => return Err(format!("unexpected demo message {other:?}").into()),
         }
     }
+}
+
+/// `connection` sending with `strategy`: its context's handle set up for
+/// it, which shares the resource sharer and the pools.
+fn with_strategy(connection: Connection, strategy: StrategyKind) -> Result<Connection, CliError> {
+    let sharing = connection.sharing().clone().with_strategy(strategy);
+    Ok(Connection::new(connection.into_inner(), &sharing)?)
 }
 
 /// Several dtypes, shapes and sizes, from a few KiB to 16 MiB, some of them
@@ -172,21 +178,20 @@ fn workload(count: usize) -> Vec<TensorSpec> {
 /// the memory it was written to.
 fn send_stream(
     connection: &mut Connection,
-    sharing: &SharingContext,
     workload: &[TensorSpec],
     progress: &ProgressBar,
 ) -> Result<(Duration, bool), CliError> {
     let start = Instant::now();
     let mut identities = Vec::with_capacity(workload.len());
     for (index, spec) in workload.iter().enumerate() {
-        let tensor = spec.build(sharing, index as u64)?;
+        let tensor = spec.build(connection.sharing(), index as u64)?;
         identities.push(shared_identity(tensor.storage()));
         let item = Value::Tuple(vec![Value::Int(index as i64), Value::Tensor(tensor)].into());
-        connection.send(&item, sharing)?;
+        connection.send(&item)?;
         progress.inc(spec.nbytes() as u64);
     }
-    connection.send(&message("end", Value::Int(workload.len() as i64)), sharing)?;
-    let (tag, received) = read_message(connection.recv(sharing)?)?;
+    connection.send(&message("end", Value::Int(workload.len() as i64)))?;
+    let (tag, received) = read_message(connection.recv()?)?;
     let elapsed = start.elapsed();
     if tag != "ack" {
         return Err(format!("expected an ack, got {tag:?}").into());
@@ -200,13 +205,12 @@ fn send_stream(
 /// received storage maps.
 fn receive_stream(
     connection: &mut Connection,
-    sharing: &SharingContext,
     workload: &[TensorSpec],
     progress: &ProgressBar,
 ) -> Result<(), CliError> {
     let mut identities = Vec::with_capacity(workload.len());
     for (index, spec) in workload.iter().enumerate() {
-        let item = connection.recv(sharing)?;
+        let item = connection.recv()?;
         let tensor = match item.as_sequence() {
             Some([Value::Int(i), Value::Tensor(t)]) if *i == index as i64 => t.clone(),
             _ => return Err(format!("expected tensor {index}, got {item:?}").into()),
@@ -215,11 +219,11 @@ fn receive_stream(
         identities.push(shared_identity(tensor.storage()));
         progress.inc(spec.nbytes() as u64);
     }
-    let (tag, _) = read_message(connection.recv(sharing)?)?;
+    let (tag, _) = read_message(connection.recv()?)?;
     if tag != "end" {
         return Err(format!("expected the end of the stream, got {tag:?}").into());
     }
-    connection.send(&message("ack", identities_value(&identities)), sharing)?;
+    connection.send(&message("ack", identities_value(&identities)))?;
     Ok(())
 }
 

@@ -12,10 +12,11 @@ use std::sync::Arc;
 
 use clap::Args;
 use clap::builder::RangedU64ValueParser;
+use tensorshare::connection::Address;
 use tensorshare::connection::{
-    ConnectionError, ConnectionOptions, IncomingConnection, MIN_TCP_AUTHKEY_LEN,
+    ConnectionOptions, IncomingConnection, Listener, MIN_TCP_AUTHKEY_LEN,
 };
-use tensorshare::{Address, Authkey, Error, Listener, SharingContext, StrategyKind};
+use tensorshare::{Authkey, Connection, Error, SharingContext, StrategyKind};
 
 use super::authkey::AuthkeyArgs;
 use super::shutdown::{ShutdownSignal, Wake};
@@ -205,13 +206,13 @@ const ACCEPT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(50)
 
 /// Echoes every message until the peer hangs up; the first bad one ends it.
 fn serve_peer(incoming: IncomingConnection, sharing: &SharingContext) -> Result<(), Error> {
-    let mut connection = incoming.authenticate()?;
+    let mut connection = Connection::new(incoming.authenticate()?, sharing)?;
     loop {
-        let value = match connection.recv(sharing) {
+        let value = match connection.recv() {
             Ok(value) => value,
-            Err(Error::Connection(ConnectionError::Closed)) => return Ok(()),
+            Err(closed) if closed.is_closed() => return Ok(()),
             Err(e) => return Err(e),
         };
-        connection.send(&value, sharing)?;
+        connection.send(&value)?;
     }
 }

@@ -4,9 +4,10 @@ use std::io::{BufWriter, IsTerminal, Read};
 use std::path::{Path, PathBuf};
 
 use clap::Args;
+use tensorshare::Registry;
 use tensorshare::inspect::{Format, HEAD_ELEMENTS, OpaqueSummary, Report};
 use tensorshare::registry::{LoadOptions, UnknownGlobals};
-use tensorshare::{Registry, TorchSaveFormat};
+use tensorshare::torch_save::TorchSaveFormat;
 use tensorshare_cli::inspect_report;
 
 use super::convert::{has_safetensors_extension, is_torch_save_file};

@@ -8,8 +8,9 @@ use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::Duration;
 
-use tensorshare::connection::{AUTHKEY_ENV, ConnectionOptions};
-use tensorshare::{Address, Authkey, Client, Connection, Listener};
+use tensorshare::connection::{
+    AUTHKEY_ENV, Address, Authkey, Client, Connection, ConnectionOptions, Listener,
+};
 
 use crate::error::CliError;
 

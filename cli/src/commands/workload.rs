@@ -2,7 +2,8 @@
 //! process checks them without a copy of what was sent; and what a storage
 //! maps, to tell a zero-copy receipt from a copy.
 
-use tensorshare::{DType, SharingContext, Storage, StorageWriter, Tensor, TensorView};
+use tensorshare::model::{Storage, StorageWriter, TensorView};
+use tensorshare::{DType, SharingContext, Tensor};
 use tensorshare_strategies::file_descriptor::FdSegment;
 use tensorshare_strategies::file_system::FileSystemSegment;
 use tensorshare_strategies::memmap::MemmapSegment;

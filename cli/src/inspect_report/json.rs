@@ -11,7 +11,8 @@ use std::io::Write;
 use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
 use serde_json::Value as Json;
 use tensorshare::inspect::head;
-use tensorshare::{DType, Opaque, OpaqueCall, Storage, Tensor, Value};
+use tensorshare::model::{Opaque, OpaqueCall, Storage};
+use tensorshare::{DType, Tensor, Value};
 
 use super::{
     CappedIndent, Detail, Occurrence, Walk, big_int_decimal, float_json, hex, json_type,

@@ -39,9 +39,9 @@ fn produce() -> Result<(), Box<dyn std::error::Error>> {
         let batch = Dict::new()
             .with("image", image.into_tensor::<u8>(&IMAGE)?)
             .with("label", Tensor::from_slice(&sharing, &labels, &[8])?);
-        trainer.send(&batch.into(), &sharing)?;
+        trainer.send(&batch.into())?;
     }
-    trainer.send(&Value::None, &sharing)?;
+    trainer.send(&Value::None)?;
     // Under file_system, the default, the batches outlive this process and
     // this returns at once; under file_descriptor torch fetches each from
     // this process, and this waits until it has.

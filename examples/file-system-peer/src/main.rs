@@ -19,7 +19,6 @@ use std::error::Error;
 use std::io::Write;
 use std::process::ExitCode;
 
-use tensorshare::connection::ConnectionError;
 use tensorshare::{Authkey, SharingContext, StrategyKind, Tensor, Value};
 
 fn main() -> ExitCode {
@@ -45,18 +44,16 @@ fn run() -> Result<(), Box<dyn Error>> {
     let mut peer = listener.accept()?;
     let mut answered = 0;
     loop {
-        let tensor = match peer.recv(&sharing) {
-            Ok(Value::None) | Err(tensorshare::Error::Connection(ConnectionError::Closed)) => break,
+        let tensor = match peer.recv() {
+            Ok(Value::None) => break,
+            Err(closed) if closed.is_closed() => break,
             Ok(Value::Tensor(tensor)) => tensor,
-            Ok(other) => return Err(format!("expected a tensor or None, got {other:?}").into()),
+            Ok(other) => return Err(format!("expected a tensor or None, got {other}").into()),
             Err(error) => return Err(error.into()),
         };
         let doubled: Vec<f32> = tensor.to_vec::<f32>()?.iter().map(|x| x * 2.0).collect();
         let sizes = tensor.sizes().to_vec();
-        peer.send(
-            &Tensor::from_slice(&sharing, &doubled, &sizes)?.into(),
-            &sharing,
-        )?;
+        peer.send(&Tensor::from_slice(&sharing, &doubled, &sizes)?.into())?;
         answered += 1;
     }
     // What torch holds stays readable after this program exits: its

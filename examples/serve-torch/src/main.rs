@@ -12,10 +12,10 @@ use std::error::Error;
 use std::process::ExitCode;
 use std::thread;
 
-use tensorshare::connection::ConnectionError;
+use tensorshare::connection::Address;
 use tensorshare::ndarray::{Ix2, linalg::general_mat_mul};
 use tensorshare::serde::{Deserialize, Serialize};
-use tensorshare::{Address, Authkey, Connection, Dict, SharingContext, Tensor, Value};
+use tensorshare::{Authkey, Connection, Dict, SharingContext, Tensor, Value};
 
 /// What a client sends: Python's `{"a": a, "b": b}`.
 #[derive(Deserialize)]
@@ -51,7 +51,7 @@ fn serve() -> Result<(), Box<dyn Error>> {
         loop {
             match listener.accept() {
                 Ok(client) => {
-                    scope.spawn(|| match serve_client(client, &sharing) {
+                    scope.spawn(|| match serve_client(client) {
                         Ok(served) => println!("answered {served} requests from a torch client"),
                         Err(error) => eprintln!("error: a client failed: {error}"),
                     });
@@ -65,19 +65,19 @@ fn serve() -> Result<(), Box<dyn Error>> {
 }
 
 /// Answers one client's requests until it closes the connection.
-fn serve_client(mut client: Connection, sharing: &SharingContext) -> Result<usize, Box<dyn Error>> {
+fn serve_client(mut client: Connection) -> Result<usize, Box<dyn Error>> {
     let mut served = 0;
     loop {
-        let request = match client.recv(sharing) {
+        let request = match client.recv() {
             Ok(request) => request,
-            Err(tensorshare::Error::Connection(ConnectionError::Closed)) => return Ok(served),
+            Err(closed) if closed.is_closed() => return Ok(served),
             Err(error) => return Err(error.into()),
         };
-        let reply = match multiply(&request, sharing) {
+        let reply = match multiply(&request, client.sharing()) {
             Ok(product) => tensorshare::to_value(&Reply { product })?,
             Err(error) => Dict::new().with("error", error.to_string()).into(),
         };
-        client.send(&reply, sharing)?;
+        client.send(&reply)?;
         served += 1;
     }
 }

@@ -10,8 +10,9 @@ use std::error::Error;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use tensorshare::connection::Address;
 use tensorshare::serde::{Deserialize, Serialize};
-use tensorshare::{Address, Authkey, SharingContext, Tensor, from_value, to_value};
+use tensorshare::{Authkey, SharingContext, Tensor, from_value, to_value};
 
 /// A task: Python's `{"id": 3, "x": tensor}`.
 #[derive(Deserialize)]
@@ -52,7 +53,7 @@ fn work() -> Result<usize, Box<dyn Error>> {
     let mut job = sharing.connect(&address)?;
     let mut done = 0;
     loop {
-        let message = job.recv(&sharing)?;
+        let message = job.recv()?;
         if message.is_none() {
             break;
         }
@@ -72,7 +73,7 @@ fn work() -> Result<usize, Box<dyn Error>> {
             })
             .collect();
         let norms = Tensor::from_slice(&sharing, &norms, &[rows])?;
-        job.send(&to_value(&Answer { id, norms })?, &sharing)?;
+        job.send(&to_value(&Answer { id, norms })?)?;
         done += 1;
     }
     // Under file_system, the default, the answers outlive this process and

@@ -13,7 +13,8 @@ mod tensors;
 use std::io::{Cursor, Read, Write};
 
 use tensorshare::reduce::PickleBuilder;
-use tensorshare::{DType, TensorView};
+use tensorshare::DType;
+use tensorshare::model::TensorView;
 use tensorshare_compat::pickle::{
     ByteChunks, Construction, EncodeOptions, Node, NodeId, Object, Pickle, encode,
 };

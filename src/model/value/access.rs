@@ -194,7 +194,7 @@ impl Value {
     ///     println!("{name}: {value}");
     /// }
     /// assert_eq!(state.str_items()?[1].0, "lr");
-    /// # Ok::<(), tensorshare::ValueAccessError>(())
+    /// # Ok::<(), tensorshare::model::ValueAccessError>(())
     /// ```
     pub fn str_items(&self) -> Result<Vec<(&str, &Value)>, ValueAccessError> {
         let pairs = self
@@ -236,7 +236,7 @@ impl Value {
     ///     message.try_get::<&Tensor>("image").unwrap_err().to_string(),
     ///     "no key 'image' in the dict",
     /// );
-    /// # Ok::<(), tensorshare::ValueAccessError>(())
+    /// # Ok::<(), tensorshare::model::ValueAccessError>(())
     /// ```
     pub fn try_get<'a, T>(&'a self, key: &str) -> Result<T, ValueAccessError>
     where

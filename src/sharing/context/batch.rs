@@ -6,7 +6,7 @@ use crate::model::BatchLayout;
 impl SharingContext {
     /// A batch of tensors to be allocated as one storage of this context's
     /// strategy, each tensor a view at its own offset (a multiple of
-    /// [`BATCH_ALIGNMENT`](crate::BATCH_ALIGNMENT) bytes).
+    /// [`BATCH_ALIGNMENT`](crate::model::BATCH_ALIGNMENT) bytes).
     ///
     /// A message of separate tensors costs a torch receiver one fd fetched
     /// from this process's resource sharer (`file_descriptor`: a connection
@@ -16,7 +16,7 @@ impl SharingContext {
     /// names it, so the receiver rebuilds one `UntypedStorage` and views
     /// it, as after torch's own `torch.stack(samples, out=batch)` and
     /// slicing. All the views keep the whole storage alive (see
-    /// [`Batch`](crate::Batch)).
+    /// [`Batch`](crate::model::Batch)).
     ///
     /// The storage is allocated as [`allocate`](Self::allocate) allocates
     /// any storage of its size: under `file_descriptor` a batch's memfd

@@ -56,7 +56,7 @@ const PROTOCOL: u8 = 5;
 
 impl TorchForm for BytesStrategy {
     fn shares(context: &SharingContext) -> &Shares<Self> {
-        &context.bytes
+        &context.state.bytes
     }
 
     /// Writes `value` with every storage's bytes inline; a storage whose

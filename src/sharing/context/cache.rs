@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::Mutex;
 
-use crate::Storage;
+use crate::model::Storage;
 use crate::model::WeakStorage;
 
 /// The smallest limit, as in torch (`SharedCache.__init__`: 128).

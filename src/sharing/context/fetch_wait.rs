@@ -13,12 +13,12 @@ impl SharingContext {
     /// them attached to the message (`released`). `None` before the first
     /// storage is sent.
     pub fn sharer_stats(&self) -> Option<SharerStats> {
-        self.sharer.get().map(|sharer| sharer.stats())
+        self.state.sharer.get().map(|sharer| sharer.stats())
     }
 
     /// How many shared fds are waiting for their receivers.
     pub fn unfetched_shares(&self) -> usize {
-        self.unfetched.pending()
+        self.state.unfetched.pending()
     }
 
     /// Waits until the receivers have taken every storage this context
@@ -73,7 +73,8 @@ impl SharingContext {
                     connection: None,
                 });
             }
-            let pending = self.unfetched.pending() + self.unopened_sent_files();
+            let pending =
+                self.state.unfetched.pending() + self.settings.memmap.unopened_sent_files();
             if pending == 0 {
                 return Ok(());
             }
@@ -92,6 +93,7 @@ impl SharingContext {
     pub(crate) fn new_auth_failures(&self) -> Option<u64> {
         let failures = self.sharer_stats()?.wrong_authkey;
         let reported = self
+            .state
             .reported_auth_failures
             .fetch_max(failures, Ordering::Relaxed);
         (failures > reported).then_some(failures)

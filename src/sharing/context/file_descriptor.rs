@@ -9,6 +9,7 @@ use tensorshare_compat::pickle::{Node, NodeId};
 use tensorshare_strategies::file_descriptor::{FdSegment, FileDescriptorStrategy};
 use tensorshare_strategies::{AllocateError, SharingStrategy};
 
+use super::super::pools;
 use super::SharingContext;
 use super::form::{Attachable, HandleForm, Reduced, TorchForm, reduce_handles};
 use super::shares::Shares;
@@ -19,7 +20,7 @@ use crate::registry::REDUCTIONS;
 
 impl TorchForm for FileDescriptorStrategy {
     fn shares(context: &SharingContext) -> &Shares<Self> {
-        &context.fd
+        &context.state.fd
     }
 
     fn reduce(context: &SharingContext, value: &Value) -> Result<Reduced, Error> {
@@ -33,10 +34,17 @@ impl TorchForm for FileDescriptorStrategy {
         context: &SharingContext,
         nbytes: usize,
     ) -> Result<StorageWriter, AllocateError> {
-        if let Some(sharer) = context.sharer.get() {
-            context.pools.take_memfd_reports(sharer.take_reports());
+        if let Some(sharer) = context.state.sharer.get() {
+            context
+                .state
+                .pools
+                .take_memfd_reports(sharer.take_reports());
         }
-        context.pools.allocate(&context.fd.strategy, nbytes)
+        pools::allocate(
+            context.state.pools.memfds(),
+            &context.state.fd.strategy,
+            nbytes,
+        )
     }
 }
 
@@ -53,11 +61,11 @@ impl HandleForm for FileDescriptorStrategy {
         attachable: &mut Attachable,
     ) -> Result<NodeId, Error> {
         let identity = segment.identity();
-        let fd = context.fd.strategy.export(segment)?;
+        let fd = context.state.fd.strategy.export(segment)?;
         let registration = context.resource_sharer()?.register(fd)?;
         let id = registration.id().clone();
-        context.pools.memfd_sent(identity, id.key);
-        context.notices.sent_on(identity);
+        context.state.pools.memfd_sent(identity, id.key);
+        context.state.notices.sent_on(identity);
         context.keep_registration(registration);
         attachable.push((id.key, storage.clone()));
 
@@ -96,14 +104,18 @@ impl SharingContext {
         nbytes: usize,
         attached: Option<&DupFdRef>,
     ) -> Result<Storage, Error> {
-        let arrival = self.fd.receive(
+        let arrival = self.state.fd.receive(
             fd,
             nbytes,
-            |identity| self.notices.take_dormant(*identity),
+            |identity| self.state.notices.take_dormant(*identity),
             |mut segment| {
-                segment.keep_fd_within(&self.received_fds);
+                segment.keep_fd_within(&self.settings.received_fds);
                 match attached {
-                    Some(dup_fd) => self.notices.noticed(segment, &dup_fd.address, dup_fd.key),
+                    Some(dup_fd) => {
+                        self.state
+                            .notices
+                            .noticed(segment, &dup_fd.address, dup_fd.key)
+                    }
                     None => Storage::from_segment(Arc::new(segment)),
                 }
             },
@@ -111,7 +123,8 @@ impl SharingContext {
         if let (Some(dup_fd), false) = (attached, arrival.mapped)
             && let Some(held) = arrival.storage.segment_of::<FileDescriptorStrategy>()
         {
-            self.notices
+            self.state
+                .notices
                 .arrived_again(held.identity(), &dup_fd.address, dup_fd.key);
         }
         Ok(arrival.storage)

@@ -9,6 +9,7 @@ use tensorshare_strategies::file_system::{
 use tensorshare_strategies::services::shm_manager::ManagerHandle;
 use tensorshare_strategies::{AllocateError, ImportError, SharingStrategy};
 
+use super::super::pools;
 use super::SharingContext;
 use super::form::{Attachable, HandleForm, Reduced, TorchForm, reduce_handles};
 use super::shares::Shares;
@@ -19,7 +20,7 @@ use crate::registry::REDUCTIONS;
 
 impl TorchForm for FileSystemStrategy {
     fn shares(context: &SharingContext) -> &Shares<Self> {
-        &context.fs
+        &context.state.fs
     }
 
     fn reduce(context: &SharingContext, value: &Value) -> Result<Reduced, Error> {
@@ -34,7 +35,11 @@ impl TorchForm for FileSystemStrategy {
         context: &SharingContext,
         nbytes: usize,
     ) -> Result<StorageWriter, AllocateError> {
-        context.pools.allocate(&context.fs.strategy, nbytes)
+        pools::allocate(
+            context.state.pools.segments(),
+            &context.state.fs.strategy,
+            nbytes,
+        )
     }
 }
 
@@ -51,7 +56,7 @@ impl HandleForm for FileSystemStrategy {
         out: &mut PickleBuilder,
         _attachable: &mut Attachable,
     ) -> Result<NodeId, Error> {
-        let (manager, name) = context.fs.strategy.export(segment)?.into_parts();
+        let (manager, name) = context.state.fs.strategy.export(segment)?.into_parts();
         let manager = out.push(Node::Bytes(manager.as_bytes().into()));
         let name = out.push(Node::Bytes(name.as_str().as_bytes().into()));
         let nbytes = out.int(storage.nbytes());
@@ -74,11 +79,11 @@ impl SharingContext {
         let name = SegmentName::parse(&segment.name).map_err(|e| invalid(e.to_string()))?;
         let manager = ManagerHandle::from_bytes(&segment.manager_handle)
             .map_err(|e| invalid(format!("the manager handle: {e}")))?;
-        let arrival = self.fs.receive(
+        let arrival = self.state.fs.receive(
             SegmentHandle::received(manager, name),
             nbytes,
-            |name| self.pools.take_dormant_segment(name),
-            |segment| self.pools.received_segment(segment),
+            |name| self.state.pools.take_dormant_segment(name),
+            |segment| self.state.pools.received_segment(segment),
         )?;
         Ok(arrival.storage)
     }

@@ -43,6 +43,8 @@ use tensorshare_compat::pickle::{Node, NodeId};
 use tensorshare_strategies::memmap::{MemmapHandle, MemmapSegment, MemmapStrategy};
 use tensorshare_strategies::{AllocateError, SharingStrategy};
 
+use super::super::lifetimes::{RetentionLimits, SentFiles};
+use super::super::pools::{self, MemmapPool, Pool};
 use super::SharingContext;
 use super::form::{Attachable, HandleForm, Reduced, TorchForm, reduce_handles};
 use super::shares::Shares;
@@ -53,7 +55,7 @@ use crate::registry::memmap::{FROM_FILE, GETATTR, STORAGE_BASE};
 
 impl TorchForm for MemmapStrategy {
     fn shares(context: &SharingContext) -> &Shares<Self> {
-        &context.memmap
+        &context.settings.memmap.shares
     }
 
     fn reduce(context: &SharingContext, value: &Value) -> Result<Reduced, Error> {
@@ -70,11 +72,12 @@ impl TorchForm for MemmapStrategy {
         context: &SharingContext,
         nbytes: usize,
     ) -> Result<StorageWriter, AllocateError> {
-        let strategy = &context.memmap.strategy;
+        let memmap = &context.settings.memmap;
+        let strategy = &memmap.shares.strategy;
         if strategy.keeps_files() {
             return Ok(StorageWriter::new(Box::new(strategy.allocate(nbytes)?)));
         }
-        context.pools.allocate(strategy, nbytes)
+        pools::allocate(&memmap.pool, strategy, nbytes)
     }
 }
 
@@ -90,12 +93,12 @@ impl HandleForm for MemmapStrategy {
         out: &mut PickleBuilder,
         _attachable: &mut Attachable,
     ) -> Result<NodeId, Error> {
-        let handle = context.memmap.strategy.export(segment)?;
+        let memmap = &context.settings.memmap;
+        let handle = memmap.shares.strategy.export(segment)?;
         let path = handle
             .path_str()
             .ok_or_else(|| ReduceError::PathNotUtf8(handle.path().to_path_buf()))?;
-        context.hold_sent_file(segment);
-        context.pools.memmap_file_sent(segment);
+        memmap.hold_sent_file(segment);
 
         let getattr = out.global(GETATTR.0, GETATTR.1);
         let class = out.global(STORAGE_BASE.0, STORAGE_BASE.1);
@@ -108,7 +111,34 @@ impl HandleForm for MemmapStrategy {
     }
 }
 
-impl SharingContext {
+/// The `memmap` strategy of a context's handles: the storages it sent and
+/// received, the pool of its directory's files and the files sent and
+/// kept for their receivers. Handles that share a directory share one;
+/// a handle given another directory, or told to keep its files, gets its
+/// own.
+#[derive(Debug)]
+pub(super) struct MemmapShares {
+    shares: Shares<MemmapStrategy>,
+    pool: Arc<MemmapPool>,
+    /// The leases of the files sent, kept within their bounds: torch tells
+    /// no sender that it mapped a file.
+    pub(super) sent_files: SentFiles,
+}
+
+impl MemmapShares {
+    pub(super) fn new(strategy: MemmapStrategy, limits: RetentionLimits) -> Self {
+        Self {
+            pool: pools::memmap_pool(strategy.dir()),
+            shares: Shares::new(strategy),
+            sent_files: SentFiles::new(limits),
+        }
+    }
+
+    /// The same bounds over `strategy`, with nothing sent or pooled yet.
+    fn renewed(&self, strategy: MemmapStrategy) -> Self {
+        Self::new(strategy, self.sent_files.limits())
+    }
+
     /// Keeps the file of `segment` on disk for its receivers, which never
     /// say they mapped it, without keeping the segment, or the storage it
     /// was copied from: only its lease. A file this process did not create
@@ -123,30 +153,31 @@ impl SharingContext {
             lease.await_receivers_until(SystemTime::now() + self.sent_files.lifetime());
             self.sent_files.hold(Arc::clone(lease));
         }
+        self.pool.sent(segment);
     }
 
-    /// How many files this context sent and keeps for their receivers
-    /// are still to be opened by at least one of them, as far as the
-    /// kernel's open events tell; files whose opens cannot be counted are
-    /// not among them.
+    /// How many files sent and kept for their receivers are still to be
+    /// opened by at least one of them, as far as the kernel's open events
+    /// tell; files whose opens cannot be counted are not waited for.
     pub(super) fn unopened_sent_files(&self) -> usize {
         let leases = self.sent_files.leases();
-        let opened = self
-            .pools
-            .memmap_files_opened(leases.iter().map(|lease| lease.path()));
-        opened.into_iter().filter(|&all| all == Some(false)).count()
+        self.pool
+            .all_opened(leases.iter().map(|lease| lease.path()))
+            .into_iter()
+            .filter(|all| *all == Some(false))
+            .count()
     }
 
-    /// Leaves on disk, past this context, every sent file whose messages
+    /// Leaves on disk, past this process, every sent file whose messages
     /// may not all have been opened yet: a receiver that opens it later
     /// finds it, where torch's `from_file` would otherwise make an empty
     /// file of zeros. They are reclaimed as a killed sender's files are
     /// ([`FileLease::leave_for_receivers`](tensorshare_strategies::memmap::FileLease::leave_for_receivers)).
-    pub(super) fn leave_unopened_sent_files(&self) {
+    fn leave_unopened_sent_files(&self) {
         let leases = self.sent_files.leases();
         let opened = self
-            .pools
-            .memmap_files_opened(leases.iter().map(|lease| lease.path()));
+            .pool
+            .all_opened(leases.iter().map(|lease| lease.path()));
         for (lease, all) in leases.iter().zip(opened) {
             if all != Some(true) {
                 lease.leave_for_receivers();
@@ -154,40 +185,63 @@ impl SharingContext {
         }
     }
 
+    /// Lets go of the files kept, as the context's shutdown does: but for
+    /// those a message may still be on its way to.
+    pub(super) fn clear(&self) {
+        self.leave_unopened_sent_files();
+        self.sent_files.clear();
+        self.pool.make_room();
+    }
+}
+
+/// Handles dropped with their context, whose process may exit next: the
+/// files sent and not yet opened stay for their receivers.
+impl Drop for MemmapShares {
+    fn drop(&mut self) {
+        self.leave_unopened_sent_files();
+    }
+}
+
+impl SharingContext {
     /// Maps `nbytes` of the file at `path`, once per file while it lives.
     pub(super) fn map_file(&self, path: &str, nbytes: usize) -> Result<Storage, Error> {
-        self.memmap
+        self.settings
+            .memmap
+            .shares
             .receive_plain(MemmapHandle::received(path), nbytes)
     }
 
     /// Files sent storages are written to, and the only directory received
     /// memmap files are accepted from.
     pub fn memmap_dir(&self) -> &Path {
-        self.memmap.strategy.dir()
+        self.settings.memmap.shares.strategy.dir()
     }
 
     /// Creates memmap files in, and accepts them only from, `dir` (default:
     /// `$TMPDIR`, or `/tmp`).
+    ///
+    /// Set on a clone, it is that handle's: its files are pooled and kept
+    /// for their receivers apart from the other handles'.
     ///
     /// # Errors
     ///
     /// [`Error::MemmapDir`] when `dir` is not an existing directory with a
     /// UTF-8 path.
     pub fn with_memmap_dir(mut self, dir: impl AsRef<Path>) -> Result<Self, Error> {
-        let keep = self.memmap.strategy.keeps_files();
+        let memmap = &self.settings.memmap;
         let strategy = MemmapStrategy::in_dir(dir)
             .map_err(Error::MemmapDir)?
-            .keep_files(keep);
-        self.pools.renew_memmap_files(strategy.dir());
-        self.memmap = Shares::new(strategy);
+            .keep_files(memmap.shares.strategy.keeps_files());
+        self.settings.memmap = Arc::new(memmap.renewed(strategy));
         Ok(self)
     }
 
     /// Keeps the memmap files this context creates after their last holder
     /// drops them (default: they are removed).
     pub fn with_memmap_keep_files(mut self, keep: bool) -> Self {
-        self.memmap = Shares::new(self.memmap.strategy.clone().keep_files(keep));
-        self.pools.renew_memmap_files(self.memmap.strategy.dir());
+        let memmap = &self.settings.memmap;
+        let strategy = memmap.shares.strategy.clone().keep_files(keep);
+        self.settings.memmap = Arc::new(memmap.renewed(strategy));
         self
     }
 
@@ -198,7 +252,9 @@ impl SharingContext {
     /// send. A torch receiver that maps a file let go of gets zeros (its
     /// `from_file` makes the file anew), a tensorshare one an error.
     pub fn with_max_held_memmap_files(self, max: usize) -> Self {
-        self.sent_files
+        self.settings
+            .memmap
+            .sent_files
             .update_limits(|limits| limits.max_files = max);
         self
     }
@@ -207,7 +263,9 @@ impl SharingContext {
     /// 1 GiB), letting go of the oldest first; the file of the latest send
     /// is always kept, whatever its size.
     pub fn with_max_held_memmap_bytes(self, max: usize) -> Self {
-        self.sent_files
+        self.settings
+            .memmap
+            .sent_files
             .update_limits(|limits| limits.max_bytes = max);
         self
     }
@@ -217,6 +275,6 @@ impl SharingContext {
     /// lifetime and the bounds. A file also stays while a storage of this
     /// process maps it, whether or not it is counted here.
     pub fn held_memmap_files(&self) -> usize {
-        self.sent_files.held().0
+        self.settings.memmap.sent_files.held().0
     }
 }

@@ -17,7 +17,7 @@ mod shares;
 
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use tensorshare_compat::pickle::{
@@ -33,6 +33,7 @@ use tensorshare_strategies::services::shm_manager;
 use tensorshare_strategies::{AllocateError, StrategyKind, WritableSegment};
 
 use form::{Reduced, TorchForm, WithStrategy};
+use memmap::MemmapShares;
 use shares::Shares;
 
 pub(crate) use network::MessageOrigin;
@@ -46,11 +47,10 @@ use crate::registry::rebuild::Walker;
 use crate::resource_sharer::{
     Registration, ResourceSharer, SharerError, SharerOptions, SharerSocket,
 };
+use crate::sync::lock;
 use receipt::Receipt;
 
-use super::lifetimes::{
-    DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES, RetentionLimits, SentFiles, UnfetchedFds,
-};
+use super::lifetimes::{DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES, RetentionLimits, UnfetchedFds};
 use super::notices::Notices;
 use super::pools::Pools;
 
@@ -68,7 +68,11 @@ const DEFAULT_UNFETCHED_LIFETIME: Duration = Duration::from_secs(300);
 /// Everything a process needs to send and receive tensors in torch's format.
 ///
 /// One per process is typical (it owns the resource sharer that hands out
-/// this process's fds); it is `Send + Sync` and cheap to share by reference.
+/// this process's fds). It is a handle: a clone is cheap and shares the
+/// context, which lives until its last handle, and the last connection
+/// made with it, go. A clone may be set up again (its own
+/// [strategy](Self::with_strategy), say) and still share the resource
+/// sharer, the pools and the caches.
 ///
 /// # Examples
 ///
@@ -76,7 +80,7 @@ const DEFAULT_UNFETCHED_LIFETIME: Duration = Duration::from_secs(300);
 /// use tensorshare::{Authkey, SharingContext, Tensor, Value};
 ///
 /// let sharing = SharingContext::new(Authkey::new(b"secret".to_vec()));
-/// // In this context's shared memory (file_descriptor: a memfd).
+/// // In this context's shared memory (file_system: a /dev/shm segment).
 /// let t = Tensor::from_slice(&sharing, &[1i32, 2], &[2])?;
 ///
 /// let bytes = sharing.dumps(&Value::from(vec![&t, &t]))?;
@@ -87,45 +91,57 @@ const DEFAULT_UNFETCHED_LIFETIME: Duration = Duration::from_secs(300);
 /// assert_eq!(first.as_slice::<i32>()?, [1, 2]);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct SharingContext {
-    registry: Registry,
-    authkey: Authkey,
+    /// How this handle sends and receives.
+    settings: Settings,
+    /// What every handle of the context shares.
+    state: Arc<ContextState>,
+}
+
+/// A handle's own settings, set by the `with_` methods.
+#[derive(Clone, Debug)]
+struct Settings {
+    registry: Arc<Registry>,
     /// The strategy for local peers, and for TCP ones too when pinned.
     strategy: StrategyKind,
     strategy_pinned: bool,
     fetch_timeout: Duration,
-    sharer: OnceLock<Arc<ResourceSharer>>,
-    /// Where the resource sharer listens; `None` for what
-    /// `TENSORSHARE_SHARER_DIR` says ([`SharerSocket::from_env`]).
-    sharer_socket: Option<SharerSocket>,
     /// The fds received storages keep open: past it, a received storage
     /// keeps only its mapping, and is sent on as a copy.
     received_fds: FdBudget,
-    /// Each strategy with the storages it sent and received by shared
-    /// object: fd storages by inode, `file_system` ones by segment name,
-    /// `memmap` ones by path and file (whose strategy says where files are
-    /// created and accepted from, and whether they are kept).
-    fd: Shares<FileDescriptorStrategy>,
-    fs: Shares<FileSystemStrategy>,
-    bytes: Shares<BytesStrategy>,
-    memmap: Shares<MemmapStrategy>,
-    /// The memory [`allocate`](Self::allocate) hands out again.
-    pools: Pools,
-    /// Fds handed to the resource sharer and not yet fetched, with the time
-    /// after which they are closed unfetched.
-    unfetched: UnfetchedFds,
-    /// The leases of the `memmap` files sent, kept within their bounds:
-    /// torch tells no sender that it mapped a file.
-    sent_files: SentFiles,
-    /// What the senders of the storages received here are told.
-    notices: Notices,
+    /// The `memmap` strategy, which says where files are created and
+    /// accepted from and whether they are kept, with the storages it sent
+    /// and received and the pool of its directory's files.
+    memmap: Arc<MemmapShares>,
     /// Whether [`Connection::send`](crate::Connection::send) attaches fds to
     /// the message.
     inline_fds: bool,
     /// How connections this context makes ([`connect`](Self::connect),
     /// [`listen`](Self::listen)) frame and time out.
     connection_options: ConnectionOptions,
+}
+
+/// The process's side of sharing, one per context whatever its handles.
+#[derive(Debug)]
+struct ContextState {
+    authkey: Authkey,
+    sharer: OnceLock<Arc<ResourceSharer>>,
+    /// Where the resource sharer listens; `None` for what
+    /// `TENSORSHARE_SHARER_DIR` says ([`SharerSocket::from_env`]).
+    sharer_socket: Mutex<Option<SharerSocket>>,
+    /// The storages each strategy sent and received by shared object: fd
+    /// storages by inode, `file_system` ones by segment name.
+    fd: Shares<FileDescriptorStrategy>,
+    fs: Shares<FileSystemStrategy>,
+    bytes: Shares<BytesStrategy>,
+    /// The memory [`allocate`](SharingContext::allocate) hands out again.
+    pools: Pools,
+    /// Fds handed to the resource sharer and not yet fetched, with the time
+    /// after which they are closed unfetched.
+    unfetched: UnfetchedFds,
+    /// What the senders of the storages received here are told.
+    notices: Notices,
     /// How many peers that failed the resource sharer's handshake have
     /// been reported, so each failure is reported once.
     reported_auth_failures: AtomicU64,
@@ -142,32 +158,39 @@ impl SharingContext {
     /// (see [`connection`](crate::connection#agreeing-on-the-authkey)).
     pub fn new(authkey: Authkey) -> Self {
         let fd_limit = soft_fd_limit();
-        let memmap = MemmapStrategy::default();
-        Self {
-            registry: Registry::default(),
+        let settings = Settings {
+            registry: Arc::default(),
             strategy: StrategyKind::FileSystem,
             strategy_pinned: false,
             fetch_timeout: DEFAULT_FETCH_TIMEOUT,
-            sharer: OnceLock::new(),
-            sharer_socket: None,
             received_fds: FdBudget::new((fd_limit / 8).max(16)),
+            memmap: Arc::new(MemmapShares::new(
+                MemmapStrategy::default(),
+                RetentionLimits {
+                    lifetime: DEFAULT_UNFETCHED_LIFETIME,
+                    max_files: DEFAULT_MAX_FILES,
+                    max_bytes: DEFAULT_MAX_BYTES,
+                },
+            )),
+            inline_fds: true,
+            connection_options: ConnectionOptions::default(),
+        };
+        let state = ContextState {
+            sharer: OnceLock::new(),
+            sharer_socket: Mutex::new(None),
             fd: Shares::new(FileDescriptorStrategy),
             fs: Shares::new(FileSystemStrategy::default()),
             bytes: Shares::new(BytesStrategy),
-            pools: Pools::new(fd_limit / 4, memmap.dir()),
-            memmap: Shares::new(memmap),
+            pools: Pools::new(fd_limit / 4),
             // Unfetched registrations hold an fd each: at least a few.
             unfetched: UnfetchedFds::new(DEFAULT_UNFETCHED_LIFETIME, (fd_limit / 4).max(16)),
-            sent_files: SentFiles::new(RetentionLimits {
-                lifetime: DEFAULT_UNFETCHED_LIFETIME,
-                max_files: DEFAULT_MAX_FILES,
-                max_bytes: DEFAULT_MAX_BYTES,
-            }),
             notices: Notices::new(authkey.as_bytes()),
-            inline_fds: true,
-            connection_options: ConnectionOptions::default(),
             reported_auth_failures: AtomicU64::new(0),
             authkey,
+        };
+        Self {
+            settings,
+            state: Arc::new(state),
         }
     }
 
@@ -243,7 +266,7 @@ impl SharingContext {
                 S::allocate_writer(context, self.0)
             }
         }
-        self.using_strategy(self.strategy, Allocate(nbytes))
+        self.using_strategy(self.settings.strategy, Allocate(nbytes))
     }
 
     /// Pickles `value` as torch's `ForkingPickler` would, sharing every
@@ -275,7 +298,7 @@ impl SharingContext {
         } = self.using_strategy(self.strategy_for(over_tcp)?, Reduce(value))?;
         let pickle = encode_vectored(&pickle, &EncodeOptions::new().with_protocol(protocol))?;
         let registered = shared.iter().map(|(key, _)| *key).collect();
-        if !self.inline_fds || shared.len() > MAX_FDS_PER_MESSAGE {
+        if !self.settings.inline_fds || shared.len() > MAX_FDS_PER_MESSAGE {
             shared.clear();
         }
         // In the order they were registered, depth first through the value:
@@ -299,8 +322,8 @@ impl SharingContext {
     /// Any decoding or rebuilding error; a storage whose fd cannot be fetched
     /// (sender gone, wrong authkey).
     pub fn loads(&self, bytes: &[u8]) -> Result<Value, Error> {
-        let limits = self.registry.options().limits;
-        let decoded = decode_all(bytes, &self.registry, &limits)?;
+        let limits = self.settings.registry.options().limits;
+        let decoded = decode_all(bytes, self.registry(), &limits)?;
         self.rebuild_message(decoded, Vec::new(), MessageOrigin::Local)
     }
 
@@ -318,8 +341,8 @@ impl SharingContext {
         fds: Vec<OwnedFd>,
         origin: MessageOrigin,
     ) -> Result<Value, Error> {
-        let limits = self.registry.options().limits;
-        let decoded = decode_all_shared(message, &self.registry, &limits)?;
+        let limits = self.settings.registry.options().limits;
+        let decoded = decode_all_shared(message, self.registry(), &limits)?;
         self.rebuild_message(decoded, fds, origin)
     }
 
@@ -330,7 +353,7 @@ impl SharingContext {
         origin: MessageOrigin,
     ) -> Result<Value, Error> {
         let receipt = Receipt::new(self, fds, origin);
-        Walker::new(&self.registry, &decoded.pickle, None)
+        Walker::new(&self.settings.registry, &decoded.pickle, None)
             .attaching(&receipt)
             .run()
             .map_err(|error| receipt.rebuild_failed(error))
@@ -338,24 +361,24 @@ impl SharingContext {
 
     /// This process's resource sharer, started on first use.
     pub(crate) fn resource_sharer(&self) -> Result<&Arc<ResourceSharer>, Error> {
-        if let Some(sharer) = self.sharer.get() {
+        if let Some(sharer) = self.state.sharer.get() {
             return Ok(sharer);
         }
-        let socket = match &self.sharer_socket {
-            Some(socket) => socket.clone(),
+        let socket = match lock(&self.state.sharer_socket).clone() {
+            Some(socket) => socket,
             None => SharerSocket::from_env().map_err(|value| SharerError::SocketDirSetting {
                 value: value.to_string_lossy().into_owned(),
             })?,
         };
         let options = SharerOptions::new().with_socket(socket);
-        let started = ResourceSharer::start_with(self.authkey.as_bytes(), options)?;
-        Ok(self.sharer.get_or_init(|| started))
+        let started = ResourceSharer::start_with(self.state.authkey.as_bytes(), options)?;
+        Ok(self.state.sharer.get_or_init(|| started))
     }
 
     /// Keeps `registration` until its fd is fetched, its deadline passes
     /// or newer ones push it out of the [budget](Self::with_max_unfetched_fds).
     pub(crate) fn keep_registration(&self, registration: Registration) {
-        self.unfetched.keep(registration);
+        self.state.unfetched.keep(registration);
     }
 
     /// Stops handing out fds: closes every fd no receiver has fetched yet
@@ -376,11 +399,11 @@ impl SharingContext {
     /// so that a process exiting next leaves none of them to nobody.
     /// Dropping the context does this too.
     pub fn shutdown(&self) {
-        self.unfetched.clear();
-        self.leave_unopened_sent_files();
-        self.sent_files.clear();
-        self.pools.clear();
-        if let Some(sharer) = self.sharer.get() {
+        let state = &self.state;
+        state.unfetched.clear();
+        self.settings.memmap.clear();
+        state.pools.clear();
+        if let Some(sharer) = state.sharer.get() {
             sharer.shutdown();
         }
         // No manager could be started: what it would have unlinked is left
@@ -397,11 +420,11 @@ impl StorageAllocator for SharingContext {
     }
 }
 
-/// A context dropped is one whose process may exit next: its segments go
-/// to a live manager first, as on [`shutdown`](SharingContext::shutdown).
-impl Drop for SharingContext {
+/// A context whose last handle is dropped is one whose process may exit
+/// next: its segments go to a live manager first, as on
+/// [`shutdown`](SharingContext::shutdown).
+impl Drop for ContextState {
     fn drop(&mut self) {
-        self.leave_unopened_sent_files();
         // As in `shutdown`: without a manager, what is left is gc's.
         let _ = shm_manager::settle_own_manager();
     }

@@ -72,26 +72,26 @@ impl SharingContext {
     /// # Ok::<(), tensorshare::connection::ConnectionError>(())
     /// ```
     pub fn with_pinned_strategy(mut self, strategy: StrategyKind) -> Self {
-        self.strategy = strategy;
-        self.strategy_pinned = true;
+        self.settings.strategy = strategy;
+        self.settings.strategy_pinned = true;
         self
     }
 
     /// Whether the strategy holds over TCP too
     /// ([`with_pinned_strategy`](Self::with_pinned_strategy)).
     pub fn is_strategy_pinned(&self) -> bool {
-        self.strategy_pinned
+        self.settings.strategy_pinned
     }
 
     /// The strategy for a message on a connection; `over_tcp` for one that
     /// may reach another host.
     pub(crate) fn strategy_for(&self, over_tcp: bool) -> Result<StrategyKind, Error> {
-        if !over_tcp || self.strategy == StrategyKind::Bytes {
-            return Ok(self.strategy);
+        if !over_tcp || self.settings.strategy == StrategyKind::Bytes {
+            return Ok(self.settings.strategy);
         }
-        if self.strategy_pinned {
+        if self.settings.strategy_pinned {
             return Err(Error::PinnedStrategyOverTcp {
-                strategy: self.strategy,
+                strategy: self.settings.strategy,
             });
         }
         Ok(StrategyKind::Bytes)

@@ -123,7 +123,7 @@ impl<'a> Receipt<'a> {
             &dup_fd.address,
             dup_fd.key,
             self.context.authkey().as_bytes(),
-            self.context.fetch_timeout,
+            self.context.settings.fetch_timeout,
         )?;
         self.context.map_fd(fd, nbytes, None)
     }
@@ -165,7 +165,7 @@ impl Drop for Receipt<'_> {
     fn drop(&mut self) {
         let attached = self.attached.take();
         if let Some(sharer) = attached.sharer {
-            self.context.notices.release(sharer, attached.keys);
+            self.context.state.notices.release(sharer, attached.keys);
         }
     }
 }

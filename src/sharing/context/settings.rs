@@ -6,22 +6,29 @@ use std::time::Duration;
 use tensorshare_strategies::StrategyKind;
 use tensorshare_strategies::file_descriptor::FdBudget;
 
+use std::sync::Arc;
+
 use super::SharingContext;
 use crate::connection::{Authkey, ConnectionOptions};
 use crate::registry::Registry;
 use crate::resource_sharer::SharerSocket;
+use crate::sync::lock;
 
 impl SharingContext {
     /// Uses `registry` to rebuild received pickles.
     pub fn with_registry(mut self, registry: Registry) -> Self {
-        self.registry = registry;
+        self.settings.registry = Arc::new(registry);
         self
     }
 
-    /// Sends storages with `strategy`: `file_descriptor` (the default),
-    /// `file_system`, `memmap` (files in [`memmap_dir`](Self::memmap_dir))
+    /// Sends storages with `strategy`: `file_system` (the default),
+    /// `file_descriptor`, `memmap` (files in [`memmap_dir`](Self::memmap_dir))
     /// or `bytes` (copies inline, as plain `pickle.dumps` writes them).
     /// Receiving takes every strategy whatever this says.
+    ///
+    /// Set on a clone, it is that handle's, and of the connections it
+    /// makes: the clones still share one resource sharer and one set of
+    /// pools.
     ///
     /// This is the strategy for local peers: over a TCP connection
     /// [`Connection::send`](crate::Connection::send) sends storages as
@@ -49,14 +56,14 @@ impl SharingContext {
     /// # Ok::<(), tensorshare::Error>(())
     /// ```
     pub fn with_strategy(mut self, strategy: StrategyKind) -> Self {
-        self.strategy = strategy;
-        self.strategy_pinned = false;
+        self.settings.strategy = strategy;
+        self.settings.strategy_pinned = false;
         self
     }
 
     /// Waits at most `timeout` for a peer's resource sharer.
     pub fn with_fetch_timeout(mut self, timeout: Duration) -> Self {
-        self.fetch_timeout = timeout;
+        self.settings.fetch_timeout = timeout;
         self
     }
 
@@ -64,8 +71,10 @@ impl SharingContext {
     /// minutes), and lets go of sent `memmap` files as long after their
     /// last send (see [`with_max_held_memmap_files`](Self::with_max_held_memmap_files)).
     pub fn with_unfetched_lifetime(self, lifetime: Duration) -> Self {
-        self.unfetched.set_lifetime(lifetime);
-        self.sent_files
+        self.state.unfetched.set_lifetime(lifetime);
+        self.settings
+            .memmap
+            .sent_files
             .update_limits(|limits| limits.lifetime = lifetime);
         self
     }
@@ -81,7 +90,7 @@ impl SharingContext {
     /// `ulimit -n`) if receivers fall further behind than that. `0` counts
     /// as 1.
     pub fn with_max_unfetched_fds(self, count: usize) -> Self {
-        self.unfetched.set_max(count);
+        self.state.unfetched.set_max(count);
         self
     }
 
@@ -96,15 +105,17 @@ impl SharingContext {
     /// Sending such a storage on copies it once into a fresh segment, which
     /// every later send reuses while the storage lives; the copy no longer
     /// shares memory with the storage's sender.
+    ///
+    /// Set on a clone, the budget is that handle's own.
     pub fn with_max_received_fds(mut self, count: usize) -> Self {
-        self.received_fds = FdBudget::new(count);
+        self.settings.received_fds = FdBudget::new(count);
         self
     }
 
     /// How many fds received storages keep open now (see
     /// [`with_max_received_fds`](Self::with_max_received_fds)).
     pub fn received_fds_held(&self) -> usize {
-        self.received_fds.held()
+        self.settings.received_fds.held()
     }
 
     /// Whether [`Connection::send`](crate::Connection::send) attaches each
@@ -117,7 +128,7 @@ impl SharingContext {
     /// registered with the resource sharer: a Python receiver never sees the
     /// attached fds (its kernel closes them) and fetches as always.
     pub fn with_inline_fds(mut self, inline: bool) -> Self {
-        self.inline_fds = inline;
+        self.settings.inline_fds = inline;
         self
     }
 
@@ -125,37 +136,37 @@ impl SharingContext {
     /// [`listen`](Self::listen) with `options` (default:
     /// [`ConnectionOptions::default`]).
     pub fn with_connection_options(mut self, options: ConnectionOptions) -> Self {
-        self.connection_options = options;
+        self.settings.connection_options = options;
         self
     }
 
     /// The options of the connections this context makes.
     pub fn connection_options(&self) -> ConnectionOptions {
-        self.connection_options
+        self.settings.connection_options
     }
 
     /// Sets where this context's resource sharer listens, instead of what
     /// `TENSORSHARE_SHARER_DIR` says ([`SharerSocket::from_env`]: the
     /// abstract namespace when it is unset). Takes effect when the sharer
     /// starts, with the first storage sent by `file_descriptor`.
-    pub fn with_sharer_socket(mut self, socket: SharerSocket) -> Self {
-        self.sharer_socket = Some(socket);
+    pub fn with_sharer_socket(self, socket: SharerSocket) -> Self {
+        *lock(&self.state.sharer_socket) = Some(socket);
         self
     }
 
     /// The registry used for rebuilding.
     pub fn registry(&self) -> &Registry {
-        &self.registry
+        &self.settings.registry
     }
 
     /// The strategy storages are sent with to local peers (to every peer,
     /// when [pinned](Self::with_pinned_strategy)).
     pub fn strategy(&self) -> StrategyKind {
-        self.strategy
+        self.settings.strategy
     }
 
     /// The process authkey.
     pub fn authkey(&self) -> &Authkey {
-        &self.authkey
+        &self.state.authkey
     }
 }

@@ -104,6 +104,11 @@ impl SentFiles {
         drop(replaced);
     }
 
+    /// The bounds leases are kept within.
+    pub(crate) fn limits(&self) -> RetentionLimits {
+        self.0.update(|held| held.limits)
+    }
+
     /// How long a lease is kept after its file's latest send.
     pub(crate) fn lifetime(&self) -> Duration {
         self.0.update(|held| held.limits.lifetime)

@@ -4,7 +4,7 @@
 //! it received, kept mapped for their senders to send again.
 //!
 //! Each of the three strategies that share memory has one [`Pool`], and
-//! [`Pools::allocate`] is the one path through them all: take a free
+//! [`allocate`] is the one path through them all: take a free
 //! segment and zero it, or make one and have the pool adopt it, and hand
 //! it out [`Watched`], so that it comes back to its pool
 //! when its storage dies. What makes a segment free is each pool's own
@@ -23,19 +23,16 @@ pub(crate) mod watched;
 use std::path::Path;
 use std::sync::Arc;
 
-use tensorshare_strategies::file_descriptor::{FileDescriptorStrategy, FileIdentity};
-use tensorshare_strategies::file_system::{
-    DormantSegment, FileSystemSegment, FileSystemStrategy, SegmentName,
-};
-use tensorshare_strategies::memmap::{MemmapSegment, MemmapStrategy};
+use tensorshare_strategies::file_descriptor::FileIdentity;
+use tensorshare_strategies::file_system::{DormantSegment, FileSystemSegment, SegmentName};
 use tensorshare_strategies::{AllocateError, SharingStrategy, WritableSegment};
 
 pub(crate) use aging::AgingMap;
 pub(crate) use dormant::DormantMappings;
 use dormant::DormantSegments;
-use memfds::MemfdPool;
-use memmap_files::MemmapPool;
-use segments::RefcountedPool;
+pub(crate) use memfds::MemfdPool;
+pub(crate) use memmap_files::MemmapPool;
+pub(crate) use segments::RefcountedPool;
 use watched::{Watched, Watcher};
 
 use crate::model::{Storage, StorageWriter};
@@ -64,39 +61,6 @@ pub(crate) trait Pool: Watcher {
     fn make_room(&self) -> usize;
 }
 
-/// A strategy whose segments a [`Pools`] keeps.
-pub(crate) trait Pooled: SharingStrategy {
-    /// Its pool.
-    type Pool: Pool<Segment = Self::Segment>;
-
-    /// Its pool among `pools`.
-    fn pool(pools: &Pools) -> &Arc<Self::Pool>;
-}
-
-impl Pooled for FileDescriptorStrategy {
-    type Pool = MemfdPool;
-
-    fn pool(pools: &Pools) -> &Arc<MemfdPool> {
-        &pools.memfds
-    }
-}
-
-impl Pooled for FileSystemStrategy {
-    type Pool = RefcountedPool;
-
-    fn pool(pools: &Pools) -> &Arc<RefcountedPool> {
-        &pools.segments
-    }
-}
-
-impl Pooled for MemmapStrategy {
-    type Pool = MemmapPool;
-
-    fn pool(pools: &Pools) -> &Arc<MemmapPool> {
-        &pools.memmap_files
-    }
-}
-
 /// A context's pools.
 #[derive(Debug)]
 pub(crate) struct Pools {
@@ -105,62 +69,29 @@ pub(crate) struct Pools {
     /// `file_system` segments, reused once their count says nobody else
     /// holds them.
     segments: Arc<RefcountedPool>,
-    /// `memmap` files of one directory, reused once every message that
-    /// named one was opened and let go of.
-    memmap_files: Arc<MemmapPool>,
     /// Received `file_system` segments kept mapped and registered after
     /// their storages died, for their senders to send again.
     dormant_segments: Arc<DormantSegments>,
 }
 
 impl Pools {
-    /// Pools keeping at most `max_memfds` free memfds (each holds an fd),
-    /// and `memmap` files of `memmap_dir`.
-    pub(crate) fn new(max_memfds: usize, memmap_dir: &Path) -> Self {
+    /// Pools keeping at most `max_memfds` free memfds (each holds an fd).
+    pub(crate) fn new(max_memfds: usize) -> Self {
         Self {
             memfds: Arc::new(MemfdPool::new(max_memfds, MAX_POOLED_BYTES)),
             segments: Arc::new(RefcountedPool::new(MAX_POOLED_MAPPINGS, MAX_POOLED_BYTES)),
-            memmap_files: new_memmap_pool(memmap_dir),
             dormant_segments: Arc::default(),
         }
     }
 
-    /// A zero-filled storage of `nbytes` to write in place, in `strategy`'s
-    /// memory: a free segment of its pool, else a new one that comes back
-    /// to the pool when its storage dies.
-    pub(crate) fn allocate<S: Pooled>(
-        &self,
-        strategy: &S,
-        nbytes: usize,
-    ) -> Result<StorageWriter, AllocateError>
-    where
-        S::Segment: 'static,
-    {
-        if nbytes == 0 {
-            return Ok(StorageWriter::new(Box::new(strategy.allocate(0)?)));
-        }
-        let pool = S::pool(self);
-        let segment = match pool.take(nbytes) {
-            Some(mut segment) => {
-                segment.as_bytes_mut().fill(0);
-                segment
-            }
-            None => {
-                let segment = strategy.allocate(nbytes).or_else(|error| {
-                    // Out of fds, memory or room, perhaps to the pool: what
-                    // it keeps goes first.
-                    if pool.make_room() == 0 {
-                        return Err(error);
-                    }
-                    strategy.allocate(nbytes)
-                })?;
-                if !pool.adopt(&segment) {
-                    return Ok(StorageWriter::new(Box::new(segment)));
-                }
-                segment
-            }
-        };
-        Ok(StorageWriter::new(Box::new(Watched::new(segment, pool))))
+    /// The memfds of storages allocated under `file_descriptor`.
+    pub(crate) fn memfds(&self) -> &Arc<MemfdPool> {
+        &self.memfds
+    }
+
+    /// The segments of storages allocated under `file_system`.
+    pub(crate) fn segments(&self) -> &Arc<RefcountedPool> {
+        &self.segments
     }
 
     /// Takes what the resource sharer saw of the keys memfds went under.
@@ -171,26 +102,6 @@ impl Pools {
     /// Records that the memfd `identity` went out under `key`.
     pub(crate) fn memfd_sent(&self, identity: FileIdentity, key: i64) {
         self.memfds.sent(identity, key);
-    }
-
-    /// Counts a message naming the `memmap` file of `segment`.
-    pub(crate) fn memmap_file_sent(&self, segment: &MemmapSegment) {
-        self.memmap_files.sent(segment);
-    }
-
-    /// For each `memmap` file at `paths`, whether every message this
-    /// process sent naming it has been opened; `None` where that cannot be
-    /// told.
-    pub(crate) fn memmap_files_opened<'p>(
-        &self,
-        paths: impl IntoIterator<Item = &'p Path>,
-    ) -> Vec<Option<bool>> {
-        self.memmap_files.all_opened(paths)
-    }
-
-    /// Pools `memmap` files of `dir` from now on, letting go of those kept.
-    pub(crate) fn renew_memmap_files(&mut self, dir: &Path) {
-        self.memmap_files = new_memmap_pool(dir);
     }
 
     /// The received segment named `name`, if one is kept dormant.
@@ -204,16 +115,56 @@ impl Pools {
         Storage::from_segment(Arc::new(Watched::new(segment, &self.dormant_segments)))
     }
 
-    /// Lets go of the `file_system` segments and `memmap` files kept, and
-    /// of the received segments kept dormant; the memfds stay until the
-    /// pools go, as their receivers may still report them.
+    /// Lets go of the `file_system` segments kept, and of the received
+    /// segments kept dormant; the memfds stay until the pools go, as their
+    /// receivers may still report them.
     pub(crate) fn clear(&self) {
-        self.memmap_files.make_room();
         self.segments.make_room();
         self.dormant_segments.clear();
     }
 }
 
-fn new_memmap_pool(dir: &Path) -> Arc<MemmapPool> {
+/// A pool of the `memmap` files of `dir`: a context's handles that create
+/// files in one directory share one.
+pub(crate) fn memmap_pool(dir: &Path) -> Arc<MemmapPool> {
     Arc::new(MemmapPool::new(dir, MAX_POOLED_MAPPINGS, MAX_POOLED_BYTES))
+}
+
+/// A zero-filled storage of `nbytes` to write in place, in `strategy`'s
+/// memory: a free segment of `pool`, else a new one that comes back
+/// to the pool when its storage dies.
+pub(crate) fn allocate<S, P>(
+    pool: &Arc<P>,
+    strategy: &S,
+    nbytes: usize,
+) -> Result<StorageWriter, AllocateError>
+where
+    S: SharingStrategy,
+    S::Segment: 'static,
+    P: Pool<Segment = S::Segment> + 'static,
+{
+    if nbytes == 0 {
+        return Ok(StorageWriter::new(Box::new(strategy.allocate(0)?)));
+    }
+    let segment = match pool.take(nbytes) {
+        Some(mut segment) => {
+            segment.as_bytes_mut().fill(0);
+            segment
+        }
+        None => {
+            let segment = strategy.allocate(nbytes).or_else(|error| {
+                // Out of fds, memory or room, perhaps to the pool: what
+                // it keeps goes first.
+                if pool.make_room() == 0 {
+                    return Err(error);
+                }
+                strategy.allocate(nbytes)
+            })?;
+            if !pool.adopt(&segment) {
+                return Ok(StorageWriter::new(Box::new(segment)));
+            }
+            segment
+        }
+    };
+    Ok(StorageWriter::new(Box::new(Watched::new(segment, pool))))
 }

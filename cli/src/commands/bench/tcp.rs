@@ -19,8 +19,10 @@ use std::io::{BufRead, BufReader};
 use std::process::{ChildStdout, Command, Stdio};
 use std::time::Duration;
 
+use tensorshare::connection::Address;
+use tensorshare::connection::Listener;
 use tensorshare::connection::{AUTHKEY_ENV, ConnectionOptions};
-use tensorshare::{Address, Authkey, Listener, SharingContext, StrategyKind};
+use tensorshare::{Authkey, Connection, SharingContext, StrategyKind};
 
 use super::super::bench_stream::{Framing, Workload, consume, produce};
 use super::super::peer::Peer;
@@ -294,9 +296,9 @@ impl TcpLink<'_> {
             _ => self.rust_peer(&address, &authkey)?,
         };
         let mut peer = self.spawn(&mut command)?;
-        let mut connection = peer.accept(&listener)?;
+        let mut connection = Connection::new(peer.accept(&listener)?, &sharing)?;
         if route == TcpRoute::TorchToRust {
-            consume(&mut connection, &sharing, Framing::Pickled)?;
+            consume(&mut connection, Framing::Pickled)?;
             return self.torch.seconds(peer.finish()?);
         }
         let rounds = produce(&mut connection, &sharing, workload, Framing::Pickled)?;

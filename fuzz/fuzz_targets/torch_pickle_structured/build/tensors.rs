@@ -3,7 +3,8 @@
 //! `_rebuild_parameter`) in plain pickles and torch.save files, and the
 //! tweaks that bend their calls.
 
-use tensorshare::{DType, TensorView};
+use tensorshare::DType;
+use tensorshare::model::TensorView;
 use tensorshare_compat::pickle::{Construction, Node, NodeId};
 
 use super::storages::BuiltStorage;
