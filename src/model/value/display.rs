@@ -222,6 +222,16 @@ fn float_repr(dtype: DType, x: f64) -> String {
     }
 }
 
+/// A str as Python's `repr` writes it, for messages that quote one (a key
+/// not found, a path into a value).
+pub(crate) struct StrRepr<'a>(pub(crate) &'a str);
+
+impl fmt::Display for StrRepr<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write_str_repr(f, self.0)
+    }
+}
+
 /// A str as Python's `repr` writes it: in single quotes, or double quotes
 /// when it holds a single quote and no double one.
 fn write_str_repr(f: &mut fmt::Formatter<'_>, s: &str) -> fmt::Result {

@@ -3,6 +3,7 @@
 use std::fmt;
 
 use super::Value;
+use super::display::StrRepr;
 
 /// Why a [`Value`] could not be read as a Rust type: what was expected,
 /// what was found instead, and where, as a Python subscript from the value
@@ -141,30 +142,16 @@ impl From<std::convert::Infallible> for ValueAccessError {
 /// A key as Python's `repr` writes it, for the scalar keys messages use.
 pub(crate) fn key_repr(key: &Value) -> String {
     match key {
-        Value::Str(s) => str_repr(s),
-        Value::Int(i) => i.to_string(),
-        Value::Bool(true) => "True".into(),
-        Value::Bool(false) => "False".into(),
-        Value::None => "None".into(),
-        Value::Float(x) => format!("{x:?}"),
+        Value::Str(_) | Value::Int(_) | Value::Bool(_) | Value::None | Value::Float(_) => {
+            key.to_string()
+        }
         other => format!("<{}>", other.type_name()),
     }
 }
 
-/// A str as Python's `repr` writes it, near enough: single quotes, with
-/// quotes, backslashes and control characters escaped.
+/// A str as Python's `repr` writes it.
 pub(crate) fn str_repr(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('\'');
-    for c in s.chars() {
-        match c {
-            '\'' => out.push_str("\\'"),
-            '"' => out.push('"'),
-            c => out.extend(c.escape_debug()),
-        }
-    }
-    out.push('\'');
-    out
+    StrRepr(s).to_string()
 }
 
 /// A path, as a subscript after " at ", or nothing for the value itself.
@@ -216,7 +203,8 @@ mod tests {
 
     #[test]
     fn keys_read_as_python_writes_them() {
-        assert_eq!(key_repr(&Value::from("it's")), r"'it\'s'");
+        assert_eq!(key_repr(&Value::from("it's")), r#""it's""#);
+        assert_eq!(key_repr(&Value::from(r#"it's "so""#)), r#"'it\'s "so"'"#);
         assert_eq!(key_repr(&Value::from("a\nb\\")), r"'a\nb\\'");
         assert_eq!(key_repr(&Value::from(3)), "3");
         assert_eq!(key_repr(&Value::from(true)), "True");
