@@ -12,9 +12,9 @@ mod tensors;
 
 use std::io::{Cursor, Read, Write};
 
-use tensorshare::reduce::PickleBuilder;
 use tensorshare::DType;
 use tensorshare::model::TensorView;
+use tensorshare::reduce::PickleBuilder;
 use tensorshare_compat::pickle::{
     ByteChunks, Construction, EncodeOptions, Node, NodeId, Object, Pickle, encode,
 };
