@@ -182,14 +182,14 @@ fn a_silent_or_oversized_tcp_peer_holds_nothing_but_its_own_thread() {
     assert!(failures.is_empty(), "{failures:#?}");
     let options = ConnectionOptions::default();
     let oversized = Client::connect(&server.address, &authkey, options).expect("connect");
+    oversized
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
     let mut oversized = oversized.into_stream();
     oversized
         .write_all(&(4_i32 << 20).to_be_bytes())
         .expect("announce 4 MiB");
     let mut rest = Vec::new();
-    oversized
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .expect("timeout");
     let _ = oversized.read_to_end(&mut rest);
     // The silent peer is let go once its handshake timeout passes.
     let mut seen = Vec::new();

@@ -1,7 +1,7 @@
 //! The socket under a connection: a Unix stream or a TCP stream.
 
 use std::io::{self, IoSlice, IoSliceMut, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
@@ -82,7 +82,7 @@ impl StreamSocket {
 
     /// The TCP peer's address; `None` for a Unix socket or a TCP socket
     /// no longer connected.
-    pub fn tcp_peer(&self) -> Option<SocketAddr> {
+    pub(crate) fn tcp_peer(&self) -> Option<SocketAddr> {
         self.as_tcp()?.peer_addr().ok()
     }
 
@@ -91,7 +91,7 @@ impl StreamSocket {
     /// # Errors
     ///
     /// When the descriptor cannot be duplicated.
-    pub fn try_clone(&self) -> io::Result<Self> {
+    pub(crate) fn try_clone(&self) -> io::Result<Self> {
         match self {
             Self::Unix(stream) => stream.try_clone().map(Self::Unix),
             Self::Tcp(stream) => stream.try_clone().map(Self::Tcp),
@@ -103,7 +103,7 @@ impl StreamSocket {
     /// # Errors
     ///
     /// For a zero duration or a failing socket.
-    pub fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+    pub(crate) fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
         match self {
             Self::Unix(stream) => stream.set_read_timeout(timeout),
             Self::Tcp(stream) => stream.set_read_timeout(timeout),
@@ -115,34 +115,10 @@ impl StreamSocket {
     /// # Errors
     ///
     /// For a zero duration or a failing socket.
-    pub fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+    pub(crate) fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
         match self {
             Self::Unix(stream) => stream.set_write_timeout(timeout),
             Self::Tcp(stream) => stream.set_write_timeout(timeout),
-        }
-    }
-
-    /// Makes reads and writes return `WouldBlock` instead of waiting.
-    ///
-    /// # Errors
-    ///
-    /// When the socket refuses the change.
-    pub fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {
-        match self {
-            Self::Unix(stream) => stream.set_nonblocking(nonblocking),
-            Self::Tcp(stream) => stream.set_nonblocking(nonblocking),
-        }
-    }
-
-    /// Shuts down reading, writing or both.
-    ///
-    /// # Errors
-    ///
-    /// When the socket is not connected.
-    pub fn shutdown(&self, how: Shutdown) -> io::Result<()> {
-        match self {
-            Self::Unix(stream) => stream.shutdown(how),
-            Self::Tcp(stream) => stream.shutdown(how),
         }
     }
 }
