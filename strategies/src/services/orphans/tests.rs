@@ -464,7 +464,21 @@ fn socket_dirs_of_the_living_and_the_dead() {
     let options = SocketDirScanOptions::new()
         .parent(parent.path())
         .min_age(Duration::ZERO);
-    let found = scan_socket_dirs(&options).expect("scan");
+    // A test on another thread that forks while the listener above is
+    // open hands its child a copy, which listens until the child execs: a
+    // moment, so the scan is asked again until then.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let found = loop {
+        let found = scan_socket_dirs(&options).expect("scan");
+        let listened = found
+            .dirs()
+            .iter()
+            .any(|d| d.path() == dead_dir && !d.listening.is_empty());
+        if !listened || std::time::Instant::now() >= deadline {
+            break found;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
     assert_eq!(found.dirs().len(), 2, "{found:?}");
     let dead_report = found
         .dirs()
