@@ -83,7 +83,7 @@ pub enum FileError {
 
 impl FileError {
     /// The OS error behind this one, if there is one.
-    pub fn io_error(&self) -> Option<&io::Error> {
+    pub(crate) fn io_error(&self) -> Option<&io::Error> {
         match self {
             FileError::Read { cause, .. } | FileError::Write { cause, .. } => Some(cause),
             _ => None,

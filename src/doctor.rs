@@ -40,14 +40,14 @@ pub enum Status {
     Fail,
 }
 
-impl Status {
+impl fmt::Display for Status {
     /// `ok`, `warn` or `fail`.
-    pub const fn name(self) -> &'static str {
-        match self {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(match self {
             Status::Ok => "ok",
             Status::Warn => "warn",
             Status::Fail => "fail",
-        }
+        })
     }
 }
 
@@ -96,13 +96,7 @@ impl Finding {
 impl fmt::Display for Finding {
     /// `warn open_files: ... fix: ...`, on one line.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{:<4} {}: {}",
-            self.status.name(),
-            self.check,
-            self.detail
-        )?;
+        write!(f, "{:<4} {}: {}", self.status, self.check, self.detail)?;
         if let Some(fix) = &self.fix {
             write!(f, "; fix: {fix}")?;
         }
@@ -122,7 +116,7 @@ pub struct DoctorOptions {
 /// Names the directory under which logind's configuration
 /// (`etc/systemd/logind.conf`, `logind.conf.d`) and lingering users
 /// (`var/lib/systemd/linger`) are read; `/` when unset.
-pub const ROOT_ENV: &str = "TENSORSHARE_DOCTOR_ROOT";
+pub(crate) const ROOT_ENV: &str = "TENSORSHARE_DOCTOR_ROOT";
 
 impl DoctorOptions {
     /// The machine's places: logind's files under `/` (or under
@@ -170,11 +164,4 @@ pub fn check_with(options: &DoctorOptions, load: Option<&PlannedLoad>) -> Vec<Fi
         findings.push(planned::finding(options, load));
     }
     findings
-}
-
-/// Whether none of `findings` failed: the command exits 0 then.
-pub fn passes(findings: &[Finding]) -> bool {
-    findings
-        .iter()
-        .all(|finding| finding.status != Status::Fail)
 }

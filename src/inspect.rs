@@ -114,7 +114,7 @@ const LEGACY_MAGIC: &[u8] = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x
 /// that does not match its data.
 pub fn inspect(bytes: &[u8], registry: &Registry) -> Result<Report, Error> {
     #[cfg(feature = "safetensors")]
-    if crate::safetensors::looks_like_safetensors(bytes) {
+    if crate::safetensors_format::looks_like_safetensors(bytes) {
         return Ok(Report {
             format: Format::Safetensors,
             object: crate::safetensors::from_bytes(bytes)?,

@@ -1,6 +1,6 @@
-// Without the feature there is no safetensors module to link to: the
-// crate docs' links to it go where docs.rs shows it, built with every
-// feature.
+// Without its feature there is no safetensors, doctor or inspect module to
+// link to: the crate docs' links to them go where docs.rs shows them,
+// built with every feature.
 #![cfg_attr(
     not(feature = "safetensors"),
     doc = "[`safetensors`]: https://docs.rs/tensorshare/0.1/tensorshare/safetensors/index.html
@@ -9,6 +9,16 @@
 [`safetensors::from_bytes`]: https://docs.rs/tensorshare/0.1/tensorshare/safetensors/fn.from_bytes.html
 [`safetensors::to_bytes`]: https://docs.rs/tensorshare/0.1/tensorshare/safetensors/fn.to_bytes.html
 [`safetensors::SafetensorsFile`]: https://docs.rs/tensorshare/0.1/tensorshare/safetensors/struct.SafetensorsFile.html"
+)]
+#![cfg_attr(
+    not(feature = "doctor"),
+    doc = "[`doctor`]: https://docs.rs/tensorshare/0.1/tensorshare/doctor/index.html
+[`doctor::check`]: https://docs.rs/tensorshare/0.1/tensorshare/doctor/fn.check.html"
+)]
+#![cfg_attr(
+    not(feature = "inspect"),
+    doc = "[`inspect`]: https://docs.rs/tensorshare/0.1/tensorshare/inspect/index.html
+[`inspect::inspect`]: https://docs.rs/tensorshare/0.1/tensorshare/inspect/fn.inspect.html"
 )]
 #![doc = include_str!("lib.md")]
 #![deny(unsafe_code)]
@@ -66,10 +76,12 @@ pub mod sharing;
 // Values over a connection: Connection::send and recv.
 mod messages;
 // Describing any pickle or torch.save file without executing it.
+#[cfg(feature = "inspect")]
 pub mod inspect;
 // torch.save files by path, reader and writer.
 pub mod torch_save;
 // The limits shared memory runs into, checked before they bite.
+#[cfg(feature = "doctor")]
 pub mod doctor;
 // The names a program uses most, for a glob import.
 pub mod prelude;

@@ -32,8 +32,8 @@
 //!   repeated bytes.
 //! - `requires_grad` and `Parameter` have no place in the format and are
 //!   dropped, as `save_file` drops them.
-//! - dtypes map as `safetensors.torch` maps them (see [`to_safetensors_dtype`]);
-//!   `complex32`, `complex128`, `bcomplex32` and the `bits` dtypes have no
+//! - dtypes map as `safetensors.torch` maps them (`bfloat16` as `BF16`,
+//!   `float8_e4m3fn` as `F8_E4M3`, ...); `complex32`, `complex128`, `bcomplex32` and the `bits` dtypes have no
 //!   safetensors dtype and are refused, as `save_file` refuses them.
 //! - the metadata is `{"format": "pt"}`, as transformers' `save_pretrained`
 //!   and `convert.py` write it; transformers refuses to load a file without
@@ -70,10 +70,7 @@
 use std::io::{Read, Write};
 use std::path::Path;
 
-pub use crate::safetensors_format::{
-    Dtype, MAX_HEADER_BYTES, SafeTensorError, SafetensorsError, SafetensorsFile,
-    looks_like_safetensors, to_safetensors_dtype, to_torch_dtype,
-};
+pub use crate::safetensors_format::{Dtype, SafeTensorError, SafetensorsError, SafetensorsFile};
 
 use crate::Error;
 use crate::model::Value;

@@ -180,8 +180,11 @@ fn as_tensor(value: &Value) -> Tensor {
 }
 
 fn elements(tensor: &Tensor) -> Vec<Vec<u8>> {
-    let elements = tensor.elements().expect("bytes in this process");
-    elements.map(<[u8]>::to_vec).collect()
+    let bytes = tensor.to_contiguous_bytes().expect("bytes in this process");
+    bytes
+        .chunks(tensor.dtype().element_size())
+        .map(<[u8]>::to_vec)
+        .collect()
 }
 
 fn views_and_aliasing_arrive_intact(kind: StrategyKind) {

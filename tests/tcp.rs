@@ -65,7 +65,7 @@ fn port_zero_binds_a_free_port_that_clients_reach_on_v4_and_v6() {
         assert!(!listener.is_reachable_from_other_hosts());
         let server = thread::spawn(move || -> Result<Vec<u8>, ConnectionError> {
             let mut connection = listener.accept()?;
-            assert!(connection.is_tcp());
+            assert!(connection.stream().is_tcp());
             let message = connection.recv_bytes()?;
             connection.send_bytes(&message)?;
             Ok(message)
@@ -331,8 +331,9 @@ fn tcp_connections_take_their_keepalive_from_the_dead_peer_timeout() {
         }
     }
     assert_eq!(
-        ConnectionOptions::default().tcp_dead_peer_timeout,
-        Some(tensorshare::connection::DEFAULT_TCP_DEAD_PEER_TIMEOUT)
+        ConnectionOptions::default(),
+        ConnectionOptions::default().with_tcp_dead_peer_timeout(Some(Duration::from_secs(120))),
+        "the default dead-peer timeout is the two minutes its docs give"
     );
 }
 

@@ -116,7 +116,7 @@ fn a_rust_client_drives_a_stock_torch_listener_over_tcp() {
         // The context prefers file_descriptor; over TCP its storages go as bytes.
         let sharing = SharingContext::new(authkey.clone());
         let mut connection = sharing.connect(&server.address).expect("connect to torch");
-        assert!(connection.get_ref().is_tcp());
+        assert!(connection.get_ref().stream().is_tcp());
         let failures = torch_pickle_echo_failures(&mut connection);
         assert!(failures.is_empty(), "{listen}: {failures:#?}");
         let wrong = Authkey::random().expect("another key");

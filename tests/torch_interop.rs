@@ -154,11 +154,7 @@ fn a_torch_worker_pool_fed_by_a_rust_producer() {
         assert_eq!(*i, index as i64, "imap keeps order");
         let expected: f64 = inputs[index].iter().map(|&v| f64::from(v)).sum();
         assert_eq!(*sum, expected);
-        let got: Vec<f32> = doubled
-            .elements()
-            .expect("result bytes mapped here")
-            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
-            .collect();
+        let got: Vec<f32> = doubled.to_vec().expect("result bytes mapped here");
         let want: Vec<f32> = inputs[index].iter().map(|v| v * 2.0).collect();
         assert_eq!(got, want);
     }

@@ -16,7 +16,7 @@ use super::{ConnectionError, TcpAddress, random};
 /// The longest socket path or abstract name, in bytes: `sun_path` holds 108
 /// bytes, one of which is the path's terminating NUL or the abstract name's
 /// leading NUL.
-pub const MAX_ADDRESS_LEN: usize =
+pub(crate) const MAX_ADDRESS_LEN: usize =
     tensorshare_strategies::platform::private_dir::MAX_SOCKET_PATH_LEN;
 
 /// Random characters in generated directory and socket names, as CPython's
@@ -84,7 +84,7 @@ impl Address {
     /// # Errors
     ///
     /// [`ConnectionError::InvalidAddress`] for an empty path, a NUL byte in
-    /// it, or more than [`MAX_ADDRESS_LEN`] bytes.
+    /// it, or more than 107 bytes (what `sun_path` holds with its NUL).
     pub fn path(path: impl Into<PathBuf>) -> Result<Self, ConnectionError> {
         let path = path.into();
         let bytes = path.as_os_str().as_bytes();
@@ -113,7 +113,7 @@ impl Address {
     /// # Errors
     ///
     /// [`ConnectionError::InvalidAddress`] for an empty name or one of more
-    /// than [`MAX_ADDRESS_LEN`] bytes.
+    /// than 107 bytes (what `sun_path` holds with its NUL).
     pub fn abstract_name(name: impl Into<Vec<u8>>) -> Result<Self, ConnectionError> {
         let name = name.into();
         if name.is_empty() {
@@ -137,11 +137,14 @@ impl Address {
         Ok(Self(Repr::Abstract(name)))
     }
 
-    /// The TCP endpoint `host`, `port` (see [`TcpAddress::new`]).
+    /// The TCP endpoint `host`, `port`: an IP address (IPv6 without
+    /// brackets) or a host name. Port 0 asks a listener for a free port.
     ///
     /// # Errors
     ///
-    /// As [`TcpAddress::new`].
+    /// [`ConnectionError::InvalidAddress`] for an empty host, one longer
+    /// than DNS allows, or one with characters no host name or IP address
+    /// has.
     pub fn tcp(host: impl Into<String>, port: u16) -> Result<Self, ConnectionError> {
         TcpAddress::new(host, port).map(Self::from)
     }
@@ -179,24 +182,6 @@ impl Address {
         }
     }
 
-    /// The address of a bound or connected socket.
-    ///
-    /// # Errors
-    ///
-    /// [`ConnectionError::InvalidAddress`] for an unnamed socket.
-    pub fn from_socket_addr(address: &SocketAddr) -> Result<Self, ConnectionError> {
-        if let Some(path) = address.as_pathname() {
-            Self::path(path)
-        } else if let Some(name) = address.as_abstract_name() {
-            Self::abstract_name(name)
-        } else {
-            Err(invalid_address(
-                b"",
-                "the socket is unnamed (not bound to a path or an abstract name)".into(),
-            ))
-        }
-    }
-
     /// The address in the form the standard library binds and connects to.
     ///
     /// # Errors
@@ -225,7 +210,7 @@ impl Address {
     /// [`ConnectionError::InvalidAddress`] when the path would be too long
     /// (choose a shorter directory, e.g. set `TMPDIR=/tmp`),
     /// [`ConnectionError::Io`] when no random bytes can be read.
-    pub fn unique_in(dir: impl AsRef<Path>) -> Result<Self, ConnectionError> {
+    pub(crate) fn unique_in(dir: impl AsRef<Path>) -> Result<Self, ConnectionError> {
         let suffix = random::name_suffix(RANDOM_NAME_LEN)
             .map_err(|e| ConnectionError::io("reading random bytes for a socket name", e))?;
         Self::path(dir.as_ref().join(format!("listener-{suffix}")))
@@ -307,11 +292,6 @@ impl Address {
     /// Whether this is a TCP endpoint.
     pub fn is_tcp(&self) -> bool {
         matches!(self.0, Repr::Tcp(_))
-    }
-
-    /// Whether this is an abstract name.
-    pub fn is_abstract(&self) -> bool {
-        matches!(self.0, Repr::Abstract(_))
     }
 }
 
@@ -413,7 +393,7 @@ mod tests {
     fn parses_paths_and_both_abstract_spellings() {
         let path: Address = "/tmp/x.sock".parse().expect("path");
         assert_eq!(path.as_path(), Some(Path::new("/tmp/x.sock")));
-        assert!(!path.is_abstract());
+        assert!(path.as_abstract_name().is_none());
         assert_eq!(path.to_string(), "/tmp/x.sock");
         assert_eq!(path.to_bytes(), b"/tmp/x.sock");
 
@@ -501,14 +481,12 @@ mod tests {
     }
 
     #[test]
-    fn converts_to_and_from_std_socket_addresses() {
+    fn converts_to_std_socket_addresses() {
         for text in ["/tmp/x.sock", "@name"] {
             let address: Address = text.parse().expect("address");
             let std_address = address.to_socket_addr().expect("std address");
-            assert_eq!(
-                Address::from_socket_addr(&std_address).expect("back"),
-                address
-            );
+            assert_eq!(std_address.as_pathname(), address.as_path());
+            assert_eq!(std_address.as_abstract_name(), address.as_abstract_name());
         }
     }
 }

@@ -9,7 +9,7 @@ pub const AUTHKEY_ENV: &str = "TENSORSHARE_AUTHKEY";
 
 /// The length of [`Authkey::random`] keys, as `multiprocessing`'s
 /// `os.urandom(32)`.
-pub const RANDOM_AUTHKEY_LEN: usize = 32;
+pub(crate) const RANDOM_AUTHKEY_LEN: usize = 32;
 
 /// The shortest authkey a network listener should accept: 16 bytes, 128
 /// bits. The handshake sends a random challenge and its HMAC in the clear,
@@ -44,7 +44,7 @@ impl Authkey {
         Self(bytes.into())
     }
 
-    /// A fresh key of [`RANDOM_AUTHKEY_LEN`] random bytes, as a new
+    /// A fresh key of 32 random bytes, as a new
     /// `multiprocessing` parent process makes.
     ///
     /// # Errors
@@ -146,17 +146,6 @@ impl Authkey {
     pub fn as_bytes(&self) -> &[u8] {
         &self.0
     }
-
-    /// The key's length in bytes.
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    /// Whether the key is empty (still used for the handshake; see the
-    /// [module docs](super)).
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
 }
 
 impl fmt::Debug for Authkey {
@@ -197,7 +186,7 @@ mod tests {
         let key = Authkey::from_hex(" 00A1ff\n").expect("valid hex");
         assert_eq!(key.as_bytes(), [0x00, 0xa1, 0xff]);
         assert_eq!(key.to_hex(), "00a1ff");
-        assert_eq!(Authkey::from_hex("").expect("empty").len(), 0);
+        assert_eq!(Authkey::from_hex("").expect("empty").as_bytes().len(), 0);
         let odd = Authkey::from_hex("abc").unwrap_err().to_string();
         assert!(odd.contains("odd number"), "{odd}");
         let bad = Authkey::from_hex("00zz").unwrap_err().to_string();
@@ -211,7 +200,7 @@ mod tests {
     fn random_keys_are_distinct_and_hidden_from_debug() {
         let a = Authkey::random().expect("random");
         let b = Authkey::random().expect("random");
-        assert_eq!(a.len(), RANDOM_AUTHKEY_LEN);
+        assert_eq!(a.as_bytes().len(), RANDOM_AUTHKEY_LEN);
         assert_ne!(a, b);
         assert_eq!(a, a.clone());
         let shown = format!("{a:?}");

@@ -47,7 +47,7 @@ pub enum Client {}
 
 impl Client {
     /// Connects to `address` and runs the authkey handshake with `authkey`,
-    /// within [`ConnectionOptions::handshake_timeout`].
+    /// within [`ConnectionOptions::with_handshake_timeout`].
     ///
     /// A TCP endpoint's host is resolved by `getaddrinfo` and each address
     /// it gives is tried in turn until one connects, each within the

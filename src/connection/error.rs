@@ -69,7 +69,7 @@ pub enum ConnectionError {
     #[error(
         "handshake with a peer on {address} did not finish within {timeout:?}: the peer is \
          stuck or is not a multiprocessing.connection endpoint with an authkey; raise \
-         ConnectionOptions::handshake_timeout if it is only slow"
+         ConnectionOptions::with_handshake_timeout if it is only slow"
     )]
     HandshakeTimeout {
         /// The listener's address.
@@ -78,12 +78,12 @@ pub enum ConnectionError {
         timeout: Duration,
     },
     /// The peer announced a message above
-    /// [`ConnectionOptions::max_message_bytes`](super::ConnectionOptions::max_message_bytes).
+    /// [`ConnectionOptions::with_max_message_bytes`](super::ConnectionOptions::with_max_message_bytes).
     /// Nothing was allocated for it; its payload is still unread, so the
     /// connection cannot be used any more.
     #[error(
         "the peer announced a {claimed}-byte message, above the limit of {limit} bytes; raise \
-         ConnectionOptions::max_message_bytes if messages that large are expected (this \
+         ConnectionOptions::with_max_message_bytes if messages that large are expected (this \
          connection is no longer usable)"
     )]
     MessageTooLarge {
@@ -142,7 +142,7 @@ impl ConnectionError {
     /// The OS error behind this one, if a socket operation failed (also
     /// inside the handshake or while reading a message). Messages include
     /// it already; this is for callers that act on the errno.
-    pub fn io_error(&self) -> Option<&io::Error> {
+    pub(crate) fn io_error(&self) -> Option<&io::Error> {
         match self {
             Self::Bind { cause, .. }
             | Self::Connect { cause, .. }

@@ -177,13 +177,14 @@ impl Listener {
         }
     }
 
-    /// Listens on a fresh path in a new [`PrivateTempDir`]
-    /// (`$TMPDIR/pymp-XXXXXXXX/listener-XXXXXXXX`), as CPython's `Listener()`
-    /// without an address; [`Listener::address`] tells where.
+    /// Listens on a fresh path in a new directory only this user can enter
+    /// (`$TMPDIR/pymp-XXXXXXXX/listener-XXXXXXXX`, removed with the
+    /// listener), as CPython's `Listener()` without an address;
+    /// [`Listener::address`] tells where.
     ///
     /// # Errors
     ///
-    /// As [`PrivateTempDir::create`], [`Address::unique_in`] and
+    /// [`ConnectionError::Io`] when the directory cannot be made, and as
     /// [`Listener::bind`].
     pub fn bind_in_private_dir(
         authkey: &Authkey,
@@ -197,7 +198,7 @@ impl Listener {
     }
 
     /// Waits for the next peer and runs the authkey handshake with it,
-    /// within [`ConnectionOptions::handshake_timeout`].
+    /// within [`ConnectionOptions::with_handshake_timeout`].
     ///
     /// # Errors
     ///
@@ -301,11 +302,6 @@ impl Listener {
             .and_then(TcpAddress::ip)
             .is_some_and(|ip| !is_loopback(ip))
     }
-
-    /// The options every accepted connection gets.
-    pub fn options(&self) -> &ConnectionOptions {
-        &self.options
-    }
 }
 
 impl AsFd for Listener {
@@ -352,7 +348,7 @@ impl IncomingConnection {
     }
 
     /// Runs the authkey handshake, within
-    /// [`ConnectionOptions::handshake_timeout`].
+    /// [`ConnectionOptions::with_handshake_timeout`].
     ///
     /// # Errors
     ///

@@ -60,13 +60,13 @@
 //!
 //! CPython <= 3.11 challenges with 20 random bytes answered by HMAC-MD5;
 //! CPython >= 3.12 with `{sha256}` and 40 bytes. Both are answered whatever
-//! [`ConnectionOptions::dialect`] says; the dialect only chooses the
+//! [`ConnectionOptions::with_dialect`] says; the dialect only chooses the
 //! challenge this side sends, and the default ([`Dialect::Modern`]) is
 //! accepted by every CPython.
 //!
 //! # Timeouts and buffering
 //!
-//! The handshake has a deadline ([`ConnectionOptions::handshake_timeout`]):
+//! The handshake has a deadline ([`ConnectionOptions::with_handshake_timeout`]):
 //! a peer that connects and says nothing costs the listener at most that
 //! long. After the handshake there is no timeout until you set one with
 //! [`Connection::set_read_timeout`].
@@ -109,17 +109,14 @@ mod socket;
 mod stream;
 mod tcp_address;
 
-pub use address::{Address, MAX_ADDRESS_LEN};
-pub use authkey::{AUTHKEY_ENV, Authkey, MIN_TCP_AUTHKEY_LEN, RANDOM_AUTHKEY_LEN};
+pub use address::Address;
+pub use authkey::{AUTHKEY_ENV, Authkey, MIN_TCP_AUTHKEY_LEN};
 pub use client::Client;
 pub use error::ConnectionError;
 pub(crate) use error::{is_fd_exhaustion, is_timeout};
 pub use listener::{IncomingConnection, Listener};
-pub use options::{
-    ConnectionOptions, DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_MAX_MESSAGE_BYTES,
-    DEFAULT_TCP_DEAD_PEER_TIMEOUT,
-};
-pub use private_dir::PrivateTempDir;
+pub use options::{ConnectionOptions, DEFAULT_MAX_MESSAGE_BYTES};
+pub(crate) use private_dir::PrivateTempDir;
 pub use socket::StreamSocket;
 pub use tcp_address::TcpAddress;
 pub(crate) use tcp_address::is_loopback;

@@ -9,19 +9,8 @@ use super::{Address, ConnectionError, random};
 /// A directory only this user can enter (mode 0700), made for listener
 /// sockets and removed with everything in it when dropped: CPython's
 /// `multiprocessing.util.get_temp_dir()` (`$TMPDIR/pymp-XXXXXXXX`).
-///
-/// # Examples
-///
-/// ```
-/// use tensorshare::connection::PrivateTempDir;
-///
-/// let dir = PrivateTempDir::create()?;
-/// let address = dir.unique_address()?;
-/// assert!(address.as_path().is_some_and(|p| p.starts_with(dir.path())));
-/// # Ok::<(), tensorshare::connection::ConnectionError>(())
-/// ```
 #[derive(Debug)]
-pub struct PrivateTempDir {
+pub(crate) struct PrivateTempDir {
     path: PathBuf,
 }
 
@@ -33,7 +22,7 @@ impl PrivateTempDir {
     /// # Errors
     ///
     /// [`ConnectionError::Io`] when the directory cannot be created.
-    pub fn create() -> Result<Self, ConnectionError> {
+    pub(crate) fn create() -> Result<Self, ConnectionError> {
         // The socket path inside must fit in sun_path: "/pymp-X{8}/listener-X{8}".
         const INNER_LEN: usize = 1 + 5 + RANDOM_NAME_LEN + 1 + 9 + RANDOM_NAME_LEN;
         Self::create_in(tensorshare_strategies::platform::private_dir::socket_parent_dir(INNER_LEN))
@@ -44,7 +33,7 @@ impl PrivateTempDir {
     /// # Errors
     ///
     /// [`ConnectionError::Io`] when the directory cannot be created.
-    pub fn create_in(parent: impl AsRef<Path>) -> Result<Self, ConnectionError> {
+    pub(crate) fn create_in(parent: impl AsRef<Path>) -> Result<Self, ConnectionError> {
         let parent = parent.as_ref();
         let path =
             tensorshare_strategies::platform::private_dir::create_private_dir_in(parent, || {
@@ -69,7 +58,7 @@ impl PrivateTempDir {
     }
 
     /// The directory's path.
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
@@ -78,7 +67,7 @@ impl PrivateTempDir {
     /// # Errors
     ///
     /// As [`Address::unique_in`].
-    pub fn unique_address(&self) -> Result<Address, ConnectionError> {
+    pub(crate) fn unique_address(&self) -> Result<Address, ConnectionError> {
         Address::unique_in(&self.path)
     }
 }

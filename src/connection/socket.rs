@@ -206,7 +206,7 @@ const KEEPALIVE_PROBES: u32 = 8;
 
 /// Sets what `options` asks of a TCP connection: `TCP_NODELAY`, and the
 /// keepalive of
-/// [`tcp_dead_peer_timeout`](ConnectionOptions::tcp_dead_peer_timeout).
+/// [`tcp_dead_peer_timeout`](ConnectionOptions::with_tcp_dead_peer_timeout).
 ///
 /// No `TCP_USER_TIMEOUT`: it also aborts a connection whose live peer
 /// keeps a zero window for that long (a reader busy for a while), as

@@ -143,7 +143,7 @@ impl Connection {
     ///
     /// [`ConnectionError::Closed`] when the peer closed the connection
     /// between messages, [`ConnectionError::MessageTooLarge`] above
-    /// [`ConnectionOptions::max_message_bytes`],
+    /// [`ConnectionOptions::with_max_message_bytes`],
     /// [`ConnectionError::ReadTimeout`] when a read timeout expires, and
     /// [`ConnectionError::Receive`] for a cut-short or malformed message or a
     /// socket failure.
@@ -298,11 +298,6 @@ impl Connection {
             .map_err(|e| ConnectionError::io("setting the connection's write timeout", e))
     }
 
-    /// The options this connection was made with.
-    pub fn options(&self) -> &ConnectionOptions {
-        &self.options
-    }
-
     /// Another handle to the same socket, e.g. to send from one thread and
     /// receive in another.
     ///
@@ -329,12 +324,6 @@ impl Connection {
     /// ([`StreamSocket::as_unix`], [`StreamSocket::as_tcp`]).
     pub fn stream(&self) -> &StreamSocket {
         &self.stream
-    }
-
-    /// Whether this connection runs over TCP, and so may reach another
-    /// host: [`Connection::send`](crate::Connection::send) sends storages as bytes on it.
-    pub fn is_tcp(&self) -> bool {
-        self.stream.is_tcp()
     }
 
     /// The TCP peer's address as it was when the connection was made;

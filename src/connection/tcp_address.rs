@@ -49,7 +49,7 @@ impl TcpAddress {
     /// [`ConnectionError::InvalidAddress`] for an empty host, one longer
     /// than DNS allows, or one with characters no host name or IP address
     /// has.
-    pub fn new(host: impl Into<String>, port: u16) -> Result<Self, ConnectionError> {
+    pub(crate) fn new(host: impl Into<String>, port: u16) -> Result<Self, ConnectionError> {
         let host = host.into();
         let invalid = |reason: &str| ConnectionError::InvalidAddress {
             address: format!("{}:{port}", host.escape_debug()),

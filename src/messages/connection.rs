@@ -82,7 +82,7 @@ impl Connection {
     /// The fds of shared storages also ride on the message itself (see
     /// [`SharingContext::with_inline_fds`]); Python peers ignore them.
     ///
-    /// Over a TCP connection ([`connection::Connection::is_tcp`]) every
+    /// Over a TCP connection ([`StreamSocket::is_tcp`](crate::connection::StreamSocket::is_tcp)) every
     /// storage goes as `bytes`, inline, whatever the context's strategy,
     /// since shared memory does not reach another host; unless the strategy
     /// is [pinned](SharingContext::with_pinned_strategy) to one that shares
@@ -109,7 +109,7 @@ impl Connection {
     /// to authenticate to this process's resource sharer.
     pub fn send(&mut self, value: &Value) -> Result<(), Error> {
         let sharing = &self.sharing;
-        let outgoing = sharing.dumps_outgoing(value, self.inner.is_tcp())?;
+        let outgoing = sharing.dumps_outgoing(value, self.inner.stream().is_tcp())?;
         let keys = outgoing.registered_keys();
         if !keys.is_empty() {
             // Registered keys mean the sharer has started.
@@ -186,7 +186,7 @@ impl Connection {
             .map_err(|error| connection_failed(sharing, error))?;
         // Large `bytes` in the message are decoded as slices of its buffer,
         // which comes back for the next message once they are all gone.
-        let origin = if self.inner.is_tcp() {
+        let origin = if self.inner.stream().is_tcp() {
             MessageOrigin::Tcp {
                 peer: self.inner.tcp_peer(),
             }

@@ -160,16 +160,6 @@ impl<'a> BatchLayout<'a> {
         self.nbytes
     }
 
-    /// How many tensors the batch holds.
-    pub fn len(&self) -> usize {
-        self.planned.len()
-    }
-
-    /// Whether no tensor has been declared.
-    pub fn is_empty(&self) -> bool {
-        self.planned.is_empty()
-    }
-
     /// Allocates the batch's one storage, zero-filled, from the layout's
     /// allocator: a [`SharingContext`](crate::SharingContext) allocates it
     /// as it allocates any storage of that size, reusing memory where it
@@ -308,11 +298,6 @@ impl Batch {
     pub fn tensors(&self) -> &[Tensor] {
         &self.tensors
     }
-
-    /// The tensors, in the order they were declared.
-    pub fn into_tensors(self) -> Vec<Tensor> {
-        self.tensors
-    }
 }
 
 /// The tensor `slot` names among `planned`, of the layout `layout`.
@@ -376,7 +361,11 @@ mod tests {
         layout.tensor::<u8>(&[half]).unwrap();
         let error = layout.tensor::<u8>(&[half]).unwrap_err();
         assert!(matches!(error, ElementError::TooLarge { .. }), "{error}");
-        assert_eq!(layout.len(), 2);
+        assert_eq!(
+            layout.planned.len(),
+            2,
+            "the refused tensor is not declared"
+        );
     }
 
     #[test]

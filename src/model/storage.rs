@@ -86,23 +86,24 @@ pub struct MemmapRef {
     pub path: std::path::PathBuf,
 }
 
-/// The arguments of `rebuild_cuda_tensor`, decoded; attaching needs a GPU.
+/// The arguments of `rebuild_cuda_tensor`, decoded and kept to send on
+/// unchanged; attaching needs a GPU, which this crate does not use.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CudaRef {
     /// The CUDA device index.
     pub device: i64,
     /// The IPC memory handle bytes.
-    pub handle: Vec<u8>,
+    pub(crate) handle: Vec<u8>,
     /// Byte offset of the storage inside the IPC allocation.
-    pub storage_offset_bytes: i64,
+    pub(crate) storage_offset_bytes: i64,
     /// The producer's reference-counter file handle.
-    pub ref_counter_handle: Vec<u8>,
+    pub(crate) ref_counter_handle: Vec<u8>,
     /// Offset of this storage's counter in that file.
-    pub ref_counter_offset: i64,
+    pub(crate) ref_counter_offset: i64,
     /// The CUDA event handle, if the producer sent one.
-    pub event_handle: Option<Vec<u8>>,
+    pub(crate) event_handle: Option<Vec<u8>>,
     /// Whether the producer asked for a synchronizing event.
-    pub event_sync_required: bool,
+    pub(crate) event_sync_required: bool,
 }
 
 /// Where the bytes of a storage live.
@@ -370,7 +371,7 @@ impl Storage {
     /// The bytes, as [`bytes`](Self::bytes) gives them, held by a
     /// [`SharedBytes`] that keeps this storage alive: a pickle refers to
     /// them instead of copying them.
-    pub fn shared_bytes(&self) -> Option<SharedBytes> {
+    pub(crate) fn shared_bytes(&self) -> Option<SharedBytes> {
         self.bytes()?;
         Some(SharedBytes::from_owner(StorageBytes(self.clone())))
     }

@@ -271,7 +271,7 @@ impl Tensor {
     }
 
     /// The bytes of each element in logical order, when the storage is local.
-    pub fn elements(&self) -> Option<impl Iterator<Item = &[u8]>> {
+    pub(crate) fn elements(&self) -> Option<impl Iterator<Item = &[u8]>> {
         let bytes = self.0.storage.bytes()?;
         let size = self.0.dtype.element_size();
         // In bounds: validate_view proved every element offset + size <= nbytes.

@@ -171,7 +171,7 @@ pub struct Custom {
     /// The global the value was rebuilt from, for display.
     pub global: Global,
     /// The value.
-    pub value: Arc<dyn Any + Send + Sync>,
+    pub(crate) value: Arc<dyn Any + Send + Sync>,
 }
 
 impl Custom {

@@ -156,7 +156,7 @@ impl From<EncodeError> for FetchError {
 
 impl FetchError {
     /// The OS error behind this one, if a socket operation failed.
-    pub fn io_error(&self) -> Option<&io::Error> {
+    pub(crate) fn io_error(&self) -> Option<&io::Error> {
         match self {
             FetchError::SharerGone { cause, .. } | FetchError::Io { cause, .. } => Some(cause),
             FetchError::Handshake {

@@ -138,7 +138,7 @@ pub const SHARER_DIR_ENV: &str = "TENSORSHARE_SHARER_DIR";
 ///
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let sharer = ResourceSharer::start(b"authkey")?;
-/// assert!(sharer.socket_address().is_abstract());
+/// assert!(sharer.socket_address().as_abstract_name().is_some());
 /// assert!(sharer.socket_path().is_none());
 ///
 /// let shared_dir = tempfile::tempdir()?;

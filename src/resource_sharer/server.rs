@@ -77,7 +77,7 @@ pub enum SharerError {
 
 impl SharerError {
     /// The OS error behind this one.
-    pub fn io_error(&self) -> Option<&io::Error> {
+    pub(crate) fn io_error(&self) -> Option<&io::Error> {
         match self {
             SharerError::TempDir { cause, .. } => cause.io_error(),
             SharerError::SocketDirSetting { .. } => None,

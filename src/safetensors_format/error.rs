@@ -46,7 +46,8 @@ pub enum SafetensorsError {
         len: u64,
     },
     /// The header length runs past the end of the input or past
-    /// [`MAX_HEADER_BYTES`]: a truncated file, or not a safetensors file.
+    /// the 100,000,000 bytes a header may take: a truncated file, or not a
+    /// safetensors file.
     #[error(
         "safetensors header of {header_len} bytes, but {} (at most {MAX_HEADER_BYTES} are read): \
          the file is truncated or is not a safetensors file",
@@ -251,7 +252,7 @@ fn with_article(name: &str) -> String {
 impl SafetensorsError {
     /// The OS error behind this one, when a file could not be read or
     /// written.
-    pub fn io_error(&self) -> Option<&io::Error> {
+    pub(crate) fn io_error(&self) -> Option<&io::Error> {
         match self {
             SafetensorsError::Read { cause, .. } | SafetensorsError::Write { cause, .. } => {
                 Some(cause)

@@ -17,13 +17,13 @@ use std::collections::BTreeMap;
 // The format crate's dtype and error, which this module's signatures name.
 pub use ::safetensors::{Dtype, SafeTensorError};
 
-pub use dtype::{to_safetensors_dtype, to_torch_dtype};
+pub(crate) use dtype::{to_safetensors_dtype, to_torch_dtype};
 pub use error::SafetensorsError;
 
 use crate::model::Value;
 
 /// The largest header read, as the `safetensors` crate caps it: 100 MB.
-pub const MAX_HEADER_BYTES: u64 = 100_000_000;
+pub(crate) const MAX_HEADER_BYTES: u64 = 100_000_000;
 
 /// Bytes before the header: its length, a little-endian `u64`.
 const LENGTH_BYTES: usize = 8;
@@ -66,7 +66,8 @@ impl SafetensorsFile {
 
 /// Whether `bytes` start as a safetensors file does: a header length that
 /// fits in them, then `{`. No pickle or zip starts that way.
-pub fn looks_like_safetensors(bytes: &[u8]) -> bool {
+#[cfg(feature = "inspect")]
+pub(crate) fn looks_like_safetensors(bytes: &[u8]) -> bool {
     let Some((length, rest)) = bytes.split_first_chunk::<LENGTH_BYTES>() else {
         return false;
     };

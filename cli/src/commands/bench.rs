@@ -12,7 +12,7 @@ use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use tensorshare::connection::Address;
 use tensorshare::connection::Listener;
-use tensorshare::connection::{AUTHKEY_ENV, ConnectionOptions, PrivateTempDir, TcpAddress};
+use tensorshare::connection::{AUTHKEY_ENV, ConnectionOptions, TcpAddress};
 use tensorshare::{Authkey, Connection, SharingContext, StrategyKind};
 
 use super::bench_stream::{Framing, Workload, consume, produce};
@@ -342,7 +342,10 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
         .python
         .or_else(|| std::env::var_os("TENSORSHARE_PYTHON").map(PathBuf::from))
         .unwrap_or_else(|| PathBuf::from("python3"));
-    let scratch = PrivateTempDir::create()?;
+    let scratch = tempfile::Builder::new()
+        .prefix("tensorshare-bench-")
+        .tempdir()
+        .map_err(|e| CliError::io("creating the scratch directory for the peer scripts", e))?;
     let script = scratch.path().join("bench_peer.py");
     // bench_batches.py imports bench_peer.py from beside it.
     let batches_script = scratch.path().join("bench_batches.py");

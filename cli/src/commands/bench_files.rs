@@ -12,8 +12,6 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use tensorshare::connection::PrivateTempDir;
-
 use super::bench::median;
 use super::bench_measure::{Measurement, measure};
 use crate::error::CliError;
@@ -137,9 +135,10 @@ pub fn run(options: &Options) -> Result<(), CliError> {
             )
             .into());
         }
-        Some(dir) => PrivateTempDir::create_in(dir)?,
-        None => PrivateTempDir::create()?,
-    };
+        Some(dir) => scratch_dir().tempdir_in(dir),
+        None => scratch_dir().tempdir(),
+    }
+    .map_err(|e| CliError::io("creating the scratch directory for the checkpoints", e))?;
     let ran = run_in(options, scratch.path(), &interrupted);
     // A measured process dies of the terminal's SIGINT too, and its
     // failure would read as a bug.
@@ -147,6 +146,13 @@ pub fn run(options: &Options) -> Result<(), CliError> {
         return Err(INTERRUPTED.into());
     }
     ran
+}
+
+/// A directory only this user can enter, removed with what is in it.
+fn scratch_dir() -> tempfile::Builder<'static, 'static> {
+    let mut builder = tempfile::Builder::new();
+    builder.prefix("tensorshare-bench-files-");
+    builder
 }
 
 /// [`run`] with its checkpoints in `scratch`.

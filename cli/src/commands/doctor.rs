@@ -51,7 +51,7 @@ pub fn run(args: DoctorArgs) -> Result<(), CliError> {
             .map(|finding| {
                 json!({
                     "check": finding.check,
-                    "status": finding.status.name(),
+                    "status": finding.status.to_string(),
                     "detail": finding.detail,
                     "fix": finding.fix,
                 })
@@ -63,13 +63,13 @@ pub fn run(args: DoctorArgs) -> Result<(), CliError> {
             println!("{finding}");
         }
     }
-    if doctor::passes(&findings) {
+    let failed = findings
+        .iter()
+        .filter(|finding| finding.status == doctor::Status::Fail)
+        .count();
+    if failed == 0 {
         Ok(())
     } else {
-        let failed = findings
-            .iter()
-            .filter(|finding| finding.status == doctor::Status::Fail)
-            .count();
         Err(CliError::Failed(format!(
             "{failed} check(s) failed: apply the fixes above"
         )))

@@ -14,7 +14,7 @@ use clap::Args;
 use clap::builder::RangedU64ValueParser;
 use tensorshare::connection::Address;
 use tensorshare::connection::{
-    ConnectionOptions, IncomingConnection, Listener, MIN_TCP_AUTHKEY_LEN,
+    ConnectionOptions, DEFAULT_MAX_MESSAGE_BYTES, IncomingConnection, Listener, MIN_TCP_AUTHKEY_LEN,
 };
 use tensorshare::{Authkey, Connection, Error, SharingContext, StrategyKind};
 
@@ -51,7 +51,7 @@ pub struct EchoArgs {
     #[arg(
         long,
         value_name = "BYTES",
-        default_value_t = ConnectionOptions::default().max_message_bytes,
+        default_value_t = DEFAULT_MAX_MESSAGE_BYTES,
         value_parser = RangedU64ValueParser::<usize>::new().range(1..), allow_negative_numbers = true
     )]
     max_message_bytes: usize,

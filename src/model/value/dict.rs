@@ -68,14 +68,6 @@ impl Dict {
         Self::default()
     }
 
-    /// An empty dict with room for `capacity` items.
-    pub fn with_capacity(capacity: usize) -> Self {
-        Self {
-            pairs: Vec::with_capacity(capacity),
-            index: HashMap::with_capacity(capacity),
-        }
-    }
-
     /// The dict with `value` set under `key`, for chaining.
     #[must_use]
     pub fn with(mut self, key: impl Into<Value>, value: impl Into<Value>) -> Self {

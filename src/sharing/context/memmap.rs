@@ -211,12 +211,6 @@ impl SharingContext {
             .receive_plain(MemmapHandle::received(path), nbytes)
     }
 
-    /// Files sent storages are written to, and the only directory received
-    /// memmap files are accepted from.
-    pub fn memmap_dir(&self) -> &Path {
-        self.settings.memmap.shares.strategy.dir()
-    }
-
     /// Creates memmap files in, and accepts them only from, `dir` (default:
     /// `$TMPDIR`, or `/tmp`).
     ///

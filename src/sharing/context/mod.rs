@@ -199,7 +199,7 @@ impl SharingContext {
     /// [`Storage::allocate`] does, reusing memory where it can.
     ///
     /// Under `memmap` the file is made in this context's
-    /// [`memmap_dir`](Self::memmap_dir).
+    /// [`memmap` directory](Self::with_memmap_dir).
     ///
     /// Under `file_descriptor` the memfd of a storage allocated here goes
     /// back to the context when the storage dies, and a later allocation of

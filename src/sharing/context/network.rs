@@ -64,23 +64,15 @@ impl SharingContext {
     /// ```
     /// use tensorshare::{Authkey, SharingContext, StrategyKind};
     ///
-    /// let preferred = SharingContext::new(Authkey::random()?);
-    /// assert!(!preferred.is_strategy_pinned());
     /// let pinned = SharingContext::new(Authkey::random()?)
     ///     .with_pinned_strategy(StrategyKind::FileSystem);
-    /// assert_eq!((pinned.strategy(), pinned.is_strategy_pinned()), (StrategyKind::FileSystem, true));
+    /// assert_eq!(pinned.strategy(), StrategyKind::FileSystem);
     /// # Ok::<(), tensorshare::connection::ConnectionError>(())
     /// ```
     pub fn with_pinned_strategy(mut self, strategy: StrategyKind) -> Self {
         self.settings.strategy = strategy;
         self.settings.strategy_pinned = true;
         self
-    }
-
-    /// Whether the strategy holds over TCP too
-    /// ([`with_pinned_strategy`](Self::with_pinned_strategy)).
-    pub fn is_strategy_pinned(&self) -> bool {
-        self.settings.strategy_pinned
     }
 
     /// The strategy for a message on a connection; `over_tcp` for one that

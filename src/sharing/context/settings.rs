@@ -22,7 +22,7 @@ impl SharingContext {
     }
 
     /// Sends storages with `strategy`: `file_system` (the default),
-    /// `file_descriptor`, `memmap` (files in [`memmap_dir`](Self::memmap_dir))
+    /// `file_descriptor`, `memmap` (files in the [directory](Self::with_memmap_dir))
     /// or `bytes` (copies inline, as plain `pickle.dumps` writes them).
     /// Receiving takes every strategy whatever this says.
     ///
@@ -141,7 +141,7 @@ impl SharingContext {
     }
 
     /// The options of the connections this context makes.
-    pub fn connection_options(&self) -> ConnectionOptions {
+    pub(crate) fn connection_options(&self) -> ConnectionOptions {
         self.settings.connection_options
     }
 
