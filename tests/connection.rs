@@ -10,6 +10,7 @@
 mod support;
 
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::AsFd;
 use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
@@ -379,6 +380,43 @@ fn a_length_above_the_limit_is_refused_without_allocating() {
             limit: 4
         })
     ));
+}
+
+/// A read timeout in the middle of a message loses nothing: the next
+/// receive goes on from where it stopped, fds included, and every receive
+/// form shares that progress.
+#[test]
+fn a_read_timeout_mid_message_keeps_what_arrived() {
+    let (ours, mut theirs) = UnixStream::pair().expect("socket pair");
+    let mut connection = Connection::from_stream(ours, ConnectionOptions::default());
+    connection
+        .set_read_timeout(Some(Duration::from_millis(50)))
+        .expect("read timeout");
+    let file = std::fs::File::open("/proc/self/exe").expect("a file to attach");
+    // The header and one byte, with an fd; then the rest, in pieces.
+    tensorshare_strategies::platform::fd_passing::send_with_fds(
+        theirs.as_fd(),
+        &[0, 0, 0, 6, b'h'],
+        &[file.as_fd()],
+    )
+    .expect("first part");
+    let mut buf = b"old contents".to_vec();
+    assert!(matches!(
+        connection.recv_bytes_with_fds(&mut buf),
+        Err(ConnectionError::ReadTimeout)
+    ));
+    assert_eq!(buf, b"old contents", "a failed receive leaves the buffer");
+    theirs.write_all(b"el").expect("second part");
+    assert!(matches!(
+        connection.recv_bytes(),
+        Err(ConnectionError::ReadTimeout)
+    ));
+    theirs.write_all(b"lo!").expect("last part");
+    theirs.write_all(&[0, 0, 0, 4, b'n', b'e', b'x', b't']).expect("next message");
+    let fds = connection.recv_bytes_with_fds(&mut buf).expect("the whole message");
+    assert_eq!(buf, b"hello!");
+    assert_eq!(fds.len(), 1, "the fd that came with the first part");
+    assert_eq!(connection.recv_bytes().expect("in step"), b"next");
 }
 
 #[test]

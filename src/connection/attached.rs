@@ -59,8 +59,8 @@ fn send_error(error: SendFdsError) -> io::Error {
     }
 }
 
-/// Reads one message from a stream, keeping the fds that arrive with its
-/// first bytes.
+/// The fds that arrived with one message, kept while it is read, in as
+/// many reads as it takes.
 ///
 /// Only the first read that returns bytes is a `recvmsg`: an attached
 /// writer's fds travel with the first bytes it sends, and the kernel hands
@@ -69,33 +69,31 @@ fn send_error(error: SendFdsError) -> io::Error {
 /// At most [`MAX_FDS_PER_MESSAGE`] fds are kept; if more arrive, or the
 /// kernel drops some, the whole set is spoiled and closed: a receiver
 /// cannot tell which storage a partial set belongs to.
-pub(super) struct CollectingReader<'a> {
-    stream: &'a StreamSocket,
+#[derive(Default)]
+pub(super) struct ArrivedFds {
     fds: Vec<OwnedFd>,
     spoiled: bool,
     started: bool,
 }
 
-impl<'a> CollectingReader<'a> {
-    pub(super) fn new(stream: &'a StreamSocket) -> Self {
-        Self {
-            stream,
-            fds: Vec::new(),
-            spoiled: false,
-            started: false,
-        }
-    }
-
+impl ArrivedFds {
     /// The fds that arrived, unless some were lost or too many came.
     pub(super) fn into_fds(self) -> Vec<OwnedFd> {
         if self.spoiled { Vec::new() } else { self.fds }
     }
 }
 
+/// Reads a message from a stream, keeping in `arrived` the fds that come
+/// with its first bytes.
+pub(super) struct CollectingReader<'a> {
+    pub(super) stream: &'a StreamSocket,
+    pub(super) arrived: &'a mut ArrivedFds,
+}
+
 impl Read for CollectingReader<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         // Nothing rides on a TCP stream's bytes: no `recvmsg` for it.
-        if self.started || self.stream.is_tcp() {
+        if self.arrived.started || self.stream.is_tcp() {
             return { self.stream }.read(buf);
         }
         let received = recv_some(self.stream.as_fd(), buf, MAX_FDS_PER_MESSAGE).map_err(
@@ -104,10 +102,11 @@ impl Read for CollectingReader<'_> {
                 other => io::Error::other(other),
             },
         )?;
-        self.started = received.bytes > 0;
-        self.spoiled = received.fds_truncated || received.fds.len() > MAX_FDS_PER_MESSAGE;
-        if !self.spoiled {
-            self.fds = received.fds;
+        let arrived = &mut *self.arrived;
+        arrived.started = received.bytes > 0;
+        arrived.spoiled = received.fds_truncated || received.fds.len() > MAX_FDS_PER_MESSAGE;
+        if !arrived.spoiled {
+            arrived.fds = received.fds;
         }
         Ok(received.bytes)
     }
@@ -131,12 +130,15 @@ mod tests {
         write_message(&mut writer, b"first").expect("write");
         write_message(&mut &left, b"second").expect("write");
 
-        let mut reader = CollectingReader::new(&right);
-        assert_eq!(read_message(&mut reader, 64).expect("read"), b"first");
-        assert_eq!(reader.into_fds().len(), 1);
-        let mut reader = CollectingReader::new(&right);
-        assert_eq!(read_message(&mut reader, 64).expect("read"), b"second");
-        assert!(reader.into_fds().is_empty());
+        for (message, fds) in [(&b"first"[..], 1), (b"second", 0)] {
+            let mut arrived = ArrivedFds::default();
+            let mut reader = CollectingReader {
+                stream: &right,
+                arrived: &mut arrived,
+            };
+            assert_eq!(read_message(&mut reader, 64).expect("read"), message);
+            assert_eq!(arrived.into_fds().len(), fds);
+        }
 
         // A reader that does not ask for fds gets the same bytes.
         let mut writer = AttachingWriter {

@@ -98,9 +98,11 @@ pub enum ConnectionError {
     Closed,
     /// No message arrived before the read timeout set with
     /// [`Connection::set_read_timeout`](super::Connection::set_read_timeout).
+    /// What arrived of a message is kept, and the next receive goes on
+    /// with it.
     #[error(
-        "no complete message arrived within the read timeout; if part of a message had \
-         arrived the connection is out of step and must be closed"
+        "no complete message arrived within the read timeout; what arrived of one is kept, \
+         and the next receive goes on with it"
     )]
     ReadTimeout,
     /// A message could not be read: it was cut short or malformed, or the

@@ -104,6 +104,7 @@ mod listener;
 mod options;
 mod private_dir;
 mod random;
+mod receive;
 mod sent_registrations;
 mod socket;
 mod stream;

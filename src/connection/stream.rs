@@ -3,20 +3,18 @@
 use std::fmt;
 use std::io::IoSlice;
 use std::net::SocketAddr;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::Arc;
 use std::time::Duration;
 
 use nix::sys::socket::{setsockopt, sockopt::SndBuf};
 use tensorshare_compat::connection::{
-    AuthError, NegotiatedDigests, client_handshake, read_message_into, read_message_reusing,
-    server_handshake, write_message_vectored,
+    AuthError, NegotiatedDigests, client_handshake, server_handshake, write_message_vectored,
 };
-use tensorshare_compat::pickle::SharedBytes;
-use tensorshare_strategies::bytes::message_window::take_message_buffer;
 
-use super::attached::{AttachingWriter, CollectingReader};
+use super::attached::AttachingWriter;
 use super::deadline::DeadlineStream;
+use super::receive::PartialMessage;
 use super::sent_registrations::{RegisteredFds, SentRegistrations};
 use super::{Address, Authkey, ConnectionError, ConnectionOptions, StreamSocket};
 
@@ -40,14 +38,17 @@ use super::{Address, Authkey, ConnectionError, ConnectionOptions, StreamSocket};
 /// 256 MiB), so that a stream of
 /// large messages does not pay for fresh memory every time.
 pub struct Connection {
-    stream: StreamSocket,
-    options: ConnectionOptions,
+    pub(super) stream: StreamSocket,
+    pub(super) options: ConnectionOptions,
     /// The buffer of the last message, kept when nothing received from it
     /// holds on to it.
-    receive_buffer: Vec<u8>,
+    pub(super) receive_buffer: Vec<u8>,
+    /// What arrived of a message not yet whole, when the socket had no
+    /// more for now: the next receive goes on with it.
+    pub(super) partial: Option<PartialMessage>,
     /// The fds registered for messages sent here, closed if the peer dies
     /// without fetching them.
-    sent: SentRegistrations,
+    pub(super) sent: SentRegistrations,
     /// The authkey the handshake proved the peer holds; `None` for a
     /// socket wrapped without one.
     authkey: Option<Authkey>,
@@ -59,20 +60,6 @@ pub struct Connection {
     /// sent; `None` for a Unix socket.
     tcp_peer: Option<SocketAddr>,
 }
-
-/// A message read into a connection's kept buffer, and the fds that came
-/// with it.
-pub(crate) struct ReceivedMessage {
-    /// The message, a slice of `buffer`.
-    pub(crate) bytes: SharedBytes,
-    /// The buffer, to hand back with [`Connection::reuse_buffer`].
-    pub(crate) buffer: Arc<Vec<u8>>,
-    /// The fds attached to the message.
-    pub(crate) fds: Vec<OwnedFd>,
-}
-
-/// The largest receive buffer a [`Connection`] keeps between messages.
-const KEPT_RECEIVE_BUFFER_MAX: usize = 256 << 20;
 
 /// Messages from this size on raise the socket's send buffer to
 /// [`LARGE_SEND_BUFFER`] first.
@@ -105,6 +92,7 @@ impl Connection {
         Self {
             options,
             receive_buffer: Vec::new(),
+            partial: None,
             sent: SentRegistrations::default(),
             authkey: None,
             send_buffer_settled: stream.is_tcp(),
@@ -128,29 +116,6 @@ impl Connection {
     /// a write timeout expires.
     pub fn send_bytes(&mut self, payload: &[u8]) -> Result<(), ConnectionError> {
         self.send_bytes_with_fds(payload, &[])
-    }
-
-    /// Receives one message: Python's `conn.recv_bytes()`.
-    ///
-    /// What Python's `conn.send(obj)` sent is a pickle: receive it with
-    /// the [`Connection::recv`](crate::Connection::recv) of a
-    /// [`SharingContext`](crate::SharingContext), which rebuilds it and
-    /// attaches the storages its tensors name. Decode the bytes with
-    /// [`Registry::loads`](crate::Registry::loads) only for plain data,
-    /// which names no shared storage.
-    ///
-    /// # Errors
-    ///
-    /// [`ConnectionError::Closed`] when the peer closed the connection
-    /// between messages, [`ConnectionError::MessageTooLarge`] above
-    /// [`ConnectionOptions::with_max_message_bytes`],
-    /// [`ConnectionError::ReadTimeout`] when a read timeout expires, and
-    /// [`ConnectionError::Receive`] for a cut-short or malformed message or a
-    /// socket failure.
-    pub fn recv_bytes(&mut self) -> Result<Vec<u8>, ConnectionError> {
-        let mut payload = Vec::new();
-        self.recv_bytes_into(&mut payload)?;
-        Ok(payload)
     }
 
     /// Sends one message with `fds` attached by `SCM_RIGHTS` (at most
@@ -195,84 +160,10 @@ impl Connection {
         sent
     }
 
-    /// Receives one message into `buf` (as
-    /// [`recv_bytes_into`](Self::recv_bytes_into)) and the fds attached to
-    /// it, close-on-exec. A message that carried more than
-    /// [`MAX_FDS_PER_MESSAGE`](tensorshare_strategies::platform::fd_passing::MAX_FDS_PER_MESSAGE) fds, or lost some to a full fd table, comes
-    /// with none: every one that arrived is closed.
-    ///
-    /// # Errors
-    ///
-    /// As [`recv_bytes_into`](Self::recv_bytes_into); fds that arrived are
-    /// closed.
-    pub fn recv_bytes_with_fds(
-        &mut self,
-        buf: &mut Vec<u8>,
-    ) -> Result<Vec<OwnedFd>, ConnectionError> {
-        let mut reader = CollectingReader::new(&self.stream);
-        read_message_into(&mut reader, buf, self.options.max_message_bytes)
-            .map_err(ConnectionError::from_receive)?;
-        Ok(reader.into_fds())
-    }
-
     /// Notes `keys`, registered with `holder` for the message about to be
     /// sent here: they are withdrawn if the peer dies without fetching them.
     pub(crate) fn note_sent(&mut self, holder: &Arc<dyn RegisteredFds>, keys: &[i64]) {
         self.sent.note(&self.stream, holder, keys);
-    }
-
-    /// Receives one message into the buffer this connection keeps, with
-    /// the fds attached to it, for a reader that decodes it in place; hand
-    /// the buffer back with [`reuse_buffer`](Self::reuse_buffer) once
-    /// nothing refers to it.
-    pub(crate) fn recv_message(&mut self) -> Result<ReceivedMessage, ConnectionError> {
-        let mut buffer = std::mem::take(&mut self.receive_buffer);
-        if buffer.capacity() == 0 {
-            // The last one went with a storage that kept it; one such
-            // storage dropped since left its buffer, faulted in already.
-            buffer = take_message_buffer().unwrap_or_default();
-        }
-        let mut reader = CollectingReader::new(&self.stream);
-        let received =
-            read_message_reusing(&mut reader, &mut buffer, self.options.max_message_bytes);
-        match received {
-            Ok(len) => {
-                let fds = reader.into_fds();
-                let buffer = Arc::new(buffer);
-                let bytes = SharedBytes::from_shared_vec(Arc::clone(&buffer), len);
-                Ok(ReceivedMessage { bytes, buffer, fds })
-            }
-            Err(error) => {
-                self.keep_receive_buffer(buffer);
-                self.sent.withdraw_if_peer_exited();
-                Err(ConnectionError::from_receive(error))
-            }
-        }
-    }
-
-    /// Keeps `buffer` for the next message if nothing else holds it.
-    pub(crate) fn reuse_buffer(&mut self, buffer: Arc<Vec<u8>>) {
-        if let Ok(buffer) = Arc::try_unwrap(buffer) {
-            self.keep_receive_buffer(buffer);
-        }
-    }
-
-    fn keep_receive_buffer(&mut self, buffer: Vec<u8>) {
-        if buffer.capacity() <= KEPT_RECEIVE_BUFFER_MAX {
-            self.receive_buffer = buffer;
-        }
-    }
-
-    /// Receives one message into `buf`, replacing its contents and reusing
-    /// its capacity; returns the message length.
-    ///
-    /// # Errors
-    ///
-    /// As [`Connection::recv_bytes`]; `buf` then holds whatever part of the
-    /// message arrived.
-    pub fn recv_bytes_into(&mut self, buf: &mut Vec<u8>) -> Result<usize, ConnectionError> {
-        read_message_into(&mut &self.stream, buf, self.options.max_message_bytes)
-            .map_err(ConnectionError::from_receive)
     }
 
     /// Sets how long a receive may wait for data; `None` waits forever.

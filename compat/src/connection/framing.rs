@@ -8,6 +8,8 @@
 use std::fmt;
 use std::io::{self, ErrorKind, IoSlice, Read, Write};
 
+use super::MessageReader;
+
 /// The longest payload announced by the 4-byte header alone; longer ones use
 /// the `-1` marker and an 8-byte length.
 pub const SHORT_FORM_MAX_LEN: u64 = 0x7fff_ffff;
@@ -26,7 +28,7 @@ pub const SINGLE_WRITE_MAX_LEN: usize = 16 * 1024;
 ///
 /// A peer's length claim alone must not make us allocate: beyond this, the
 /// buffer grows only as bytes actually arrive.
-const INITIAL_RESERVE_MAX: usize = 1 << 20;
+pub(super) const INITIAL_RESERVE_MAX: usize = 1 << 20;
 
 /// The encoded header of one message: 4 bytes, or 12 for the long form.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -154,6 +156,15 @@ pub enum FramingError {
     Io(io::Error),
 }
 
+impl FramingError {
+    /// Whether the stream had nothing more for now (`WouldBlock`, or
+    /// `TimedOut` from a read timeout) rather than failing: a
+    /// [`MessageReader`] goes on from where it stopped.
+    pub fn is_would_block(&self) -> bool {
+        matches!(self, Self::Io(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut))
+    }
+}
+
 // By hand rather than `#[from]`, which would also make the OS error the
 // `source()`: the message above already includes it (see the crate docs on
 // errors).
@@ -268,26 +279,8 @@ fn write_all_vectored<W: Write + ?Sized>(
 /// [`FramingError::NegativeLength`] for a negative length other than `-1`,
 /// [`FramingError::Io`] if the stream fails.
 pub fn read_header<R: Read + ?Sized>(reader: &mut R) -> Result<u64, FramingError> {
-    let mut short = [0u8; 4];
-    let received = read_full(reader, &mut short)?;
-    if received == 0 {
-        return Err(FramingError::Closed);
-    }
-    if received < short.len() {
-        return Err(truncated(FramePart::Header, short.len(), received));
-    }
-    match i32::from_be_bytes(short) {
-        LONG_FORM_MARKER => {
-            let mut long = [0u8; 8];
-            let received = read_full(reader, &mut long)?;
-            if received < long.len() {
-                return Err(truncated(FramePart::LongLength, long.len(), received));
-            }
-            Ok(u64::from_be_bytes(long))
-        }
-        negative if negative < 0 => Err(FramingError::NegativeLength(negative)),
-        length => Ok(u64::from(length.unsigned_abs())),
-    }
+    let len = MessageReader::new(usize::MAX).read_header(reader)?;
+    Ok(len as u64)
 }
 
 /// Reads one message and returns its payload.
@@ -336,13 +329,10 @@ pub fn read_message_into<R: Read + ?Sized>(
     max_len: usize,
 ) -> Result<usize, FramingError> {
     buf.clear();
-    let payload_len = read_payload_len(reader, max_len)?;
-    buf.reserve(payload_len.min(INITIAL_RESERVE_MAX));
-    let received = reader.take(payload_len as u64).read_to_end(buf)?;
-    if received < payload_len {
-        return Err(truncated(FramePart::Payload, payload_len, received));
-    }
-    Ok(received)
+    let mut message = MessageReader::new(max_len);
+    let read = message.read(reader, buf);
+    buf.truncate(message.payload_received());
+    read
 }
 
 /// Reads one message into the front of `buf` and returns its length: the
@@ -375,60 +365,5 @@ pub fn read_message_reusing<R: Read + ?Sized>(
     buf: &mut Vec<u8>,
     max_len: usize,
 ) -> Result<usize, FramingError> {
-    let payload_len = read_payload_len(reader, max_len)?;
-    let mut filled = 0;
-    while filled < payload_len {
-        if buf.len() <= filled {
-            let grown = filled
-                .saturating_mul(2)
-                .max(INITIAL_RESERVE_MAX)
-                .min(payload_len);
-            buf.resize(grown, 0);
-        }
-        let end = payload_len.min(buf.len());
-        let room = buf.get_mut(filled..end).unwrap_or_default();
-        let wanted = room.len();
-        let received = read_full(reader, room)?;
-        filled += received;
-        if received < wanted {
-            return Err(truncated(FramePart::Payload, payload_len, filled));
-        }
-    }
-    Ok(payload_len)
-}
-
-/// Reads a header and checks its length against `max_len`.
-fn read_payload_len<R: Read + ?Sized>(
-    reader: &mut R,
-    max_len: usize,
-) -> Result<usize, FramingError> {
-    let claimed = read_header(reader)?;
-    let limit = u64::try_from(max_len).unwrap_or(u64::MAX);
-    match usize::try_from(claimed) {
-        Ok(len) if claimed <= limit => Ok(len),
-        _ => Err(FramingError::TooLarge { claimed, limit }),
-    }
-}
-
-/// Fills `buf` as far as the stream allows; returns how many bytes arrived
-/// (fewer than `buf.len()` only at end of stream).
-fn read_full<R: Read + ?Sized>(reader: &mut R, buf: &mut [u8]) -> io::Result<usize> {
-    let mut filled = 0;
-    while let Some(rest) = buf.get_mut(filled..).filter(|rest| !rest.is_empty()) {
-        match reader.read(rest) {
-            Ok(0) => break,
-            Ok(n) => filled += n,
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(filled)
-}
-
-fn truncated(part: FramePart, expected: usize, received: usize) -> FramingError {
-    FramingError::Truncated {
-        part,
-        expected: u64::try_from(expected).unwrap_or(u64::MAX),
-        received: u64::try_from(received).unwrap_or(u64::MAX),
-    }
+    MessageReader::new(max_len).read(reader, buf)
 }

@@ -5,6 +5,7 @@
 //!   `recv_bytes` framing on sockets and pipes (4-byte big-endian signed
 //!   length, or `-1` and an 8-byte length above `0x7fffffff`). Reads take a
 //!   size limit that is checked before anything is allocated.
+//!   [`MessageReader`] reads one in steps, for a non-blocking stream.
 //! - [`server_handshake`] / [`client_handshake`]: what `Listener.accept` and
 //!   `Client` do when given an authkey, built from [`deliver_challenge`] and
 //!   [`answer_challenge`]. Both the CPython <= 3.11 HMAC-MD5 form and the
@@ -29,6 +30,7 @@
 mod auth;
 mod digest;
 mod framing;
+mod message_reader;
 
 pub use auth::{
     AuthError, CHALLENGE, Dialect, FAILURE, HANDSHAKE_MAX_MESSAGE_LEN, MODERN_CHALLENGE_LEN,
@@ -41,3 +43,4 @@ pub use framing::{
     SINGLE_WRITE_MAX_LEN, read_header, read_message, read_message_into, read_message_reusing,
     write_message, write_message_vectored,
 };
+pub use message_reader::MessageReader;
