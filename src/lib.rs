@@ -20,6 +20,12 @@
     doc = "[`inspect`]: https://docs.rs/tensorshare/0.1/tensorshare/inspect/index.html
 [`inspect::inspect`]: https://docs.rs/tensorshare/0.1/tensorshare/inspect/fn.inspect.html"
 )]
+#![cfg_attr(
+    not(feature = "tokio"),
+    doc = "[`tokio`]: https://docs.rs/tensorshare/0.1/tensorshare/tokio/index.html
+[`tokio::Listener`]: https://docs.rs/tensorshare/0.1/tensorshare/tokio/struct.Listener.html
+[`tokio::Connection`]: https://docs.rs/tensorshare/0.1/tensorshare/tokio/struct.Connection.html"
+)]
 #![doc = include_str!("lib.md")]
 #![deny(unsafe_code)]
 
@@ -83,6 +89,9 @@ pub mod torch_save;
 // The limits shared memory runs into, checked before they bite.
 #[cfg(feature = "doctor")]
 pub mod doctor;
+// Connections and listeners for tokio programs.
+#[cfg(feature = "tokio")]
+pub mod tokio;
 // The names a program uses most, for a glob import.
 pub mod prelude;
 

@@ -412,8 +412,12 @@ fn a_read_timeout_mid_message_keeps_what_arrived() {
         Err(ConnectionError::ReadTimeout)
     ));
     theirs.write_all(b"lo!").expect("last part");
-    theirs.write_all(&[0, 0, 0, 4, b'n', b'e', b'x', b't']).expect("next message");
-    let fds = connection.recv_bytes_with_fds(&mut buf).expect("the whole message");
+    theirs
+        .write_all(&[0, 0, 0, 4, b'n', b'e', b'x', b't'])
+        .expect("next message");
+    let fds = connection
+        .recv_bytes_with_fds(&mut buf)
+        .expect("the whole message");
     assert_eq!(buf, b"hello!");
     assert_eq!(fds.len(), 1, "the fd that came with the first part");
     assert_eq!(connection.recv_bytes().expect("in step"), b"next");

@@ -122,6 +122,7 @@ pub use socket::StreamSocket;
 pub use tcp_address::TcpAddress;
 pub(crate) use tcp_address::is_loopback;
 
+pub(crate) use receive::ReceivedMessage;
 pub(crate) use sent_registrations::RegisteredFds;
 pub use stream::Connection;
 // The wire protocol's own types, from the format crate: the handshake's

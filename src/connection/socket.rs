@@ -98,6 +98,15 @@ impl StreamSocket {
         }
     }
 
+    /// Makes reads and writes fail with `WouldBlock` instead of waiting.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {
+        match self {
+            Self::Unix(stream) => stream.set_nonblocking(nonblocking),
+            Self::Tcp(stream) => stream.set_nonblocking(nonblocking),
+        }
+    }
+
     /// Sets the receive timeout (`SO_RCVTIMEO`); `None` waits forever.
     ///
     /// # Errors

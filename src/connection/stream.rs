@@ -1,7 +1,7 @@
 //! An authenticated connection, and the handshake that makes one.
 
 use std::fmt;
-use std::io::IoSlice;
+use std::io::{self, IoSlice};
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::Arc;
@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use nix::sys::socket::{setsockopt, sockopt::SndBuf};
 use tensorshare_compat::connection::{
-    AuthError, NegotiatedDigests, client_handshake, server_handshake, write_message_vectored,
+    AuthError, MessageWriter, NegotiatedDigests, client_handshake, server_handshake,
 };
 
 use super::attached::AttachingWriter;
@@ -143,18 +143,37 @@ impl Connection {
         fds: &[BorrowedFd<'_>],
     ) -> Result<(), ConnectionError> {
         let len: usize = payload.iter().map(|slice| slice.len()).sum();
+        self.write_message(&mut MessageWriter::new(len), payload, fds)
+            .map_err(|cause| ConnectionError::Send { len, cause })
+    }
+
+    /// Writes what is left of the message `progress` tracks, whose payload
+    /// is `payload`'s slices and whose first bytes carry `fds`. On a
+    /// non-blocking socket a `WouldBlock` error keeps the progress: call
+    /// again with the same payload and fds when the socket has room.
+    pub(crate) fn write_message(
+        &mut self,
+        progress: &mut MessageWriter,
+        payload: &[IoSlice<'_>],
+        fds: &[BorrowedFd<'_>],
+    ) -> io::Result<()> {
+        let len: usize = payload.iter().map(|slice| slice.len()).sum();
         if len >= LARGE_MESSAGE_BYTES && !self.send_buffer_settled {
             // Only ever a speed-up: a refusal leaves the default buffer.
             let _ = setsockopt(&self.stream, SndBuf, &LARGE_SEND_BUFFER);
             self.send_buffer_settled = true;
         }
-        let send_error = |cause| ConnectionError::Send { len, cause };
+        // The fds ride on the message's first bytes: once any went, so did they.
+        let fds = if progress.is_started() { &[] } else { fds };
         let mut writer = AttachingWriter {
             stream: &self.stream,
             fds,
         };
-        let sent = write_message_vectored(&mut writer, payload).map_err(send_error);
-        if sent.is_err() {
+        let sent = progress.write(&mut writer, payload);
+        if sent
+            .as_ref()
+            .is_err_and(|e| e.kind() != io::ErrorKind::WouldBlock)
+        {
             self.sent.withdraw_if_peer_exited();
         }
         sent

@@ -5,9 +5,9 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::Arc;
 
 use crate::Error;
-use crate::connection::{self, ConnectionError, RegisteredFds};
+use crate::connection::{self, ConnectionError, ReceivedMessage, RegisteredFds};
 use crate::model::Value;
-use crate::sharing::{MessageOrigin, SharingContext};
+use crate::sharing::{MessageOrigin, Outgoing, SharingContext};
 
 /// A connection to a peer (a torch process's `multiprocessing.connection`
 /// end, or another tensorshare one) that sends and receives values as
@@ -108,6 +108,16 @@ impl Connection {
     /// fails, or [`Error::PeerAuthkey`] when it fails after a peer failed
     /// to authenticate to this process's resource sharer.
     pub fn send(&mut self, value: &Value) -> Result<(), Error> {
+        let outgoing = self.stage(value)?;
+        let payload = outgoing.pickle().io_slices();
+        self.inner
+            .send_slices_with_fds(&payload, &outgoing.attached_fds())
+            .map_err(|error| connection_failed(&self.sharing, error))
+    }
+
+    /// Pickles `value` for this connection and shares its storages, noting
+    /// the fds registered for it: the message, ready to write.
+    pub(crate) fn stage(&mut self, value: &Value) -> Result<Outgoing, Error> {
         let sharing = &self.sharing;
         let outgoing = sharing.dumps_outgoing(value, self.inner.stream().is_tcp())?;
         let keys = outgoing.registered_keys();
@@ -118,10 +128,7 @@ impl Connection {
                 self.inner.note_sent(&holder, keys);
             }
         }
-        let payload = outgoing.pickle().io_slices();
-        self.inner
-            .send_slices_with_fds(&payload, &outgoing.attached_fds())
-            .map_err(|error| connection_failed(sharing, error))
+        Ok(outgoing)
     }
 
     /// Receives one message as Python's `conn.recv()` would in a torch
@@ -179,24 +186,30 @@ impl Connection {
     /// # Ok::<(), tensorshare::Error>(())
     /// ```
     pub fn recv(&mut self) -> Result<Value, Error> {
-        let sharing = &self.sharing;
-        let message = self
-            .inner
+        let message = self.recv_message()?;
+        let (value, buffer) = rebuild(&self.sharing, message, self.origin());
+        self.inner.reuse_buffer(buffer);
+        value
+    }
+
+    /// The next message's bytes and fds, as they arrived; what arrived of
+    /// one the socket has not finished is kept for the next call.
+    pub(crate) fn recv_message(&mut self) -> Result<ReceivedMessage, Error> {
+        self.inner
             .recv_message()
-            .map_err(|error| connection_failed(sharing, error))?;
-        // Large `bytes` in the message are decoded as slices of its buffer,
-        // which comes back for the next message once they are all gone.
-        let origin = if self.inner.stream().is_tcp() {
+            .map_err(|error| connection_failed(&self.sharing, error))
+    }
+
+    /// Where this connection's messages come from, for the checks that
+    /// depend on it.
+    pub(crate) fn origin(&self) -> MessageOrigin {
+        if self.inner.stream().is_tcp() {
             MessageOrigin::Tcp {
                 peer: self.inner.tcp_peer(),
             }
         } else {
             MessageOrigin::Local
-        };
-        let value = sharing.loads_with_fds(&message.bytes, message.fds, origin);
-        drop(message.bytes);
-        self.inner.reuse_buffer(message.buffer);
-        value
+        }
     }
 
     /// The context messages go through.
@@ -242,11 +255,30 @@ impl AsFd for Connection {
     }
 }
 
+/// A received message's value, and its buffer to hand back to the
+/// connection ([`connection::Connection::reuse_buffer`]).
+pub(crate) type Rebuilt = (Result<Value, Error>, Arc<Vec<u8>>);
+
+/// The value `message` holds, rebuilt through `sharing` with its storages
+/// attached; and its buffer, to hand back to the connection once nothing
+/// decoded from it is left.
+pub(crate) fn rebuild(
+    sharing: &SharingContext,
+    message: ReceivedMessage,
+    origin: MessageOrigin,
+) -> Rebuilt {
+    // Large `bytes` in the message are decoded as slices of its buffer,
+    // which comes back for the next message once they are all gone.
+    let value = sharing.loads_with_fds(&message.bytes, message.fds, origin);
+    drop(message.bytes);
+    (value, message.buffer)
+}
+
 /// A connection that failed, said as its cause when peers failed to
 /// authenticate to this process's resource sharer since the last report:
 /// a torch peer whose fetch was refused raises and leaves, which shows
 /// here as a broken connection.
-fn connection_failed(sharing: &SharingContext, error: ConnectionError) -> Error {
+pub(crate) fn connection_failed(sharing: &SharingContext, error: ConnectionError) -> Error {
     match sharing.new_auth_failures() {
         Some(failures) => Error::PeerAuthkey {
             failures,

@@ -8,4 +8,6 @@ mod connection;
 mod listener;
 
 pub use connection::Connection;
+#[cfg(feature = "tokio")]
+pub(crate) use connection::{Rebuilt, connection_failed, rebuild};
 pub use listener::Listener;

@@ -26,6 +26,6 @@ mod notices;
 // SharingContext, the strategies' wire forms, and the receipt of a message.
 mod context;
 
-pub(crate) use context::MessageOrigin;
 pub use context::SharingContext;
+pub(crate) use context::{MessageOrigin, Outgoing};
 pub use tensorshare_strategies::{ExportError, ImportError, memmap::InvalidMemmapDir};

@@ -110,6 +110,10 @@
 //!   commands, which nix does not wrap, passing an fd borrowed for the call
 //!   and an integer; [`services::orphans`] and the manager ask it whether a
 //!   segment is open anywhere before they unlink it.
+//! - `platform::readiness` (feature `tokio`) registers a socket with tokio's
+//!   reactor, which tokio makes `unsafe` because it watches a descriptor by
+//!   number: what it registers is a duplicate that the registration alone
+//!   owns, so the number stays open on the same socket until it drops.
 //! - [`services::shm_manager`]'s private `daemon` module calls `fork` to
 //!   start the manager, only after `/proc/self/task` showed the process runs
 //!   a single thread, so the child is a complete copy that may run ordinary

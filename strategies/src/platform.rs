@@ -34,6 +34,8 @@ pub(crate) mod owner;
 pub(crate) mod populate;
 pub mod private_dir;
 pub mod process;
+#[cfg(feature = "tokio")]
+pub mod readiness;
 pub(crate) mod segment_name;
 pub(crate) mod unique_name;
 

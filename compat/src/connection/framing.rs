@@ -8,7 +8,7 @@
 use std::fmt;
 use std::io::{self, ErrorKind, IoSlice, Read, Write};
 
-use super::MessageReader;
+use super::{MessageReader, MessageWriter};
 
 /// The longest payload announced by the 4-byte header alone; longer ones use
 /// the `-1` marker and an 8-byte length.
@@ -225,45 +225,7 @@ pub fn write_message_vectored<W: Write + ?Sized>(
     payload: &[IoSlice<'_>],
 ) -> io::Result<()> {
     let payload_len: usize = payload.iter().map(|slice| slice.len()).sum();
-    let header = FrameHeader::new(payload_len as u64);
-    if payload_len <= SINGLE_WRITE_MAX_LEN {
-        let mut frame = Vec::with_capacity(header.as_bytes().len() + payload_len);
-        frame.extend_from_slice(header.as_bytes());
-        for slice in payload {
-            frame.extend_from_slice(slice);
-        }
-        return writer.write_all(&frame);
-    }
-    let mut slices = Vec::with_capacity(payload.len() + 1);
-    slices.push(IoSlice::new(header.as_bytes()));
-    slices.extend_from_slice(payload);
-    write_all_vectored(writer, &mut slices)
-}
-
-/// At most this many slices per `writev`: Linux's `IOV_MAX`.
-const MAX_SLICES_PER_WRITE: usize = 1024;
-
-/// `Write::write_all_vectored`, which is not stable.
-fn write_all_vectored<W: Write + ?Sized>(
-    writer: &mut W,
-    mut slices: &mut [IoSlice<'_>],
-) -> io::Result<()> {
-    IoSlice::advance_slices(&mut slices, 0);
-    while !slices.is_empty() {
-        let batch = slices.get(..MAX_SLICES_PER_WRITE).unwrap_or(slices);
-        match writer.write_vectored(batch) {
-            Ok(0) => {
-                return Err(io::Error::new(
-                    ErrorKind::WriteZero,
-                    "the stream stopped taking bytes in the middle of a message",
-                ));
-            }
-            Ok(written) => IoSlice::advance_slices(&mut slices, written),
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
+    MessageWriter::new(payload_len).write(writer, payload)
 }
 
 /// Reads one header and returns the payload length it announces.

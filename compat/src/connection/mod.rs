@@ -5,7 +5,8 @@
 //!   `recv_bytes` framing on sockets and pipes (4-byte big-endian signed
 //!   length, or `-1` and an 8-byte length above `0x7fffffff`). Reads take a
 //!   size limit that is checked before anything is allocated.
-//!   [`MessageReader`] reads one in steps, for a non-blocking stream.
+//!   [`MessageReader`] and [`MessageWriter`] read and write one in steps,
+//!   for a non-blocking stream.
 //! - [`server_handshake`] / [`client_handshake`]: what `Listener.accept` and
 //!   `Client` do when given an authkey, built from [`deliver_challenge`] and
 //!   [`answer_challenge`]. Both the CPython <= 3.11 HMAC-MD5 form and the
@@ -31,6 +32,7 @@ mod auth;
 mod digest;
 mod framing;
 mod message_reader;
+mod message_writer;
 
 pub use auth::{
     AuthError, CHALLENGE, Dialect, FAILURE, HANDSHAKE_MAX_MESSAGE_LEN, MODERN_CHALLENGE_LEN,
@@ -44,3 +46,4 @@ pub use framing::{
     write_message, write_message_vectored,
 };
 pub use message_reader::MessageReader;
+pub use message_writer::MessageWriter;
