@@ -502,6 +502,37 @@ fn a_tcp_bench_needs_a_tcp_address() {
 }
 
 #[test]
+fn bench_serves_many_torch_clients_with_each_server() {
+    let Some(python) = support::test_python("bench_serves_many_torch_clients_with_each_server")
+    else {
+        return;
+    };
+    let output = Command::new(support::tensorshare_exe())
+        .args(["bench", "--workload", "servers", "--clients", "9"])
+        .args(["--requests", "3", "--rounds", "1", "--python", &python])
+        .output()
+        .expect("run tensorshare bench");
+    let stdout = support::expect_success(&output, "tensorshare bench --workload servers");
+    let title = line_starting(
+        &stdout,
+        "16 torch clients (2 processes of 8 connections), 3 requests",
+    );
+    assert!(title.contains("median of 1 rounds"), "{title}");
+    for server in [
+        "torch, thread per client",
+        "tensorshare, thread per client",
+        "tensorshare tokio, one thread",
+    ] {
+        let row = line_starting(&stdout, server);
+        let figures: Vec<&str> = row[server.len()..].split_whitespace().collect();
+        let rate: f64 = figures[0].parse().unwrap_or_else(|e| panic!("{row}: {e}"));
+        assert!(rate > 0.0, "{row}");
+        assert!(figures[1].ends_with('x'), "{row}");
+        assert!(row.ends_with("MiB"), "the server's peak RSS: {row}");
+    }
+}
+
+#[test]
 fn bench_times_inspect_and_convert_of_checkpoint_files_against_torch() {
     let Some(python) =
         support::test_python("bench_times_inspect_and_convert_of_checkpoint_files_against_torch")

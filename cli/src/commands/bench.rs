@@ -144,6 +144,23 @@ pub struct BenchArgs {
     /// --file-size of disk.
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
+    /// With `--workload servers`, the torch clients connected at once
+    /// (rounded up to a multiple of 8: 8 connections per process).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 64,
+        value_parser = RangedU64ValueParser::<usize>::new().range(1..=512)
+    )]
+    clients: usize,
+    /// With `--workload servers`, the requests each client sends.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 50,
+        value_parser = RangedU64ValueParser::<usize>::new().range(1..=100_000)
+    )]
+    requests: usize,
 }
 
 #[derive(Debug, Args)]
@@ -176,6 +193,9 @@ enum BenchWorkload {
     /// Checkpoint files inspected and converted by tensorshare and by
     /// torch (`bench_files`).
     Files,
+    /// Many torch clients at once against one echo server: torch's, ours
+    /// with a thread per client, ours on tokio (`bench_servers`).
+    Servers,
 }
 
 /// The paths compared, in table order.
@@ -351,6 +371,27 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
     let batches_script = scratch.path().join("bench_batches.py");
     for (path, text) in [(&script, BENCH_PEER), (&batches_script, BENCH_BATCHES)] {
         std::fs::write(path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    }
+    if args.workload == BenchWorkload::Servers {
+        TorchPeer {
+            python: python.clone(),
+            script,
+            threads: None,
+        }
+        .check()?;
+        let options = super::bench_servers::Options {
+            python: &python,
+            scratch: scratch.path(),
+            clients: args.clients,
+            requests: if args.quick {
+                args.requests.div_ceil(4)
+            } else {
+                args.requests
+            },
+            message_bytes: args.sizes.first().copied().unwrap_or(4 << 10),
+            rounds: args.rounds,
+        };
+        return super::bench_servers::run(&options);
     }
     if args.workload == BenchWorkload::Files {
         let torch = TorchPeer {

@@ -8,6 +8,7 @@ mod bench_busy;
 mod bench_consumers;
 mod bench_files;
 mod bench_measure;
+mod bench_servers;
 mod bench_stream;
 mod convert;
 mod demo;
@@ -47,6 +48,9 @@ enum Command {
     /// `bench --workload files` measures each side.
     #[command(hide = true)]
     BenchMeasure(bench_measure::BenchMeasureArgs),
+    /// The Rust echo servers of `bench --workload servers`.
+    #[command(hide = true)]
+    BenchServer(bench_servers::BenchServerArgs),
     /// Two processes stream tensors both ways over every strategy, verify
     /// every byte and print what it cost. Needs no Python.
     Demo(demo::DemoArgs),
@@ -86,6 +90,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Bench(args) => bench::run(args),
         Command::BenchPeer(args) => bench::run_peer(args),
         Command::BenchMeasure(args) => bench_measure::run(args),
+        Command::BenchServer(args) => bench_servers::run_server(args),
         Command::Demo(args) => demo::run(args),
         Command::DemoPeer(args) => demo::run_peer(args),
         Command::Inspect(args) => inspect::run(args),
