@@ -199,6 +199,10 @@ pub enum Error {
     /// changed while it was read.
     #[error(transparent)]
     TorchSaveFile(FileError),
+    /// A tensor could not go out or come in through DLPack.
+    #[cfg(feature = "dlpack")]
+    #[error(transparent)]
+    Dlpack(tensorshare_strategies::platform::dlpack::DlpackError),
 }
 
 fn then_failed(connection: Option<&ConnectionError>) -> String {
@@ -326,6 +330,11 @@ from_wrapped!(
     Serde(SerdeError),
     TorchSaveFile(FileError),
 );
+
+#[cfg(feature = "dlpack")]
+from_wrapped!(Dlpack(
+    tensorshare_strategies::platform::dlpack::DlpackError
+));
 
 #[cfg(feature = "safetensors")]
 from_wrapped!(Safetensors(SafetensorsError));

@@ -21,6 +21,12 @@
 [`inspect::inspect`]: https://docs.rs/tensorshare/0.1/tensorshare/inspect/fn.inspect.html"
 )]
 #![cfg_attr(
+    not(feature = "dlpack"),
+    doc = "[`dlpack`]: https://docs.rs/tensorshare/0.1/tensorshare/dlpack/index.html
+[`Tensor::to_dlpack`]: https://docs.rs/tensorshare/0.1/tensorshare/struct.Tensor.html#method.to_dlpack
+[`Tensor::from_dlpack`]: https://docs.rs/tensorshare/0.1/tensorshare/struct.Tensor.html#method.from_dlpack"
+)]
+#![cfg_attr(
     not(feature = "tokio"),
     doc = "[`tokio`]: https://docs.rs/tensorshare/0.1/tensorshare/tokio/index.html
 [`tokio::Listener`]: https://docs.rs/tensorshare/0.1/tensorshare/tokio/struct.Listener.html
@@ -89,6 +95,9 @@ pub mod torch_save;
 // The limits shared memory runs into, checked before they bite.
 #[cfg(feature = "doctor")]
 pub mod doctor;
+// Tensors lent to and taken from other tensor libraries.
+#[cfg(feature = "dlpack")]
+pub mod dlpack;
 // Connections and listeners for tokio programs.
 #[cfg(feature = "tokio")]
 pub mod tokio;

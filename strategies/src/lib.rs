@@ -110,6 +110,9 @@
 //!   commands, which nix does not wrap, passing an fd borrowed for the call
 //!   and an integer; [`services::orphans`] and the manager ask it whether a
 //!   segment is open anywhere before they unlink it.
+//! - `platform::dlpack` (feature `dlpack`) builds and frees the C structs
+//!   of DLPack 1.x, whose deleters other libraries call, and reads the
+//!   ones they lend; its own `# Safety` section says how.
 //! - `platform::readiness` (feature `tokio`) registers a socket with tokio's
 //!   reactor, which tokio makes `unsafe` because it watches a descriptor by
 //!   number: what it registers is a duplicate that the registration alone

@@ -21,6 +21,8 @@
 //!   the pid of its creator; `memmap_marks`, the extended attributes a
 //!   `memmap` file carries for its sharers and for `gc`.
 
+#[cfg(feature = "dlpack")]
+pub mod dlpack;
 pub(crate) mod fault_guard;
 pub mod fd_passing;
 pub(crate) mod lease;
