@@ -215,30 +215,8 @@ fn dlpack_dtype(dtype: DType) -> Result<DLDataType, DlpackError> {
 
 /// The torch dtype of a DLPack type.
 fn torch_dtype(dtype: DLDataType) -> Result<DType, DlpackError> {
-    let all = [
-        DType::Bool,
-        DType::UInt8,
-        DType::UInt16,
-        DType::UInt32,
-        DType::UInt64,
-        DType::Int8,
-        DType::Int16,
-        DType::Int32,
-        DType::Int64,
-        DType::Float16,
-        DType::Float32,
-        DType::Float64,
-        DType::BFloat16,
-        DType::Complex32,
-        DType::Complex64,
-        DType::Complex128,
-        DType::Float8E4M3Fn,
-        DType::Float8E4M3FnUz,
-        DType::Float8E5M2,
-        DType::Float8E5M2FnUz,
-        DType::Float8E8M0Fnu,
-    ];
-    all.into_iter()
+    DType::ALL
+        .into_iter()
         .find(|&candidate| dlpack_dtype(candidate).is_ok_and(|code| code == dtype))
         .ok_or_else(|| {
             DlpackError::Unsupported(format!(

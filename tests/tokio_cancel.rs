@@ -133,3 +133,35 @@ fn outside_a_runtime_a_connection_is_refused_with_an_error() {
         tensorshare::tokio::Connection::new(bound(ours, &sharing)).expect_err("no runtime here");
     assert!(error.to_string().contains("tokio runtime"), "{error}");
 }
+
+#[tokio::test]
+async fn over_tcp_the_same_futures_send_storages_as_bytes() {
+    let sharing = SharingContext::new(Authkey::random().expect("a key"));
+    let address = tensorshare::connection::Address::tcp("127.0.0.1", 0).expect("an address");
+    let mut listener =
+        tensorshare::tokio::Listener::new(sharing.listen(&address).expect("listening"))
+            .expect("registered");
+    let bound = listener.address().clone();
+    let server = tokio::spawn(async move {
+        let mut connection = listener.accept().await.expect("accepted");
+        let value = connection.recv().await.expect("received");
+        connection.send(&value).await.expect("sent back");
+    });
+    let mut client = tensorshare::tokio::Connection::connect(&sharing, &bound)
+        .await
+        .expect("connected");
+    assert!(client.get_ref().get_ref().stream().is_tcp());
+    let tensor = Tensor::from_slice(&sharing, &[1.5f64, -2.5, 3.5], &[3]).expect("a tensor");
+    client.send(&tensor.clone().into()).await.expect("sent");
+    let back = timeout(LONG, client.recv())
+        .await
+        .expect("in time")
+        .expect("received");
+    let back = back.as_tensor().expect("a tensor");
+    assert_eq!(back, &tensor);
+    assert!(
+        !back.storage().same_as(tensor.storage()),
+        "a copy came over TCP"
+    );
+    server.await.expect("the server task");
+}

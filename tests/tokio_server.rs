@@ -80,14 +80,7 @@ fn clients_command(python: &str, address: &Address, authkey: &Authkey, mode: &st
 
 fn run(command: &mut Command) -> String {
     let output = support::output_within(command, Duration::from_secs(120));
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(
-        output.status.success(),
-        "{command:?}: {}\n{stdout}\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    stdout
+    support::expect_success(&output, &format!("{command:?}"))
 }
 
 fn outcomes_of(outcomes: &Outcomes) -> Vec<String> {
