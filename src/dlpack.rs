@@ -33,6 +33,7 @@
 //! ```
 
 use std::any::Any;
+use std::borrow::Cow;
 
 use tensorshare_strategies::platform::dlpack::ExportedBytes;
 pub use tensorshare_strategies::platform::dlpack::{
@@ -120,35 +121,34 @@ impl Tensor {
             };
             return Ok(Tensor::new(storage.clone(), view)?);
         }
-        // The elements as they lie, from the first: a view over a copy of
-        // its bytes, then those bytes in row-major order.
-        let view = view(dtype, &sizes, &strides);
-        let lent = if strides == row_major(&sizes) {
-            Tensor::new(Storage::from_vec(bytes.to_vec()), view)?
+        // The elements in row-major order: the bytes lent as they are, or
+        // gathered through a view over a copy of them.
+        let shape: Vec<usize> = sizes.iter().map(|&size| size as usize).collect();
+        let row_major_bytes = if strides == row_major(&sizes) {
+            Cow::Borrowed(bytes)
         } else {
-            let gathered = Tensor::new(Storage::from_vec(bytes.to_vec()), view)?;
-            let contiguous = gathered
-                .to_contiguous_bytes()
-                .ok_or(DlpackError::OutOfBounds { len: bytes.len() })?;
-            Tensor::new(
-                Storage::from_vec(contiguous),
-                TensorView::contiguous(dtype, gathered.sizes()),
-            )?
+            let gathered = Tensor::new(
+                Storage::from_vec(bytes.to_vec()),
+                view(dtype, &sizes, &strides),
+            )?;
+            Cow::Owned(
+                gathered
+                    .to_contiguous_bytes()
+                    .ok_or(DlpackError::OutOfBounds { len: bytes.len() })?,
+            )
         };
-        drop(imported);
-        let nbytes = lent.numel() * itemsize;
+        let contiguous = TensorView::contiguous(dtype, &shape);
+        let nbytes = shape.iter().product::<usize>() * itemsize;
         let mut writer = allocator.allocate_storage(nbytes)?;
-        let source = lent.storage().bytes().unwrap_or_default();
         if let (Some(to), Some(from)) = (
             writer.as_bytes_mut().get_mut(..nbytes),
-            source.get(..nbytes),
+            row_major_bytes.get(..nbytes),
         ) {
             to.copy_from_slice(from);
         }
-        Ok(Tensor::new(
-            writer.freeze(),
-            TensorView::contiguous(dtype, lent.sizes()),
-        )?)
+        drop(row_major_bytes);
+        drop(imported);
+        Ok(Tensor::new(writer.freeze(), contiguous)?)
     }
 }
 

@@ -157,8 +157,7 @@ impl Connection {
         payload: &[IoSlice<'_>],
         fds: &[BorrowedFd<'_>],
     ) -> io::Result<()> {
-        let len: usize = payload.iter().map(|slice| slice.len()).sum();
-        if len >= LARGE_MESSAGE_BYTES && !self.send_buffer_settled {
+        if progress.payload_len() >= LARGE_MESSAGE_BYTES && !self.send_buffer_settled {
             // Only ever a speed-up: a refusal leaves the default buffer.
             let _ = setsockopt(&self.stream, SndBuf, &LARGE_SEND_BUFFER);
             self.send_buffer_settled = true;

@@ -99,10 +99,9 @@ impl Connection {
     pub async fn send(&mut self, value: &Value) -> Result<(), Error> {
         self.flush().await?;
         let outgoing = self.inner.stage(value)?;
-        let len = outgoing.pickle().io_slices().iter().map(|s| s.len()).sum();
         self.sending = Some(Sending {
+            progress: MessageWriter::new(outgoing.pickle().len()),
             outgoing,
-            progress: MessageWriter::new(len),
         });
         self.flush().await
     }
@@ -127,14 +126,16 @@ impl Connection {
             let written = connection
                 .get_mut()
                 .write_message(&mut sending.progress, &payload, &fds);
-            let len = payload.iter().map(|s| s.len()).sum();
             match written {
                 Ok(()) => self.sending = None,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => guard.clear_ready(),
                 Err(cause) => {
                     let error = connection_failed(
                         connection.sharing(),
-                        ConnectionError::Send { len, cause },
+                        ConnectionError::Send {
+                            len: sending.progress.payload_len(),
+                            cause,
+                        },
                     );
                     self.sending = None;
                     return Err(error);

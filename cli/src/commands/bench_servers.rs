@@ -38,7 +38,7 @@ pub struct Options<'a> {
 }
 
 /// A server the bench runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ServerKind {
     /// Stock torch: a `Listener`, a thread per connection.
     Torch,

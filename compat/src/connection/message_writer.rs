@@ -36,6 +36,11 @@ impl MessageWriter {
         }
     }
 
+    /// The payload's length in bytes.
+    pub fn payload_len(&self) -> usize {
+        self.payload_len
+    }
+
     /// Whether the stream has taken any byte of the message: from then on
     /// the rest must follow before anything else is written.
     pub fn is_started(&self) -> bool {

@@ -32,7 +32,7 @@
 #![allow(unsafe_code)]
 
 use std::any::Any;
-use std::collections::HashSet;
+use std::collections::BTreeSet;
 use std::ffi::c_void;
 use std::ptr::NonNull;
 use std::sync::{Mutex, PoisonError};
@@ -41,11 +41,10 @@ use std::sync::{Mutex, PoisonError};
 /// import tells one of ours, whose context it may then read, from a
 /// foreign one. A global because an export may come back through any
 /// library, on any thread; an address is unique while its export lives.
-static LIVE_EXPORTS: Mutex<Option<HashSet<usize>>> = Mutex::new(None);
+static LIVE_EXPORTS: Mutex<BTreeSet<usize>> = Mutex::new(BTreeSet::new());
 
-fn live_exports<T>(f: impl FnOnce(&mut HashSet<usize>) -> T) -> T {
-    let mut live = LIVE_EXPORTS.lock().unwrap_or_else(PoisonError::into_inner);
-    f(live.get_or_insert_with(HashSet::new))
+fn live_exports<T>(f: impl FnOnce(&mut BTreeSet<usize>) -> T) -> T {
+    f(&mut LIVE_EXPORTS.lock().unwrap_or_else(PoisonError::into_inner))
 }
 
 /// `DLPACK_MAJOR_VERSION`: what this module produces and accepts.
