@@ -21,6 +21,8 @@
 mod support;
 
 use std::io::Write;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use tensorshare::Tensor;
@@ -76,25 +78,35 @@ fn sigkilled_peers_leave_nothing_in_dev_shm() {
         .filter(|trial| python.is_some() || !trial.peers.needs_python())
         .collect();
     let started = Instant::now();
-    let mut outcomes = Vec::new();
-    for batch in trials.chunks(PARALLEL) {
-        let results: Vec<kill_trials::Outcome> = std::thread::scope(|scope| {
-            let handles: Vec<_> = batch
-                .iter()
-                .map(|trial| scope.spawn(|| kill_trials::run_trial(*trial, python.as_deref())))
-                .collect();
-            handles
-                .into_iter()
-                .map(|handle| {
-                    handle.join().unwrap_or_else(|_| kill_trials::Outcome {
+    // PARALLEL workers take the next trial as each ends theirs, the torch
+    // trials (the slowest, each starting a torch process) first: no worker
+    // waits for the slowest trial of a round.
+    let mut order: Vec<&Trial> = trials.iter().collect();
+    order.sort_by_key(|trial| !trial.peers.needs_python());
+    let next = AtomicUsize::new(0);
+    let outcomes: Mutex<Vec<(Trial, kill_trials::Outcome)>> = Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for _ in 0..PARALLEL {
+            scope.spawn(|| {
+                while let Some(&&trial) = order.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    let outcome = std::panic::catch_unwind(|| {
+                        kill_trials::run_trial(trial, python.as_deref())
+                    })
+                    .unwrap_or_else(|_| kill_trials::Outcome {
                         failure: Some("panicked".into()),
                         ..Default::default()
-                    })
-                })
-                .collect()
-        });
-        outcomes.extend(batch.iter().copied().zip(results));
-    }
+                    });
+                    outcomes
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .push((trial, outcome));
+                }
+            });
+        }
+    });
+    let outcomes = outcomes
+        .into_inner()
+        .unwrap_or_else(PoisonError::into_inner);
     let failed: Vec<String> = outcomes
         .iter()
         .filter(|(_, outcome)| !outcome.is_clean())

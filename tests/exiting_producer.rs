@@ -8,6 +8,7 @@ mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use serde_json::Value as Json;
@@ -21,14 +22,27 @@ use support::{
 const BATCHES: &str = "60";
 
 /// Longer than the shared-memory manager's 2 s grace for the names of a
-/// client gone without freeing them: a pause after which a sender that
-/// exited has been gone for longer than that.
+/// client gone without freeing them: a pause, counted from a sender's
+/// exit, after which it has been gone for longer than that. Only the
+/// `file_system` strategy has such a clock; the others' receivers pause
+/// until their sender has sent everything (`sent 60`) or exited, and no
+/// longer.
 const PAST_THE_GRACE: &str = "2.5";
 
-/// Builds the producer, as `support::tensorshare_exe` builds the command,
-/// into this test binary's target directory, beside which the
-/// `file_system` strategy finds the manager's executable.
-fn producer() -> PathBuf {
+/// The line a producer prints once it has sent every batch, before it
+/// waits for its receiver.
+const SENT_EVERY_BATCH: &str = "sent 60";
+
+/// Builds the producer once for this test binary, as
+/// `support::tensorshare_exe` builds the command, into this test binary's
+/// target directory, beside which the `file_system` strategy finds the
+/// manager's executable.
+fn producer() -> &'static Path {
+    static PRODUCER: OnceLock<PathBuf> = OnceLock::new();
+    PRODUCER.get_or_init(build_producer)
+}
+
+fn build_producer() -> PathBuf {
     build_manager_executable();
     let test_exe = std::env::current_exe().expect("the path of this test binary");
     let profile_dir = test_exe
@@ -77,7 +91,7 @@ fn receive_with_in_flight_wait(
         .arg(python_script("exiting_producer_receiver.py"))
         .args(options)
         .arg("--")
-        .arg(&producer)
+        .arg(producer)
         .args([strategy, BATCHES])
         .args(producer_args)
         .stdin(Stdio::null())
@@ -160,13 +174,14 @@ fn a_file_system_producer_that_exits_loses_no_batch_20_runs_in_a_row() {
     let Some(python) = test_python("a_file_system_producer_that_exits_loses_no_batch") else {
         return;
     };
-    // torch pauses after its 20th batch, long after the producer sent the
-    // last one and exited.
+    // torch pauses after its 20th batch until the producer, which sent
+    // the last one without waiting for it, has been gone past the grace.
     let options = [
         "--runs",
         "20",
         "--pause-after",
         "20",
+        "--until-exit",
         "--pause",
         PAST_THE_GRACE,
     ];
@@ -182,13 +197,17 @@ fn a_memmap_producer_that_exits_loses_no_batch_20_runs_in_a_row() {
     };
     let dir = tempfile::tempdir().expect("a memmap directory");
     let dir_arg = dir.path().to_str().expect("a UTF-8 path");
+    // torch pauses after its 20th batch until the producer has sent the
+    // last one and waits for torch to open the rest.
     let options = [
         "--runs",
         "20",
         "--pause-after",
         "20",
+        "--until-said",
+        SENT_EVERY_BATCH,
         "--pause",
-        PAST_THE_GRACE,
+        "0.2",
     ];
     let runs = receive(&python, "memmap", &options, &[dir_arg]);
     assert_all_received("memmap", &runs, 20);
@@ -207,6 +226,7 @@ fn producers_that_exit_without_waiting_leave_their_batches_readable() {
         "3",
         "--pause-after",
         "20",
+        "--until-exit",
         "--pause",
         PAST_THE_GRACE,
     ];
@@ -215,9 +235,11 @@ fn producers_that_exit_without_waiting_leave_their_batches_readable() {
     assert_no_segments_left(&runs);
 
     // The files not yet opened when the context ended stay for torch; only
-    // gc removes them, the producers being gone.
+    // gc removes them, the producers being gone. No clock runs for them:
+    // torch reads on as soon as the producer has exited.
     let dir = tempfile::tempdir().expect("a memmap directory");
     let dir_arg = dir.path().to_str().expect("a UTF-8 path");
+    let options = ["--runs", "3", "--pause-after", "20", "--until-exit"];
     let runs = receive(&python, "memmap", &options, &["--no-wait", dir_arg]);
     assert_all_received("memmap", &runs, 3);
     assert!(
@@ -247,10 +269,22 @@ fn file_descriptor_and_bytes_producers_lose_no_batch_20_runs_in_a_row() {
     let Some(python) = test_python("file_descriptor_and_bytes_producers_lose_no_batch") else {
         return;
     };
-    // A file_descriptor producer waits for every fetch; a bytes message
-    // carries its storages.
-    let options = ["--runs", "20", "--pause-after", "20", "--pause", "0.5"];
-    for strategy in ["file_descriptor", "bytes"] {
+    // A file_descriptor producer waits for every fetch: torch pauses until
+    // it has sent everything and waits. A bytes message carries its
+    // storages, so its producer, blocked on a full socket, can say nothing
+    // until torch reads on: torch pauses a moment, the socket full.
+    let runs_of = |until: &[&'static str]| {
+        let mut options = vec!["--runs", "20", "--pause-after", "20"];
+        options.extend_from_slice(until);
+        options
+    };
+    for (strategy, options) in [
+        (
+            "file_descriptor",
+            runs_of(&["--until-said", SENT_EVERY_BATCH, "--pause", "0.2"]),
+        ),
+        ("bytes", runs_of(&["--pause", "0.1"])),
+    ] {
         let runs = receive(&python, strategy, &options, &[]);
         assert_all_received(strategy, &runs, 20);
     }
@@ -282,9 +316,10 @@ fn what_a_sigkilled_producer_sent_still_rebuilds() {
     assert_no_segments_left(&runs);
 
     // A killed memmap sender removes nothing: gc does, once nobody maps
-    // the files.
+    // the files. No clock runs for them: torch reads on at once.
     let dir = tempfile::tempdir().expect("a memmap directory");
     let dir_arg = dir.path().to_str().expect("a UTF-8 path");
+    let options = ["--runs", "3", "--kill-after", "30"];
     let runs = receive(&python, "memmap", &options, &[dir_arg]);
     assert_sent_before_the_kill_received("memmap", &runs, 3);
     assert_gc_reclaims(dir.path());

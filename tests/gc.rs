@@ -109,6 +109,24 @@ fn gc(args: &[&str]) -> Output {
         .expect("run tensorshare gc")
 }
 
+/// `gc` over socket directories alone, with `args`: its `/dev/shm` is an
+/// empty directory, so that it removes no orphan segment that a test
+/// running beside it made on purpose.
+fn gc_sockets(args: &[&str]) -> Output {
+    let no_segments = tempfile::tempdir().expect("an empty shm directory");
+    let mut all = args.to_vec();
+    all.extend(["--shm-dir", no_segments.path().to_str().expect("utf-8")]);
+    gc(&all)
+}
+
+/// [`gc_sockets`] with `--json`, parsed.
+fn gc_sockets_json(args: &[&str]) -> Json {
+    let mut all = vec!["--json"];
+    all.extend_from_slice(args);
+    let stdout = support::expect_success(&gc_sockets(&all), "tensorshare gc --json");
+    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("gc --json printed {e}:\n{stdout}"))
+}
+
 /// `gc --json` with `args`, parsed.
 fn gc_json(args: &[&str]) -> Json {
     let mut all = vec!["--json"];
@@ -727,7 +745,7 @@ fn the_socket_dir_of_a_sigkilled_tensorshare_process_is_removed() {
     );
     assert!(dir.exists());
 
-    let report = gc_json(&["--socket-dir", parent_arg, "--min-age", "0"]);
+    let report = gc_sockets_json(&["--socket-dir", parent_arg, "--min-age", "0"]);
     let removed = dir_entry(&report, &name);
     assert_eq!(removed["action"], "removed", "{removed:#}");
     assert_eq!(removed["kind"], "resource_sharer");
@@ -811,7 +829,7 @@ fn live_foreign_and_unproven_socket_dirs_are_kept() {
     std::os::unix::fs::symlink(elsewhere.path(), &link).expect("symlink");
 
     let parent_arg = parent.path().to_str().expect("utf-8");
-    let report = gc_json(&["--socket-dir", parent_arg, "--min-age", "0"]);
+    let report = gc_sockets_json(&["--socket-dir", parent_arg, "--min-age", "0"]);
     let dirs = report["socket_dirs"].as_array().expect("socket_dirs");
     assert_eq!(dirs.len(), 5, "{report:#}");
     let kept = |name: &str, reason: &str| {
@@ -960,7 +978,7 @@ fn another_users_dead_socket_dirs_are_kept_even_by_root() {
     let owner = tensorshare_strategies::UnixUser::of(NOBODY);
     let parent_arg = parent.path().to_str().expect("utf-8");
 
-    let output = gc(&["--socket-dir", parent_arg, "--min-age", "0"]);
+    let output = gc_sockets(&["--socket-dir", parent_arg, "--min-age", "0"]);
     let stdout = support::expect_success(&output, "tensorshare gc");
     for theirs in [&sharer, &manager] {
         let line = row(&stdout, &theirs.display().to_string());
@@ -972,7 +990,7 @@ fn another_users_dead_socket_dirs_are_kept_even_by_root() {
     }
     assert!(!ours.exists(), "{stdout}");
 
-    let report = gc_json(&["--socket-dir", parent_arg, "--min-age", "0"]);
+    let report = gc_sockets_json(&["--socket-dir", parent_arg, "--min-age", "0"]);
     let kept = dir_entry(&report, &file_name(&sharer));
     assert_eq!(kept["action"], "kept", "{kept:#}");
     assert_eq!(kept["reason"], "other_user", "{kept:#}");

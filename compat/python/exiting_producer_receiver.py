@@ -1,14 +1,18 @@
 """Stock torch receiving the batches of a Rust producer that exits (or is
 killed) while its messages wait: every batch it sent must still rebuild.
 
-    python exiting_producer_receiver.py [--runs R] [--pause-after N --pause S]
+    python exiting_producer_receiver.py [--runs R]
+        [--pause-after N [--until-exit | --until-said LINE] [--pause S]]
         [--each S] [--kill-after N] [--read-after-exit S] -- PRODUCER...
 
 PRODUCER is the command of `tests/peers/exiting_producer.rs`; it gets this
 process's authkey in TENSORSHARE_AUTHKEY. The receiver reads each batch
 (`conn.recv()`, which rebuilds it through torch's reductions), checks every
-element, and drops it. `--pause-after N --pause S` sleeps S seconds after
-batch N; `--each S` sleeps after every batch; `--kill-after N` sends the
+element, and drops it. `--pause-after N` stops reading after batch N: until
+the producer has exited (`--until-exit`) or said LINE on its stdout
+(`--until-said`, e.g. `sent 60`: it has sent everything and waits for its
+receiver), then S seconds more (`--pause S`); `--each S` sleeps after every
+batch; `--kill-after N` sends the
 producer SIGKILL as soon as it says it sent batch N, and receives after;
 `--read-after-exit S` reads nothing until the producer has exited and S
 seconds more have passed.
@@ -34,6 +38,8 @@ import torch.multiprocessing  # noqa: F401  registers torch's reductions
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--pause-after", type=int, default=-1)
+parser.add_argument("--until-exit", action="store_true")
+parser.add_argument("--until-said")
 parser.add_argument("--pause", type=float, default=0.0)
 parser.add_argument("--each", type=float, default=0.0)
 parser.add_argument("--kill-after", type=int, default=-1)
@@ -93,6 +99,14 @@ def run_once(run):
             del batch
             received += 1
             if received == args.pause_after:
+                if args.until_exit:
+                    producer.wait()
+                elif args.until_said is not None:
+                    for line in producer.stdout:
+                        if line.strip() == args.until_said:
+                            break
+                    else:
+                        sys.exit(f"run {run}: the producer ended without saying {args.until_said!r}")
                 time.sleep(args.pause)
             if args.each:
                 time.sleep(args.each)

@@ -27,7 +27,7 @@ use tensorshare_strategies::services::shm_manager::IN_FLIGHT_WAIT_ENV;
 
 pub use super::leftovers::Leaks;
 use super::leftovers::TrialPlaces;
-use super::{Server, exit_within, has_exited, open_fds, python_script, wait_until};
+use super::{Server, exit_within, has_exited, open_fds, poll_until, python_script, wait_until};
 
 /// Set in a child process that plays the Rust producer: `ADDRESS HEX
 /// STRATEGY MEMMAP_DIR`.
@@ -373,7 +373,9 @@ fn try_trial(trial: Trial, python: Option<&str>) -> Result<Outcome, String> {
         memmap_dir: &memmap_dir,
         torch_peer: trial.peers.needs_python(),
     };
-    wait_until(CLEANUP_LIMIT, || {
+    // Each look reads the environment of every process on the machine, for
+    // each of the trials running at once: every 50 ms, not every 10.
+    poll_until(CLEANUP_LIMIT, Duration::from_millis(50), || {
         managers.extend(managers_of(&tmp, &pids));
         managers.sort_unstable();
         managers.dedup();

@@ -349,8 +349,16 @@ pub fn eventually(what: &str, condition: impl FnMut() -> bool) {
     );
 }
 
-/// Polls `condition` until it holds or `limit` has passed; whether it held.
-pub fn wait_until(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
+/// Polls `condition` every 10 ms until it holds or `limit` has passed;
+/// whether it held.
+pub fn wait_until(limit: Duration, condition: impl FnMut() -> bool) -> bool {
+    poll_until(limit, Duration::from_millis(10), condition)
+}
+
+/// Polls `condition` every `period` until it holds or `limit` has passed;
+/// whether it held. For a condition that costs more to look at than the
+/// moment it could be seen earlier saves.
+pub fn poll_until(limit: Duration, period: Duration, mut condition: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + limit;
     loop {
         if condition() {
@@ -359,7 +367,7 @@ pub fn wait_until(limit: Duration, mut condition: impl FnMut() -> bool) -> bool 
         if Instant::now() >= deadline {
             return false;
         }
-        std::thread::sleep(Duration::from_millis(10));
+        std::thread::sleep(period);
     }
 }
 

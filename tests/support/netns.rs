@@ -110,6 +110,9 @@ pub fn netns_required() -> bool {
 /// hosts, a fresh authkey, and its turn. The tests of a binary that hold
 /// one run one at a time: each starts torch processes on a machine of few
 /// cores, one moves 3 GiB each way, and some count this process's fds.
+/// Under cargo nextest each test is a process of its own, which counts
+/// only its own fds; `.config/nextest.toml` keeps the 3 GiB test apart
+/// from the other test that holds gigabytes.
 pub struct TorchAcrossHosts {
     pub python: String,
     pub pair: HostPair,

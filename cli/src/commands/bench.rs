@@ -799,11 +799,11 @@ impl TorchPeer {
     }
 
     pub(super) fn check(&self) -> Result<(), String> {
-        if imports(&self.python, "torch") {
+        if has_module(&self.python, "torch") {
             return Ok(());
         }
         Err(format!(
-            "{} cannot import torch; pass --python (or set TENSORSHARE_PYTHON) to a Python \
+            "{} has no torch; pass --python (or set TENSORSHARE_PYTHON) to a Python \
              with torch installed, e.g. the one scripts/python-env prints",
             self.python.display()
         ))
@@ -917,10 +917,18 @@ fn fastest<'a>(rows: &'a [Row], routes: &[Route]) -> Option<&'a Row> {
         .min_by(|a, b| a.per_tensor.total_cmp(&b.per_tensor))
 }
 
-/// Whether `python` imports `module`.
-pub(super) fn imports(python: &std::path::Path, module: &str) -> bool {
+/// Whether `python` has `module` installed. Found, not imported: importing
+/// torch costs a second or two, which every peer the bench starts pays
+/// anyway, and a torch that is there but fails to import says why in the
+/// first peer's error.
+pub(super) fn has_module(python: &std::path::Path, module: &str) -> bool {
     Command::new(python)
-        .args(["-c", &format!("import {module}")])
+        .args([
+            "-c",
+            &format!(
+                "import importlib.util, sys; sys.exit(importlib.util.find_spec({module:?}) is None)"
+            ),
+        ])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())

@@ -259,7 +259,7 @@ fn cases(options: &Options, dir: &Path) -> Vec<Case> {
 /// Fails unless `python` has the safetensors package (torch is checked
 /// before): torch's side of the .safetensors conversion needs it.
 fn check_safetensors(python: &Path) -> Result<(), CliError> {
-    if super::bench::imports(python, "safetensors") {
+    if super::bench::has_module(python, "safetensors") {
         return Ok(());
     }
     Err(format!(
