@@ -42,7 +42,7 @@ elapsed_since() {
 step_report() {
     local start="$1" total_label="$2"
     [[ -s "${TENSORSHARE_STEP_TIMES:-}" ]] || return 0
-    printf '\nstep times (wall clock, seconds; the tests and checks lanes run side by side)\n'
+    printf '\nstep times (wall clock, seconds)\n'
     awk -F '\t' '{ printf "  %-7s %7.1f  %s%s\n", $1, $2, $4, ($3 == 0 ? "" : "  (FAILED, exit " $3 ")") }' \
         "$TENSORSHARE_STEP_TIMES"
     printf '  %-7s %7s  %s\n' total "$(elapsed_since "$start")" "$total_label"
