@@ -21,8 +21,6 @@
 mod support;
 
 use std::io::Write;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use tensorshare::Tensor;
@@ -73,40 +71,19 @@ fn trials() -> Vec<Trial> {
 #[test]
 fn sigkilled_peers_leave_nothing_in_dev_shm() {
     let python = test_python("crash::sigkilled_peers_leave_nothing_in_dev_shm");
-    let trials: Vec<Trial> = trials()
+    let mut trials: Vec<Trial> = trials()
         .into_iter()
         .filter(|trial| python.is_some() || !trial.peers.needs_python())
         .collect();
     let started = Instant::now();
-    // PARALLEL workers take the next trial as each ends theirs, the torch
-    // trials (the slowest, each starting a torch process) first: no worker
-    // waits for the slowest trial of a round.
-    let mut order: Vec<&Trial> = trials.iter().collect();
-    order.sort_by_key(|trial| !trial.peers.needs_python());
-    let next = AtomicUsize::new(0);
-    let outcomes: Mutex<Vec<(Trial, kill_trials::Outcome)>> = Mutex::new(Vec::new());
-    std::thread::scope(|scope| {
-        for _ in 0..PARALLEL {
-            scope.spawn(|| {
-                while let Some(&&trial) = order.get(next.fetch_add(1, Ordering::Relaxed)) {
-                    let outcome = std::panic::catch_unwind(|| {
-                        kill_trials::run_trial(trial, python.as_deref())
-                    })
-                    .unwrap_or_else(|_| kill_trials::Outcome {
-                        failure: Some("panicked".into()),
-                        ..Default::default()
-                    });
-                    outcomes
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .push((trial, outcome));
-                }
-            });
-        }
-    });
-    let outcomes = outcomes
-        .into_inner()
-        .unwrap_or_else(PoisonError::into_inner);
+    // The torch trials, the slowest (each starts a torch process), first.
+    trials.sort_by_key(|trial| !trial.peers.needs_python());
+    let outcomes = kill_trials::run_pool(
+        PARALLEL,
+        python.as_deref(),
+        |i| trials.get(i).copied(),
+        |_| {},
+    );
     let failed: Vec<String> = outcomes
         .iter()
         .filter(|(_, outcome)| !outcome.is_clean())

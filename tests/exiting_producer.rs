@@ -142,15 +142,12 @@ fn assert_sent_before_the_kill_received(strategy: &str, runs: &[Json], expected_
 /// `/dev/shm` is an empty directory: the `file_system` tests beside it
 /// have segments in flight whose senders are gone.
 fn assert_gc_reclaims(dir: &Path) {
-    let no_segments = tempfile::tempdir().expect("an empty shm directory");
-    let output = Command::new(support::tensorshare_exe())
-        .args(["gc", "--min-age", "0", "--memmap-dir"])
-        .arg(dir)
-        .arg("--shm-dir")
-        .arg(no_segments.path())
-        .stdin(Stdio::null())
-        .output()
-        .expect("run tensorshare gc");
+    let output = support::gc_without_segments([
+        "--min-age".as_ref(),
+        "0".as_ref(),
+        "--memmap-dir".as_ref(),
+        dir.as_os_str(),
+    ]);
     support::expect_success(&output, "tensorshare gc");
     assert_eq!(files_in(dir), Vec::<PathBuf>::new(), "gc left files");
 }

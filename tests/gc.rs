@@ -109,21 +109,13 @@ fn gc(args: &[&str]) -> Output {
         .expect("run tensorshare gc")
 }
 
-/// `gc` over socket directories alone, with `args`: its `/dev/shm` is an
-/// empty directory, so that it removes no orphan segment that a test
-/// running beside it made on purpose.
-fn gc_sockets(args: &[&str]) -> Output {
-    let no_segments = tempfile::tempdir().expect("an empty shm directory");
-    let mut all = args.to_vec();
-    all.extend(["--shm-dir", no_segments.path().to_str().expect("utf-8")]);
-    gc(&all)
-}
-
-/// [`gc_sockets`] with `--json`, parsed.
+/// `gc --json` with `args` over socket directories alone
+/// ([`support::gc_without_segments`]), parsed.
 fn gc_sockets_json(args: &[&str]) -> Json {
     let mut all = vec!["--json"];
     all.extend_from_slice(args);
-    let stdout = support::expect_success(&gc_sockets(&all), "tensorshare gc --json");
+    let stdout =
+        support::expect_success(&support::gc_without_segments(all), "tensorshare gc --json");
     serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("gc --json printed {e}:\n{stdout}"))
 }
 
@@ -978,7 +970,7 @@ fn another_users_dead_socket_dirs_are_kept_even_by_root() {
     let owner = tensorshare_strategies::UnixUser::of(NOBODY);
     let parent_arg = parent.path().to_str().expect("utf-8");
 
-    let output = gc_sockets(&["--socket-dir", parent_arg, "--min-age", "0"]);
+    let output = support::gc_without_segments(["--socket-dir", parent_arg, "--min-age", "0"]);
     let stdout = support::expect_success(&output, "tensorshare gc");
     for theirs in [&sharer, &manager] {
         let line = row(&stdout, &theirs.display().to_string());

@@ -7,7 +7,6 @@
 mod support;
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use tensorshare::{Authkey, DType, SharingContext, StrategyKind, Value};
@@ -54,16 +53,12 @@ fn gc(dir: &Path) -> String {
 }
 
 fn gc_with_min_age(dir: &Path, min_age: &str) -> String {
-    // Its `/dev/shm` an empty directory: the orphan segments that tests
-    // running beside it make on purpose are theirs to reclaim.
-    let no_segments = tempfile::tempdir().expect("an empty shm directory");
-    let output = Command::new(support::tensorshare_exe())
-        .args(["gc", "--min-age", min_age, "--memmap-dir"])
-        .arg(dir)
-        .arg("--shm-dir")
-        .arg(no_segments.path())
-        .output()
-        .expect("run tensorshare gc");
+    let output = support::gc_without_segments([
+        "--min-age".as_ref(),
+        min_age.as_ref(),
+        "--memmap-dir".as_ref(),
+        dir.as_os_str(),
+    ]);
     support::expect_success(&output, "tensorshare gc")
 }
 

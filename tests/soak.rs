@@ -20,7 +20,6 @@ mod support;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use support::kill_trials::{self, Outcome, Peers, Strategy, Trial, Victim};
@@ -188,8 +187,6 @@ fn soak_kill_trials() {
         .map_or(1, |d| d.as_nanos() as u64)
         | 1;
     let delays = Mutex::new(Delays(seed));
-    let next = AtomicUsize::new(0);
-    let outcomes: Mutex<Vec<(Trial, Outcome)>> = Mutex::new(Vec::new());
     let mut out = std::io::stderr();
     let _ = writeln!(
         out,
@@ -202,47 +199,28 @@ fn soak_kill_trials() {
             (None, None) => unreachable!(),
         }
     );
-    std::thread::scope(|scope| {
-        for _ in 0..parallel {
-            scope.spawn(|| {
-                loop {
-                    if deadline.is_some_and(|d| Instant::now() >= d) {
-                        return;
-                    }
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    if trials_limit.is_some_and(|n| i >= n) {
-                        return;
-                    }
-                    let (strategy, peers, victim) = kinds[i % kinds.len()];
-                    let delay = delays.lock().expect("delays").next();
-                    let trial = Trial {
-                        strategy,
-                        peers,
-                        victim,
-                        delay,
-                    };
-                    let outcome = std::panic::catch_unwind(|| {
-                        kill_trials::run_trial(trial, python.as_deref())
-                    })
-                    .unwrap_or_else(|_| Outcome {
-                        failure: Some("panicked".into()),
-                        ..Default::default()
-                    });
-                    let mut outcomes = outcomes.lock().expect("outcomes");
-                    outcomes.push((trial, outcome));
-                    if outcomes.len().is_multiple_of(100) {
-                        let _ = writeln!(
-                            std::io::stderr(),
-                            "soak: {} trials in {:.0} s",
-                            outcomes.len(),
-                            started.elapsed().as_secs_f64()
-                        );
-                    }
-                }
-            });
+    let next_trial = |i: usize| {
+        if deadline.is_some_and(|d| Instant::now() >= d) || trials_limit.is_some_and(|n| i >= n) {
+            return None;
+        }
+        let (strategy, peers, victim) = kinds[i % kinds.len()];
+        let delay = delays.lock().expect("delays").next();
+        Some(Trial {
+            strategy,
+            peers,
+            victim,
+            delay,
+        })
+    };
+    let outcomes = kill_trials::run_pool(parallel, python.as_deref(), next_trial, |ended| {
+        if ended.is_multiple_of(100) {
+            let _ = writeln!(
+                std::io::stderr(),
+                "soak: {ended} trials in {:.0} s",
+                started.elapsed().as_secs_f64()
+            );
         }
     });
-    let outcomes = outcomes.into_inner().expect("outcomes");
     let mut rows: BTreeMap<(Strategy, Peers, Victim), Row> = BTreeMap::new();
     for (trial, outcome) in &outcomes {
         rows.entry((trial.strategy, trial.peers, trial.victim))

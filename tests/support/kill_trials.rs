@@ -13,6 +13,8 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill};
@@ -248,6 +250,40 @@ fn few<T: std::fmt::Debug>(items: &[T]) -> String {
     } else {
         format!("{:?} and {} more", &items[..SHOWN], items.len() - SHOWN)
     }
+}
+
+/// Runs trials on `parallel` workers, each asking `next_trial` for the
+/// trial of the next index as soon as it has ended its last, until it gives
+/// `None`: no worker waits for another's trial. A trial that panics is a
+/// failed outcome. `ended` is told how many trials have ended after each
+/// one. Returns every trial with its outcome, in the order they ended.
+pub fn run_pool(
+    parallel: usize,
+    python: Option<&str>,
+    next_trial: impl Fn(usize) -> Option<Trial> + Sync,
+    ended: impl Fn(usize) + Sync,
+) -> Vec<(Trial, Outcome)> {
+    let next = AtomicUsize::new(0);
+    let outcomes = Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for _ in 0..parallel {
+            scope.spawn(|| {
+                while let Some(trial) = next_trial(next.fetch_add(1, Ordering::Relaxed)) {
+                    let outcome = std::panic::catch_unwind(|| run_trial(trial, python))
+                        .unwrap_or_else(|_| Outcome {
+                            failure: Some("panicked".into()),
+                            ..Default::default()
+                        });
+                    let mut outcomes = outcomes.lock().unwrap_or_else(PoisonError::into_inner);
+                    outcomes.push((trial, outcome));
+                    ended(outcomes.len());
+                }
+            });
+        }
+    });
+    outcomes
+        .into_inner()
+        .unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Runs one trial; `python` is the test Python for trials with torch peers.

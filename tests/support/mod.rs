@@ -8,9 +8,10 @@ pub mod leftovers;
 pub mod netns;
 pub mod process_counts;
 
+use std::ffi::OsStr;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStderr, Command, ExitStatus, Stdio};
+use std::process::{Child, ChildStderr, Command, ExitStatus, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -103,6 +104,22 @@ pub fn tensorshare_exe() -> &'static Path {
 /// `file_system` storage.
 pub fn build_manager_executable() {
     tensorshare_exe();
+}
+
+/// Runs `tensorshare gc` with `args` over an empty directory in place of
+/// `/dev/shm`, for a test about socket directories or memmap files: the
+/// orphan segments that tests running beside it make on purpose are
+/// theirs to reclaim.
+pub fn gc_without_segments(args: impl IntoIterator<Item = impl AsRef<OsStr>>) -> Output {
+    let no_segments = tempfile::tempdir().expect("an empty shm directory");
+    Command::new(tensorshare_exe())
+        .arg("gc")
+        .args(args)
+        .arg("--shm-dir")
+        .arg(no_segments.path())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run tensorshare gc")
 }
 
 /// Builds `tensorshare` as [`tensorshare_exe`] says and returns its path.
