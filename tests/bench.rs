@@ -279,6 +279,7 @@ fn bench_feeds_batches_to_one_torch_training_loop() {
     };
     let feeds = [
         ("dataloader-2", "torch DataLoader, 2 workers", "torch"),
+        ("rust-default", "Rust default", "torch"),
         (
             "rust-fd-arena",
             "Rust file_descriptor, one storage",

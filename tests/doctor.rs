@@ -30,6 +30,11 @@ impl Run {
     }
 
     /// The finding `check` has `status`, and a fix that says `fix_words`.
+    /// The detail of the finding of `check`.
+    fn detail(&self, check: &str) -> &str {
+        self.finding(check)["detail"].as_str().unwrap_or_default()
+    }
+
     fn expect(&self, check: &str, status: &str, fix_words: &[&str]) {
         let finding = self.finding(check);
         assert_eq!(finding["status"], status, "{finding}");
@@ -170,7 +175,7 @@ fn a_healthy_setup_warns_of_nothing() {
         .filter(|finding| finding["status"] != "ok")
         .collect();
     assert!(unwell.is_empty(), "{unwell:?}");
-    assert_eq!(run.findings.len(), 9, "{:?}", run.findings);
+    assert_eq!(run.findings.len(), 10, "{:?}", run.findings);
     assert_eq!(run.code, Some(0), "{}", run.stderr);
 }
 
@@ -184,11 +189,14 @@ fn a_container_default_dev_shm_warns_with_the_shm_size_fix() {
         return;
     };
     run.expect("dev_shm", "warn", &["--shm-size=8g", "--ipc=host"]);
+    assert!(run.detail("dev_shm").contains("64 MB"));
+    // What the default does about it: segments within 48 MiB, then memfds.
+    let placement = run.detail("default_placement");
     assert!(
-        run.finding("dev_shm")["detail"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("64 MB")
+        placement.contains("named segments for the next 48 MiB")
+            && placement.contains("free of 64 MiB")
+            && placement.contains("memfds past that"),
+        "{placement}"
     );
     assert_eq!(
         run.code,
@@ -246,6 +254,11 @@ fn remove_ipc_warns_for_a_regular_user_unless_they_linger() {
             "loginctl enable-linger 4242",
         ],
     );
+    let placement = run.detail("default_placement");
+    assert!(
+        placement.starts_with("memfds for every storage (RemoveIPC=yes"),
+        "{placement}"
+    );
     let default = Setup {
         logind_conf: None,
         ..removes
@@ -258,6 +271,8 @@ fn remove_ipc_warns_for_a_regular_user_unless_they_linger() {
     };
     let run = doctor("remove_ipc_lingering", &lingers).expect("namespaces worked a moment ago");
     run.expect("remove_ipc", "ok", &[]);
+    let placement = run.detail("default_placement");
+    assert!(placement.starts_with("named segments"), "{placement}");
 }
 
 #[test]
@@ -342,7 +357,7 @@ fn a_planned_load_names_the_limit_it_hits_first() {
 #[test]
 fn the_library_checks_this_machine() {
     let findings = tensorshare::doctor::check();
-    assert_eq!(findings.len(), 9, "{findings:?}");
+    assert_eq!(findings.len(), 10, "{findings:?}");
     for finding in &findings {
         assert_eq!(
             finding.fix.is_some(),

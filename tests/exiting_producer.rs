@@ -321,3 +321,120 @@ fn what_a_sigkilled_producer_sent_still_rebuilds() {
     assert_sent_before_the_kill_received("memmap", &runs, 3);
     assert_gc_reclaims(dir.path());
 }
+
+/// Docker's and Podman's `/dev/shm` unless told otherwise.
+const CONTAINER_SHM: &str = "64m";
+
+/// A batch of 16 MiB: four fill a container's `/dev/shm`.
+const CONTAINER_IMAGE: &str = "8,4,512,1024";
+
+/// How a run in a container's `/dev/shm` ended: the receiver's outcome and
+/// what was left in that `/dev/shm` once every process but the namespace's
+/// shell had exited.
+struct ContainerRun {
+    outcome: Json,
+    left: Vec<String>,
+    stderr: String,
+}
+
+/// Runs stock torch holding its last 3 batches of 16 MiB against a
+/// producer of 40 sharing by `strategy` (`default`: no strategy named),
+/// both in a mount namespace of their own whose `/dev/shm` is a 64 MB
+/// tmpfs, as in a container run without `--shm-size`; `None` where no
+/// namespace can be made and none is required.
+fn receive_in_a_container(python: &str, strategy: &str) -> Option<ContainerRun> {
+    let probe = Command::new("unshare")
+        .args(["--mount", "--pid", "--fork", "--mount-proc", "true"])
+        .output()
+        .expect("unshare runs");
+    if !probe.status.success() {
+        let reason = String::from_utf8_lossy(&probe.stderr);
+        assert!(
+            !support::netns::netns_required(),
+            "TENSORSHARE_REQUIRE_NETNS=1 but no mount namespace can be made: {reason}"
+        );
+        eprintln!("SKIPPED: a container's /dev/shm needs a mount namespace (root): {reason}");
+        return None;
+    }
+    // The producer's manager unlinks what its clients left once they are
+    // gone and its 2 s grace has passed: the listing waits for that, and
+    // no longer, before the namespace (and its tmpfs) goes.
+    let script = format!(
+        "mount -t tmpfs -o size={CONTAINER_SHM} tmpfs /dev/shm || exit 97
+         \"$@\"; status=$?
+         for _ in $(seq 100); do [ -z \"$(ls -A /dev/shm)\" ] && break; sleep 0.1; done
+         echo \"left $(ls -A /dev/shm | tr '\\n' ' ')\"
+         exit $status"
+    );
+    let output = Command::new("unshare")
+        .args(["--mount", "--pid", "--fork", "--mount-proc"])
+        .args(["sh", "-c", &script, "sh", python])
+        .arg(python_script("exiting_producer_receiver.py"))
+        .args(["--image", CONTAINER_IMAGE, "--hold", "3", "--"])
+        .arg(producer())
+        .args([strategy, "40", "--image", CONTAINER_IMAGE])
+        .stdin(Stdio::null())
+        .output()
+        .expect("unshare runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    let mut lines = stdout.lines();
+    let outcome = lines
+        .next()
+        .and_then(|line| serde_json::from_str(line).ok())
+        .unwrap_or_else(|| {
+            panic!(
+                "{strategy}: no outcome ({}):\n{stdout}\n{stderr}",
+                output.status
+            )
+        });
+    let left = lines
+        .find_map(|line| line.strip_prefix("left"))
+        .unwrap_or_else(|| panic!("{strategy}: no listing:\n{stdout}\n{stderr}"))
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
+    Some(ContainerRun {
+        outcome,
+        left,
+        stderr,
+    })
+}
+
+#[test]
+fn the_default_feeds_torch_through_a_containers_64_mb_dev_shm() {
+    let Some(python) = test_python("the_default_feeds_torch_through_a_containers_64_mb_dev_shm")
+    else {
+        return;
+    };
+    let Some(run) = receive_in_a_container(&python, "default") else {
+        return;
+    };
+    // Every batch, every element checked by torch, with 48 MiB held at once.
+    let outcome = &run.outcome;
+    assert_eq!(outcome["received"], 40, "{outcome}\n{}", run.stderr);
+    assert_eq!(outcome["ended"], "none", "{outcome}");
+    assert_eq!(outcome["producer"], 0, "{outcome}\n{}", run.stderr);
+    assert_eq!(
+        run.left,
+        Vec::<String>::new(),
+        "left in the container's /dev/shm"
+    );
+
+    // A strategy named is obeyed, and fails as it says: the segments do
+    // not fit, and the error names the mount.
+    let run = receive_in_a_container(&python, "file_system").expect("namespaces worked just now");
+    let received = run.outcome["received"].as_u64().expect("a count");
+    assert!(received < 40, "{}", run.outcome);
+    assert_eq!(run.outcome["producer"], 1, "{}", run.outcome);
+    assert!(
+        run.stderr.contains("/dev/shm (64.0 MiB in all"),
+        "the producer's error names the mount: {}",
+        run.stderr
+    );
+    assert_eq!(
+        run.left,
+        Vec::<String>::new(),
+        "left in the container's /dev/shm"
+    );
+}

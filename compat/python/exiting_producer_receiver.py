@@ -1,14 +1,16 @@
 """Stock torch receiving the batches of a Rust producer that exits (or is
 killed) while its messages wait: every batch it sent must still rebuild.
 
-    python exiting_producer_receiver.py [--runs R]
+    python exiting_producer_receiver.py [--runs R] [--image N,C,H,W] [--hold K]
         [--pause-after N [--until-exit | --until-said LINE] [--pause S]]
         [--each S] [--kill-after N] [--read-after-exit S] -- PRODUCER...
 
 PRODUCER is the command of `tests/peers/exiting_producer.rs`; it gets this
 process's authkey in TENSORSHARE_AUTHKEY. The receiver reads each batch
 (`conn.recv()`, which rebuilds it through torch's reductions), checks every
-element, and drops it. `--pause-after N` stops reading after batch N: until
+element (of an image of the shape `--image` gives, the producer's default
+8,3,64,64 unless told), and drops it, or, with `--hold K`, keeps the last K
+alive as a training loop's prefetch does. `--pause-after N` stops reading after batch N: until
 the producer has exited (`--until-exit`) or said LINE on its stdout
 (`--until-said`, e.g. `sent 60`: it has sent everything and waits for its
 receiver), then S seconds more (`--pause S`); `--each S` sleeps after every
@@ -24,6 +26,7 @@ the failing batch and torch's error when a batch does not rebuild or holds
 other values.
 """
 import argparse
+import collections
 import json
 import multiprocessing
 import os
@@ -45,18 +48,22 @@ parser.add_argument("--each", type=float, default=0.0)
 parser.add_argument("--kill-after", type=int, default=-1)
 parser.add_argument("--read-after-exit", type=float, default=-1.0)
 parser.add_argument("--runs", type=int, default=1)
+parser.add_argument("--image", default="8,3,64,64")
+parser.add_argument("--hold", type=int, default=0)
 parser.add_argument("producer", nargs="+")
 args = parser.parse_args()
 
 authkey = multiprocessing.current_process().authkey
+shape = tuple(int(size) for size in args.image.split(","))
 
 
 def check(index, batch):
     image, label = batch["image"], batch["label"]
-    assert image.dtype == torch.uint8 and image.shape == (8, 3, 64, 64), image.shape
-    expected = torch.arange(index * 8, index * 8 + 8, dtype=torch.int64)
+    n = shape[0]
+    assert image.dtype == torch.uint8 and image.shape == shape, image.shape
+    expected = torch.arange(index * n, index * n + n, dtype=torch.int64)
     assert torch.equal(label, expected), (label, expected)
-    shades = (expected % 251).to(torch.uint8).view(8, 1, 1, 1).expand(8, 3, 64, 64)
+    shades = (expected % 251).to(torch.uint8).view(n, 1, 1, 1).expand(shape)
     assert torch.equal(image, shades), f"batch {index}: images hold other values"
 
 
@@ -73,6 +80,7 @@ def run_once(run):
     address = first.removeprefix("listening ").rstrip("\n")
 
     received = 0
+    held = collections.deque(maxlen=args.hold) if args.hold else None
     ended = None
     with Client(address, authkey=authkey) as conn:
         if args.kill_after >= 0:
@@ -96,6 +104,8 @@ def run_once(run):
                 ended = "none"
                 break
             check(received, batch)
+            if held is not None:
+                held.append(batch)
             del batch
             received += 1
             if received == args.pause_after:
@@ -111,6 +121,7 @@ def run_once(run):
             if args.each:
                 time.sleep(args.each)
 
+    del held
     rest = producer.stdout.read()
     status = producer.wait()
     outcome = {"received": received, "ended": ended, "producer": status}

@@ -1,6 +1,6 @@
 //! The checks of this process's user and the machine, each one finding.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use nix::sys::resource::{Resource, getrlimit};
 use nix::sys::statfs::{TMPFS_MAGIC, statfs};
@@ -9,6 +9,7 @@ use tensorshare_strategies::memmap::MemmapFileName;
 use tensorshare_strategies::services::orphans::{self, ScanOptions};
 
 use super::{DoctorOptions, Finding};
+use crate::sharing::placement::{Placement, segment_removal};
 
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
@@ -34,6 +35,7 @@ pub(super) fn findings(options: &DoctorOptions) -> Vec<Finding> {
         open_files(),
         max_map_count(),
         remove_ipc(&options.root),
+        default_placement(&options.root),
         inotify(),
         temp_dir(&options.temp_dir),
         managers(),
@@ -166,81 +168,28 @@ fn max_map_count() -> Finding {
     )
 }
 
-/// The last `RemoveIPC=` of logind.conf and its drop-ins, as logind reads
-/// them; systemd's default is `yes`.
-fn remove_ipc_setting(root: &Path) -> (bool, PathBuf) {
-    let systemd = root.join("etc/systemd");
-    let mut files = vec![systemd.join("logind.conf")];
-    if let Ok(entries) = std::fs::read_dir(systemd.join("logind.conf.d")) {
-        let mut drop_ins: Vec<PathBuf> = entries
-            .filter_map(|entry| Some(entry.ok()?.path()))
-            .filter(|path| path.extension().is_some_and(|ext| ext == "conf"))
-            .collect();
-        drop_ins.sort();
-        files.extend(drop_ins);
-    }
-    let mut setting = (true, PathBuf::from("systemd's default"));
-    for file in files {
-        let Ok(text) = std::fs::read_to_string(&file) else {
-            continue;
-        };
-        for line in text.lines() {
-            let Some((key, value)) = line.trim().split_once('=') else {
-                continue;
-            };
-            if key.trim() == "RemoveIPC" {
-                let value = value.trim().to_ascii_lowercase();
-                setting = (
-                    matches!(value.as_str(), "yes" | "true" | "on" | "1"),
-                    file.clone(),
-                );
-            }
-        }
-    }
-    setting
-}
-
 fn remove_ipc(root: &Path) -> Finding {
     const CHECK: &str = "remove_ipc";
-    if !root.join("run/systemd/system").is_dir() && !root.join("etc/systemd").is_dir() {
-        return Finding::ok(CHECK, "no systemd: nothing removes /dev/shm at logout");
-    }
-    let uid = nix::unistd::getuid();
-    let user = nix::unistd::User::from_uid(uid)
-        .ok()
-        .flatten()
-        .map_or_else(|| uid.to_string(), |user| user.name);
-    let (removes, source) = remove_ipc_setting(root);
-    if !removes {
-        return Finding::ok(CHECK, format!("RemoveIPC=no ({})", source.display()));
-    }
-    // logind leaves root's and system users' segments alone.
-    if uid.as_raw() < 1000 {
-        return Finding::ok(
-            CHECK,
-            format!(
-                "RemoveIPC=yes ({}), but {user} is a system user it spares",
-                source.display()
-            ),
-        );
-    }
-    if root.join("var/lib/systemd/linger").join(&user).exists() {
-        return Finding::ok(
-            CHECK,
-            format!("RemoveIPC=yes ({}), but {user} lingers", source.display()),
-        );
+    let removal = segment_removal(root);
+    if !removal.removes {
+        return Finding::ok(CHECK, removal.detail);
     }
     Finding::warn(
         CHECK,
         format!(
-            "RemoveIPC=yes ({}): logind deletes {user}'s /dev/shm/torch_* segments when \
-             their last session ends",
-            source.display()
+            "{}: the default shares through memfds instead",
+            removal.detail
         ),
         format!(
-            "set `RemoveIPC=no` in /etc/systemd/logind.conf or `loginctl enable-linger {user}`"
+            "set `RemoveIPC=no` in /etc/systemd/logind.conf or `loginctl enable-linger {}`",
+            removal.user
         ),
     )
+}
+
+/// Where a context's default puts storages on this machine now.
+fn default_placement(root: &Path) -> Finding {
+    Finding::ok("default_placement", Placement::probe_under(root).describe())
 }
 
 fn inotify() -> Finding {

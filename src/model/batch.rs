@@ -161,15 +161,17 @@ impl<'a> BatchLayout<'a> {
     }
 
     /// Allocates the batch's one storage, zero-filled, from the layout's
-    /// allocator: a [`SharingContext`](crate::SharingContext) allocates it
-    /// as it allocates any storage of that size, reusing memory where it
-    /// can.
+    /// allocator, as a hand-off ([`StorageAllocator::allocate_hand_off`]):
+    /// a [`SharingContext`](crate::SharingContext) under its default puts a
+    /// batch of at most 1 MiB in this process's own memory, to travel
+    /// inside the message, and a larger one where it puts any storage of
+    /// that size, reusing memory where it can.
     ///
     /// # Errors
     ///
     /// [`ElementError::Allocate`] with the strategy's error.
     pub fn allocate(self) -> Result<BatchWriter, ElementError> {
-        let writer = self.allocator.allocate_storage(self.nbytes)?;
+        let writer = self.allocator.allocate_hand_off(self.nbytes)?;
         Ok(BatchWriter {
             writer,
             planned: self.planned,

@@ -238,6 +238,21 @@ pub trait StorageAllocator {
     /// The strategy's [`AllocateError`]: out of memory, out of file
     /// descriptors, a full `/dev/shm`; each says what to do.
     fn allocate_storage(&self, nbytes: usize) -> Result<StorageWriter, AllocateError>;
+
+    /// Allocates `nbytes` zero-filled bytes for a storage its sender hands
+    /// off: written once, sent, and not looked at again, as a batch
+    /// ([`BatchLayout::allocate`](crate::model::BatchLayout::allocate)).
+    /// The same as [`allocate_storage`](Self::allocate_storage) but where
+    /// the allocator says otherwise: a
+    /// [`SharingContext`](crate::SharingContext) under its default puts a
+    /// small one in this process's own memory, to travel inline.
+    ///
+    /// # Errors
+    ///
+    /// As [`allocate_storage`](Self::allocate_storage).
+    fn allocate_hand_off(&self, nbytes: usize) -> Result<StorageWriter, AllocateError> {
+        self.allocate_storage(nbytes)
+    }
 }
 
 /// A fresh segment of this kind, as [`Storage::allocate`] makes it.

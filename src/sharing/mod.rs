@@ -8,7 +8,7 @@
 //! [`loads`](SharingContext::loads) rebuilds a pickle and attaches every
 //! storage it names, fetching fds from the sender's resource sharer.
 //!
-//! Four concerns, each a folder that owns its state and is called only
+//! Five concerns, each a module that owns its state and is called only
 //! through what it exposes; `scripts/check-layers` checks that each
 //! imports only those declared before it.
 
@@ -23,6 +23,8 @@ mod lifetimes;
 // Receiver to sender: the keys of fds that arrived attached, given back,
 // and storages no longer mapped here, reported.
 mod notices;
+// Where the default puts each storage, by one rule.
+pub(crate) mod placement;
 // SharingContext, the strategies' wire forms, and the receipt of a message.
 mod context;
 

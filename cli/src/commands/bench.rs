@@ -70,7 +70,9 @@ pub struct BenchArgs {
     paths: Vec<Route>,
     /// With `--workload batches`, the feeds to run, comma-separated
     /// (default: all): dataloader-1, dataloader-2, torch-producer,
-    /// rust-STRATEGY and rust-STRATEGY-arena into torch's training loop
+    /// rust-default (no strategy named, a batch in one storage, as the
+    /// crate docs' first example), rust-STRATEGY and rust-STRATEGY-arena
+    /// into torch's training loop
     /// (STRATEGY: fd, fs, bytes, memmap), rust-to-rust-fd and
     /// rust-to-rust-fd-arena into the same loop in Rust.
     #[arg(long, value_delimiter = ',', value_name = "FEEDS")]

@@ -8,15 +8,15 @@
 //! `compat/python/bench_batches.py`.
 
 use std::process::Stdio;
-use std::time::Duration;
 
 use tensorshare::connection::ConnectionOptions;
 use tensorshare::connection::Listener;
-use tensorshare::{Authkey, Connection, SharingContext, StrategyKind};
+use tensorshare::{Authkey, Connection, StrategyKind};
 
 use super::bench::{TorchPeer, median};
 use super::bench_batch_stream::{BatchSpec, ImageDType, Layout, produce_batches};
 use super::bench_busy::BusyLoops;
+use super::bench_consumers::sharing_for;
 use super::peer::Peer;
 use crate::error::CliError;
 
@@ -57,6 +57,14 @@ const WINDOW: usize = 4;
 /// The DataLoader row every other is compared with.
 const BASELINE: Feed = Feed::DataLoader { workers: 2 };
 
+/// The producer of the crate docs' first example: no strategy named, a
+/// batch in one storage ([`SharingContext::batch`]).
+const RUST_DEFAULT: Feed = Feed::Rust {
+    strategy: None,
+    layout: Layout::Arena,
+    torch_trains: true,
+};
+
 /// What feeds the training loop.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Feed {
@@ -64,9 +72,10 @@ pub(super) enum Feed {
     DataLoader { workers: usize },
     /// A torch process collating into shared memory, over a Pipe.
     TorchProducer,
-    /// tensorshare's producer over `strategy`.
+    /// tensorshare's producer over `strategy`; `None` for the default
+    /// placement, a producer as the crate docs' first example writes it.
     Rust {
-        strategy: StrategyKind,
+        strategy: Option<StrategyKind>,
         layout: Layout,
         /// Whether the loop is torch's (else the same loop in Rust).
         torch_trains: bool,
@@ -80,6 +89,7 @@ impl Feed {
             Feed::DataLoader { workers: 1 },
             BASELINE,
             Feed::TorchProducer,
+            RUST_DEFAULT,
         ];
         for strategy in [
             StrategyKind::FileDescriptor,
@@ -89,7 +99,7 @@ impl Feed {
         ] {
             for layout in [Layout::Separate, Layout::Arena] {
                 feeds.push(Feed::Rust {
-                    strategy,
+                    strategy: Some(strategy),
                     layout,
                     torch_trains: true,
                 });
@@ -97,7 +107,7 @@ impl Feed {
         }
         for layout in [Layout::Separate, Layout::Arena] {
             feeds.push(Feed::Rust {
-                strategy: StrategyKind::FileDescriptor,
+                strategy: Some(StrategyKind::FileDescriptor),
                 layout,
                 torch_trains: false,
             });
@@ -110,12 +120,16 @@ impl Feed {
             Feed::DataLoader { workers: 1 } => "torch DataLoader, 1 worker".into(),
             Feed::DataLoader { workers } => format!("torch DataLoader, {workers} workers"),
             Feed::TorchProducer => "torch producer, file_descriptor".into(),
+            RUST_DEFAULT => "Rust default".into(),
             Feed::Rust {
                 strategy, layout, ..
-            } => match layout {
-                Layout::Separate => format!("Rust {strategy}"),
-                Layout::Arena => format!("Rust {strategy}, one storage"),
-            },
+            } => {
+                let strategy = strategy.map_or("default", StrategyKind::name);
+                match layout {
+                    Layout::Separate => format!("Rust {strategy}"),
+                    Layout::Arena => format!("Rust {strategy}, one storage"),
+                }
+            }
         }
     }
 
@@ -125,6 +139,7 @@ impl Feed {
         match self {
             Feed::DataLoader { workers } => format!("dataloader-{workers}"),
             Feed::TorchProducer => "torch-producer".into(),
+            RUST_DEFAULT => "rust-default".into(),
             Feed::Rust {
                 strategy,
                 layout,
@@ -132,10 +147,11 @@ impl Feed {
             } => {
                 let ends = if torch_trains { "rust" } else { "rust-to-rust" };
                 let strategy = match strategy {
-                    StrategyKind::FileDescriptor => "fd",
-                    StrategyKind::FileSystem => "fs",
-                    StrategyKind::Bytes => "bytes",
-                    StrategyKind::Memmap => "memmap",
+                    None => "default",
+                    Some(StrategyKind::FileDescriptor) => "fd",
+                    Some(StrategyKind::FileSystem) => "fs",
+                    Some(StrategyKind::Bytes) => "bytes",
+                    Some(StrategyKind::Memmap) => "memmap",
                 };
                 let arena = if layout == Layout::Arena {
                     "-arena"
@@ -470,12 +486,7 @@ fn run_feed(feed: Feed, spec: BatchSpec, torch: &TorchPeer) -> Result<Vec<f64>, 
         } => (strategy, layout, torch_trains),
     };
     let authkey = Authkey::random()?;
-    let mut sharing = SharingContext::new(authkey.clone()).with_strategy(strategy);
-    if strategy == StrategyKind::Memmap {
-        // Each batch is kept until the consumer has received it, mapping
-        // its files: holding them longer would only pile files up.
-        sharing = sharing.with_unfetched_lifetime(Duration::ZERO);
-    }
+    let sharing = sharing_for(strategy, authkey.clone());
     let listener = Listener::bind_unique_abstract(&authkey, ConnectionOptions::default())?;
     let address = listener.address().to_string();
     let mut peer = if torch_trains {
@@ -575,7 +586,7 @@ fn one_storage_line(rows: &[Row]) -> String {
             .find(|row| {
                 row.feed
                     == Feed::Rust {
-                        strategy,
+                        strategy: Some(strategy),
                         layout,
                         torch_trains: true,
                     }

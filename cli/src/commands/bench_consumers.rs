@@ -79,14 +79,16 @@ pub fn run_feed(
 }
 
 /// The producer's context: one for every connection, as one process has.
-fn sharing_for(strategy: StrategyKind, authkey: Authkey) -> SharingContext {
-    let sharing = SharingContext::new(authkey).with_strategy(strategy);
-    if strategy == StrategyKind::Memmap {
-        // As in the one-consumer bench: a batch's files live until its
-        // consumer has them.
-        sharing.with_unfetched_lifetime(Duration::ZERO)
-    } else {
-        sharing
+pub(super) fn sharing_for(strategy: Option<StrategyKind>, authkey: Authkey) -> SharingContext {
+    let sharing = SharingContext::new(authkey);
+    match strategy {
+        // Each batch is kept until the consumer has received it, mapping
+        // its files: holding them longer would only pile files up.
+        Some(StrategyKind::Memmap) => sharing
+            .with_strategy(StrategyKind::Memmap)
+            .with_unfetched_lifetime(Duration::ZERO),
+        Some(strategy) => sharing.with_strategy(strategy),
+        None => sharing,
     }
 }
 

@@ -38,72 +38,31 @@
 //! once, from the message into its own memory (or keeps the buffer when
 //! the storage is most of a large message).
 
-use std::cell::Cell;
-
 use tensorshare_compat::pickle::{Node, NodeId};
 use tensorshare_strategies::bytes::BytesStrategy;
 
 use super::SharingContext;
-use super::form::{Reduced, TorchForm, reduce_empty};
+use super::form::{MessageParts, TorchForm};
 use super::shares::Shares;
 use crate::Error;
-use crate::model::{Storage, Value};
-use crate::reduce::{PickleBuilder, ReduceError, StorageReducer, reduce_value};
+use crate::model::Storage;
+use crate::reduce::{PickleBuilder, ReduceError};
 use crate::registry::frombuffer::{DTYPE_KEYWORD, FROMBUFFER, PARTIAL, UNTYPED_STORAGE};
-
-/// The pickle protocol of a `bytes` message: the first with `BYTEARRAY8`.
-const PROTOCOL: u8 = 5;
 
 impl TorchForm for BytesStrategy {
     fn shares(context: &SharingContext) -> &Shares<Self> {
         &context.state.bytes
     }
 
-    /// Writes `value` with every storage's bytes inline; a storage whose
-    /// bytes are not in this process is
+    /// Writes the storage's bytes as a `bytearray` that `torch.frombuffer`
+    /// wraps; a storage whose bytes are not in this process is
     /// [`ReduceError::BytesElsewhere`](crate::reduce::ReduceError::BytesElsewhere).
-    fn reduce(context: &SharingContext, value: &Value) -> Result<Reduced, Error> {
-        let storages = InlineStorages::default();
-        let pickle = reduce_value(value, &storages, context.registry().reducers())?;
-        Ok(Reduced {
-            pickle,
-            attachable: Vec::new(),
-            protocol: PROTOCOL,
-        })
-    }
-}
-
-/// Writes each storage's bytes as a `bytearray` that `torch.frombuffer`
-/// wraps.
-#[derive(Default)]
-struct InlineStorages {
-    /// `functools.partial(torch.frombuffer, dtype=torch.uint8)`, written
-    /// once per message and memoized.
-    frombuffer: Cell<Option<NodeId>>,
-}
-
-impl InlineStorages {
-    fn frombuffer(&self, out: &mut PickleBuilder) -> NodeId {
-        if let Some(node) = self.frombuffer.get() {
-            return node;
-        }
-        let node = write_frombuffer_partial(out);
-        self.frombuffer.set(Some(node));
-        node
-    }
-}
-
-impl StorageReducer for InlineStorages {
-    type Error = ReduceError;
-
     fn reduce_storage(
-        &self,
+        _context: &SharingContext,
         storage: &Storage,
         out: &mut PickleBuilder,
-    ) -> Result<NodeId, ReduceError> {
-        if storage.nbytes() == 0 {
-            return Ok(reduce_empty(out));
-        }
+        message: &MessageParts,
+    ) -> Result<NodeId, Error> {
         // Shared: the payload is the storage's memory, not a copy of it.
         let bytes = storage
             .shared_bytes()
@@ -111,7 +70,14 @@ impl StorageReducer for InlineStorages {
                 kind: storage.kind().name(),
                 nbytes: storage.nbytes(),
             })?;
-        let frombuffer = self.frombuffer(out);
+        let frombuffer = match message.frombuffer.get() {
+            Some(node) => node,
+            None => {
+                let node = write_frombuffer_partial(out);
+                message.frombuffer.set(Some(node));
+                node
+            }
+        };
         let payload = out.push(Node::ByteArray(bytes.into()));
         let tensor = out.call(frombuffer, vec![payload]);
         let untyped_storage = out.global(UNTYPED_STORAGE.0, UNTYPED_STORAGE.1);

@@ -11,10 +11,10 @@ use tensorshare_strategies::{AllocateError, SharingStrategy};
 
 use super::super::pools;
 use super::SharingContext;
-use super::form::{Attachable, HandleForm, Reduced, TorchForm, reduce_handles};
+use super::form::{Attachable, HandleForm, MessageParts, TorchForm, reduce_handle};
 use super::shares::Shares;
 use crate::Error;
-use crate::model::{DupFdRef, Storage, StorageWriter, Value};
+use crate::model::{DupFdRef, Storage, StorageWriter};
 use crate::reduce::PickleBuilder;
 use crate::registry::REDUCTIONS;
 
@@ -23,8 +23,13 @@ impl TorchForm for FileDescriptorStrategy {
         &context.state.fd
     }
 
-    fn reduce(context: &SharingContext, value: &Value) -> Result<Reduced, Error> {
-        reduce_handles::<Self>(context, value)
+    fn reduce_storage(
+        context: &SharingContext,
+        storage: &Storage,
+        out: &mut PickleBuilder,
+        message: &MessageParts,
+    ) -> Result<NodeId, Error> {
+        reduce_handle::<Self>(context, storage, out, message)
     }
 
     /// A memfd from the context's pool when one is free (zeroed), else a

@@ -11,10 +11,10 @@ use tensorshare_strategies::{AllocateError, ImportError, SharingStrategy};
 
 use super::super::pools;
 use super::SharingContext;
-use super::form::{Attachable, HandleForm, Reduced, TorchForm, reduce_handles};
+use super::form::{Attachable, HandleForm, MessageParts, TorchForm, reduce_handle};
 use super::shares::Shares;
 use crate::Error;
-use crate::model::{SegmentRef, Storage, StorageWriter, Value};
+use crate::model::{SegmentRef, Storage, StorageWriter};
 use crate::reduce::PickleBuilder;
 use crate::registry::REDUCTIONS;
 
@@ -23,8 +23,13 @@ impl TorchForm for FileSystemStrategy {
         &context.state.fs
     }
 
-    fn reduce(context: &SharingContext, value: &Value) -> Result<Reduced, Error> {
-        reduce_handles::<Self>(context, value)
+    fn reduce_storage(
+        context: &SharingContext,
+        storage: &Storage,
+        out: &mut PickleBuilder,
+        message: &MessageParts,
+    ) -> Result<NodeId, Error> {
+        reduce_handle::<Self>(context, storage, out, message)
     }
 
     /// A segment from the context's pool when one of `nbytes` is free

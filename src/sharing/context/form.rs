@@ -1,17 +1,18 @@
 //! Each strategy in torch's pickles: the interface a context calls per
-//! strategy, the writer every strategy that sends handles shares, and the
-//! one place that picks a strategy by its kind.
+//! strategy, the writer of a message's storages, and the one place that
+//! picks a strategy by its kind.
 //!
-//! A strategy's part is its [`TorchForm`]: how a value is pickled with its
-//! storages in it, and how a storage to send is allocated. The three that
-//! share memory send a handle per storage ([`HandleForm`]), written by
-//! [`HandleReducer`] after the storage has moved into the strategy's memory;
-//! `bytes` writes every storage inline as plain `pickle.dumps` does. What
-//! they receive comes back through [`Shares::receive`](super::shares::Shares::receive),
-//! called by the registry's attacher for the handle the pickle names.
+//! A strategy's part is its [`TorchForm`]: how one storage is written
+//! into a pickle, and how a storage to send is allocated. The three that
+//! share memory send a handle per storage ([`HandleForm`], written by
+//! [`reduce_handle`] after the storage has moved into the strategy's
+//! memory); `bytes` writes it inline. A message names one strategy for
+//! all its storages, or, under the default, each storage's own form
+//! (`Placement::form_to_send`). What they receive comes back through
+//! [`Shares::receive`](super::shares::Shares::receive), called by the
+//! registry's attacher for the handle the pickle names.
 
-use std::cell::RefCell;
-use std::marker::PhantomData;
+use std::cell::{Cell, RefCell};
 
 use tensorshare_compat::pickle::{EncodeOptions, NodeId, Pickle};
 use tensorshare_strategies::bytes::BytesStrategy;
@@ -32,9 +33,14 @@ pub(crate) trait TorchForm: SharingStrategy + Sized {
     /// This strategy's part of `context`.
     fn shares(context: &SharingContext) -> &Shares<Self>;
 
-    /// Pickles `value` as torch's `ForkingPickler` would, every storage
-    /// shared with this strategy.
-    fn reduce(context: &SharingContext, value: &Value) -> Result<Reduced, Error>;
+    /// Writes `storage`, of at least one byte, as this strategy sends it,
+    /// with what the message's storages share in `message`.
+    fn reduce_storage(
+        context: &SharingContext,
+        storage: &Storage,
+        out: &mut PickleBuilder,
+        message: &MessageParts,
+    ) -> Result<NodeId, Error>;
 
     /// A zero-filled storage to write in place and send, allocated by the
     /// context's instance of the strategy.
@@ -68,55 +74,117 @@ pub(crate) trait HandleForm: TorchForm {
 /// `DupFd` that names it.
 pub(crate) type Attachable = Vec<(i64, Storage)>;
 
+/// What the storages of one message share as it is written.
+#[derive(Default)]
+pub(crate) struct MessageParts {
+    /// The storages whose fds may ride on it, in the order they were
+    /// written: depth first through the value, the order the receiver's
+    /// walk meets their `DupFd`s in.
+    pub(super) attachable: RefCell<Attachable>,
+    /// The node of `functools.partial(torch.frombuffer, dtype=torch.uint8)`
+    /// once an inline storage wrote it, memoized for the others.
+    pub(super) frombuffer: Cell<Option<NodeId>>,
+}
+
 /// A value pickled for sending.
 pub(crate) struct Reduced {
     pub(crate) pickle: Pickle,
     pub(crate) attachable: Attachable,
     /// The pickle protocol it is written with: 4, as torch's
-    /// `ForkingPickler`, unless the form needs 5 (`bytes`' `bytearray`s).
+    /// `ForkingPickler`, unless a storage went inline (`BYTEARRAY8` is 5's).
     pub(crate) protocol: u8,
 }
 
-/// Writes storages as handles of `S`, moving each into `S`'s memory first.
-struct HandleReducer<'a, S> {
+/// The protocol of a message with inline storages: the first with
+/// `BYTEARRAY8`.
+const INLINE_PROTOCOL: u8 = 5;
+
+/// Writes a message's storages with one strategy, or each in the form
+/// the default placement gives it.
+struct MessageReducer<'a> {
     context: &'a SharingContext,
-    attachable: RefCell<Attachable>,
-    strategy: PhantomData<S>,
+    /// `None` for the default placement.
+    strategy: Option<StrategyKind>,
+    parts: MessageParts,
 }
 
-impl<S: HandleForm> StorageReducer for HandleReducer<'_, S> {
+impl StorageReducer for MessageReducer<'_> {
     type Error = Error;
 
     fn reduce_storage(&self, storage: &Storage, out: &mut PickleBuilder) -> Result<NodeId, Error> {
+        struct Reduce<'a> {
+            storage: &'a Storage,
+            out: &'a mut PickleBuilder,
+            parts: &'a MessageParts,
+        }
+        impl WithStrategy for Reduce<'_> {
+            type Output = Result<NodeId, Error>;
+            fn run<S: TorchForm>(self, context: &SharingContext) -> Self::Output {
+                S::reduce_storage(context, self.storage, self.out, self.parts)
+            }
+        }
         if storage.nbytes() == 0 {
             return Ok(reduce_empty(out));
         }
-        let shared = self.context.shared_copy::<S>(storage)?;
-        let segment = shared
-            .segment_of::<S>()
-            .ok_or(ReduceError::NotMoved(S::HOLDER))?;
-        S::shares(self.context).sent(segment, &shared);
-        let mut attachable = self.attachable.borrow_mut();
-        S::write_handle(self.context, &shared, segment, out, &mut attachable)
+        let kind = match self.strategy {
+            Some(kind) => kind,
+            None => self.context.placement().form_to_send(storage),
+        };
+        let parts = &self.parts;
+        self.context.using_strategy(
+            kind,
+            Reduce {
+                storage,
+                out,
+                parts,
+            },
+        )
     }
 }
 
-/// [`TorchForm::reduce`] of a strategy that sends handles.
-pub(crate) fn reduce_handles<S: HandleForm>(
+/// Pickles `value` as torch's `ForkingPickler` would, every storage shared
+/// with `strategy`, or placed by the default when `None`.
+pub(crate) fn reduce_message(
     context: &SharingContext,
+    strategy: Option<StrategyKind>,
     value: &Value,
 ) -> Result<Reduced, Error> {
-    let reducer = HandleReducer::<S> {
+    let reducer = MessageReducer {
         context,
-        attachable: RefCell::new(Vec::new()),
-        strategy: PhantomData,
+        strategy,
+        parts: MessageParts::default(),
     };
     let pickle = reduce_value(value, &reducer, context.registry().reducers())?;
+    let MessageParts {
+        attachable,
+        frombuffer,
+    } = reducer.parts;
+    let protocol = match frombuffer.get() {
+        Some(_) => INLINE_PROTOCOL,
+        None => EncodeOptions::DEFAULT_PROTOCOL,
+    };
     Ok(Reduced {
         pickle,
-        attachable: reducer.attachable.into_inner(),
-        protocol: EncodeOptions::DEFAULT_PROTOCOL,
+        attachable: attachable.into_inner(),
+        protocol,
     })
+}
+
+/// [`TorchForm::reduce_storage`] of a strategy that sends handles: moves
+/// `storage` into `S`'s memory unless it is there, and writes the handle.
+pub(crate) fn reduce_handle<S: HandleForm>(
+    context: &SharingContext,
+    storage: &Storage,
+    out: &mut PickleBuilder,
+    message: &MessageParts,
+) -> Result<NodeId, Error> {
+    let shared = context.shared_copy::<S>(storage)?;
+    let segment = shared
+        .segment_of::<S>()
+        .ok_or(ReduceError::NotMoved(S::HOLDER))?;
+    S::shares(context).sent(segment, &shared);
+    let mut attachable = message.attachable.borrow_mut();
+    S::write_handle(context, &shared, segment, out, &mut attachable)
 }
 
 /// `rebuild_storage_empty(UntypedStorage)`, torch's form for a storage of no

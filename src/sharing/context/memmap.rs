@@ -46,10 +46,10 @@ use tensorshare_strategies::{AllocateError, SharingStrategy};
 use super::super::lifetimes::{RetentionLimits, SentFiles};
 use super::super::pools::{self, MemmapPool, Pool};
 use super::SharingContext;
-use super::form::{Attachable, HandleForm, Reduced, TorchForm, reduce_handles};
+use super::form::{Attachable, HandleForm, MessageParts, TorchForm, reduce_handle};
 use super::shares::Shares;
 use crate::Error;
-use crate::model::{Storage, StorageWriter, Value};
+use crate::model::{Storage, StorageWriter};
 use crate::reduce::{PickleBuilder, ReduceError};
 use crate::registry::memmap::{FROM_FILE, GETATTR, STORAGE_BASE};
 
@@ -58,8 +58,13 @@ impl TorchForm for MemmapStrategy {
         &context.settings.memmap.shares
     }
 
-    fn reduce(context: &SharingContext, value: &Value) -> Result<Reduced, Error> {
-        reduce_handles::<Self>(context, value)
+    fn reduce_storage(
+        context: &SharingContext,
+        storage: &Storage,
+        out: &mut PickleBuilder,
+        message: &MessageParts,
+    ) -> Result<NodeId, Error> {
+        reduce_handle::<Self>(context, storage, out, message)
     }
 
     /// A file from the context's pool when one of `nbytes` is free (every

@@ -11,6 +11,7 @@ mod file_system;
 mod form;
 mod memmap;
 mod network;
+mod placed;
 mod receipt;
 mod settings;
 mod shares;
@@ -32,7 +33,7 @@ use tensorshare_strategies::platform::fd_passing::MAX_FDS_PER_MESSAGE;
 use tensorshare_strategies::services::shm_manager;
 use tensorshare_strategies::{AllocateError, StrategyKind, WritableSegment};
 
-use form::{Reduced, TorchForm, WithStrategy};
+use form::{Reduced, TorchForm, WithStrategy, reduce_message};
 use memmap::MemmapShares;
 use shares::Shares;
 
@@ -52,6 +53,7 @@ use receipt::Receipt;
 
 use super::lifetimes::{DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES, RetentionLimits, UnfetchedFds};
 use super::notices::Notices;
+use super::placement::Placement;
 use super::pools::Pools;
 
 /// How long to wait for a peer's resource sharer to hand over an fd.
@@ -103,8 +105,9 @@ pub struct SharingContext {
 #[derive(Clone, Debug)]
 struct Settings {
     registry: Arc<Registry>,
-    /// The strategy for local peers, and for TCP ones too when pinned.
-    strategy: StrategyKind,
+    /// The strategy for local peers, and for TCP ones too when pinned;
+    /// `None` for the default, which places each storage.
+    strategy: Option<StrategyKind>,
     strategy_pinned: bool,
     fetch_timeout: Duration,
     /// The fds received storages keep open: past it, a received storage
@@ -137,6 +140,8 @@ struct ContextState {
     bytes: Shares<BytesStrategy>,
     /// The memory [`allocate`](SharingContext::allocate) hands out again.
     pools: Pools,
+    /// Where the default puts each storage.
+    placement: Placement,
     /// Fds handed to the resource sharer and not yet fetched, with the time
     /// after which they are closed unfetched.
     unfetched: UnfetchedFds,
@@ -148,11 +153,12 @@ struct ContextState {
 }
 
 impl SharingContext {
-    /// A context with torch's default registry, sharing with `file_system`:
-    /// the fastest strategy into a torch process on this host, and one whose
-    /// sender may exit before its receivers read (the crate docs'
-    /// [default strategy](crate#the-default-strategy) section has the
-    /// measurements). [`with_strategy`](Self::with_strategy) picks another.
+    /// A context with torch's default registry that places each storage
+    /// where it works and runs fastest: a named segment while `/dev/shm`
+    /// has room, a memfd past that, a small batch inline (the crate docs'
+    /// [default strategy](crate#the-default-strategy) section has the rule
+    /// and the measurements). [`with_strategy`](Self::with_strategy) names
+    /// one strategy instead.
     ///
     /// `authkey` must equal the peers' `multiprocessing.current_process().authkey`
     /// (see [`connection`](crate::connection#agreeing-on-the-authkey)).
@@ -160,7 +166,7 @@ impl SharingContext {
         let fd_limit = soft_fd_limit();
         let settings = Settings {
             registry: Arc::default(),
-            strategy: StrategyKind::FileSystem,
+            strategy: None,
             strategy_pinned: false,
             fetch_timeout: DEFAULT_FETCH_TIMEOUT,
             received_fds: FdBudget::new((fd_limit / 8).max(16)),
@@ -182,6 +188,7 @@ impl SharingContext {
             fs: Shares::new(FileSystemStrategy::default()),
             bytes: Shares::new(BytesStrategy),
             pools: Pools::new(fd_limit / 4),
+            placement: Placement::probe(),
             // Unfetched registrations hold an fd each: at least a few.
             unfetched: UnfetchedFds::new(DEFAULT_UNFETCHED_LIFETIME, (fd_limit / 4).max(16)),
             notices: Notices::new(authkey.as_bytes()),
@@ -196,7 +203,9 @@ impl SharingContext {
 
     /// Allocates `nbytes` zero-filled bytes to be written in place and
     /// shared with this context's strategy, as
-    /// [`Storage::allocate`] does, reusing memory where it can.
+    /// [`Storage::allocate`] does, reusing memory where it can; under the
+    /// default, in a segment or a memfd as the
+    /// [rule](crate#the-default-strategy) says, each reused as below.
     ///
     /// Under `memmap` the file is made in this context's
     /// [`memmap` directory](Self::with_memmap_dir).
@@ -253,12 +262,25 @@ impl SharingContext {
     /// writer.as_bytes_mut().fill(7);
     /// let first = writer.freeze();
     /// drop(first);
-    /// // Never sent: its memfd comes back at once, zeroed.
+    /// // Never sent: its memory comes back at once, zeroed.
     /// let mut again = sharing.allocate(4096)?;
     /// assert!(again.as_bytes_mut().iter().all(|&b| b == 0));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn allocate(&self, nbytes: usize) -> Result<StorageWriter, AllocateError> {
+        match self.settings.strategy {
+            Some(kind) => self.allocate_with(kind, nbytes),
+            None => self.allocate_placed(nbytes),
+        }
+    }
+
+    /// Allocates as [`allocate`](Self::allocate) does under the strategy
+    /// `kind`.
+    fn allocate_with(
+        &self,
+        kind: StrategyKind,
+        nbytes: usize,
+    ) -> Result<StorageWriter, AllocateError> {
         struct Allocate(usize);
         impl WithStrategy for Allocate {
             type Output = Result<StorageWriter, AllocateError>;
@@ -266,7 +288,7 @@ impl SharingContext {
                 S::allocate_writer(context, self.0)
             }
         }
-        self.using_strategy(self.settings.strategy, Allocate(nbytes))
+        self.using_strategy(kind, Allocate(nbytes))
     }
 
     /// Pickles `value` as torch's `ForkingPickler` would, sharing every
@@ -284,18 +306,11 @@ impl SharingContext {
     /// whose fds may ride on the message; `over_tcp` for a message to a
     /// peer that may be on another host, whose storages go as bytes.
     pub(crate) fn dumps_outgoing(&self, value: &Value, over_tcp: bool) -> Result<Outgoing, Error> {
-        struct Reduce<'v>(&'v Value);
-        impl WithStrategy for Reduce<'_> {
-            type Output = Result<Reduced, Error>;
-            fn run<S: TorchForm>(self, context: &SharingContext) -> Self::Output {
-                S::reduce(context, self.0)
-            }
-        }
         let Reduced {
             pickle,
             attachable: mut shared,
             protocol,
-        } = self.using_strategy(self.strategy_for(over_tcp)?, Reduce(value))?;
+        } = reduce_message(self, self.strategy_for(over_tcp)?, value)?;
         let pickle = encode_vectored(&pickle, &EncodeOptions::new().with_protocol(protocol))?;
         let registered = shared.iter().map(|(key, _)| *key).collect();
         if !self.settings.inline_fds || shared.len() > MAX_FDS_PER_MESSAGE {
@@ -417,6 +432,10 @@ impl SharingContext {
 impl StorageAllocator for SharingContext {
     fn allocate_storage(&self, nbytes: usize) -> Result<StorageWriter, AllocateError> {
         self.allocate(nbytes)
+    }
+
+    fn allocate_hand_off(&self, nbytes: usize) -> Result<StorageWriter, AllocateError> {
+        SharingContext::allocate_hand_off(self, nbytes)
     }
 }
 

@@ -66,26 +66,25 @@ impl SharingContext {
     ///
     /// let pinned = SharingContext::new(Authkey::random()?)
     ///     .with_pinned_strategy(StrategyKind::FileSystem);
-    /// assert_eq!(pinned.strategy(), StrategyKind::FileSystem);
+    /// assert_eq!(pinned.strategy(), Some(StrategyKind::FileSystem));
     /// # Ok::<(), tensorshare::connection::ConnectionError>(())
     /// ```
     pub fn with_pinned_strategy(mut self, strategy: StrategyKind) -> Self {
-        self.settings.strategy = strategy;
+        self.settings.strategy = Some(strategy);
         self.settings.strategy_pinned = true;
         self
     }
 
-    /// The strategy for a message on a connection; `over_tcp` for one that
-    /// may reach another host.
-    pub(crate) fn strategy_for(&self, over_tcp: bool) -> Result<StrategyKind, Error> {
-        if !over_tcp || self.settings.strategy == StrategyKind::Bytes {
-            return Ok(self.settings.strategy);
+    /// The strategy for a message on a connection, `None` for the default
+    /// placement; `over_tcp` for one that may reach another host.
+    pub(crate) fn strategy_for(&self, over_tcp: bool) -> Result<Option<StrategyKind>, Error> {
+        let strategy = self.settings.strategy;
+        if !over_tcp || strategy == Some(StrategyKind::Bytes) {
+            return Ok(strategy);
         }
-        if self.settings.strategy_pinned {
-            return Err(Error::PinnedStrategyOverTcp {
-                strategy: self.settings.strategy,
-            });
+        if let (Some(strategy), true) = (strategy, self.settings.strategy_pinned) {
+            return Err(Error::PinnedStrategyOverTcp { strategy });
         }
-        Ok(StrategyKind::Bytes)
+        Ok(Some(StrategyKind::Bytes))
     }
 }

@@ -21,10 +21,15 @@ impl SharingContext {
         self
     }
 
-    /// Sends storages with `strategy`: `file_system` (the default),
-    /// `file_descriptor`, `memmap` (files in the [directory](Self::with_memmap_dir))
-    /// or `bytes` (copies inline, as plain `pickle.dumps` writes them).
-    /// Receiving takes every strategy whatever this says.
+    /// Sends storages with `strategy`: `file_system`, `file_descriptor`,
+    /// `memmap` (files in the [directory](Self::with_memmap_dir)) or
+    /// `bytes` (copies inline, as plain `pickle.dumps` writes them),
+    /// instead of placing each storage by the
+    /// [default rule](crate#the-default-strategy). The strategy named is
+    /// obeyed: a storage it cannot hold is an error that says so (a full
+    /// `/dev/shm` under `file_system`, out of fds under
+    /// `file_descriptor`). Receiving takes every strategy whatever this
+    /// says.
     ///
     /// Set on a clone, it is that handle's, and of the connections it
     /// makes: the clones still share one resource sharer and one set of
@@ -56,7 +61,7 @@ impl SharingContext {
     /// # Ok::<(), tensorshare::Error>(())
     /// ```
     pub fn with_strategy(mut self, strategy: StrategyKind) -> Self {
-        self.settings.strategy = strategy;
+        self.settings.strategy = Some(strategy);
         self.settings.strategy_pinned = false;
         self
     }
@@ -160,8 +165,9 @@ impl SharingContext {
     }
 
     /// The strategy storages are sent with to local peers (to every peer,
-    /// when [pinned](Self::with_pinned_strategy)).
-    pub fn strategy(&self) -> StrategyKind {
+    /// when [pinned](Self::with_pinned_strategy)); `None` under the
+    /// [default](crate#the-default-strategy), which places each storage.
+    pub fn strategy(&self) -> Option<StrategyKind> {
         self.settings.strategy
     }
 

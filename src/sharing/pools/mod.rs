@@ -146,25 +146,31 @@ where
     if nbytes == 0 {
         return Ok(StorageWriter::new(Box::new(strategy.allocate(0)?)));
     }
-    let segment = match pool.take(nbytes) {
-        Some(mut segment) => {
-            segment.as_bytes_mut().fill(0);
-            segment
+    if let Some(writer) = take(pool, nbytes) {
+        return Ok(writer);
+    }
+    let segment = strategy.allocate(nbytes).or_else(|error| {
+        // Out of fds, memory or room, perhaps to the pool: what it keeps
+        // goes first.
+        if pool.make_room() == 0 {
+            return Err(error);
         }
-        None => {
-            let segment = strategy.allocate(nbytes).or_else(|error| {
-                // Out of fds, memory or room, perhaps to the pool: what
-                // it keeps goes first.
-                if pool.make_room() == 0 {
-                    return Err(error);
-                }
-                strategy.allocate(nbytes)
-            })?;
-            if !pool.adopt(&segment) {
-                return Ok(StorageWriter::new(Box::new(segment)));
-            }
-            segment
-        }
-    };
+        strategy.allocate(nbytes)
+    })?;
+    if !pool.adopt(&segment) {
+        return Ok(StorageWriter::new(Box::new(segment)));
+    }
     Ok(StorageWriter::new(Box::new(Watched::new(segment, pool))))
+}
+
+/// A free segment of `pool` of `nbytes`, zeroed, to write in place; it
+/// comes back to the pool when its storage dies.
+pub(crate) fn take<P>(pool: &Arc<P>, nbytes: usize) -> Option<StorageWriter>
+where
+    P: Pool + 'static,
+    P::Segment: WritableSegment + 'static,
+{
+    let mut segment = pool.take(nbytes)?;
+    segment.as_bytes_mut().fill(0);
+    Some(StorageWriter::new(Box::new(Watched::new(segment, pool))))
 }

@@ -616,19 +616,39 @@ fn open_existing(name: &SegmentName, nbytes: usize) -> Result<OwnedFd, ImportErr
 
 /// The error for a `/dev/shm` that cannot hold `nbytes` more, with its size.
 fn shm_full(nbytes: usize) -> AllocateError {
-    let (size, available) = statvfs(SHM_DIR)
-        .map(|stats| {
-            let block = stats.fragment_size();
-            (
-                stats.blocks().saturating_mul(block),
-                stats.blocks_available().saturating_mul(block),
-            )
-        })
-        .unwrap_or((0, 0));
+    let ShmRoom { size, available } = ShmRoom::now().unwrap_or_default();
     AllocateError::SharedMemoryFull {
         nbytes,
         mount: SHM_DIR.to_string(),
         size,
         available,
+    }
+}
+
+/// The size and the free bytes of `/dev/shm`, where segments are made.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ShmRoom {
+    /// The mount's size in bytes.
+    pub size: u64,
+    /// The bytes an unprivileged process may still allocate in it.
+    pub available: u64,
+}
+
+impl ShmRoom {
+    /// `/dev/shm`'s room now; `None` when it cannot be read (no such
+    /// mount).
+    pub fn now() -> Option<Self> {
+        let stats = statvfs(SHM_DIR).ok()?;
+        let block = stats.fragment_size();
+        Some(Self {
+            size: stats.blocks().saturating_mul(block),
+            available: stats.blocks_available().saturating_mul(block),
+        })
+    }
+
+    /// The bytes a segment holding `nbytes` takes from the mount: the data
+    /// and its header.
+    pub fn cost(nbytes: usize) -> u64 {
+        u64::try_from(nbytes.saturating_add(HEADER_BYTES)).unwrap_or(u64::MAX)
     }
 }
