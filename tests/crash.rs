@@ -2,9 +2,11 @@
 //! to an echo server and holds the echoes; at a random moment the producer,
 //! the server, both, or their shared-memory managers die by SIGKILL. Once
 //! the survivors have exited, no segment either process created may remain
-//! in `/dev/shm`: the managers, separate processes, unlink what the dead can
-//! no longer count down, and peers whose managers died start new ones that
-//! take over. Each trial's processes get a `TMPDIR` of their own, which must
+//! in `/dev/shm` 3 s later: the managers, separate processes, unlink what
+//! the dead can no longer count down (a message to a victim too, as its
+//! sender told the manager where it went, with the default 5-minute
+//! in-flight wait in force), and peers whose managers died start new ones
+//! that take over. Each trial's processes get a `TMPDIR` of their own, which must
 //! end with nothing of tensorshare's in it (the managers' socket directories
 //! go with the managers, a killed one's with whoever took over from it), and
 //! empty when both peers are tensorshare processes.

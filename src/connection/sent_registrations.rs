@@ -37,8 +37,8 @@ const FIRST_PRUNE: usize = 64;
 /// the sharer that holds them.
 #[derive(Debug, Default)]
 pub(super) struct SentRegistrations {
-    /// The peer's pid when it connected; `None` until the first key is
-    /// noted, or when this pid namespace cannot name the peer.
+    /// The peer's pid when it connected; `None` until first asked, or when
+    /// this pid namespace cannot name the peer.
     peer: Option<u32>,
     sharers: Vec<SharerKeys>,
 }
@@ -63,9 +63,7 @@ impl SentRegistrations {
         if keys.is_empty() {
             return;
         }
-        if self.peer.is_none() {
-            self.peer = peer_pid(stream);
-        }
+        self.peer(stream);
         let weak = Arc::downgrade(sharer);
         let index = match self
             .sharers
@@ -92,6 +90,15 @@ impl SentRegistrations {
             sharer.retain_registered(&mut entry.keys);
             entry.prune_at = (entry.keys.len() * 2).max(FIRST_PRUNE);
         }
+    }
+
+    /// The peer's pid when it connected, asked once; `None` when this pid
+    /// namespace cannot name it, or over TCP.
+    pub(super) fn peer(&mut self, stream: &StreamSocket) -> Option<u32> {
+        if self.peer.is_none() {
+            self.peer = peer_pid(stream);
+        }
+        self.peer
     }
 
     /// Withdraws every noted fd still registered, closing it, if the peer

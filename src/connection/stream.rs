@@ -178,6 +178,12 @@ impl Connection {
         sent
     }
 
+    /// The pid of the process at the other end when it connected, if this
+    /// pid namespace can name it; `None` over TCP.
+    pub(crate) fn peer_pid(&mut self) -> Option<u32> {
+        self.sent.peer(&self.stream)
+    }
+
     /// Notes `keys`, registered with `holder` for the message about to be
     /// sent here: they are withdrawn if the peer dies without fetching them.
     pub(crate) fn note_sent(&mut self, holder: &Arc<dyn RegisteredFds>, keys: &[i64]) {

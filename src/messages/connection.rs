@@ -119,7 +119,8 @@ impl Connection {
     /// the fds registered for it: the message, ready to write.
     pub(crate) fn stage(&mut self, value: &Value) -> Result<Outgoing, Error> {
         let sharing = &self.sharing;
-        let outgoing = sharing.dumps_outgoing(value, self.inner.stream().is_tcp())?;
+        let receiver = self.inner.peer_pid();
+        let outgoing = sharing.dumps_outgoing(value, self.inner.stream().is_tcp(), receiver)?;
         let keys = outgoing.registered_keys();
         if !keys.is_empty() {
             // Registered keys mean the sharer has started.

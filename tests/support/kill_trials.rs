@@ -36,14 +36,11 @@ use super::{Server, exit_within, has_exited, open_fds, poll_until, python_script
 pub const PRODUCER_ENV: &str = "TENSORSHARE_CRASH_PRODUCER";
 
 /// How long after the survivors exit their leftovers may take to go: the
-/// managers wait 2 s for their last client before unlinking.
-const CLEANUP_LIMIT: Duration = Duration::from_secs(15);
-
-/// The trials' managers keep no segment for a message in flight once no
-/// client is left: a victim killed with messages unread leaves counts
-/// that would otherwise hold their segments for the 5-minute wait, and
-/// the trials look for leftovers within [`CLEANUP_LIMIT`].
-const NO_IN_FLIGHT_WAIT: &str = "0";
+/// managers wait 2 s for their last client before unlinking. They keep
+/// their default in-flight wait: a segment that a message to a victim
+/// still counts goes as soon as the manager has seen the victim gone, as
+/// its sender told it where the message went.
+const CLEANUP_LIMIT: Duration = Duration::from_secs(3);
 /// How long a surviving server may take to close what its dead producer
 /// left it.
 const FD_SETTLE_LIMIT: Duration = Duration::from_secs(5);
@@ -320,9 +317,7 @@ fn try_trial(trial: Trial, python: Option<&str>) -> Result<Outcome, String> {
             (command, address)
         }
     };
-    command
-        .env("TMPDIR", &tmp)
-        .env(IN_FLIGHT_WAIT_ENV, NO_IN_FLIGHT_WAIT);
+    command.env("TMPDIR", &tmp).env_remove(IN_FLIGHT_WAIT_ENV);
     let mut server = Server::start(command, address);
     let rust_server = !matches!(trial.peers, Peers::RustToTorch);
     let server_fds = open_fds(server.pid());
@@ -524,7 +519,7 @@ fn torch_producer(
 ) -> Child {
     Command::new(python)
         .env("TMPDIR", tmp)
-        .env(IN_FLIGHT_WAIT_ENV, NO_IN_FLIGHT_WAIT)
+        .env_remove(IN_FLIGHT_WAIT_ENV)
         .arg(python_script("echo_peer.py"))
         .args(["stream", "--strategy", strategy, "--address"])
         .arg(address.to_string())
@@ -548,7 +543,7 @@ fn rust_producer(
 ) -> Child {
     super::child_role("producer_role")
         .env("TMPDIR", tmp)
-        .env(IN_FLIGHT_WAIT_ENV, NO_IN_FLIGHT_WAIT)
+        .env_remove(IN_FLIGHT_WAIT_ENV)
         .env_remove(tensorshare::resource_sharer::SHARER_DIR_ENV)
         .env(
             PRODUCER_ENV,

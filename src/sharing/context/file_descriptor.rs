@@ -11,7 +11,7 @@ use tensorshare_strategies::{AllocateError, SharingStrategy};
 
 use super::super::pools;
 use super::SharingContext;
-use super::form::{Attachable, HandleForm, MessageParts, TorchForm, reduce_handle};
+use super::form::{HandleForm, MessageParts, TorchForm, reduce_handle};
 use super::shares::Shares;
 use crate::Error;
 use crate::model::{DupFdRef, Storage, StorageWriter};
@@ -63,7 +63,7 @@ impl HandleForm for FileDescriptorStrategy {
         storage: &Storage,
         segment: &FdSegment,
         out: &mut PickleBuilder,
-        attachable: &mut Attachable,
+        message: &MessageParts,
     ) -> Result<NodeId, Error> {
         let identity = segment.identity();
         let fd = context.state.fd.strategy.export(segment)?;
@@ -72,7 +72,10 @@ impl HandleForm for FileDescriptorStrategy {
         context.state.pools.memfd_sent(identity, id.key);
         context.state.notices.sent_on(identity);
         context.keep_registration(registration);
-        attachable.push((id.key, storage.clone()));
+        message
+            .attachable
+            .borrow_mut()
+            .push((id.key, storage.clone()));
 
         // CPython reports abstract socket names as bytes, paths as str.
         let address = if id.address.starts_with('\0') {

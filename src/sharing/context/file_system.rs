@@ -11,7 +11,7 @@ use tensorshare_strategies::{AllocateError, ImportError, SharingStrategy};
 
 use super::super::pools;
 use super::SharingContext;
-use super::form::{Attachable, HandleForm, MessageParts, TorchForm, reduce_handle};
+use super::form::{HandleForm, MessageParts, TorchForm, reduce_handle};
 use super::shares::Shares;
 use crate::Error;
 use crate::model::{SegmentRef, Storage, StorageWriter};
@@ -50,7 +50,9 @@ impl TorchForm for FileSystemStrategy {
 
 /// Storages travel as `rebuild_storage_filename(UntypedStorage,
 /// manager_handle, name, nbytes)`, adding one count per message as torch's
-/// `reduce_storage` does.
+/// `reduce_storage` does; the segment's manager is told which process the
+/// message goes to, so that the count stops holding the segment once that
+/// process has exited unread.
 impl HandleForm for FileSystemStrategy {
     const HOLDER: &'static str = "segment";
 
@@ -59,9 +61,12 @@ impl HandleForm for FileSystemStrategy {
         storage: &Storage,
         segment: &FileSystemSegment,
         out: &mut PickleBuilder,
-        _attachable: &mut Attachable,
+        message: &MessageParts,
     ) -> Result<NodeId, Error> {
         let (manager, name) = context.state.fs.strategy.export(segment)?.into_parts();
+        if let Some(receiver) = message.receiver {
+            segment.sent_to(receiver);
+        }
         let manager = out.push(Node::Bytes(manager.as_bytes().into()));
         let name = out.push(Node::Bytes(name.as_str().as_bytes().into()));
         let nbytes = out.int(storage.nbytes());

@@ -60,13 +60,14 @@ pub(crate) trait HandleForm: TorchForm {
 
     /// Writes the handle of `segment`, which `storage` maps, as torch's
     /// reducer names it, once per storage per message. A handle whose fd may
-    /// ride on the message is added to `attachable` with its key.
+    /// ride on the message is added to the message's `attachable` with its
+    /// key.
     fn write_handle(
         context: &SharingContext,
         storage: &Storage,
         segment: &Self::Segment,
         out: &mut PickleBuilder,
-        attachable: &mut Attachable,
+        message: &MessageParts,
     ) -> Result<NodeId, Error>;
 }
 
@@ -77,6 +78,8 @@ pub(crate) type Attachable = Vec<(i64, Storage)>;
 /// What the storages of one message share as it is written.
 #[derive(Default)]
 pub(crate) struct MessageParts {
+    /// The process it goes to, when the connection can name it.
+    pub(super) receiver: Option<u32>,
     /// The storages whose fds may ride on it, in the order they were
     /// written: depth first through the value, the order the receiver's
     /// walk meets their `DupFd`s in.
@@ -142,22 +145,28 @@ impl StorageReducer for MessageReducer<'_> {
     }
 }
 
-/// Pickles `value` as torch's `ForkingPickler` would, every storage shared
-/// with `strategy`, or placed by the default when `None`.
+/// Pickles `value` as torch's `ForkingPickler` would for process
+/// `receiver` (when the connection can name it), every storage shared with
+/// `strategy`, or placed by the default when `None`.
 pub(crate) fn reduce_message(
     context: &SharingContext,
     strategy: Option<StrategyKind>,
     value: &Value,
+    receiver: Option<u32>,
 ) -> Result<Reduced, Error> {
     let reducer = MessageReducer {
         context,
         strategy,
-        parts: MessageParts::default(),
+        parts: MessageParts {
+            receiver,
+            ..MessageParts::default()
+        },
     };
     let pickle = reduce_value(value, &reducer, context.registry().reducers())?;
     let MessageParts {
         attachable,
         frombuffer,
+        ..
     } = reducer.parts;
     let protocol = match frombuffer.get() {
         Some(_) => INLINE_PROTOCOL,
@@ -183,8 +192,7 @@ pub(crate) fn reduce_handle<S: HandleForm>(
         .segment_of::<S>()
         .ok_or(ReduceError::NotMoved(S::HOLDER))?;
     S::shares(context).sent(segment, &shared);
-    let mut attachable = message.attachable.borrow_mut();
-    S::write_handle(context, &shared, segment, out, &mut attachable)
+    S::write_handle(context, &shared, segment, out, message)
 }
 
 /// `rebuild_storage_empty(UntypedStorage)`, torch's form for a storage of no

@@ -46,7 +46,7 @@ use tensorshare_strategies::{AllocateError, SharingStrategy};
 use super::super::lifetimes::{RetentionLimits, SentFiles};
 use super::super::pools::{self, MemmapPool, Pool};
 use super::SharingContext;
-use super::form::{Attachable, HandleForm, MessageParts, TorchForm, reduce_handle};
+use super::form::{HandleForm, MessageParts, TorchForm, reduce_handle};
 use super::shares::Shares;
 use crate::Error;
 use crate::model::{Storage, StorageWriter};
@@ -96,7 +96,7 @@ impl HandleForm for MemmapStrategy {
         storage: &Storage,
         segment: &MemmapSegment,
         out: &mut PickleBuilder,
-        _attachable: &mut Attachable,
+        _message: &MessageParts,
     ) -> Result<NodeId, Error> {
         let memmap = &context.settings.memmap;
         let handle = memmap.shares.strategy.export(segment)?;

@@ -299,18 +299,24 @@ impl SharingContext {
     /// When a storage cannot be shared (out of fds or memory, a storage whose
     /// bytes are not in this process) or the value has no pickled form.
     pub fn dumps(&self, value: &Value) -> Result<Vec<u8>, Error> {
-        Ok(self.dumps_outgoing(value, false)?.pickle.into_vec())
+        Ok(self.dumps_outgoing(value, false, None)?.pickle.into_vec())
     }
 
     /// Pickles `value` as [`dumps`](Self::dumps) does, keeping the storages
     /// whose fds may ride on the message; `over_tcp` for a message to a
-    /// peer that may be on another host, whose storages go as bytes.
-    pub(crate) fn dumps_outgoing(&self, value: &Value, over_tcp: bool) -> Result<Outgoing, Error> {
+    /// peer that may be on another host, whose storages go as bytes;
+    /// `receiver`, the peer's pid when the connection can name it.
+    pub(crate) fn dumps_outgoing(
+        &self,
+        value: &Value,
+        over_tcp: bool,
+        receiver: Option<u32>,
+    ) -> Result<Outgoing, Error> {
         let Reduced {
             pickle,
             attachable: mut shared,
             protocol,
-        } = reduce_message(self, self.strategy_for(over_tcp)?, value)?;
+        } = reduce_message(self, self.strategy_for(over_tcp)?, value, receiver)?;
         let pickle = encode_vectored(&pickle, &EncodeOptions::new().with_protocol(protocol))?;
         let registered = shared.iter().map(|(key, _)| *key).collect();
         if !self.settings.inline_fds || shared.len() > MAX_FDS_PER_MESSAGE {

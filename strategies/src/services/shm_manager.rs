@@ -66,6 +66,7 @@ mod client;
 mod daemon;
 mod error;
 mod handle;
+mod in_flight;
 mod launch;
 mod pipeline;
 mod self_exec;

@@ -197,6 +197,15 @@ impl FileSystemSegment {
         &self.object.name
     }
 
+    /// Tells the manager the segment is registered with that a message
+    /// naming it is on its way to process `receiver`: once `receiver` has
+    /// exited, the count that message added no longer keeps the segment
+    /// (the manager's in-flight notices; only this crate's manager is
+    /// told).
+    pub fn sent_to(&self, receiver: u32) {
+        self.object.manager.in_flight(&self.object.name, receiver);
+    }
+
     /// The manager this process registered the segment with (or the one
     /// that took over from it: see [`ManagerConnection`]); a message that
     /// carries the segment names it so that receivers register there.

@@ -72,13 +72,13 @@ impl InvalidAllocInfo {
     }
 }
 
-/// The struct's bytes for `pid`, `free` and the name field's leading
-/// bytes `name` (at most 59 of them are kept, so that a NUL ends the
-/// field); the rest is zero.
-pub(super) fn encode_fields(pid: i32, free: bool, name: &[u8]) -> [u8; ALLOC_INFO_SIZE] {
+/// The struct's bytes for `pid`, the `free` byte and the name field's
+/// leading bytes `name` (at most 59 of them are kept, so that a NUL ends
+/// the field); the rest is zero.
+pub(super) fn encode_fields(pid: i32, free: u8, name: &[u8]) -> [u8; ALLOC_INFO_SIZE] {
     let mut bytes = [0u8; ALLOC_INFO_SIZE];
     bytes[..FREE_OFFSET].copy_from_slice(&pid.to_ne_bytes());
-    bytes[FREE_OFFSET] = u8::from(free);
+    bytes[FREE_OFFSET] = free;
     let field = &mut bytes[NAME_OFFSET..NAME_OFFSET + NAME_FIELD_LEN];
     let len = name.len().min(NAME_FIELD_LEN - 1);
     field[..len].copy_from_slice(&name[..len]);
@@ -110,7 +110,7 @@ impl AllocInfo {
     pub fn encode(&self) -> [u8; ALLOC_INFO_SIZE] {
         // A SegmentName holds at most MAX_SEGMENT_NAME_LEN (59) bytes, so
         // the name and its NUL fit the 60-byte field.
-        encode_fields(self.pid, self.free, self.name.as_str().as_bytes())
+        encode_fields(self.pid, u8::from(self.free), self.name.as_str().as_bytes())
     }
 
     /// Reads a message, trusting none of its bytes: the name must end with a

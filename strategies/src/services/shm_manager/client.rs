@@ -216,6 +216,19 @@ impl ManagerConnection {
         }
     }
 
+    /// Tells the manager that a message naming `name` is on its way to
+    /// process `receiver`, so that it lets the segment go once `receiver`
+    /// has exited without reading it (see the manager's in-flight
+    /// notices). Only this crate's manager is told; a failure is ignored,
+    /// as the manager then keeps the segment for its in-flight wait, as
+    /// for a receiver it was not told of.
+    pub fn in_flight(&self, name: &SegmentName, receiver: u32) {
+        let mut state = self.lock();
+        if state.link.broken.is_none() {
+            let _ = state.link.in_flight(name, receiver);
+        }
+    }
+
     /// Replaces a broken link to this process's own manager; another
     /// process's manager's broken link stays broken.
     fn revive(&self, state: &mut State) -> Result<(), ManagerError> {

@@ -49,7 +49,7 @@ pub(super) const PIPELINE_ACK: [u8; 2] = *b"PL";
 /// The probe as sent by process `pid`: libshm's `AllocInfo` with the free
 /// flag set and [`PROBE_NAME`].
 pub(super) fn pipeline_probe(pid: i32) -> [u8; ALLOC_INFO_SIZE] {
-    encode_fields(pid, true, PROBE_NAME)
+    encode_fields(pid, 1, PROBE_NAME)
 }
 
 /// Whether a message is the probe, from any pid: a free naming

@@ -21,6 +21,7 @@ use crate::platform::owner::UnixUser;
 use crate::platform::owner::is_own_uid;
 use crate::platform::segment_name::SegmentName;
 use crate::services::shm_manager::alloc_info::{ALLOC_INFO_SIZE, AllocInfo};
+use crate::services::shm_manager::in_flight::in_flight_notice;
 use crate::services::shm_manager::pipeline::{PIPELINE_ACK, pipeline_probe};
 use crate::services::shm_manager::{ManagerError, ManagerHandle};
 
@@ -284,6 +285,21 @@ impl Link {
             return self.flush_frees();
         }
         Ok(())
+    }
+
+    /// Tells this crate's manager that a message naming `name` is on its
+    /// way to process `receiver` ([`in_flight`](super::super::in_flight)),
+    /// with the frees due; to another manager, nothing.
+    pub(super) fn in_flight(
+        &mut self,
+        name: &SegmentName,
+        receiver: u32,
+    ) -> Result<(), ManagerError> {
+        self.check_usable()?;
+        if self.replies != Replies::Unanswered {
+            return Ok(());
+        }
+        self.send_with_frees(&in_flight_notice(receiver, name))
     }
 
     /// Sends the frees due now.

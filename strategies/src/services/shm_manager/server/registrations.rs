@@ -16,6 +16,7 @@ use super::serve_loop::{ServeState, log};
 use super::session::Client;
 use crate::platform::lease::{Probe, lease_exclusively};
 use crate::platform::owner::check_own_user;
+use crate::platform::process::has_exited;
 use crate::platform::segment_name::SegmentName;
 use crate::services::shm_manager::alloc_info::AllocInfo;
 
@@ -34,6 +35,31 @@ pub(super) struct Registration {
     /// When its header was first seen counting a message nobody opened,
     /// its registrants gone: the in-flight wait runs from then.
     in_flight_since: Option<Instant>,
+    /// The processes its senders said messages naming it went to (their
+    /// in-flight notices), at most [`MAX_RECEIVERS`].
+    receivers: Vec<u32>,
+    /// Whether a notice named a receiver past [`MAX_RECEIVERS`], or one no
+    /// process can be: who may still read it is then not known.
+    receivers_unknown: bool,
+}
+
+/// The most receivers a name keeps; past it, the name waits for the
+/// in-flight wait as one with no notice does.
+const MAX_RECEIVERS: usize = 64;
+
+impl Registration {
+    /// Whether every message its header may count went to a process that
+    /// has exited: told of at least one receiver, and of none alive.
+    fn receivers_gone(&self) -> bool {
+        !self.receivers_unknown
+            && !self.receivers.is_empty()
+            && self.receivers.iter().all(|&pid| has_exited(pid))
+    }
+
+    /// Whether a receiver it was told of may still read it.
+    fn awaits_known_receiver(&self) -> bool {
+        !self.receivers.is_empty() && !self.receivers_gone()
+    }
 }
 
 impl ServeState {
@@ -66,9 +92,28 @@ impl ServeState {
         Ok(())
     }
 
+    /// An in-flight notice: a message naming `name` is on its way to
+    /// process `receiver` (`None`: a pid no process has). A name this
+    /// manager does not know is not tracked for it.
+    pub(super) fn in_flight(&mut self, name: &SegmentName, receiver: Option<u32>) {
+        let Some(registration) = self.names.get_mut(name) else {
+            return;
+        };
+        match receiver {
+            Some(pid) if registration.receivers.contains(&pid) => {}
+            Some(pid) if registration.receivers.len() < MAX_RECEIVERS => {
+                registration.receivers.push(pid);
+            }
+            _ => registration.receivers_unknown = true,
+        }
+    }
+
     /// libshm's free: the client no longer uses `name`; the name is dropped
     /// once the object is gone. A name still present, with or without
-    /// registrants, is kept: a message naming it may be in flight.
+    /// registrants, is kept: a message naming it may be in flight. One
+    /// left with no registrant whose messages went to receivers this
+    /// manager was told of is looked at again after a grace period, as an
+    /// orphan: once those receivers have exited, nobody will read it.
     fn free(&mut self, id: u64, client: &mut Client, name: &SegmentName) {
         if let Some(count) = client.names.get_mut(name) {
             *count -= 1;
@@ -79,7 +124,18 @@ impl ServeState {
                 }
             }
         }
-        if !self.names.contains_key(name) || object_exists(name) {
+        if !self.names.contains_key(name) {
+            return;
+        }
+        if object_exists(name) {
+            if let Some(registration) = self.names.get_mut(name)
+                && registration.registrants.is_empty()
+                && !registration.receivers.is_empty()
+            {
+                let now = Instant::now();
+                registration.orphaned_at = Some(now);
+                self.orphans.push_back((now, name.clone()));
+            }
             return;
         }
         if let Some(registration) = self.names.remove(name) {
@@ -122,6 +178,11 @@ impl ServeState {
     /// elsewhere). Such a name is kept as a freed one is, until the last
     /// holder unlinks it or this manager goes idle, as torch's manager
     /// keeps every name until it exits.
+    ///
+    /// A name whose senders said which processes its messages went to
+    /// (in-flight notices) is looked at again every grace period instead,
+    /// clients or not: once every one of them has exited, the count is
+    /// nobody's, and the name is unlinked as soon as nothing maps it.
     pub(super) fn expire_orphans(&mut self, now: Instant) {
         while let Some((since, _)) = self.orphans.front() {
             if now < *since + self.idle_timeout {
@@ -135,7 +196,17 @@ impl ServeState {
             }) else {
                 continue;
             };
-            if !self.clients.is_empty() && counted_beyond(&name, registration.dead_holds) {
+            let in_flight =
+                !registration.receivers_gone() && counted_beyond(&name, registration.dead_holds);
+            if in_flight && registration.awaits_known_receiver() {
+                // Looked at again after another grace period: the receiver
+                // may read it or exit meanwhile. With no client left, the
+                // in-flight wait bounds it ([`Self::unlink_unheld`]).
+                registration.orphaned_at = Some(now);
+                self.orphans.push_back((now, name));
+                continue;
+            }
+            if in_flight && !self.clients.is_empty() {
                 registration.in_flight_since.get_or_insert(now);
                 registration.orphaned_at = None;
                 continue;
@@ -178,13 +249,14 @@ impl ServeState {
 
     /// Whether `name`, with no client connected, is still within its
     /// in-flight wait: its header counts beyond the registrants gone
-    /// without freeing it.
+    /// without freeing it, and not every receiver it was sent to has
+    /// exited.
     fn awaits_receiver(&mut self, name: &SegmentName, now: Instant) -> bool {
         let wait = self.in_flight_wait;
         let Some(registration) = self.names.get_mut(name) else {
             return false;
         };
-        if !counted_beyond(name, registration.dead_holds) {
+        if registration.receivers_gone() || !counted_beyond(name, registration.dead_holds) {
             return false;
         }
         let since = *registration.in_flight_since.get_or_insert(now);

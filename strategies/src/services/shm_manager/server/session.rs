@@ -13,6 +13,7 @@ use nix::sys::socket::{MsgFlags, recv, send};
 use super::serve_loop::{ServeState, log};
 use crate::platform::segment_name::SegmentName;
 use crate::services::shm_manager::alloc_info::{ALLOC_INFO_SIZE, AllocInfo};
+use crate::services::shm_manager::in_flight::{is_in_flight_notice, notice_receiver};
 use crate::services::shm_manager::pipeline::{PIPELINE_ACK, is_pipeline_probe};
 
 /// How many bytes one `recv` takes from a client.
@@ -151,6 +152,10 @@ impl ServeState {
                     Ok(info) => info,
                     Err(err) => return Outcome::Rejected(err.to_string()),
                 };
+                if is_in_flight_notice(&client.inbox) {
+                    self.in_flight(&info.name, notice_receiver(&client.inbox));
+                    continue;
+                }
                 if let Err(reason) = self.handle_message(id, client, info) {
                     return Outcome::Rejected(reason);
                 }

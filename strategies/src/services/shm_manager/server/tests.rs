@@ -311,6 +311,89 @@ fn a_segment_a_message_counts_outlives_every_client_for_the_in_flight_wait() {
     assert_eq!(report.unlinked, vec![segment.0.clone()]);
 }
 
+/// A process that has exited, reaped: a receiver killed before it read.
+fn exited_pid() -> u32 {
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    child.wait().unwrap();
+    child.id()
+}
+
+#[test]
+fn a_message_to_a_receiver_that_exited_unread_keeps_nothing() {
+    // An hour's wait: only the notice can end it within the test.
+    let manager = Running::start_with(
+        ServeOptions::default()
+            .with_idle_timeout(Duration::from_millis(300))
+            .with_in_flight_wait(Duration::from_secs(3600)),
+    );
+    let (to_the_dead, to_the_living) = (TestSegment::create(), TestSegment::create());
+    let creator = ManagerConnection::open(&manager.handle).unwrap();
+    for segment in [&to_the_dead, &to_the_living] {
+        creator.register(&segment.0).unwrap();
+    }
+    // Each message went out: one count each, taken back by nobody.
+    creator.in_flight(&to_the_dead.0, exited_pid());
+    creator.in_flight(&to_the_living.0, std::process::id());
+    for segment in [&to_the_dead, &to_the_living] {
+        segment.set_refcount(1);
+        creator.unregister_in_use(&segment.0);
+    }
+    // The sender lives on, connected: the one whose receiver exited goes
+    // within a grace period or two.
+    assert!(
+        eventually(Duration::from_secs(2), || !to_the_dead.exists()),
+        "a segment only a dead receiver's message counted was kept"
+    );
+    std::thread::sleep(Duration::from_millis(700));
+    assert!(
+        to_the_living.exists(),
+        "a segment a live receiver has yet to open was unlinked"
+    );
+    // The live receiver opens it, takes the message's count and lets go.
+    let receiver = ManagerConnection::open(&manager.handle).unwrap();
+    receiver.register(&to_the_living.0).unwrap();
+    to_the_living.set_refcount(0);
+    receiver.unregister_in_use(&to_the_living.0);
+    drop((creator, receiver));
+    let report = manager.finish();
+    assert!(!to_the_living.exists());
+    assert_eq!(report.unlinked.len(), 2, "{report:?}");
+}
+
+#[test]
+fn a_sender_gone_before_its_receiver_exited_keeps_the_segment_until_then() {
+    let manager = Running::start_with(
+        ServeOptions::default()
+            .with_idle_timeout(Duration::from_millis(300))
+            .with_in_flight_wait(Duration::from_secs(3600)),
+    );
+    let segment = TestSegment::create();
+    let mut receiver = std::process::Command::new("sleep")
+        .arg("1")
+        .spawn()
+        .unwrap();
+    let creator = ManagerConnection::open(&manager.handle).unwrap();
+    creator.register(&segment.0).unwrap();
+    creator.in_flight(&segment.0, receiver.id());
+    segment.set_refcount(1);
+    creator.unregister_in_use(&segment.0);
+    let alone_at = Instant::now();
+    drop(creator);
+    std::thread::sleep(Duration::from_millis(600));
+    assert!(segment.exists(), "unlinked while its receiver lived");
+    receiver.wait().unwrap();
+    // No client is left: the manager goes once the receiver has, not at
+    // the end of the hour.
+    let report = manager.finish();
+    assert!(
+        alone_at.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        alone_at.elapsed()
+    );
+    assert!(!segment.exists());
+    assert_eq!(report.unlinked, vec![segment.0.clone()]);
+}
+
 #[test]
 fn a_dead_registrants_own_count_alone_does_not_keep_its_segment() {
     let manager = Running::start(Duration::from_millis(300));
