@@ -412,10 +412,69 @@ fn bench_feeds_two_torch_training_loops_at_once() {
 
 #[test]
 fn busy_loops_and_consumers_go_with_the_batches_workload() {
-    for args in [["--consumers", "2"], ["--busy-loops", "2"]] {
+    for args in [
+        ["--consumers", "2"],
+        ["--busy-loops", "2"],
+        ["--busy-io", "1GiB"],
+        ["--shm-size", "64MiB"],
+    ] {
         let stderr = usage_error(&args);
         assert!(stderr.contains("--workload batches"), "{args:?}: {stderr}");
     }
+}
+
+/// The batches bench in a container's 64 MiB `/dev/shm`: torch's
+/// DataLoader cannot hold its 36.8 MiB batches there, the default can.
+#[test]
+fn bench_in_a_containers_dev_shm_shows_the_dataloader_failing_and_the_default_not() {
+    let test = "bench_in_a_containers_dev_shm_shows_the_dataloader_failing_and_the_default_not";
+    let Some(python) = support::test_python(test) else {
+        return;
+    };
+    if !nix::unistd::geteuid().is_root() {
+        assert!(
+            !support::netns::netns_required(),
+            "TENSORSHARE_REQUIRE_NETNS=1 but --shm-size needs root"
+        );
+        eprintln!("SKIPPED: {test} needs root for a mount namespace");
+        return;
+    }
+    let output = Command::new(support::tensorshare_exe())
+        .args(["bench", "--workload", "batches", "--quick", "--rounds", "1"])
+        .args([
+            "--feeds",
+            "dataloader-2,rust-default",
+            "--shm-size",
+            "64MiB",
+        ])
+        .args(["--python", &python])
+        .output()
+        .expect("run tensorshare bench");
+    let stdout = support::expect_success(&output, "tensorshare bench --shm-size");
+    assert!(
+        stdout.contains("in a private /dev/shm of 64.0 MiB, as in a container"),
+        "{stdout}"
+    );
+    let largest = stdout
+        .split("\n\n")
+        .find(|section| section.starts_with("float32 [64, 3, 224, 224]"))
+        .unwrap_or_else(|| panic!("no 36.8 MiB table: {stdout}"));
+    let row = |label: &str| {
+        largest
+            .lines()
+            .find(|line| line.trim_start().starts_with(label))
+            .unwrap_or_else(|| panic!("no {label} row: {largest}"))
+    };
+    let dataloader = row("torch DataLoader, 2 workers");
+    assert!(
+        dataloader.contains("failed:") && dataloader.contains("No space left on device"),
+        "{dataloader}"
+    );
+    let default = row("Rust default");
+    assert!(
+        !default.contains("failed") && default.trim_end().ends_with('-'),
+        "a row with figures and no DataLoader to compare with: {default}"
+    );
 }
 
 #[test]

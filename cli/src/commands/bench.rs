@@ -15,6 +15,7 @@ use tensorshare::connection::Listener;
 use tensorshare::connection::{AUTHKEY_ENV, ConnectionOptions, TcpAddress};
 use tensorshare::{Authkey, Connection, SharingContext, StrategyKind};
 
+use super::bench_busy::Load;
 use super::bench_stream::{Framing, Workload, consume, produce};
 use super::peer::{Peer, connect_back};
 use crate::error::CliError;
@@ -100,6 +101,20 @@ pub struct BenchArgs {
         value_parser = RangedU64ValueParser::<usize>::new().range(0..=64)
     )]
     busy_loops: usize,
+    /// With `--workload batches`, run every table again beside a writer
+    /// at nice 19 that writes a file of SIZE (e.g. 2GiB) into the
+    /// temporary directory and removes it, over and over (started and
+    /// stopped by the bench), as a package install or a checkpoint save
+    /// does beside a training job; and print how much slower each row
+    /// went.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    busy_io: Option<usize>,
+    /// With `--workload batches`, run the tables in a mount namespace of
+    /// their own whose `/dev/shm` is a tmpfs of SIZE (e.g. 64MiB, Docker's
+    /// default), as in a container; a feed that cannot share there shows
+    /// as a failed row. Needs root.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    shm_size: Option<usize>,
     /// With `--workload batches`, the intra-op threads of every torch
     /// process the bench starts (`OMP_NUM_THREADS`). By default torch's own,
     /// one a core, for one training loop; with `--consumers N`, the cores
@@ -360,6 +375,12 @@ struct Row {
 
 pub fn run(args: BenchArgs) -> Result<(), CliError> {
     check_files_flags(&args)?;
+    if args.workload == BenchWorkload::Batches
+        && let Some(size) = args.shm_size
+        && super::bench_shm::inside().is_none()
+    {
+        return super::bench_shm::run_inside(size);
+    }
     let python = args
         .python
         .or_else(|| std::env::var_os("TENSORSHARE_PYTHON").map(PathBuf::from))
@@ -412,12 +433,17 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
         return super::bench_files::run(&options);
     }
     if args.workload != BenchWorkload::Batches
-        && (!args.consumers.is_empty() || args.busy_loops > 0 || args.torch_threads.is_some())
+        && (!args.consumers.is_empty()
+            || args.busy_loops > 0
+            || args.busy_io.is_some()
+            || args.shm_size.is_some()
+            || args.torch_threads.is_some())
     {
         return Err(super::usage_error(
             "bench",
             clap::error::ErrorKind::ArgumentConflict,
-            "--consumers, --busy-loops and --torch-threads go with --workload batches",
+            "--consumers, --busy-loops, --busy-io, --shm-size and --torch-threads go with \
+             --workload batches",
         )
         .into());
     }
@@ -441,12 +467,22 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
         }
         raise_fd_limit();
         torch.check()?;
+        let loads: Vec<Load> = [
+            (args.busy_loops > 0).then_some(Load::Loops(args.busy_loops)),
+            args.busy_io.map(|bytes| Load::Io {
+                mib: (bytes as u64).div_ceil(1 << 20),
+            }),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
         let options = super::bench_batches::Options {
             feeds: &args.feeds,
             rounds: args.rounds,
             quick: args.quick,
             consumers: &args.consumers,
-            busy_loops: args.busy_loops,
+            loads: &loads,
+            private_shm: super::bench_shm::inside(),
         };
         return super::bench_batches::run(&torch, &options);
     }
@@ -534,6 +570,8 @@ fn check_files_flags(args: &BenchArgs) -> Result<(), CliError> {
         ("--feeds", !args.feeds.is_empty()),
         ("--consumers", !args.consumers.is_empty()),
         ("--busy-loops", args.busy_loops > 0),
+        ("--busy-io", args.busy_io.is_some()),
+        ("--shm-size", args.shm_size.is_some()),
         ("--torch-threads", args.torch_threads.is_some()),
         ("--tcp-address", args.tcp_address.is_some()),
         ("--tcp-nodelay", args.tcp_nodelay),

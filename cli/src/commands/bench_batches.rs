@@ -15,7 +15,7 @@ use tensorshare::{Authkey, Connection, StrategyKind};
 
 use super::bench::{TorchPeer, median};
 use super::bench_batch_stream::{BatchSpec, ImageDType, Layout, produce_batches};
-use super::bench_busy::BusyLoops;
+use super::bench_busy::Load;
 use super::bench_consumers::sharing_for;
 use super::peer::Peer;
 use crate::error::CliError;
@@ -195,8 +195,12 @@ pub struct Options<'a> {
     /// How many torch loops to feed at once, one table each; when empty,
     /// the one-loop table of every feed.
     pub consumers: &'a [usize],
-    /// Busy loops beside a second run of every table; none for no second run.
-    pub busy_loops: usize,
+    /// What runs beside a run of every table after the quiet one, each
+    /// in turn: busy loops, a writer.
+    pub loads: &'a [Load],
+    /// The size of the private `/dev/shm` the bench runs in
+    /// (`--shm-size`), where a feed that fails is a row that says so.
+    pub private_shm: Option<String>,
 }
 
 /// One printed table: a batch size, how many consumers, and its rows.
@@ -205,18 +209,20 @@ struct Table {
     rows: Vec<Row>,
 }
 
-/// Runs the tables and prints them; with busy loops, runs them again beside
-/// the loops and prints how much slower each row went.
+/// Runs the tables and prints them; then again beside each load, and
+/// prints how much slower each row went.
 pub fn run(torch: &TorchPeer, options: &Options) -> Result<(), CliError> {
-    let quiet = run_tables(torch, options, 0)?;
-    if options.busy_loops > 0 {
+    let quiet = run_tables(torch, options, None)?;
+    for &load in options.loads {
         let loaded = {
-            let _loops = BusyLoops::start(options.busy_loops)?;
-            run_tables(torch, options, options.busy_loops)?
+            let dir = tempfile::tempdir()
+                .map_err(|e| format!("a directory for the bench's load: {e}"))?;
+            let _background = load.start(dir.path())?;
+            run_tables(torch, options, Some(load))?
         };
         println!(
-            "with {} busy loops beside it against quiet (per batch, loaded / quiet):",
-            options.busy_loops
+            "with {} beside it against quiet (per batch, loaded / quiet):",
+            load.describe()
         );
         for (quiet, loaded) in quiet.iter().zip(&loaded) {
             println!("{}", slowdown_line(quiet, loaded));
@@ -225,17 +231,20 @@ pub fn run(torch: &TorchPeer, options: &Options) -> Result<(), CliError> {
     Ok(())
 }
 
-/// Every table at every batch size, `busy_loops` spinning beside them.
+/// Every table at every batch size, `load` running beside them.
 fn run_tables(
     torch: &TorchPeer,
     options: &Options,
-    busy_loops: usize,
+    load: Option<Load>,
 ) -> Result<Vec<Table>, CliError> {
     let Options { rounds, quick, .. } = *options;
-    let mut beside = match busy_loops {
-        0 => String::new(),
-        n => format!("; {n} busy loops beside it"),
+    let mut beside = match load {
+        None => String::new(),
+        Some(load) => format!("; {} beside it", load.describe()),
     };
+    if let Some(size) = &options.private_shm {
+        beside += &format!("; in a private /dev/shm of {size}, as in a container");
+    }
     // Several loops' tables each name their threads.
     if options.consumers.is_empty()
         && let Some(threads) = torch.threads()
@@ -275,7 +284,15 @@ fn run_tables(
             super::format::bytes(spec.nbytes() as u64)
         );
         if options.consumers.is_empty() {
-            let table = run_table(torch, options.feeds, spec, title, &spinner)?;
+            let failures_are_rows = options.private_shm.is_some();
+            let table = run_table(
+                torch,
+                options.feeds,
+                spec,
+                title,
+                &spinner,
+                failures_are_rows,
+            )?;
             spinner.suspend(|| {
                 println!("{}", target_line(&table.rows, size.target));
                 println!("{}\n", one_storage_line(&table.rows));
@@ -320,12 +337,15 @@ fn print_header(title: &str) {
 }
 
 /// The one-loop table of `feeds` (all when empty) at `spec`.
+/// The table of `feeds` at one batch size; with `failures_are_rows`, a
+/// feed that fails prints a row that says why instead of ending the bench.
 fn run_table(
     torch: &TorchPeer,
     feeds: &[String],
     spec: BatchSpec,
     title: String,
     spinner: &indicatif::ProgressBar,
+    failures_are_rows: bool,
 ) -> Result<Table, CliError> {
     spinner.suspend(|| print_header(&title));
     let mut rows = Vec::new();
@@ -334,7 +354,23 @@ fn run_table(
             continue;
         }
         spinner.set_message(format!("{title}: {}", feed.label()));
-        let seconds = run_feed(feed, spec, torch)?;
+        let seconds = match run_feed(feed, spec, torch) {
+            Ok(seconds) => seconds,
+            Err(error) if failures_are_rows => {
+                let why = error.to_string();
+                let why = why.lines().rev().find(|line| !line.trim().is_empty());
+                spinner.suspend(|| {
+                    println!(
+                        "  {:<36} {:<8} failed: {}",
+                        feed.label(),
+                        feed.consumer(),
+                        why.unwrap_or("no reason given").trim()
+                    );
+                });
+                continue;
+            }
+            Err(error) => return Err(error),
+        };
         let row = Row {
             feed,
             per_batch: median(seconds) / spec.batches as f64,

@@ -9,6 +9,7 @@ mod bench_consumers;
 mod bench_files;
 mod bench_measure;
 mod bench_servers;
+mod bench_shm;
 mod bench_stream;
 mod convert;
 mod demo;
