@@ -50,6 +50,68 @@ pub fn has_exited(pid: u32) -> bool {
     stat_says_exiting(&stat)
 }
 
+/// The processes something was sent to, as far as its sender could name
+/// them: what a segment or a file is kept for, until every one has exited.
+///
+/// # Examples
+///
+/// ```
+/// use tensorshare_strategies::platform::process::Recipients;
+///
+/// let mut recipients = Recipients::default();
+/// assert!(!recipients.all_exited(), "none named: nothing is known");
+/// let mut child = std::process::Command::new("true").spawn()?;
+/// child.wait()?;
+/// recipients.add(Some(child.id()));
+/// assert!(recipients.all_exited());
+/// recipients.add(Some(std::process::id()));
+/// assert!(!recipients.all_exited());
+/// # Ok::<(), std::io::Error>(())
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Recipients {
+    pids: Vec<u32>,
+    /// Sent to a process that could not be named, or to more than
+    /// [`Recipients::MAX`]: who may still read it is not known.
+    unknown: bool,
+}
+
+impl Recipients {
+    /// The most processes kept; past it, the recipients are unknown.
+    pub const MAX: usize = 64;
+
+    /// Adds the process `pid` (`None`: one that could not be named).
+    pub fn add(&mut self, pid: Option<u32>) {
+        match pid {
+            Some(pid) if self.pids.contains(&pid) => {}
+            Some(pid) if self.pids.len() < Self::MAX => self.pids.push(pid),
+            _ => self.unknown = true,
+        }
+    }
+
+    /// Whether it went to processes that were all named.
+    pub fn is_known(&self) -> bool {
+        !self.unknown && !self.pids.is_empty()
+    }
+
+    /// Whether every process it went to has exited or is exiting
+    /// ([`has_exited`]): `false` when they are not all known.
+    pub fn all_exited(&self) -> bool {
+        self.all_exited_by(has_exited)
+    }
+
+    /// [`all_exited`](Self::all_exited), asking `exited` of each pid: for a
+    /// caller that asks once per pid for many sets.
+    pub fn all_exited_by(&self, mut exited: impl FnMut(u32) -> bool) -> bool {
+        self.is_known() && self.pids.iter().all(|&pid| exited(pid))
+    }
+
+    /// The processes named.
+    pub fn pids(&self) -> &[u32] {
+        &self.pids
+    }
+}
+
 /// Whether a `/proc/<pid>/stat` line shows a zombie, a dead task or one
 /// with `PF_EXITING` set.
 fn stat_says_exiting(stat: &[u8]) -> bool {

@@ -16,7 +16,7 @@ use super::serve_loop::{ServeState, log};
 use super::session::Client;
 use crate::platform::lease::{Probe, lease_exclusively};
 use crate::platform::owner::check_own_user;
-use crate::platform::process::has_exited;
+use crate::platform::process::Recipients;
 use crate::platform::segment_name::SegmentName;
 use crate::services::shm_manager::alloc_info::AllocInfo;
 
@@ -36,29 +36,20 @@ pub(super) struct Registration {
     /// its registrants gone: the in-flight wait runs from then.
     in_flight_since: Option<Instant>,
     /// The processes its senders said messages naming it went to (their
-    /// in-flight notices), at most [`MAX_RECEIVERS`].
-    receivers: Vec<u32>,
-    /// Whether a notice named a receiver past [`MAX_RECEIVERS`], or one no
-    /// process can be: who may still read it is then not known.
-    receivers_unknown: bool,
+    /// in-flight notices).
+    receivers: Recipients,
 }
-
-/// The most receivers a name keeps; past it, the name waits for the
-/// in-flight wait as one with no notice does.
-const MAX_RECEIVERS: usize = 64;
 
 impl Registration {
     /// Whether every message its header may count went to a process that
-    /// has exited: told of at least one receiver, and of none alive.
+    /// has exited: told of every receiver, and of none alive.
     fn receivers_gone(&self) -> bool {
-        !self.receivers_unknown
-            && !self.receivers.is_empty()
-            && self.receivers.iter().all(|&pid| has_exited(pid))
+        self.receivers.all_exited()
     }
 
     /// Whether a receiver it was told of may still read it.
     fn awaits_known_receiver(&self) -> bool {
-        !self.receivers.is_empty() && !self.receivers_gone()
+        self.receivers.is_known() && !self.receivers_gone()
     }
 }
 
@@ -96,15 +87,8 @@ impl ServeState {
     /// process `receiver` (`None`: a pid no process has). A name this
     /// manager does not know is not tracked for it.
     pub(super) fn in_flight(&mut self, name: &SegmentName, receiver: Option<u32>) {
-        let Some(registration) = self.names.get_mut(name) else {
-            return;
-        };
-        match receiver {
-            Some(pid) if registration.receivers.contains(&pid) => {}
-            Some(pid) if registration.receivers.len() < MAX_RECEIVERS => {
-                registration.receivers.push(pid);
-            }
-            _ => registration.receivers_unknown = true,
+        if let Some(registration) = self.names.get_mut(name) {
+            registration.receivers.add(receiver);
         }
     }
 
@@ -130,7 +114,7 @@ impl ServeState {
         if object_exists(name) {
             if let Some(registration) = self.names.get_mut(name)
                 && registration.registrants.is_empty()
-                && !registration.receivers.is_empty()
+                && registration.receivers.is_known()
             {
                 let now = Instant::now();
                 registration.orphaned_at = Some(now);
