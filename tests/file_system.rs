@@ -301,3 +301,52 @@ fn tensorshare_drives_a_stock_torch_echo() {
     assert_eq!(storages[0].bytes(), sent.storage().bytes());
     assert_eq!(fs_segment(&storages[0]).len(), sent.storage().nbytes());
 }
+
+/// A receiver killed before it read, its sender living on: the segment
+/// goes within seconds of its storage's end here, not when the sender
+/// exits or at the end of the manager's 5-minute in-flight wait. (A
+/// storage that died here before its receiver did is pooled, and leaves
+/// the pool at its 10 s lifetime.)
+#[test]
+fn a_segment_sent_to_a_receiver_killed_unread_goes_while_its_sender_lives() {
+    let Some(python) = test_python("a_segment_sent_to_a_receiver_killed_unread") else {
+        return;
+    };
+    let authkey = Authkey::random().expect("an authkey");
+    let sharing = fs_context(&authkey);
+    let listener = sharing.listen_in_private_dir().expect("listen");
+    // Connects and reads nothing until it is killed.
+    let mut receiver = std::process::Command::new(&python)
+        .args([
+            "-c",
+            "import sys, time\n\
+             from multiprocessing.connection import Client\n\
+             conn = Client(sys.argv[1], authkey=bytes.fromhex(sys.argv[2]))\n\
+             time.sleep(600)",
+        ])
+        .arg(listener.address().to_string())
+        .arg(authkey.to_hex())
+        .spawn()
+        .expect("start the receiver");
+    let mut connection = listener.accept().expect("accept the receiver");
+    let tensor =
+        tensorshare::Tensor::from_slice(&sharing, &[7u8; 4096], &[4096]).expect("a tensor");
+    let message = Value::from(tensor);
+    connection.send(&message).expect("send");
+    let pid = std::process::id();
+    assert_eq!(segments_of(pid).len(), 1, "the segment sent");
+    receiver.kill().expect("kill the receiver");
+    receiver.wait().expect("reap the receiver");
+    // The storage dies here: its count, stranded by the dead receiver's
+    // unread message, is let go of, and the manager unlinks it.
+    drop(message);
+    let gone = support::wait_until(std::time::Duration::from_secs(3), || {
+        segments_of(pid).is_empty()
+    });
+    assert!(
+        gone,
+        "left for a receiver that is gone: {:?}",
+        segments_of(pid)
+    );
+    drop((connection, listener, sharing));
+}

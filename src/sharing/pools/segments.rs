@@ -40,7 +40,9 @@
 //! receiver died first, or never unpickled it) keeps its segment above 1
 //! for good: such a segment is never reused and leaves the pool at its
 //! [lifetime](super::parked::PARKED_LIFETIME), its name left to the last
-//! holder or the manager as without the pool. A pickle unpickled twice takes its count
+//! holder or the manager as without the pool; one whose every receiver had
+//! exited when its storage died here is not pooled at all
+//! ([`FileSystemSegment::is_stranded`]). A pickle unpickled twice takes its count
 //! back twice; that breaks torch's own counting too (the segment is
 //! unlinked under its holders), and is outside the protocol.
 //!
@@ -111,9 +113,11 @@ impl Watcher for RefcountedPool {
     type Segment = FileSystemSegment;
 
     /// Pools the segment of a storage that died here, or lets go of it
-    /// when the pool holds enough.
+    /// when the pool holds enough, or when its count is stranded by
+    /// receivers that exited (it would never come back: the manager
+    /// unlinks it once nothing maps it).
     fn ended(&self, segment: FileSystemSegment) {
-        let reusable = !segment.was_truncated();
+        let reusable = !segment.was_truncated() && !segment.is_stranded();
         let dropped = lock(&self.parked).take_back(segment, reusable, Instant::now());
         // Unmapped, uncounted and unregistered outside the lock.
         drop(dropped);
