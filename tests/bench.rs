@@ -431,12 +431,7 @@ fn bench_in_a_containers_dev_shm_shows_the_dataloader_failing_and_the_default_no
     let Some(python) = support::test_python(test) else {
         return;
     };
-    if !nix::unistd::geteuid().is_root() {
-        assert!(
-            !support::netns::netns_required(),
-            "TENSORSHARE_REQUIRE_NETNS=1 but --shm-size needs root"
-        );
-        eprintln!("SKIPPED: {test} needs root for a mount namespace");
+    if !support::netns::mount_namespaces(test) {
         return;
     }
     let output = Command::new(support::tensorshare_exe())

@@ -85,25 +85,11 @@ fn roomy_open_files() -> u32 {
     u32::try_from(hard.min(65536)).expect("at most 65536")
 }
 
-fn namespaces_required() -> bool {
-    std::env::var("TENSORSHARE_REQUIRE_NETNS").as_deref() == Ok("1")
-}
-
 /// Runs `tensorshare doctor --json` as `setup` says; `None` when no
 /// namespace can be made here and none is required.
 fn doctor(test: &str, setup: &Setup) -> Option<Run> {
     let exe = support::tensorshare_exe();
-    let probe = Command::new("unshare")
-        .args(["--mount", "--pid", "--fork", "--mount-proc", "true"])
-        .output()
-        .expect("unshare runs");
-    if !probe.status.success() {
-        let reason = String::from_utf8_lossy(&probe.stderr);
-        assert!(
-            !namespaces_required(),
-            "{test}: TENSORSHARE_REQUIRE_NETNS=1 but no namespace can be made: {reason}"
-        );
-        eprintln!("{test}: SKIPPED, no mount namespace can be made here (not root?): {reason}");
+    if !support::netns::mount_namespaces(test) {
         return None;
     }
     let root = tempfile::tempdir().expect("a temporary root");

@@ -343,17 +343,7 @@ struct ContainerRun {
 /// tmpfs, as in a container run without `--shm-size`; `None` where no
 /// namespace can be made and none is required.
 fn receive_in_a_container(python: &str, strategy: &str) -> Option<ContainerRun> {
-    let probe = Command::new("unshare")
-        .args(["--mount", "--pid", "--fork", "--mount-proc", "true"])
-        .output()
-        .expect("unshare runs");
-    if !probe.status.success() {
-        let reason = String::from_utf8_lossy(&probe.stderr);
-        assert!(
-            !support::netns::netns_required(),
-            "TENSORSHARE_REQUIRE_NETNS=1 but no mount namespace can be made: {reason}"
-        );
-        eprintln!("SKIPPED: a container's /dev/shm needs a mount namespace (root): {reason}");
+    if !support::netns::mount_namespaces("a container's /dev/shm") {
         return None;
     }
     // The producer's manager unlinks what its clients left once they are

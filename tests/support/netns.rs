@@ -106,6 +106,31 @@ pub fn netns_required() -> bool {
     std::env::var("TENSORSHARE_REQUIRE_NETNS").as_deref() == Ok("1")
 }
 
+/// Whether this process may make mount and pid namespaces of its own
+/// (`unshare`, as root), for a test that mounts its own `/dev/shm` or
+/// `/proc`; `false` after a loud notice naming `test` where it may not and
+/// none is required, and a failure under `TENSORSHARE_REQUIRE_NETNS=1`.
+pub fn mount_namespaces(test: &str) -> bool {
+    let probe = std::process::Command::new("unshare")
+        .args(["--mount", "--pid", "--fork", "--mount-proc", "true"])
+        .output()
+        .expect("unshare runs");
+    if probe.status.success() {
+        return true;
+    }
+    let reason = String::from_utf8_lossy(&probe.stderr);
+    assert!(
+        !netns_required(),
+        "{test}: TENSORSHARE_REQUIRE_NETNS=1 but no mount namespace can be made: {reason}"
+    );
+    // Through the handle, not eprintln!, so that test capture does not hide it.
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED: {test} needs mount namespaces ({reason}): run as root"
+    );
+    false
+}
+
 /// What a test across hosts with torch starts from: the test Python, two
 /// hosts, a fresh authkey, and its turn. The tests of a binary that hold
 /// one run one at a time: each starts torch processes on a machine of few
