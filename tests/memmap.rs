@@ -107,17 +107,19 @@ fn an_echoed_file_is_the_one_sent_and_removed_with_its_last_holder() {
     );
 
     // The echo server never removes our file; we do, once the tensor, its
-    // echoes and the context (which keeps what it sent for its receivers)
-    // let go of it.
-    server.stop_and_read_stderr();
-    assert!(path.exists());
+    // echoes and the context (which keeps what it sent for its receivers
+    // while they live) let go of it.
     drop((echoed, storages));
-    assert!(path.exists(), "the sent tensor still holds its file");
     assert_eq!(sharing.held_memmap_files(), 1, "the one file sent");
     drop(sent);
-    assert!(path.exists(), "the context still holds what it sent");
-    sharing.shutdown();
-    assert!(!path.exists(), "the last holder removes the file");
+    assert!(
+        path.exists(),
+        "the context holds what it sent to a live receiver"
+    );
+    server.stop_and_read_stderr();
+    let gone = support::wait_until(std::time::Duration::from_secs(3), || !path.exists());
+    assert!(gone, "the context let go of a file whose receiver exited");
+    assert_eq!(sharing.held_memmap_files(), 0);
     assert!(files_in(dir.path()).is_empty());
 }
 
@@ -653,4 +655,54 @@ fn sent_files_are_kept_within_their_bounds_and_expire_while_idle() {
     support::eventually("held files expire while idle", || {
         files_in(dir.path()).is_empty()
     });
+}
+
+/// A receiver killed before it read, its sender living on: the file goes
+/// within seconds of its storage's end here, not at the end of the 5
+/// minutes a sender keeps a sent file for its receivers, and the sender
+/// does not wait for its open.
+#[test]
+fn a_file_sent_to_a_receiver_killed_unread_goes_while_its_sender_lives() {
+    let Some(python) = test_python("a_file_sent_to_a_receiver_killed_unread") else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("a memmap directory");
+    let authkey = Authkey::random().expect("an authkey");
+    let sharing = memmap_context(&authkey, dir.path());
+    let listener = sharing.listen_in_private_dir().expect("listen");
+    // Connects and reads nothing until it is killed.
+    let mut receiver = Command::new(&python)
+        .args([
+            "-c",
+            "import sys, time\n\
+             from multiprocessing.connection import Client\n\
+             conn = Client(sys.argv[1], authkey=bytes.fromhex(sys.argv[2]))\n\
+             time.sleep(600)",
+        ])
+        .arg(listener.address().to_string())
+        .arg(authkey.to_hex())
+        .spawn()
+        .expect("start the receiver");
+    let mut connection = listener.accept().expect("accept the receiver");
+    let tensor =
+        tensorshare::Tensor::from_slice(&sharing, &[7u8; 4096], &[4096]).expect("a tensor");
+    let message = Value::from(tensor);
+    connection.send(&message).expect("send");
+    assert_eq!(files_in(dir.path()).len(), 1, "the file sent");
+    receiver.kill().expect("kill the receiver");
+    receiver.wait().expect("reap the receiver");
+    drop(message);
+    let gone = support::wait_until(std::time::Duration::from_secs(3), || {
+        files_in(dir.path()).is_empty()
+    });
+    assert!(
+        gone,
+        "left for a receiver that is gone: {:?}",
+        files_in(dir.path())
+    );
+    let started = std::time::Instant::now();
+    sharing
+        .wait_until_fetched(std::time::Duration::from_secs(30))
+        .expect("nothing left to wait for");
+    assert!(started.elapsed() < std::time::Duration::from_secs(1));
 }

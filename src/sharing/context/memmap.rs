@@ -96,14 +96,14 @@ impl HandleForm for MemmapStrategy {
         storage: &Storage,
         segment: &MemmapSegment,
         out: &mut PickleBuilder,
-        _message: &MessageParts,
+        message: &MessageParts,
     ) -> Result<NodeId, Error> {
         let memmap = &context.settings.memmap;
         let handle = memmap.shares.strategy.export(segment)?;
         let path = handle
             .path_str()
             .ok_or_else(|| ReduceError::PathNotUtf8(handle.path().to_path_buf()))?;
-        memmap.hold_sent_file(segment);
+        memmap.hold_sent_file(segment, message.receiver);
 
         let getattr = out.global(GETATTR.0, GETATTR.1);
         let class = out.global(STORAGE_BASE.0, STORAGE_BASE.1);
@@ -153,8 +153,11 @@ impl MemmapShares {
     /// ([`FileLease::await_receivers_until`](tensorshare_strategies::memmap::FileLease::await_receivers_until)), so that no other sender's
     /// sweep of the directory, nor `tensorshare gc`, takes it from a
     /// receiver still to open it should this process be killed.
-    fn hold_sent_file(&self, segment: &MemmapSegment) {
+    fn hold_sent_file(&self, segment: &MemmapSegment, recipient: Option<u32>) {
         if let Some(lease) = segment.lease() {
+            if let Some(pid) = recipient {
+                lease.sent_to(pid);
+            }
             lease.await_receivers_until(SystemTime::now() + self.sent_files.lifetime());
             self.sent_files.hold(Arc::clone(lease));
         }
@@ -165,7 +168,7 @@ impl MemmapShares {
     /// opened by at least one of them, as far as the kernel's open events
     /// tell; files whose opens cannot be counted are not waited for.
     pub(super) fn unopened_sent_files(&self) -> usize {
-        let leases = self.sent_files.leases();
+        let leases = self.sent_files.awaited_leases();
         self.pool
             .all_opened(leases.iter().map(|lease| lease.path()))
             .into_iter()
@@ -179,7 +182,7 @@ impl MemmapShares {
     /// file of zeros. They are reclaimed as a killed sender's files are
     /// ([`FileLease::leave_for_receivers`](tensorshare_strategies::memmap::FileLease::leave_for_receivers)).
     fn leave_unopened_sent_files(&self) {
-        let leases = self.sent_files.leases();
+        let leases = self.sent_files.awaited_leases();
         let opened = self
             .pool
             .all_opened(leases.iter().map(|lease| lease.path()));

@@ -12,13 +12,19 @@
 //! refuses it. When the context ends, files not yet opened by every
 //! receiver are left on disk for them instead (`leave_unopened_sent_files`).
 //!
+//! A lease whose file went only to processes its sender could name goes
+//! within [`RECIPIENT_CHECK`] of the last of them exiting
+//! ([`FileLease::recipients`]): nobody is left to open the file.
+//!
 //! Leases expire on time even while nothing is sent ([`Expiring`]).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tensorshare_strategies::file_descriptor::FileIdentity;
 use tensorshare_strategies::memmap::FileLease;
+use tensorshare_strategies::platform::process::has_exited;
 
 use super::expiry::{Expiring, ExpiringQueue};
 use crate::sharing::pools::AgingMap;
@@ -38,6 +44,10 @@ pub(crate) struct RetentionLimits {
     pub(crate) max_bytes: usize,
 }
 
+/// How often the leases of files sent to processes named are looked at, for
+/// those whose every recipient has exited.
+const RECIPIENT_CHECK: Duration = Duration::from_secs(1);
+
 /// The leases of sent files, oldest first, expired on time.
 #[derive(Debug)]
 pub(crate) struct SentFiles(Expiring<Held>);
@@ -54,7 +64,8 @@ impl ExpiringQueue for Held {
     type Expired = Arc<FileLease>;
 
     /// Takes out the leases past their deadline at `now` or over the
-    /// bounds, oldest first (dropping one may unlink its file).
+    /// bounds, oldest first, and those whose every recipient has exited
+    /// (dropping one may unlink its file).
     fn take_expired(&mut self, now: Instant, evicted: &mut Vec<Arc<FileLease>>) {
         while let Some((_, lease)) = self.leases.pop_oldest_if(|since, len| {
             let expired = since + self.limits.lifetime <= now;
@@ -65,12 +76,29 @@ impl ExpiringQueue for Held {
             self.bytes -= lease.len();
             evicted.push(lease);
         }
+        // Each pid asked once, however many files went to it.
+        let mut exited = HashMap::new();
+        let mut exited = |pid| *exited.entry(pid).or_insert_with(|| has_exited(pid));
+        for (_, lease) in self
+            .leases
+            .remove_where(|lease| lease.recipients().all_exited_by(&mut exited))
+        {
+            self.bytes -= lease.len();
+            evicted.push(lease);
+        }
     }
 
     fn next_deadline(&mut self) -> Option<Instant> {
-        self.leases
+        let expiry = self
+            .leases
             .oldest()
-            .map(|since| since + self.limits.lifetime)
+            .map(|since| since + self.limits.lifetime);
+        let named = self
+            .leases
+            .values()
+            .any(|lease| lease.recipients().is_known());
+        let check = named.then(|| Instant::now() + RECIPIENT_CHECK);
+        expiry.into_iter().chain(check).min()
     }
 }
 
@@ -119,10 +147,16 @@ impl SentFiles {
         self.0.update(|held| (held.leases.len(), held.bytes))
     }
 
-    /// The leases held now.
-    pub(crate) fn leases(&self) -> Vec<Arc<FileLease>> {
-        self.0
-            .update(|held| held.leases.values().cloned().collect())
+    /// The leases held now whose files a recipient may still open: all but
+    /// those whose every recipient has exited.
+    pub(crate) fn awaited_leases(&self) -> Vec<Arc<FileLease>> {
+        self.0.update(|held| {
+            held.leases
+                .values()
+                .filter(|lease| !lease.recipients().all_exited())
+                .cloned()
+                .collect()
+        })
     }
 
     /// Lets go of every lease now.

@@ -56,6 +56,19 @@ impl<K: Clone + Eq + Hash, V> AgingMap<K, V> {
         self.entries.values().map(|(_, value)| value)
     }
 
+    /// Removes every entry `remove` says to, in no order.
+    pub(crate) fn remove_where(&mut self, mut remove: impl FnMut(&V) -> bool) -> Vec<(K, V)> {
+        let keys: Vec<K> = self
+            .entries
+            .iter()
+            .filter(|(_, (_, value))| remove(value))
+            .map(|(key, _)| key.clone())
+            .collect();
+        keys.into_iter()
+            .filter_map(|key| Some((key.clone(), self.remove(&key)?)))
+            .collect()
+    }
+
     /// When the oldest entry came in.
     pub(crate) fn oldest(&mut self) -> Option<Instant> {
         self.drop_stale_front();

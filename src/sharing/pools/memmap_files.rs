@@ -259,12 +259,17 @@ impl Watcher for MemmapPool {
     type Segment = MemmapSegment;
 
     /// Parks the file of a storage that died here, or lets go of it when
-    /// the pool holds enough.
+    /// the pool holds enough, or when every process it was sent to has
+    /// exited: one that never opened it leaves a count of opens that will
+    /// not come.
     fn ended(&self, segment: MemmapSegment) {
+        let stranded = segment
+            .lease()
+            .is_some_and(|lease| lease.recipients().all_exited());
         let dropped = {
             let mut state = lock(&self.state);
             let PoolState { seen, parked, .. } = &mut *state;
-            let reusable = !segment.was_truncated();
+            let reusable = !segment.was_truncated() && !stranded;
             let dropped = parked.take_back(segment, reusable, Instant::now());
             if let Some(seen) = seen {
                 seen.untrack(&dropped);

@@ -7,6 +7,8 @@
 //! any file, so a process whose last fd for a socket has closed shows as
 //! exiting, a zombie, or gone.
 
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
 use nix::errno::Errno;
 use nix::sys::signal::kill;
 use nix::unistd::Pid;
@@ -109,6 +111,34 @@ impl Recipients {
     /// The processes named.
     pub fn pids(&self) -> &[u32] {
         &self.pids
+    }
+}
+
+/// The [`Recipients`] of one segment or file, noted by any thread as it is
+/// sent.
+#[derive(Debug, Default)]
+pub struct SentTo(Mutex<Recipients>);
+
+impl SentTo {
+    /// Notes that it was sent to process `pid`.
+    pub fn add(&self, pid: u32) {
+        self.lock().add(Some(pid));
+    }
+
+    /// Whether it was sent, and every process it was sent to has exited
+    /// ([`Recipients::all_exited`]).
+    pub fn all_exited(&self) -> bool {
+        self.lock().all_exited()
+    }
+
+    /// The processes it was sent to, as now.
+    pub fn recipients(&self) -> Recipients {
+        self.lock().clone()
+    }
+
+    /// A list of pids stays one whatever a thread that panicked left.
+    fn lock(&self) -> MutexGuard<'_, Recipients> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 

@@ -60,8 +60,8 @@
 
 use std::any::Any;
 use std::os::fd::{AsFd, OwnedFd};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
@@ -79,7 +79,7 @@ use crate::platform::segment_name::SHM_DIR;
 
 use crate::platform::mapping::{SharedMapping, is_regular_file, reserve};
 use crate::platform::owner::check_own_user;
-use crate::platform::process::Recipients;
+use crate::platform::process::SentTo;
 use crate::services::shm_manager::{self, ManagerConnection, ManagerError, ManagerHandle};
 use crate::strategy::error::{MAX_SEGMENT_BYTES, check_covers};
 use crate::strategy::file_descriptor::FileIdentity;
@@ -151,7 +151,7 @@ struct MappedObject {
     /// mapping is [dormant](DormantSegment).
     holds_count: bool,
     /// The processes this process sent messages naming it to.
-    recipients: Mutex<Recipients>,
+    recipients: SentTo,
 }
 
 impl MappedObject {
@@ -206,7 +206,7 @@ impl FileSystemSegment {
     /// (the manager's in-flight notices; only this crate's manager is
     /// told).
     pub fn sent_to(&self, receiver: u32) {
-        lock(&self.object.recipients).add(Some(receiver));
+        self.object.recipients.add(receiver);
         self.object.manager.in_flight(&self.object.name, receiver);
     }
 
@@ -217,7 +217,7 @@ impl FileSystemSegment {
     /// back down.
     pub fn is_stranded(&self) -> bool {
         let own = i32::from(self.object.holds_count);
-        self.refcount() > own && lock(&self.object.recipients).all_exited()
+        self.refcount() > own && self.object.recipients.all_exited()
     }
 
     /// The manager this process registered the segment with (or the one
@@ -427,7 +427,7 @@ impl SharingStrategy for FileSystemStrategy {
             identity: FileIdentity::of(&stat),
             manager,
             holds_count: true,
-            recipients: Mutex::default(),
+            recipients: SentTo::default(),
         };
         object.refcount().store(1, Ordering::Release);
         Ok(FileSystemSegment {
@@ -530,7 +530,7 @@ impl SharingStrategy for FileSystemStrategy {
             identity,
             manager,
             holds_count: false,
-            recipients: Mutex::default(),
+            recipients: SentTo::default(),
         };
         Ok(counted_in(object, in_flight))
     }
@@ -676,10 +676,4 @@ impl ShmRoom {
     pub fn cost(nbytes: usize) -> u64 {
         u64::try_from(nbytes.saturating_add(HEADER_BYTES)).unwrap_or(u64::MAX)
     }
-}
-
-/// The recipients of a segment, whatever a thread that panicked holding
-/// them left: a list of pids stays a list of pids.
-fn lock(recipients: &Mutex<Recipients>) -> MutexGuard<'_, Recipients> {
-    recipients.lock().unwrap_or_else(PoisonError::into_inner)
 }

@@ -71,6 +71,7 @@ use rustix::fs::{AtFlags, CWD, Statx, StatxFlags, makedev, statx};
 use crate::platform::mapping::{SharedMapping, is_regular_file, reserve};
 use crate::platform::memmap_marks;
 use crate::platform::owner::check_own_user;
+use crate::platform::process::{Recipients, SentTo};
 use crate::strategy::error::{MAX_SEGMENT_BYTES, check_covers};
 use crate::strategy::file_descriptor::{FileIdentity, ReceivedFd};
 use crate::{
@@ -286,6 +287,9 @@ pub struct FileLease {
     /// The deadline last written as the file's mark, in seconds since the
     /// epoch ([`FileLease::await_receivers_until`]).
     marked_until: AtomicU64,
+    /// The processes messages naming the file went to, as far as its
+    /// sender could name them ([`FileLease::sent_to`]).
+    recipients: SentTo,
 }
 
 /// A file's birth time (`statx`'s `stx_btime`): with the inode number it
@@ -366,6 +370,18 @@ impl FileLease {
     /// [left for its receivers](Self::leave_for_receivers)).
     pub fn removes_file(&self) -> bool {
         self.remove && !self.left_for_receivers.load(Ordering::Acquire)
+    }
+
+    /// Notes that a message naming the file went to process `receiver`.
+    pub fn sent_to(&self, receiver: u32) {
+        self.recipients.add(receiver);
+    }
+
+    /// The processes messages naming the file went to, as now: once every
+    /// one has exited ([`Recipients::all_exited`]), nobody is left to open
+    /// it.
+    pub fn recipients(&self) -> Recipients {
+        self.recipients.recipients()
     }
 
     /// Keeps the file on disk when the last holder lets go: a receiver may
@@ -612,6 +628,7 @@ impl SharingStrategy for MemmapStrategy {
             remove: !self.keep_files,
             left_for_receivers: AtomicBool::new(false),
             marked_until: AtomicU64::new(0),
+            recipients: SentTo::default(),
         };
         Ok(MemmapSegment {
             file: MappedFile {
