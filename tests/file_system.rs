@@ -350,3 +350,46 @@ fn a_segment_sent_to_a_receiver_killed_unread_goes_while_its_sender_lives() {
     );
     drop((connection, listener, sharing));
 }
+
+/// As above, but the storage died here first, as a producer drops each
+/// batch once sent: the segment is pooled while its receiver lives, and
+/// goes once the receiver has exited, while the producer streams on.
+#[test]
+fn a_segment_pooled_before_its_receiver_was_killed_goes_while_its_sender_streams() {
+    let Some(python) = test_python("a_segment_pooled_before_its_receiver_was_killed") else {
+        return;
+    };
+    let authkey = Authkey::random().expect("an authkey");
+    let sharing = fs_context(&authkey);
+    let listener = sharing.listen_in_private_dir().expect("listen");
+    let mut receiver = std::process::Command::new(&python)
+        .args([
+            "-c",
+            "import sys, time\n\
+             from multiprocessing.connection import Client\n\
+             conn = Client(sys.argv[1], authkey=bytes.fromhex(sys.argv[2]))\n\
+             time.sleep(600)",
+        ])
+        .arg(listener.address().to_string())
+        .arg(authkey.to_hex())
+        .spawn()
+        .expect("start the receiver");
+    let mut connection = listener.accept().expect("accept the receiver");
+    let tensor =
+        tensorshare::Tensor::from_slice(&sharing, &[7u8; 4096], &[4096]).expect("a tensor");
+    connection.send(&Value::from(tensor)).expect("send");
+    let pid = std::process::id();
+    let sent = segments_of(pid);
+    assert_eq!(sent.len(), 1, "the segment sent, pooled");
+    receiver.kill().expect("kill the receiver");
+    receiver.wait().expect("reap the receiver");
+    // The producer goes on allocating batches of another size, each held
+    // a moment, as it would for its next receiver.
+    let gone = support::wait_until(std::time::Duration::from_secs(3), || {
+        let batch = sharing.allocate(8192).expect("allocate");
+        drop(batch);
+        !segments_of(pid).contains(&sent[0])
+    });
+    assert!(gone, "{} left for a receiver that is gone", sent[0]);
+    drop((connection, listener, sharing));
+}

@@ -706,3 +706,47 @@ fn a_file_sent_to_a_receiver_killed_unread_goes_while_its_sender_lives() {
         .expect("nothing left to wait for");
     assert!(started.elapsed() < std::time::Duration::from_secs(1));
 }
+
+/// As above, but the storage died here first, as a producer drops each
+/// batch once sent: the file is pooled while its receiver lives, and goes
+/// once the receiver has exited, while the producer streams on.
+#[test]
+fn a_file_pooled_before_its_receiver_was_killed_goes_while_its_sender_streams() {
+    let Some(python) = test_python("a_file_pooled_before_its_receiver_was_killed") else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("a memmap directory");
+    let authkey = Authkey::random().expect("an authkey");
+    let sharing = memmap_context(&authkey, dir.path());
+    let listener = sharing.listen_in_private_dir().expect("listen");
+    let mut receiver = Command::new(&python)
+        .args([
+            "-c",
+            "import sys, time\n\
+             from multiprocessing.connection import Client\n\
+             conn = Client(sys.argv[1], authkey=bytes.fromhex(sys.argv[2]))\n\
+             time.sleep(600)",
+        ])
+        .arg(listener.address().to_string())
+        .arg(authkey.to_hex())
+        .spawn()
+        .expect("start the receiver");
+    let mut connection = listener.accept().expect("accept the receiver");
+    let tensor =
+        tensorshare::Tensor::from_slice(&sharing, &[7u8; 4096], &[4096]).expect("a tensor");
+    connection.send(&Value::from(tensor)).expect("send");
+    let sent = files_in(dir.path());
+    assert_eq!(sent.len(), 1, "the file sent, pooled");
+    receiver.kill().expect("kill the receiver");
+    receiver.wait().expect("reap the receiver");
+    let gone = support::wait_until(std::time::Duration::from_secs(3), || {
+        let batch = sharing.allocate(8192).expect("allocate");
+        drop(batch);
+        !files_in(dir.path()).contains(&sent[0])
+    });
+    assert!(
+        gone,
+        "{} left for a receiver that is gone",
+        sent[0].display()
+    );
+}

@@ -118,6 +118,23 @@ impl<S: Segment> ByLength<S> {
         drained
     }
 
+    /// Takes out every segment `unwanted` says to.
+    pub(crate) fn drain_where(&mut self, mut unwanted: impl FnMut(&S) -> bool) -> Vec<S> {
+        let mut drained = Vec::new();
+        for queue in self.queues.values_mut() {
+            let (out, kept): (VecDeque<_>, VecDeque<_>) = std::mem::take(queue)
+                .into_iter()
+                .partition(|(_, segment)| unwanted(segment));
+            *queue = kept;
+            drained.extend(out.into_iter().map(|(_, segment)| segment));
+        }
+        self.queues.retain(|_, queue| !queue.is_empty());
+        for segment in &drained {
+            self.taken(segment.len());
+        }
+        drained
+    }
+
     fn taken(&mut self, nbytes: usize) {
         self.bytes -= nbytes;
         self.segments -= 1;

@@ -289,7 +289,10 @@ impl Pool for MemmapPool {
             let mut state = lock(&self.state);
             let PoolState { seen, parked, .. } = &mut *state;
             let seen = seen.as_mut()?;
-            let expired = parked.expire(Instant::now());
+            let expired = parked.expire_and_strand(Instant::now(), |file, exited| {
+                file.lease()
+                    .is_some_and(|lease| lease.recipients().all_exited_by(exited))
+            });
             seen.untrack(&expired);
             if parked.has_len(nbytes) {
                 seen.watch.refresh();

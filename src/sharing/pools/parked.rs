@@ -13,6 +13,10 @@ use super::by_length::{ByLength, kept_bytes_limit};
 /// receivers to let go of it or for an allocation of its size.
 pub(crate) const PARKED_LIFETIME: Duration = Duration::from_secs(10);
 
+/// How often at most the parked segments are looked at for those whose
+/// every receiver has exited: each look reads `/proc` once per receiver.
+const STRANDED_CHECK: Duration = Duration::from_secs(1);
+
 /// How many segments of a length are looked at, oldest first, for one that
 /// is free: receivers usually let go in the order they received.
 const SCAN_LIMIT: usize = 16;
@@ -30,6 +34,8 @@ pub(crate) struct Parked<S> {
     max_segments: usize,
     /// The most bytes kept, whatever the producer held at once.
     max_bytes: usize,
+    /// When the parked segments were last looked at for stranded ones.
+    stranded_checked: Option<Instant>,
 }
 
 impl<S: Segment> Parked<S> {
@@ -40,6 +46,7 @@ impl<S: Segment> Parked<S> {
             peak_tracked_bytes: 0,
             max_segments,
             max_bytes,
+            stranded_checked: None,
         }
     }
 
@@ -110,6 +117,36 @@ impl<S: Segment> Parked<S> {
             Some(cutoff) => self.drain(Some(cutoff)),
             None => Vec::new(),
         }
+    }
+
+    /// Takes out and forgets the segments parked longer than the lifetime,
+    /// and, at most once every [`STRANDED_CHECK`], those `stranded` says
+    /// nobody will give back: every process they went to has exited. It
+    /// asks each pid once a look (`exited`, memoized here).
+    pub(crate) fn expire_and_strand(
+        &mut self,
+        now: Instant,
+        stranded: impl Fn(&S, &mut dyn FnMut(u32) -> bool) -> bool,
+    ) -> Vec<S> {
+        let mut dropped = self.expire(now);
+        let due = self
+            .stranded_checked
+            .is_none_or(|at| now.saturating_duration_since(at) >= STRANDED_CHECK);
+        if due && self.queue.segments() > 0 {
+            self.stranded_checked = Some(now);
+            let mut asked = std::collections::HashMap::new();
+            let mut exited = |pid| {
+                *asked
+                    .entry(pid)
+                    .or_insert_with(|| tensorshare_strategies::platform::process::has_exited(pid))
+            };
+            let out = self
+                .queue
+                .drain_where(|segment| stranded(segment, &mut exited));
+            self.forget(&out);
+            dropped.extend(out);
+        }
+        dropped
     }
 
     /// Stops counting segments about to be dropped.

@@ -40,8 +40,9 @@
 //! receiver died first, or never unpickled it) keeps its segment above 1
 //! for good: such a segment is never reused and leaves the pool at its
 //! [lifetime](super::parked::PARKED_LIFETIME), its name left to the last
-//! holder or the manager as without the pool; one whose every receiver had
-//! exited when its storage died here is not pooled at all
+//! holder or the manager as without the pool; one whose every receiver has
+//! exited is not pooled when its storage dies here, and is let go of by the
+//! first allocation a second or more after the last look
 //! ([`FileSystemSegment::is_stranded`]). A pickle unpickled twice takes its count
 //! back twice; that breaks torch's own counting too (the segment is
 //! unlinked under its holders), and is outside the protocol.
@@ -89,7 +90,9 @@ impl Pool for RefcountedPool {
     fn take(&self, nbytes: usize) -> Option<FileSystemSegment> {
         let (taken, expired) = {
             let mut parked = lock(&self.parked);
-            let expired = parked.expire(Instant::now());
+            let expired = parked.expire_and_strand(Instant::now(), |segment, exited| {
+                segment.is_stranded_by(exited)
+            });
             (parked.take_free(nbytes, is_free), expired)
         };
         // Unmapped, uncounted and unregistered outside the lock.

@@ -131,6 +131,11 @@ impl SentTo {
         self.lock().all_exited()
     }
 
+    /// [`all_exited`](Self::all_exited), asking `exited` of each pid.
+    pub fn all_exited_by(&self, exited: impl FnMut(u32) -> bool) -> bool {
+        self.lock().all_exited_by(exited)
+    }
+
     /// The processes it was sent to, as now.
     pub fn recipients(&self) -> Recipients {
         self.lock().clone()

@@ -79,7 +79,7 @@ use crate::platform::segment_name::SHM_DIR;
 
 use crate::platform::mapping::{SharedMapping, is_regular_file, reserve};
 use crate::platform::owner::check_own_user;
-use crate::platform::process::SentTo;
+use crate::platform::process::{SentTo, has_exited};
 use crate::services::shm_manager::{self, ManagerConnection, ManagerError, ManagerHandle};
 use crate::strategy::error::{MAX_SEGMENT_BYTES, check_covers};
 use crate::strategy::file_descriptor::FileIdentity;
@@ -216,8 +216,15 @@ impl FileSystemSegment {
     /// never let go of, counts for nobody, and the count will not come
     /// back down.
     pub fn is_stranded(&self) -> bool {
+        self.is_stranded_by(&mut has_exited)
+    }
+
+    /// [`is_stranded`](Self::is_stranded), asking `exited` whether each
+    /// process it went to has exited: for a caller looking at many
+    /// segments, which asks once per pid.
+    pub fn is_stranded_by(&self, exited: &mut dyn FnMut(u32) -> bool) -> bool {
         let own = i32::from(self.object.holds_count);
-        self.refcount() > own && self.object.recipients.all_exited()
+        self.refcount() > own && self.object.recipients.all_exited_by(exited)
     }
 
     /// The manager this process registered the segment with (or the one
