@@ -864,3 +864,48 @@ fn rust_fetches_from_cpython_sharer() {
     let status = child.wait().expect("wait for python");
     assert!(status.success(), "python sharer exited with {status}");
 }
+
+/// A receiver killed before it fetched, its sender living on and idle,
+/// the connection still open: the fd registered for it closes within
+/// seconds, not at the end of its 5-minute unfetched lifetime, and the
+/// sender has nothing left to wait for.
+#[test]
+fn an_fd_sent_to_a_receiver_killed_unfetched_closes_while_its_sender_idles() {
+    let Some(python) = test_python("an_fd_sent_to_a_receiver_killed_unfetched") else {
+        return;
+    };
+    let authkey = tensorshare::Authkey::random().expect("an authkey");
+    let sharing = tensorshare::SharingContext::new(authkey.clone())
+        .with_strategy(tensorshare::StrategyKind::FileDescriptor);
+    let listener = sharing.listen_in_private_dir().expect("listen");
+    let mut receiver = Command::new(&python)
+        .args([
+            "-c",
+            "import sys, time\n\
+             from multiprocessing.connection import Client\n\
+             conn = Client(sys.argv[1], authkey=bytes.fromhex(sys.argv[2]))\n\
+             time.sleep(600)",
+        ])
+        .arg(listener.address().to_string())
+        .arg(authkey.to_hex())
+        .spawn()
+        .expect("start the receiver");
+    let mut connection = listener.accept().expect("accept the receiver");
+    let tensor =
+        tensorshare::Tensor::from_slice(&sharing, &[7u8; 4096], &[4096]).expect("a tensor");
+    connection
+        .send(&tensorshare::Value::from(tensor))
+        .expect("send");
+    receiver.kill().expect("kill the receiver");
+    receiver.wait().expect("reap the receiver");
+    let started = Instant::now();
+    sharing
+        .wait_until_fetched(Duration::from_secs(20))
+        .expect("the registration withdrawn once its receiver exited");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "waited {:?} for a receiver that is gone",
+        started.elapsed()
+    );
+    drop(connection);
+}

@@ -71,7 +71,7 @@ impl HandleForm for FileDescriptorStrategy {
         let id = registration.id().clone();
         context.state.pools.memfd_sent(identity, id.key);
         context.state.notices.sent_on(identity);
-        context.keep_registration(registration);
+        context.keep_registration(registration, message.receiver);
         message
             .attachable
             .borrow_mut()

@@ -396,10 +396,12 @@ impl SharingContext {
         Ok(self.state.sharer.get_or_init(|| started))
     }
 
-    /// Keeps `registration` until its fd is fetched, its deadline passes
-    /// or newer ones push it out of the [budget](Self::with_max_unfetched_fds).
-    pub(crate) fn keep_registration(&self, registration: Registration) {
-        self.state.unfetched.keep(registration);
+    /// Keeps `registration` for a message to process `recipient` (when the
+    /// connection can name it) until its fd is fetched, its deadline
+    /// passes, `recipient` exits, or newer ones push it out of the
+    /// [budget](Self::with_max_unfetched_fds).
+    pub(crate) fn keep_registration(&self, registration: Registration, recipient: Option<u32>) {
+        self.state.unfetched.keep(registration, recipient);
     }
 
     /// Stops handing out fds: closes every fd no receiver has fetched yet

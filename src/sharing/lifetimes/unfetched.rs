@@ -1,12 +1,22 @@
 //! The fds a sender registered that no receiver has fetched yet, kept
 //! within a count and closed once their unfetched lifetime has passed,
-//! also while nothing is sent ([`Expiring`]).
+//! also while nothing is sent ([`Expiring`]), or within
+//! [`RECIPIENT_CHECK`] of the exit of the process they were sent to: nobody
+//! else has the message that names them.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use std::collections::HashMap;
+
+use tensorshare_strategies::platform::process::has_exited;
+
 use super::expiry::{Expiring, ExpiringQueue};
 use crate::resource_sharer::Registration;
+
+/// How often the registrations made for a process named are looked at, for
+/// those whose process has exited.
+const RECIPIENT_CHECK: Duration = Duration::from_secs(1);
 
 /// Fds handed to the resource sharer and not yet fetched, oldest first.
 #[derive(Debug)]
@@ -16,6 +26,9 @@ pub(crate) struct UnfetchedFds(Expiring<Pending>);
 #[derive(Debug)]
 struct Pending {
     queue: VecDeque<(Instant, Registration)>,
+    /// The process each registration went to, by key, when the
+    /// connection could name it.
+    recipients: HashMap<i64, u32>,
     lifetime: Duration,
     /// The most registrations still waiting for their receivers: past it,
     /// the oldest goes first.
@@ -27,6 +40,7 @@ impl UnfetchedFds {
     pub(crate) fn new(lifetime: Duration, max: usize) -> Self {
         let pending = Pending {
             queue: VecDeque::new(),
+            recipients: HashMap::new(),
             lifetime,
             max: max.max(1),
         };
@@ -43,18 +57,26 @@ impl UnfetchedFds {
         self.0.update(|pending| pending.max = max.max(1));
     }
 
-    /// Keeps `registration` until its lifetime passes, within the count:
-    /// past it, the oldest goes first, its fd closed.
-    pub(crate) fn keep(&self, registration: Registration) {
+    /// Keeps `registration`, made for a message to process `recipient`
+    /// (when the connection can name it), until its lifetime passes or
+    /// `recipient` exits, within the count: past it, the oldest goes first,
+    /// its fd closed.
+    pub(crate) fn keep(&self, registration: Registration, recipient: Option<u32>) {
         self.0.update(|pending| {
             let deadline = Instant::now() + pending.lifetime;
+            if let Some(pid) = recipient {
+                pending.recipients.insert(registration.id().key, pid);
+            }
             pending.queue.push_back((deadline, registration));
         });
     }
 
     /// Closes every fd still waiting.
     pub(crate) fn clear(&self) {
-        let cleared = self.0.update(|pending| std::mem::take(&mut pending.queue));
+        let cleared = self.0.update(|pending| {
+            pending.recipients.clear();
+            std::mem::take(&mut pending.queue)
+        });
         drop(cleared);
     }
 
@@ -77,7 +99,42 @@ impl ExpiringQueue for Pending {
     /// O(1) per send: deadlines grow in push order and receivers fetch in
     /// about send order. Over the count, fetched ones behind a waiting one
     /// go first (they hold no fd, only a key), then the oldest waiting.
+    ///
+    /// Registrations whose process has exited go wherever they are in the
+    /// queue, each process asked once a look.
     fn take_expired(&mut self, now: Instant, expired: &mut Vec<Registration>) {
+        let before = expired.len();
+        self.take_due(now, expired);
+        if !self.recipients.is_empty() {
+            let mut asked = HashMap::new();
+            let recipients = &self.recipients;
+            let mut orphaned = |registration: &Registration| {
+                recipients
+                    .get(&registration.id().key)
+                    .is_some_and(|&pid| *asked.entry(pid).or_insert_with(|| has_exited(pid)))
+            };
+            let (gone, waiting): (VecDeque<_>, VecDeque<_>) = std::mem::take(&mut self.queue)
+                .into_iter()
+                .partition(|(_, registration)| orphaned(registration));
+            expired.extend(gone.into_iter().map(|(_, registration)| registration));
+            self.queue = waiting;
+        }
+        for registration in &expired[before..] {
+            self.recipients.remove(&registration.id().key);
+        }
+    }
+
+    fn next_deadline(&mut self) -> Option<Instant> {
+        let expiry = self.queue.front().map(|(deadline, _)| *deadline);
+        let check = (!self.recipients.is_empty()).then(|| Instant::now() + RECIPIENT_CHECK);
+        expiry.into_iter().chain(check).min()
+    }
+}
+
+impl Pending {
+    /// Takes the expired and fetched registrations at the front, and over
+    /// the count the fetched ones behind a waiting one, then the oldest.
+    fn take_due(&mut self, now: Instant, expired: &mut Vec<Registration>) {
         let done = |(deadline, registration): &(Instant, Registration)| {
             *deadline <= now || !registration.is_pending()
         };
@@ -95,10 +152,6 @@ impl ExpiringQueue for Pending {
         while self.queue.len() > self.max {
             expired.extend(self.queue.pop_front().map(|(_, registration)| registration));
         }
-    }
-
-    fn next_deadline(&mut self) -> Option<Instant> {
-        self.queue.front().map(|(deadline, _)| *deadline)
     }
 }
 
@@ -124,7 +177,7 @@ mod tests {
         let lifetime = Duration::from_secs(1);
         let unfetched = UnfetchedFds::new(lifetime, 8);
         let kept = Instant::now();
-        unfetched.keep(registration(&sharer));
+        unfetched.keep(registration(&sharer), None);
         assert!(unfetched.pending() == 1 || kept.elapsed() >= lifetime);
         let deadline = kept + Duration::from_secs(15);
         while unfetched.0.read(|pending| pending.queue.len()) > 0 {
@@ -140,9 +193,9 @@ mod tests {
         let unfetched = UnfetchedFds::new(Duration::from_secs(60), 2);
         let first = registration(&sharer);
         let first_key = first.id().key;
-        unfetched.keep(first);
-        unfetched.keep(registration(&sharer));
-        unfetched.keep(registration(&sharer));
+        unfetched.keep(first, None);
+        unfetched.keep(registration(&sharer), None);
+        unfetched.keep(registration(&sharer), None);
         assert_eq!(unfetched.pending(), 2);
         assert!(!sharer.is_registered(first_key));
     }
@@ -153,13 +206,13 @@ mod tests {
         let unfetched = UnfetchedFds::new(Duration::from_secs(60), 2);
         let waiting = registration(&sharer);
         let waiting_key = waiting.id().key;
-        unfetched.keep(waiting);
+        unfetched.keep(waiting, None);
         let fetched = registration(&sharer);
         let fetched_key = fetched.id().key;
-        unfetched.keep(fetched);
+        unfetched.keep(fetched, None);
         // As a receiver's fetch does: the fd leaves the sharer's table.
         drop(sharer.withdraw(fetched_key));
-        unfetched.keep(registration(&sharer));
+        unfetched.keep(registration(&sharer), None);
         assert!(
             sharer.is_registered(waiting_key),
             "the waiting fd was closed early"
