@@ -224,6 +224,8 @@ impl ManagerConnection {
     /// for a receiver it was not told of.
     pub fn in_flight(&self, name: &SegmentName, receiver: u32) {
         let mut state = self.lock();
+        // Kept for a manager that takes over, even when this one is gone.
+        state.names.sent_to(name, receiver);
         if state.link.broken.is_none() {
             let _ = state.link.in_flight(name, receiver);
         }
@@ -251,8 +253,11 @@ impl ManagerConnection {
             cause: Box::new(cause),
         };
         let mut link = replacement::open_own_link().map_err(no_replacement)?;
-        for name in state.names.replay() {
+        for (name, receivers) in state.names.replay() {
             link.register(&name).map_err(no_replacement)?;
+            for receiver in receivers {
+                link.in_flight(&name, receiver).map_err(no_replacement)?;
+            }
         }
         state.link = link;
         replacement::remove_socket_dir(&dead);
