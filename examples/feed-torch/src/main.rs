@@ -42,9 +42,10 @@ fn produce() -> Result<(), Box<dyn std::error::Error>> {
         trainer.send(&batch.into())?;
     }
     trainer.send(&Value::None)?;
-    // Under file_system, the default, the batches outlive this process and
-    // this returns at once; under file_descriptor torch fetches each from
-    // this process, and this waits until it has.
+    // Batches in named segments (the default, while /dev/shm has room)
+    // outlive this process, and this returns at once; those in memfds (the
+    // default past that room, or file_descriptor) torch fetches from this
+    // process, and this waits until it has.
     sharing.wait_until_fetched(Duration::from_secs(60))?;
     println!("sent {BATCHES} batches of 8 images, written in shared memory");
     Ok(())

@@ -76,9 +76,10 @@ fn work() -> Result<usize, Box<dyn Error>> {
         job.send(&to_value(&Answer { id, norms })?)?;
         done += 1;
     }
-    // Under file_system, the default, the answers outlive this process and
-    // this returns at once; under file_descriptor the job fetches each
-    // from this process, and this waits until it has.
+    // Answers in named segments (the default, while /dev/shm has room)
+    // outlive this process, and this returns at once; those in memfds (the
+    // default past that room, or file_descriptor) the job fetches from this
+    // process, and this waits until it has.
     sharing.wait_until_fetched(Duration::from_secs(60))?;
     Ok(done)
 }
