@@ -315,19 +315,7 @@ fn a_segment_sent_to_a_receiver_killed_unread_goes_while_its_sender_lives() {
     let authkey = Authkey::random().expect("an authkey");
     let sharing = fs_context(&authkey);
     let listener = sharing.listen_in_private_dir().expect("listen");
-    // Connects and reads nothing until it is killed.
-    let mut receiver = std::process::Command::new(&python)
-        .args([
-            "-c",
-            "import sys, time\n\
-             from multiprocessing.connection import Client\n\
-             conn = Client(sys.argv[1], authkey=bytes.fromhex(sys.argv[2]))\n\
-             time.sleep(600)",
-        ])
-        .arg(listener.address().to_string())
-        .arg(authkey.to_hex())
-        .spawn()
-        .expect("start the receiver");
+    let mut receiver = support::silent_receiver(&python, listener.address(), &authkey);
     let mut connection = listener.accept().expect("accept the receiver");
     let tensor =
         tensorshare::Tensor::from_slice(&sharing, &[7u8; 4096], &[4096]).expect("a tensor");
@@ -362,18 +350,7 @@ fn a_segment_pooled_before_its_receiver_was_killed_goes_while_its_sender_streams
     let authkey = Authkey::random().expect("an authkey");
     let sharing = fs_context(&authkey);
     let listener = sharing.listen_in_private_dir().expect("listen");
-    let mut receiver = std::process::Command::new(&python)
-        .args([
-            "-c",
-            "import sys, time\n\
-             from multiprocessing.connection import Client\n\
-             conn = Client(sys.argv[1], authkey=bytes.fromhex(sys.argv[2]))\n\
-             time.sleep(600)",
-        ])
-        .arg(listener.address().to_string())
-        .arg(authkey.to_hex())
-        .spawn()
-        .expect("start the receiver");
+    let mut receiver = support::silent_receiver(&python, listener.address(), &authkey);
     let mut connection = listener.accept().expect("accept the receiver");
     let tensor =
         tensorshare::Tensor::from_slice(&sharing, &[7u8; 4096], &[4096]).expect("a tensor");

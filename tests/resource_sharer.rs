@@ -878,18 +878,7 @@ fn an_fd_sent_to_a_receiver_killed_unfetched_closes_while_its_sender_idles() {
     let sharing = tensorshare::SharingContext::new(authkey.clone())
         .with_strategy(tensorshare::StrategyKind::FileDescriptor);
     let listener = sharing.listen_in_private_dir().expect("listen");
-    let mut receiver = Command::new(&python)
-        .args([
-            "-c",
-            "import sys, time\n\
-             from multiprocessing.connection import Client\n\
-             conn = Client(sys.argv[1], authkey=bytes.fromhex(sys.argv[2]))\n\
-             time.sleep(600)",
-        ])
-        .arg(listener.address().to_string())
-        .arg(authkey.to_hex())
-        .spawn()
-        .expect("start the receiver");
+    let mut receiver = support::silent_receiver(&python, listener.address(), &authkey);
     let mut connection = listener.accept().expect("accept the receiver");
     let tensor =
         tensorshare::Tensor::from_slice(&sharing, &[7u8; 4096], &[4096]).expect("a tensor");

@@ -37,9 +37,10 @@ const FIRST_PRUNE: usize = 64;
 /// the sharer that holds them.
 #[derive(Debug, Default)]
 pub(super) struct SentRegistrations {
-    /// The peer's pid when it connected; `None` until first asked, or when
-    /// this pid namespace cannot name the peer.
-    peer: Option<u32>,
+    /// The peer's pid when it connected (`None` inside when this pid
+    /// namespace cannot name the peer); `None` until first asked, so that
+    /// `SO_PEERCRED` is read once per connection, not per message.
+    peer: Option<Option<u32>>,
     sharers: Vec<SharerKeys>,
 }
 
@@ -95,16 +96,13 @@ impl SentRegistrations {
     /// The peer's pid when it connected, asked once; `None` when this pid
     /// namespace cannot name it, or over TCP.
     pub(super) fn peer(&mut self, stream: &StreamSocket) -> Option<u32> {
-        if self.peer.is_none() {
-            self.peer = peer_pid(stream);
-        }
-        self.peer
+        *self.peer.get_or_insert_with(|| peer_pid(stream))
     }
 
     /// Withdraws every noted fd still registered, closing it, if the peer
     /// has exited or is exiting; returns how many it closed.
     pub(super) fn withdraw_if_peer_exited(&mut self) -> usize {
-        if self.sharers.is_empty() || !self.peer.is_some_and(has_exited) {
+        if self.sharers.is_empty() || !self.peer.flatten().is_some_and(has_exited) {
             return 0;
         }
         std::mem::take(&mut self.sharers)

@@ -171,6 +171,27 @@ fn build_tensorshare() -> PathBuf {
     exe
 }
 
+/// A stock Python peer that connects to `address` with `authkey` and reads
+/// nothing until it is killed: a receiver that dies with messages unread.
+pub fn silent_receiver(
+    python: &str,
+    address: &tensorshare::connection::Address,
+    authkey: &tensorshare::Authkey,
+) -> Child {
+    Command::new(python)
+        .args([
+            "-c",
+            "import sys, time\n\
+             from multiprocessing.connection import Client\n\
+             conn = Client(sys.argv[1], authkey=bytes.fromhex(sys.argv[2]))\n\
+             time.sleep(600)",
+        ])
+        .arg(address.to_string())
+        .arg(authkey.to_hex())
+        .spawn()
+        .expect("start the silent receiver")
+}
+
 /// A script in `compat/python/`.
 pub fn python_script(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

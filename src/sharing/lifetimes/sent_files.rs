@@ -18,13 +18,12 @@
 //!
 //! Leases expire on time even while nothing is sent ([`Expiring`]).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tensorshare_strategies::file_descriptor::FileIdentity;
 use tensorshare_strategies::memmap::FileLease;
-use tensorshare_strategies::platform::process::has_exited;
+use tensorshare_strategies::platform::process::ExitSweep;
 
 use super::expiry::{Expiring, ExpiringQueue};
 use crate::sharing::pools::AgingMap;
@@ -58,6 +57,8 @@ struct Held {
     /// The sum of the held files' sizes.
     bytes: usize,
     limits: RetentionLimits,
+    /// When the leases are next looked at for exited recipients.
+    exits: ExitSweep,
 }
 
 impl ExpiringQueue for Held {
@@ -76,9 +77,14 @@ impl ExpiringQueue for Held {
             self.bytes -= lease.len();
             evicted.push(lease);
         }
-        // Each pid asked once, however many files went to it.
-        let mut exited = HashMap::new();
-        let mut exited = |pid| *exited.entry(pid).or_insert_with(|| has_exited(pid));
+        // Each pid asked once a look, however many files went to it; a
+        // look at most once a sweep, not on every send.
+        if self.leases.is_empty() {
+            return;
+        }
+        let Some(mut exited) = self.exits.look(now) else {
+            return;
+        };
         for (_, lease) in self
             .leases
             .remove_where(|lease| lease.recipients().all_exited_by(&mut exited))
@@ -93,11 +99,8 @@ impl ExpiringQueue for Held {
             .leases
             .oldest()
             .map(|since| since + self.limits.lifetime);
-        let named = self
-            .leases
-            .values()
-            .any(|lease| lease.recipients().is_known());
-        let check = named.then(|| Instant::now() + RECIPIENT_CHECK);
+        // Held leases are looked at for exited recipients once a sweep.
+        let check = (!self.leases.is_empty()).then(|| self.exits.next_due());
         expiry.into_iter().chain(check).min()
     }
 }
@@ -108,6 +111,7 @@ impl SentFiles {
             leases: AgingMap::default(),
             bytes: 0,
             limits,
+            exits: ExitSweep::new(RECIPIENT_CHECK),
         };
         Self(Expiring::new(held, "tensorshare-sent-files"))
     }

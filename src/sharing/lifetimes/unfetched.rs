@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use std::collections::HashMap;
 
-use tensorshare_strategies::platform::process::has_exited;
+use tensorshare_strategies::platform::process::ExitSweep;
 
 use super::expiry::{Expiring, ExpiringQueue};
 use crate::resource_sharer::Registration;
@@ -29,6 +29,8 @@ struct Pending {
     /// The process each registration went to, by key, when the
     /// connection could name it.
     recipients: HashMap<i64, u32>,
+    /// When the recipients are next looked at.
+    exits: ExitSweep,
     lifetime: Duration,
     /// The most registrations still waiting for their receivers: past it,
     /// the oldest goes first.
@@ -41,6 +43,7 @@ impl UnfetchedFds {
         let pending = Pending {
             queue: VecDeque::new(),
             recipients: HashMap::new(),
+            exits: ExitSweep::new(RECIPIENT_CHECK),
             lifetime,
             max: max.max(1),
         };
@@ -101,17 +104,19 @@ impl ExpiringQueue for Pending {
     /// go first (they hold no fd, only a key), then the oldest waiting.
     ///
     /// Registrations whose process has exited go wherever they are in the
-    /// queue, each process asked once a look.
+    /// queue, looked for at most once every [`RECIPIENT_CHECK`] (not on
+    /// every send), each process asked once a look.
     fn take_expired(&mut self, now: Instant, expired: &mut Vec<Registration>) {
         let before = expired.len();
         self.take_due(now, expired);
-        if !self.recipients.is_empty() {
-            let mut asked = HashMap::new();
+        if !self.recipients.is_empty()
+            && let Some(mut exited) = self.exits.look(now)
+        {
             let recipients = &self.recipients;
             let mut orphaned = |registration: &Registration| {
                 recipients
                     .get(&registration.id().key)
-                    .is_some_and(|&pid| *asked.entry(pid).or_insert_with(|| has_exited(pid)))
+                    .is_some_and(|&pid| exited(pid))
             };
             let (gone, waiting): (VecDeque<_>, VecDeque<_>) = std::mem::take(&mut self.queue)
                 .into_iter()
@@ -126,7 +131,7 @@ impl ExpiringQueue for Pending {
 
     fn next_deadline(&mut self) -> Option<Instant> {
         let expiry = self.queue.front().map(|(deadline, _)| *deadline);
-        let check = (!self.recipients.is_empty()).then(|| Instant::now() + RECIPIENT_CHECK);
+        let check = (!self.recipients.is_empty()).then(|| self.exits.next_due());
         expiry.into_iter().chain(check).min()
     }
 }

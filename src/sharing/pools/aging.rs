@@ -51,6 +51,10 @@ impl<K: Clone + Eq + Hash, V> AgingMap<K, V> {
         self.entries.len()
     }
 
+    pub(crate) fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
     /// The values, in no order.
     pub(crate) fn values(&self) -> impl Iterator<Item = &V> {
         self.entries.values().map(|(_, value)| value)

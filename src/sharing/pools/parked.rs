@@ -6,6 +6,7 @@
 use std::time::{Duration, Instant};
 
 use tensorshare_strategies::Segment;
+use tensorshare_strategies::platform::process::ExitSweep;
 
 use super::by_length::{ByLength, kept_bytes_limit};
 
@@ -34,8 +35,8 @@ pub(crate) struct Parked<S> {
     max_segments: usize,
     /// The most bytes kept, whatever the producer held at once.
     max_bytes: usize,
-    /// When the parked segments were last looked at for stranded ones.
-    stranded_checked: Option<Instant>,
+    /// When the parked segments are next looked at for stranded ones.
+    stranded: ExitSweep,
 }
 
 impl<S: Segment> Parked<S> {
@@ -46,7 +47,7 @@ impl<S: Segment> Parked<S> {
             peak_tracked_bytes: 0,
             max_segments,
             max_bytes,
-            stranded_checked: None,
+            stranded: ExitSweep::new(STRANDED_CHECK),
         }
     }
 
@@ -122,24 +123,17 @@ impl<S: Segment> Parked<S> {
     /// Takes out and forgets the segments parked longer than the lifetime,
     /// and, at most once every [`STRANDED_CHECK`], those `stranded` says
     /// nobody will give back: every process they went to has exited. It
-    /// asks each pid once a look (`exited`, memoized here).
+    /// asks each pid once a look (`exited`).
     pub(crate) fn expire_and_strand(
         &mut self,
         now: Instant,
         stranded: impl Fn(&S, &mut dyn FnMut(u32) -> bool) -> bool,
     ) -> Vec<S> {
         let mut dropped = self.expire(now);
-        let due = self
-            .stranded_checked
-            .is_none_or(|at| now.saturating_duration_since(at) >= STRANDED_CHECK);
-        if due && self.queue.segments() > 0 {
-            self.stranded_checked = Some(now);
-            let mut asked = std::collections::HashMap::new();
-            let mut exited = |pid| {
-                *asked
-                    .entry(pid)
-                    .or_insert_with(|| tensorshare_strategies::platform::process::has_exited(pid))
-            };
+        if self.queue.segments() == 0 {
+            return dropped;
+        }
+        if let Some(mut exited) = self.stranded.look(now) {
             let out = self
                 .queue
                 .drain_where(|segment| stranded(segment, &mut exited));

@@ -7,7 +7,9 @@
 //! any file, so a process whose last fd for a socket has closed shows as
 //! exiting, a zombie, or gone.
 
+use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::sys::signal::kill;
@@ -111,6 +113,41 @@ impl Recipients {
     /// The processes named.
     pub fn pids(&self) -> &[u32] {
         &self.pids
+    }
+}
+
+/// Looks at whether processes have exited at most once per period, each
+/// pid asked once a look: what a sender's queues and pools do to let go of
+/// what only exited processes could still claim, off the path of each send.
+#[derive(Debug, Clone, Copy)]
+pub struct ExitSweep {
+    every: Duration,
+    last: Option<Instant>,
+}
+
+impl ExitSweep {
+    /// A sweep that looks at most once per `every`.
+    pub const fn new(every: Duration) -> Self {
+        Self { every, last: None }
+    }
+
+    /// At `now`, when a look is due: [`has_exited`], memoized for this look.
+    pub fn look(&mut self, now: Instant) -> Option<impl FnMut(u32) -> bool + use<>> {
+        if self
+            .last
+            .is_some_and(|last| now.saturating_duration_since(last) < self.every)
+        {
+            return None;
+        }
+        self.last = Some(now);
+        let mut asked = HashMap::new();
+        Some(move |pid| *asked.entry(pid).or_insert_with(|| has_exited(pid)))
+    }
+
+    /// When the next look is due.
+    pub fn next_due(&self) -> Instant {
+        self.last
+            .map_or_else(Instant::now, |last| last + self.every)
     }
 }
 
