@@ -344,7 +344,30 @@ fn a_segment_sent_to_a_receiver_killed_unread_goes_while_its_sender_lives() {
 /// goes once the receiver has exited, while the producer streams on.
 #[test]
 fn a_segment_pooled_before_its_receiver_was_killed_goes_while_its_sender_streams() {
-    let Some(python) = test_python("a_segment_pooled_before_its_receiver_was_killed") else {
+    a_segment_pooled_before_its_receiver_was_killed_goes(
+        "a_segment_pooled_before_its_receiver_was_killed_streaming",
+        |sharing| drop(sharing.allocate(8192).expect("allocate")),
+    );
+}
+
+/// As above, while the producer allocates nothing: its pool's own thread
+/// lets go of the segment.
+#[test]
+fn a_segment_pooled_before_its_receiver_was_killed_goes_while_its_sender_idles() {
+    a_segment_pooled_before_its_receiver_was_killed_goes(
+        "a_segment_pooled_before_its_receiver_was_killed_idle",
+        |_| {},
+    );
+}
+
+/// Sends a segment to a receiver that never reads it, lets its storage die
+/// here (pooled), kills the receiver, and checks that the segment is gone
+/// within 3 s while the producer does `meanwhile` now and then.
+fn a_segment_pooled_before_its_receiver_was_killed_goes(
+    test: &str,
+    meanwhile: impl Fn(&SharingContext),
+) {
+    let Some(python) = test_python(test) else {
         return;
     };
     let authkey = Authkey::random().expect("an authkey");
@@ -360,11 +383,8 @@ fn a_segment_pooled_before_its_receiver_was_killed_goes_while_its_sender_streams
     assert_eq!(sent.len(), 1, "the segment sent, pooled");
     receiver.kill().expect("kill the receiver");
     receiver.wait().expect("reap the receiver");
-    // The producer goes on allocating batches of another size, each held
-    // a moment, as it would for its next receiver.
     let gone = support::wait_until(std::time::Duration::from_secs(3), || {
-        let batch = sharing.allocate(8192).expect("allocate");
-        drop(batch);
+        meanwhile(&sharing);
         !segments_of(pid).contains(&sent[0])
     });
     assert!(gone, "{} left for a receiver that is gone", sent[0]);

@@ -700,7 +700,30 @@ fn a_file_sent_to_a_receiver_killed_unread_goes_while_its_sender_lives() {
 /// once the receiver has exited, while the producer streams on.
 #[test]
 fn a_file_pooled_before_its_receiver_was_killed_goes_while_its_sender_streams() {
-    let Some(python) = test_python("a_file_pooled_before_its_receiver_was_killed") else {
+    a_file_pooled_before_its_receiver_was_killed_goes(
+        "a_file_pooled_before_its_receiver_was_killed_streaming",
+        |sharing| drop(sharing.allocate(8192).expect("allocate")),
+    );
+}
+
+/// As above, while the producer allocates nothing: its pool's own thread
+/// lets go of the file.
+#[test]
+fn a_file_pooled_before_its_receiver_was_killed_goes_while_its_sender_idles() {
+    a_file_pooled_before_its_receiver_was_killed_goes(
+        "a_file_pooled_before_its_receiver_was_killed_idle",
+        |_| {},
+    );
+}
+
+/// Sends a file to a receiver that never opens it, lets its storage die
+/// here (pooled), kills the receiver, and checks that the file is gone
+/// within 3 s while the producer does `meanwhile` now and then.
+fn a_file_pooled_before_its_receiver_was_killed_goes(
+    test: &str,
+    meanwhile: impl Fn(&SharingContext),
+) {
+    let Some(python) = test_python(test) else {
         return;
     };
     let dir = tempfile::tempdir().expect("a memmap directory");
@@ -717,8 +740,7 @@ fn a_file_pooled_before_its_receiver_was_killed_goes_while_its_sender_streams() 
     receiver.kill().expect("kill the receiver");
     receiver.wait().expect("reap the receiver");
     let gone = support::wait_until(std::time::Duration::from_secs(3), || {
-        let batch = sharing.allocate(8192).expect("allocate");
-        drop(batch);
+        meanwhile(&sharing);
         !files_in(dir.path()).contains(&sent[0])
     });
     assert!(

@@ -231,8 +231,8 @@ impl SharingContext {
     /// stays registered with the shared-memory manager meanwhile, so a
     /// killed process still leaves nothing. Pooled segments are kept within
     /// the same byte bounds and at most 8192 of them (each is a mapping);
-    /// one not taken within 10 seconds of its storage's end is let go of by
-    /// the next allocation, and all of them with the context.
+    /// one not taken within 10 seconds of its storage's end is let go of
+    /// then, while the context idles too, and all of them with the context.
     ///
     /// Under `memmap` (unless the context keeps its files) the file of a
     /// storage allocated here is reused alike, within the same bounds, once

@@ -2,9 +2,9 @@
 //! it or its deadline passes: the fds registered with the resource sharer
 //! and not yet fetched ([`unfetched`]), and the leases of the `memmap`
 //! files sent ([`sent_files`]). Both expire on a thread of their own while
-//! nothing is sent ([`expiry`]).
+//! nothing is sent
+//! ([`Expiring`](crate::sync::expiry::Expiring)).
 
-mod expiry;
 mod sent_files;
 mod unfetched;
 

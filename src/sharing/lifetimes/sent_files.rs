@@ -25,8 +25,8 @@ use tensorshare_strategies::file_descriptor::FileIdentity;
 use tensorshare_strategies::memmap::FileLease;
 use tensorshare_strategies::platform::process::ExitSweep;
 
-use super::expiry::{Expiring, ExpiringQueue};
 use crate::sharing::pools::AgingMap;
+use crate::sync::expiry::{Expiring, ExpiringQueue};
 
 /// How many sent files a context keeps by default.
 pub(crate) const DEFAULT_MAX_FILES: usize = 4096;

@@ -11,8 +11,8 @@ use std::collections::HashMap;
 
 use tensorshare_strategies::platform::process::ExitSweep;
 
-use super::expiry::{Expiring, ExpiringQueue};
 use crate::resource_sharer::Registration;
+use crate::sync::expiry::{Expiring, ExpiringQueue};
 
 /// How often the registrations made for a process named are looked at, for
 /// those whose process has exited.

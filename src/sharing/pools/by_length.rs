@@ -89,14 +89,22 @@ impl<S: Segment> ByLength<S> {
         self.take_first(nbytes, 1, |_| true)
     }
 
-    /// The segment queued longest, of any length, taken out.
-    pub(crate) fn pop_oldest(&mut self) -> Option<S> {
-        let len = self
-            .queues
+    /// When the segment queued longest, and its length.
+    fn oldest_entry(&self) -> Option<(Instant, usize)> {
+        self.queues
             .iter()
             .filter_map(|(len, queue)| queue.front().map(|(since, _)| (*since, *len)))
-            .min()?
-            .1;
+            .min()
+    }
+
+    /// When the segment queued longest was queued.
+    pub(crate) fn oldest(&self) -> Option<Instant> {
+        self.oldest_entry().map(|(since, _)| since)
+    }
+
+    /// The segment queued longest, of any length, taken out.
+    pub(crate) fn pop_oldest(&mut self) -> Option<S> {
+        let (_, len) = self.oldest_entry()?;
         self.pop(len)
     }
 

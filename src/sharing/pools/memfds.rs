@@ -20,7 +20,6 @@
 //! here.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use tensorshare_strategies::Segment;
@@ -31,7 +30,7 @@ use super::aging::AgingMap;
 use super::by_length::{ByLength, kept_bytes_limit};
 use super::watched::Watcher;
 use crate::resource_sharer::KeyReports;
-use crate::sync::lock;
+use crate::sync::expiry::{Expiring, ExpiringQueue};
 
 /// How long a segment waits for its receivers' reports after its storage
 /// died here before the pool frees it.
@@ -40,10 +39,11 @@ const UNREPORTED_LIFETIME: Duration = Duration::from_secs(30);
 /// How long a free segment waits to be reused before the pool frees it.
 const IDLE_LIFETIME: Duration = Duration::from_secs(10);
 
-/// Memfds this process made for storages, and those of them free for reuse.
+/// Memfds this process made for storages, and those of them free for reuse,
+/// freed on time while idle too.
 #[derive(Debug)]
 pub(crate) struct MemfdPool {
-    state: Mutex<PoolState>,
+    state: Expiring<PoolState>,
     /// The most free segments kept, and the most parked: each holds an fd.
     max_idle_segments: usize,
     /// The most free bytes kept, whatever the producer held at once.
@@ -83,7 +83,7 @@ impl MemfdPool {
     /// holds an fd) and at most `max_idle_bytes` free bytes.
     pub(crate) fn new(max_idle_segments: usize, max_idle_bytes: usize) -> Self {
         Self {
-            state: Mutex::new(PoolState::default()),
+            state: Expiring::new(PoolState::default(), "tensorshare-memfd-pool"),
             max_idle_segments,
             max_idle_bytes,
         }
@@ -92,11 +92,12 @@ impl MemfdPool {
     /// Records that the segment `identity` went out under `key`; segments
     /// the pool did not make are not its business.
     pub(crate) fn sent(&self, identity: FileIdentity, key: i64) {
-        let mut state = lock(&self.state);
-        if let Some(tracked) = state.tracked.get_mut(&identity) {
-            tracked.outstanding.push(key);
-            state.keys.insert(key, identity);
-        }
+        self.state.update(|state| {
+            if let Some(tracked) = state.tracked.get_mut(&identity) {
+                tracked.outstanding.push(key);
+                state.keys.insert(key, identity);
+            }
+        });
     }
 
     /// Takes what the sharer saw of keys: a segment fetched under one is
@@ -107,86 +108,100 @@ impl MemfdPool {
         if reports.fetched.is_empty() && reports.unmapped.is_empty() {
             return;
         }
-        let mut state = lock(&self.state);
-        for key in reports.fetched {
-            let Some(identity) = state.keys.remove(&key) else {
-                continue;
-            };
-            if let Some(tracked) = state.tracked.get_mut(&identity) {
-                tracked.fetched = true;
-                if state.parked.remove(&identity).is_some() {
-                    state.untrack(identity);
+        let now = Instant::now();
+        // Closed outside the lock.
+        let freed = self.state.update(|state| {
+            let mut freed = Vec::new();
+            for key in reports.fetched {
+                let Some(identity) = state.keys.remove(&key) else {
+                    continue;
+                };
+                if let Some(tracked) = state.tracked.get_mut(&identity) {
+                    tracked.fetched = true;
+                    if let Some(segment) = state.parked.remove(&identity) {
+                        state.untrack(identity);
+                        freed.push(segment);
+                    }
                 }
             }
-        }
-        let now = Instant::now();
-        for key in reports.unmapped {
-            let Some(identity) = state.keys.remove(&key) else {
-                continue;
-            };
-            let Some(tracked) = state.tracked.get_mut(&identity) else {
-                continue;
-            };
-            tracked.outstanding.retain(|&k| k != key);
-            if tracked.outstanding.is_empty()
-                && !tracked.fetched
-                && let Some(segment) = state.parked.remove(&identity)
-            {
-                self.make_idle(&mut state, segment, now);
+            for key in reports.unmapped {
+                let Some(identity) = state.keys.remove(&key) else {
+                    continue;
+                };
+                let Some(tracked) = state.tracked.get_mut(&identity) else {
+                    continue;
+                };
+                tracked.outstanding.retain(|&k| k != key);
+                if tracked.outstanding.is_empty()
+                    && !tracked.fetched
+                    && let Some(segment) = state.parked.remove(&identity)
+                {
+                    freed.extend(self.make_idle(state, segment, now));
+                }
             }
-        }
+            freed
+        });
+        drop(freed);
     }
 
-    /// Puts `segment` on the free list, or frees it when the pool holds
-    /// enough.
-    fn make_idle(&self, state: &mut PoolState, segment: FdSegment, now: Instant) {
+    /// Puts `segment` on the free list; returns it, untracked, to be freed
+    /// when the pool holds enough.
+    fn make_idle(
+        &self,
+        state: &mut PoolState,
+        segment: FdSegment,
+        now: Instant,
+    ) -> Option<FdSegment> {
         let byte_limit = kept_bytes_limit(self.max_idle_bytes, state.peak_tracked_bytes);
         if state.idle.segments() >= self.max_idle_segments
             || state.idle.bytes().saturating_add(segment.len()) > byte_limit
         {
             state.untrack(segment.identity());
-            return;
+            return Some(segment);
         }
         state.idle.push(segment, now);
+        None
     }
 
     /// How many segments are free for reuse.
     #[cfg(test)]
     fn idle_segments(&self) -> usize {
-        lock(&self.state).idle.segments()
+        self.state.read(|state| state.idle.segments())
     }
 }
 
 impl Pool for MemfdPool {
     /// A free segment of exactly `nbytes`, oldest first.
     fn take(&self, nbytes: usize) -> Option<FdSegment> {
-        let mut state = lock(&self.state);
-        state.expire(Instant::now());
-        state.idle.pop(nbytes)
+        self.state.update(|state| state.idle.pop(nbytes))
     }
 
     fn adopt(&self, segment: &FdSegment) -> bool {
         let nbytes = segment.as_bytes().len();
-        let mut state = lock(&self.state);
         let tracked = Tracked {
             nbytes,
             outstanding: Vec::new(),
             fetched: false,
         };
-        state.tracked.insert(segment.identity(), tracked);
-        state.tracked_bytes += nbytes;
-        state.peak_tracked_bytes = state.peak_tracked_bytes.max(state.tracked_bytes);
+        self.state.update(|state| {
+            state.tracked.insert(segment.identity(), tracked);
+            state.tracked_bytes += nbytes;
+            state.peak_tracked_bytes = state.peak_tracked_bytes.max(state.tracked_bytes);
+        });
         true
     }
 
     /// Frees every free segment, so that their fds and memory go back to
     /// the system.
     fn make_room(&self) -> usize {
-        let mut state = lock(&self.state);
-        let freed = state.idle.drain(None);
-        for segment in &freed {
-            state.untrack(segment.identity());
-        }
+        // Closed outside the lock.
+        let freed = self.state.update(|state| {
+            let freed = state.idle.drain(None);
+            for segment in &freed {
+                state.untrack(segment.identity());
+            }
+            freed
+        });
         freed.len()
     }
 }
@@ -198,47 +213,68 @@ impl Watcher for MemfdPool {
     /// every receiver has reported it, else parked until they do.
     fn ended(&self, segment: FdSegment) {
         let identity = segment.identity();
-        let mut state = lock(&self.state);
         let now = Instant::now();
-        state.expire(now);
-        let Some(tracked) = state.tracked.get(&identity) else {
-            return;
-        };
-        if tracked.fetched {
-            state.untrack(identity);
-        } else if tracked.outstanding.is_empty() {
-            self.make_idle(&mut state, segment, now);
-        } else {
+        // Closed outside the lock.
+        let freed = self.state.update(|state| {
+            let Some(tracked) = state.tracked.get(&identity) else {
+                return vec![segment];
+            };
+            if tracked.fetched {
+                state.untrack(identity);
+                return vec![segment];
+            }
+            if tracked.outstanding.is_empty() {
+                return self.make_idle(state, segment, now).into_iter().collect();
+            }
             state.parked.insert(identity, segment, now);
             // Each waits with its fd open: the oldest go first.
+            let mut freed = Vec::new();
             while state.parked.len() > self.max_idle_segments {
-                let Some((oldest, _)) = state.parked.pop_oldest() else {
+                let Some((oldest, segment)) = state.parked.pop_oldest() else {
                     break;
                 };
                 state.untrack(oldest);
+                freed.push(segment);
             }
-        }
+            freed
+        });
+        drop(freed);
     }
 }
 
-impl PoolState {
-    /// Frees segments free for too long, and parked segments whose
-    /// receivers never reported.
-    fn expire(&mut self, now: Instant) {
+impl ExpiringQueue for PoolState {
+    type Expired = FdSegment;
+
+    /// Segments free for too long, and parked segments whose receivers
+    /// never reported.
+    fn take_expired(&mut self, now: Instant, expired: &mut Vec<FdSegment>) {
         let cutoff = now.checked_sub(IDLE_LIFETIME);
         if cutoff.is_some() {
             for segment in self.idle.drain(cutoff) {
                 self.untrack(segment.identity());
+                expired.push(segment);
             }
         }
-        while let Some((identity, _)) = self
+        while let Some((identity, segment)) = self
             .parked
             .pop_oldest_if(|since, _| now.duration_since(since) > UNREPORTED_LIFETIME)
         {
             self.untrack(identity);
+            expired.push(segment);
         }
     }
 
+    fn next_deadline(&mut self) -> Option<Instant> {
+        let idle = self.idle.oldest().map(|since| since + IDLE_LIFETIME);
+        let parked = self
+            .parked
+            .oldest()
+            .map(|since| since + UNREPORTED_LIFETIME);
+        idle.into_iter().chain(parked).min()
+    }
+}
+
+impl PoolState {
     /// Forgets the segment `identity` and the keys it waited for; a parked
     /// segment is freed with it.
     fn untrack(&mut self, identity: FileIdentity) {
@@ -346,7 +382,10 @@ mod tests {
             unmapped: vec![2],
         });
         assert_eq!(pool.idle_segments(), 0);
-        assert!(lock(&pool.state).tracked.is_empty(), "freed at once");
+        assert!(
+            pool.state.read(|state| state.tracked.is_empty()),
+            "freed at once"
+        );
     }
 
     #[test]
@@ -357,8 +396,10 @@ mod tests {
             pool.sent(identity, key);
             drop(segment);
         }
-        let state = lock(&pool.state);
-        assert_eq!((state.parked.len(), state.tracked.len()), (2, 2));
+        let counts = pool
+            .state
+            .read(|state| (state.parked.len(), state.tracked.len()));
+        assert_eq!(counts, (2, 2));
     }
 
     #[test]
@@ -368,13 +409,40 @@ mod tests {
         let (parked, identity) = storage_segment(&pool, 4096);
         pool.sent(identity, 1);
         drop((idle, parked));
-        let mut state = lock(&pool.state);
-        assert_eq!((state.idle.segments(), state.parked.len()), (1, 1));
-        state.expire(Instant::now() + IDLE_LIFETIME + Duration::from_secs(1));
-        assert_eq!((state.idle.segments(), state.parked.len()), (0, 1));
-        state.expire(Instant::now() + UNREPORTED_LIFETIME + Duration::from_secs(1));
-        assert_eq!(state.parked.len(), 0);
-        assert!(state.tracked.is_empty() && state.keys.is_empty());
+        let expire_at = |later: Duration| {
+            pool.state.update(|state| {
+                let mut expired = Vec::new();
+                state.take_expired(Instant::now() + later, &mut expired);
+                (state.idle.segments(), state.parked.len())
+            })
+        };
+        assert_eq!(expire_at(Duration::ZERO), (1, 1));
+        let past = Duration::from_secs(1);
+        assert_eq!(expire_at(IDLE_LIFETIME + past), (0, 1));
+        assert_eq!(expire_at(UNREPORTED_LIFETIME + past), (0, 0));
+        let forgotten = pool
+            .state
+            .read(|state| state.tracked.is_empty() && state.keys.is_empty());
+        assert!(forgotten, "the freed segments are still tracked");
+    }
+
+    /// Nothing allocated, sent or reported: the pool's own thread frees
+    /// the free segment once its lifetime has passed.
+    #[test]
+    fn an_idle_pool_frees_its_segments_on_time() {
+        let pool = pool();
+        drop(storage_segment(&pool, 4096).0);
+        assert_eq!(pool.idle_segments(), 1);
+        let freed = Instant::now();
+        let deadline = freed + IDLE_LIFETIME + Duration::from_secs(5);
+        while pool.state.read(|state| !state.tracked.is_empty()) {
+            assert!(Instant::now() < deadline, "the idle pool kept its memfd");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(
+            freed.elapsed() >= IDLE_LIFETIME,
+            "freed before its lifetime"
+        );
     }
 
     #[test]

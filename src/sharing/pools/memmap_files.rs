@@ -57,25 +57,26 @@
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::time::Instant;
 
 use tensorshare_strategies::Segment;
 use tensorshare_strategies::memmap::MemmapSegment;
 use tensorshare_strategies::platform::open_watch::OpenWatch;
+use tensorshare_strategies::platform::process::has_exited;
 
 use super::Pool;
-use super::parked::Parked;
+use super::parked::{Parked, Strandable};
 use super::watched::Watcher;
-use crate::sync::lock;
+use crate::sync::expiry::{Expiring, ExpiringQueue};
 
 /// `memmap` files this process made for storages, and those of them whose
-/// storage died here, by length, oldest first.
+/// storage died here, by length, oldest first; let go of on time while
+/// idle too.
 #[derive(Debug)]
 pub(crate) struct MemmapPool {
     /// The directory whose files it pools and whose opens it counts.
     dir: PathBuf,
-    state: Mutex<PoolState>,
+    state: Expiring<PoolState>,
 }
 
 #[derive(Debug)]
@@ -194,17 +195,44 @@ impl PoolState {
     }
 }
 
+impl ExpiringQueue for PoolState {
+    type Expired = MemmapSegment;
+
+    /// The parked files past their lifetime or stranded, no longer counted.
+    fn take_expired(&mut self, now: Instant, expired: &mut Vec<MemmapSegment>) {
+        let before = expired.len();
+        self.parked.take_expired(now, expired);
+        if let Some(seen) = &mut self.seen {
+            seen.untrack(&expired[before..]);
+        }
+    }
+
+    fn next_deadline(&mut self) -> Option<Instant> {
+        self.parked.next_deadline()
+    }
+}
+
+impl Strandable for MemmapSegment {
+    /// Every process it was sent to has exited: one that never opened it
+    /// leaves a count of opens that will not come.
+    fn is_stranded_by(&self, exited: &mut dyn FnMut(u32) -> bool) -> bool {
+        self.lease()
+            .is_some_and(|lease| lease.recipients().all_exited_by(exited))
+    }
+}
+
 impl MemmapPool {
     /// A pool of the files of `dir`, keeping at most `max_files` files
     /// (each holds a mapping) and `max_bytes` bytes.
     pub(crate) fn new(dir: &Path, max_files: usize, max_bytes: usize) -> Self {
+        let state = PoolState {
+            seen: None,
+            unavailable: false,
+            parked: Parked::new(max_files, max_bytes),
+        };
         Self {
             dir: dir.to_path_buf(),
-            state: Mutex::new(PoolState {
-                seen: None,
-                unavailable: false,
-                parked: Parked::new(max_files, max_bytes),
-            }),
+            state: Expiring::new(state, "tensorshare-memmap-pool"),
         }
     }
 
@@ -217,21 +245,22 @@ impl MemmapPool {
         let Some(name) = segment.path().file_name() else {
             return;
         };
-        let mut state = lock(&self.state);
-        let Some(seen) = state.watching(&self.dir) else {
-            return;
-        };
-        // Every open made before this message is counted now, so that
-        // `opens_before` holds none of its receiver's.
-        seen.watch.refresh();
-        if !seen.sends.contains_key(name) {
-            seen.prune(&self.dir);
-            seen.watch.track(name);
-        }
-        let opened = seen.watch.counts(name).map_or(0, |counts| counts.opened);
-        let sends = seen.sends.entry(name.to_owned()).or_default();
-        sends.opens_before.get_or_insert(opened);
-        sends.messages += 1;
+        self.state.update(|state| {
+            let Some(seen) = state.watching(&self.dir) else {
+                return;
+            };
+            // Every open made before this message is counted now, so that
+            // `opens_before` holds none of its receiver's.
+            seen.watch.refresh();
+            if !seen.sends.contains_key(name) {
+                seen.prune(&self.dir);
+                seen.watch.track(name);
+            }
+            let opened = seen.watch.counts(name).map_or(0, |counts| counts.opened);
+            let sends = seen.sends.entry(name.to_owned()).or_default();
+            sends.opens_before.get_or_insert(opened);
+            sends.messages += 1;
+        });
     }
 
     /// For each of `paths`, whether every message this process sent naming
@@ -243,15 +272,16 @@ impl MemmapPool {
         &self,
         paths: impl IntoIterator<Item = &'p Path>,
     ) -> Vec<Option<bool>> {
-        let mut state = lock(&self.state);
-        let seen = state.seen.as_mut().map(|seen| {
-            seen.watch.refresh();
-            &*seen
-        });
-        paths
-            .into_iter()
-            .map(|path| seen?.all_opened(path.file_name()?))
-            .collect()
+        self.state.update(|state| {
+            let seen = state.seen.as_mut().map(|seen| {
+                seen.watch.refresh();
+                &*seen
+            });
+            paths
+                .into_iter()
+                .map(|path| seen?.all_opened(path.file_name()?))
+                .collect()
+        })
     }
 }
 
@@ -259,23 +289,20 @@ impl Watcher for MemmapPool {
     type Segment = MemmapSegment;
 
     /// Parks the file of a storage that died here, or lets go of it when
-    /// the pool holds enough, or when every process it was sent to has
-    /// exited: one that never opened it leaves a count of opens that will
-    /// not come.
+    /// the pool holds enough, or when it is stranded ([`Strandable`]).
     fn ended(&self, segment: MemmapSegment) {
-        let stranded = segment
-            .lease()
-            .is_some_and(|lease| lease.recipients().all_exited());
-        let dropped = {
-            let mut state = lock(&self.state);
-            let PoolState { seen, parked, .. } = &mut *state;
-            let reusable = !segment.was_truncated() && !stranded;
-            let dropped = parked.take_back(segment, reusable, Instant::now());
-            if let Some(seen) = seen {
+        let stranded = segment.is_stranded_by(&mut has_exited);
+        let reusable = !segment.was_truncated() && !stranded;
+        let now = Instant::now();
+        // Unmapped, and removed unless a receiver's lease keeps it, outside
+        // the lock.
+        let dropped = self.state.update(|state| {
+            let dropped = state.parked.take_back(segment, reusable, now);
+            if let Some(seen) = &mut state.seen {
                 seen.untrack(&dropped);
             }
             dropped
-        };
+        });
         drop(dropped);
     }
 }
@@ -285,27 +312,14 @@ impl Pool for MemmapPool {
     /// message was opened and let go of, with whatever bytes its last
     /// storage left in it.
     fn take(&self, nbytes: usize) -> Option<MemmapSegment> {
-        let (taken, expired) = {
-            let mut state = lock(&self.state);
-            let PoolState { seen, parked, .. } = &mut *state;
+        self.state.update(|state| {
+            let PoolState { seen, parked, .. } = state;
             let seen = seen.as_mut()?;
-            let expired = parked.expire_and_strand(Instant::now(), |file, exited| {
-                file.lease()
-                    .is_some_and(|lease| lease.recipients().all_exited_by(exited))
-            });
-            seen.untrack(&expired);
             if parked.has_len(nbytes) {
                 seen.watch.refresh();
             }
-            (
-                parked.take_free(nbytes, |file| seen.all_received(file)),
-                expired,
-            )
-        };
-        // Unmapped, and removed unless a receiver's lease keeps them,
-        // outside the lock.
-        drop(expired);
-        taken
+            parked.take_free(nbytes, |file| seen.all_received(file))
+        })
     }
 
     /// Starts counting the opens of `segment`, a new file of the pool's
@@ -314,30 +328,30 @@ impl Pool for MemmapPool {
         let Some(name) = segment.path().file_name() else {
             return false;
         };
-        let mut state = lock(&self.state);
-        let Some(seen) = state.watching(&self.dir) else {
-            return false;
-        };
-        // Read now and then whatever the allocations are, so that the
-        // kernel's queue does not overflow: a file costs far more than this.
-        seen.watch.refresh();
-        seen.watch.track(name);
-        seen.sends.insert(name.to_owned(), Sends::default());
-        state.parked.adopt(segment.as_bytes().len());
-        true
+        self.state.update(|state| {
+            let Some(seen) = state.watching(&self.dir) else {
+                return false;
+            };
+            // Read now and then whatever the allocations are, so that the
+            // kernel's queue does not overflow: a file costs far more than
+            // this.
+            seen.watch.refresh();
+            seen.watch.track(name);
+            seen.sends.insert(name.to_owned(), Sends::default());
+            state.parked.adopt(segment.as_bytes().len());
+            true
+        })
     }
 
     /// Lets go of every file of a storage that died here.
     fn make_room(&self) -> usize {
-        let drained = {
-            let mut state = lock(&self.state);
-            let PoolState { seen, parked, .. } = &mut *state;
-            let drained = parked.drain(None);
-            if let Some(seen) = seen {
+        let drained = self.state.update(|state| {
+            let drained = state.parked.drain(None);
+            if let Some(seen) = &mut state.seen {
                 seen.untrack(&drained);
             }
             drained
-        };
+        });
         drained.len()
     }
 }

@@ -1,7 +1,8 @@
 //! The segments of storages that died here, waiting by length to be
 //! allocated again: what the `file_system` and `memmap` pools share. Each
 //! pool says when one of them is free; this says how many are kept and for
-//! how long.
+//! how long, and lets them go on time while the pool is idle too
+//! ([`Expiring`](crate::sync::expiry::Expiring)).
 
 use std::time::{Duration, Instant};
 
@@ -9,6 +10,7 @@ use tensorshare_strategies::Segment;
 use tensorshare_strategies::platform::process::ExitSweep;
 
 use super::by_length::{ByLength, kept_bytes_limit};
+use crate::sync::expiry::ExpiringQueue;
 
 /// How long a segment stays after its storage died here, waiting for its
 /// receivers to let go of it or for an allocation of its size.
@@ -21,6 +23,14 @@ const STRANDED_CHECK: Duration = Duration::from_secs(1);
 /// How many segments of a length are looked at, oldest first, for one that
 /// is free: receivers usually let go in the order they received.
 const SCAN_LIMIT: usize = 16;
+
+/// A segment that can tell whether nobody will ever give it back: every
+/// process it was sent to has exited, some without letting go of it.
+pub(crate) trait Strandable: Segment + Send + 'static {
+    /// Whether every process it went to has exited, asking `exited` of
+    /// each; `false` when they are not all known.
+    fn is_stranded_by(&self, exited: &mut dyn FnMut(u32) -> bool) -> bool;
+}
 
 /// Segments by length, oldest first, with the bounds they are kept within.
 #[derive(Debug)]
@@ -60,16 +70,14 @@ impl<S: Segment> Parked<S> {
     /// Takes back the segment of a storage that died here: parked, unless
     /// `reusable` says it is not; returns, forgotten, what is to be dropped
     /// once the pool's lock is released (it, when not reusable; those that
-    /// expired or no longer fit).
+    /// no longer fit).
     pub(crate) fn take_back(&mut self, segment: S, reusable: bool, now: Instant) -> Vec<S> {
-        let mut dropped = self.expire(now);
         if reusable {
-            dropped.extend(self.park(segment, now));
+            self.park(segment, now)
         } else {
             self.forget(std::slice::from_ref(&segment));
-            dropped.push(segment);
+            vec![segment]
         }
-        dropped
     }
 
     /// Parks the segment of a storage that died; returns those that no
@@ -111,42 +119,42 @@ impl<S: Segment> Parked<S> {
         drained
     }
 
-    /// Takes out and forgets the segments parked longer than the lifetime,
-    /// to be dropped once the pool's lock is released.
-    pub(crate) fn expire(&mut self, now: Instant) -> Vec<S> {
-        match now.checked_sub(PARKED_LIFETIME) {
-            Some(cutoff) => self.drain(Some(cutoff)),
-            None => Vec::new(),
-        }
-    }
-
-    /// Takes out and forgets the segments parked longer than the lifetime,
-    /// and, at most once every [`STRANDED_CHECK`], those `stranded` says
-    /// nobody will give back: every process they went to has exited. It
-    /// asks each pid once a look (`exited`).
-    pub(crate) fn expire_and_strand(
-        &mut self,
-        now: Instant,
-        stranded: impl Fn(&S, &mut dyn FnMut(u32) -> bool) -> bool,
-    ) -> Vec<S> {
-        let mut dropped = self.expire(now);
-        if self.queue.segments() == 0 {
-            return dropped;
-        }
-        if let Some(mut exited) = self.stranded.look(now) {
-            let out = self
-                .queue
-                .drain_where(|segment| stranded(segment, &mut exited));
-            self.forget(&out);
-            dropped.extend(out);
-        }
-        dropped
-    }
-
     /// Stops counting segments about to be dropped.
     fn forget(&mut self, segments: &[S]) {
         for segment in segments {
             self.tracked_bytes = self.tracked_bytes.saturating_sub(segment.len());
         }
+    }
+}
+
+impl<S: Strandable> ExpiringQueue for Parked<S> {
+    type Expired = S;
+
+    /// Takes out and forgets the segments parked longer than the lifetime,
+    /// and, at most once every [`STRANDED_CHECK`], those nobody will give
+    /// back ([`Strandable`]), each pid asked once a look.
+    fn take_expired(&mut self, now: Instant, expired: &mut Vec<S>) {
+        if let Some(cutoff) = now.checked_sub(PARKED_LIFETIME) {
+            let drained = self.drain(Some(cutoff));
+            expired.extend(drained);
+        }
+        if self.queue.segments() == 0 {
+            return;
+        }
+        if let Some(mut exited) = self.stranded.look(now) {
+            let out = self
+                .queue
+                .drain_where(|segment| segment.is_stranded_by(&mut exited));
+            self.forget(&out);
+            expired.extend(out);
+        }
+    }
+
+    /// The lifetime of the oldest parked segment, or the next look for
+    /// stranded ones while any is parked: an idle pool wakes at most once
+    /// a [`STRANDED_CHECK`], and not at all once empty.
+    fn next_deadline(&mut self) -> Option<Instant> {
+        let oldest = self.queue.oldest()?;
+        Some((oldest + PARKED_LIFETIME).min(self.stranded.next_due()))
     }
 }

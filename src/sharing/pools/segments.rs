@@ -41,9 +41,10 @@
 //! for good: such a segment is never reused and leaves the pool at its
 //! [lifetime](super::parked::PARKED_LIFETIME), its name left to the last
 //! holder or the manager as without the pool; one whose every receiver has
-//! exited is not pooled when its storage dies here, and is let go of by the
-//! first allocation a second or more after the last look
-//! ([`FileSystemSegment::is_stranded`]). A pickle unpickled twice takes its count
+//! exited is not pooled when its storage dies here, and is let go of within
+//! about a second when that receiver exits while it is pooled
+//! ([`FileSystemSegment::is_stranded`]), by the pool's own thread while
+//! nothing is allocated. A pickle unpickled twice takes its count
 //! back twice; that breaks torch's own counting too (the segment is
 //! unlinked under its holders), and is outside the protocol.
 //!
@@ -51,63 +52,63 @@
 //! as when it was allocated: if this process is killed, the manager still
 //! unlinks it once nobody maps it.
 
-use std::sync::Mutex;
 use std::time::Instant;
 
 use tensorshare_strategies::Segment;
 use tensorshare_strategies::file_system::FileSystemSegment;
 
 use super::Pool;
-use super::parked::Parked;
+use super::parked::{Parked, Strandable};
 use super::watched::Watcher;
-use crate::sync::lock;
+use crate::sync::expiry::Expiring;
 
 /// `file_system` segments this process allocated for storages that died
-/// here, by length, oldest first.
+/// here, by length, oldest first; let go of on time while idle too.
 #[derive(Debug)]
 pub(crate) struct RefcountedPool {
-    parked: Mutex<Parked<FileSystemSegment>>,
+    parked: Expiring<Parked<FileSystemSegment>>,
 }
 
 impl RefcountedPool {
     /// A pool keeping at most `max_segments` segments (each holds a
     /// mapping) and `max_bytes` bytes.
     pub(crate) fn new(max_segments: usize, max_bytes: usize) -> Self {
+        let parked = Parked::new(max_segments, max_bytes);
         Self {
-            parked: Mutex::new(Parked::new(max_segments, max_bytes)),
+            parked: Expiring::new(parked, "tensorshare-segment-pool"),
         }
     }
 
     /// How many segments are pooled, free or not.
     #[cfg(test)]
     fn pooled(&self) -> usize {
-        lock(&self.parked).queue.segments()
+        self.parked.read(|parked| parked.queue.segments())
+    }
+}
+
+impl Strandable for FileSystemSegment {
+    fn is_stranded_by(&self, exited: &mut dyn FnMut(u32) -> bool) -> bool {
+        FileSystemSegment::is_stranded_by(self, exited)
     }
 }
 
 impl Pool for RefcountedPool {
     /// A pooled segment of exactly `nbytes` that nobody else holds.
     fn take(&self, nbytes: usize) -> Option<FileSystemSegment> {
-        let (taken, expired) = {
-            let mut parked = lock(&self.parked);
-            let expired = parked.expire_and_strand(Instant::now(), |segment, exited| {
-                segment.is_stranded_by(exited)
-            });
-            (parked.take_free(nbytes, is_free), expired)
-        };
-        // Unmapped, uncounted and unregistered outside the lock.
-        drop(expired);
-        taken
+        self.parked
+            .update(|parked| parked.take_free(nbytes, is_free))
     }
 
     fn adopt(&self, segment: &FileSystemSegment) -> bool {
-        lock(&self.parked).adopt(segment.as_bytes().len());
+        self.parked
+            .update(|parked| parked.adopt(segment.as_bytes().len()));
         true
     }
 
     /// Lets go of every pooled segment.
     fn make_room(&self) -> usize {
-        let drained = lock(&self.parked).drain(None);
+        // Unmapped, uncounted and unregistered outside the lock.
+        let drained = self.parked.update(|parked| parked.drain(None));
         drained.len()
     }
 }
@@ -121,8 +122,11 @@ impl Watcher for RefcountedPool {
     /// unlinks it once nothing maps it).
     fn ended(&self, segment: FileSystemSegment) {
         let reusable = !segment.was_truncated() && !segment.is_stranded();
-        let dropped = lock(&self.parked).take_back(segment, reusable, Instant::now());
+        let now = Instant::now();
         // Unmapped, uncounted and unregistered outside the lock.
+        let dropped = self
+            .parked
+            .update(|parked| parked.take_back(segment, reusable, now));
         drop(dropped);
     }
 }
@@ -141,6 +145,7 @@ mod tests {
     use super::super::parked::PARKED_LIFETIME;
     use super::super::watched::Watched;
     use super::*;
+    use crate::sync::expiry::ExpiringQueue;
     use tensorshare_strategies::file_system::{FileSystemStrategy, SegmentHandle, SegmentName};
     use tensorshare_strategies::services::shm_manager::{self, ManagerServer, ServeOptions};
     use tensorshare_strategies::{Segment, SharingStrategy, WritableSegment};
@@ -241,13 +246,33 @@ mod tests {
         drop(segments);
         assert_eq!(pool.pooled(), 2);
 
-        let mut parked = lock(&pool.parked);
         let later = Instant::now() + PARKED_LIFETIME + Duration::from_secs(1);
-        let expired = parked.expire(later);
-        assert_eq!(
-            (expired.len(), parked.queue.segments(), parked.queue.bytes()),
-            (2, 0, 0)
+        let (expired, left) = pool.parked.update(|parked| {
+            let mut expired = Vec::new();
+            parked.take_expired(later, &mut expired);
+            let left = (parked.queue.segments(), parked.queue.bytes());
+            (expired, (left, parked.tracked_bytes))
+        });
+        assert_eq!((expired.len(), left), (2, ((0, 0), 0)));
+    }
+
+    /// Nothing allocated, nothing ending: the pool's own thread lets go of
+    /// what it parked once its lifetime has passed.
+    #[test]
+    fn an_idle_pool_lets_go_of_its_segments_on_time() {
+        let strategy = strategy();
+        let pool = pool();
+        drop(storage_segment(&pool, &strategy, 4096).0);
+        assert_eq!(pool.pooled(), 1);
+        let parked = Instant::now();
+        let deadline = parked + PARKED_LIFETIME + Duration::from_secs(5);
+        while pool.pooled() > 0 {
+            assert!(Instant::now() < deadline, "the idle pool kept its segment");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(
+            parked.elapsed() >= PARKED_LIFETIME,
+            "let go of before its lifetime"
         );
-        assert_eq!(parked.tracked_bytes, 0);
     }
 }

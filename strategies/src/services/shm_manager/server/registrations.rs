@@ -96,8 +96,9 @@ impl ServeState {
     /// once the object is gone. A name still present, with or without
     /// registrants, is kept: a message naming it may be in flight. One
     /// left with no registrant whose messages went to receivers this
-    /// manager was told of is looked at again after a grace period, as an
-    /// orphan: once those receivers have exited, nobody will read it.
+    /// manager was told of is unlinked at once when they have all exited
+    /// and nothing maps it (nobody will read it), else looked at again
+    /// after a grace period, as an orphan.
     fn free(&mut self, id: u64, client: &mut Client, name: &SegmentName) {
         if let Some(count) = client.names.get_mut(name) {
             *count -= 1;
@@ -112,10 +113,16 @@ impl ServeState {
             return;
         }
         if object_exists(name) {
-            if let Some(registration) = self.names.get_mut(name)
-                && registration.registrants.is_empty()
-                && registration.receivers.is_known()
-            {
+            let Some(registration) = self.names.get_mut(name).filter(|registration| {
+                registration.registrants.is_empty() && registration.receivers.is_known()
+            }) else {
+                return;
+            };
+            if registration.receivers_gone() && self.unlink(name) == Unlink::Done {
+                self.names.remove(name);
+                return;
+            }
+            if let Some(registration) = self.names.get_mut(name) {
                 let now = Instant::now();
                 registration.orphaned_at = Some(now);
                 self.orphans.push_back((now, name.clone()));

@@ -361,6 +361,32 @@ fn a_message_to_a_receiver_that_exited_unread_keeps_nothing() {
 }
 
 #[test]
+fn a_segment_freed_after_its_receivers_exited_goes_without_a_grace_period() {
+    let grace = Duration::from_secs(2);
+    let manager = Running::start_with(
+        ServeOptions::default()
+            .with_idle_timeout(grace)
+            .with_in_flight_wait(Duration::from_secs(3600)),
+    );
+    let segment = TestSegment::create();
+    let creator = ManagerConnection::open(&manager.handle).unwrap();
+    creator.register(&segment.0).unwrap();
+    creator.in_flight(&segment.0, exited_pid());
+    // Its message's count, taken back by nobody, as a sender's pool lets
+    // go of a segment whose receiver died.
+    segment.set_refcount(1);
+    let freed_at = Instant::now();
+    creator.unregister_in_use(&segment.0);
+    assert!(
+        eventually(grace / 4, || !segment.exists()),
+        "kept {:?} for a receiver that had exited",
+        freed_at.elapsed()
+    );
+    drop(creator);
+    assert_eq!(manager.finish().unlinked, vec![segment.0.clone()]);
+}
+
+#[test]
 fn a_sender_gone_before_its_receiver_exited_keeps_the_segment_until_then() {
     let manager = Running::start_with(
         ServeOptions::default()

@@ -1,4 +1,7 @@
-//! Locks that outlive a panicking holder.
+//! Locks that outlive a panicking holder, and queues whose entries fall
+//! due on a thread of their own.
+
+pub(crate) mod expiry;
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 

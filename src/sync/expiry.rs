@@ -1,5 +1,6 @@
 //! Things a sender keeps for a while (unfetched fd registrations, leases of
-//! sent `memmap` files), let go on time even while nothing is sent.
+//! sent `memmap` files, pooled segments), let go on time even while
+//! nothing is sent.
 //!
 //! An [`Expiring`] queue is touched under its lock by whoever sends, which
 //! expires what fell due; and by one thread, started once the queue first
@@ -12,7 +13,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::Instant;
 
-use crate::sync::lock;
+use super::lock;
 
 /// A queue whose entries fall due.
 pub(crate) trait ExpiringQueue: Send + 'static {
