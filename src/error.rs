@@ -268,6 +268,18 @@ impl Error {
         matches!(self, Self::Connection(ConnectionError::Closed))
     }
 
+    /// Whether one received message was refused whole: it arrived complete
+    /// but did not decode, rebuild or attach (a hostile or malformed
+    /// pickle, a dtype or global this build does not know, a storage that
+    /// cannot be fetched or mapped). The connection is still in step: a
+    /// server logs it and reads the peer's next message.
+    pub fn is_refused_message(&self) -> bool {
+        matches!(
+            self,
+            Self::Decode(_) | Self::Rebuild(_) | Self::Attach { .. } | Self::View(_)
+        )
+    }
+
     /// Whether only one peer failed, during its handshake (another key, or
     /// silence past the handshake timeout): a server that
     /// [accepts](crate::Listener::accept) logs it and accepts the next

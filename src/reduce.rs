@@ -240,12 +240,26 @@ impl<L: LeafReducer> Reducer<'_, L> {
                 let pairs = self.pairs(pairs, depth)?;
                 self.out.push(Node::Dict(pairs))
             }
-            Value::OrderedDict(pairs) => {
+            Value::OrderedDict(pairs, attributes) => {
                 let pairs = self.pairs(pairs, depth)?;
+                // `OrderedDict.__reduce__`'s state: its `__dict__`, or none.
+                let state = if attributes.is_empty() {
+                    None
+                } else {
+                    let set = attributes
+                        .iter()
+                        .map(|(name, value)| {
+                            let name = self.out.push(Node::Str(name.to_owned()));
+                            Ok((name, self.value(value, depth + 1)?))
+                        })
+                        .collect::<Result<_, L::Error>>()?;
+                    Some(self.out.push(Node::Dict(set)))
+                };
                 let class = self.out.global("collections", "OrderedDict");
                 let node = self.out.call(class, Vec::new());
                 if let Some(Node::Object(object)) = self.out.pickle_mut().get_mut(node) {
                     object.dict_items = pairs;
+                    object.state = state;
                 }
                 node
             }

@@ -371,3 +371,90 @@ fn checkpoints_saved_on_a_gpu_convert_to_cpu_storages_and_say_so() {
         );
     }
 }
+
+/// Saves a module's state dict as torch does, zip and legacy; prints its
+/// `_metadata`.
+const SAVE_STATE_DICT: &str = r#"
+import json, sys, torch
+torch.manual_seed(0)
+module = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.BatchNorm1d(2))
+state = module.state_dict()
+torch.save(state, sys.argv[1])
+torch.save(state, sys.argv[2], _use_new_zipfile_serialization=False)
+print(json.dumps(state._metadata))
+"#;
+
+/// Loads each file with `weights_only=True` into a fresh module, strictly,
+/// and prints each one's `_metadata` (null when it has none) once the
+/// module's tensors are the file's.
+const LOAD_STATE_DICTS: &str = r#"
+import json, sys, torch
+seen = []
+for path in sys.argv[1:]:
+    state = torch.load(path, weights_only=True)
+    module = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.BatchNorm1d(2))
+    module.load_state_dict(state, strict=True)
+    for name, tensor in module.state_dict().items():
+        assert torch.equal(tensor, state[name]), (path, name)
+    seen.append(getattr(state, "_metadata", None))
+print(json.dumps(seen))
+"#;
+
+/// A module's `state_dict()` converted to both torch.save formats keeps its
+/// `_metadata` (each submodule's version, which `load_state_dict` passes
+/// on), so it loads into the module exactly as the original does; to
+/// safetensors, which has no place for it, the command says so.
+#[test]
+fn a_state_dicts_metadata_survives_convert() {
+    let Some(python) = test_python("a_state_dicts_metadata_survives_convert") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let zip = dir.path().join("state.pt");
+    let legacy = dir.path().join("state.legacy.pt");
+    let saved = support::python_output_for(
+        &python,
+        SAVE_STATE_DICT,
+        &[zip.to_str().unwrap(), legacy.to_str().unwrap()],
+        b"",
+        "torch.save of a state dict",
+    );
+    let metadata: Json = serde_json::from_str(saved.trim()).unwrap();
+    assert_eq!(
+        metadata["1"]["version"], 2,
+        "BatchNorm's version: {metadata}"
+    );
+    let mut converted = Vec::new();
+    for original in [&zip, &legacy] {
+        for (extra, suffix) in [(&[][..], "zip.pt"), (&["--legacy"][..], "legacy.pt")] {
+            let name = format!(
+                "{}.{suffix}",
+                original.file_stem().unwrap().to_string_lossy()
+            );
+            let out = dir.path().join(name);
+            expect_success(&convert(original, &out, extra), "convert a state dict");
+            converted.push(out.to_str().unwrap().to_owned());
+        }
+    }
+    let args: Vec<&str> = converted.iter().map(String::as_str).collect();
+    let loaded = support::python_output_for(
+        &python,
+        LOAD_STATE_DICTS,
+        &args,
+        b"",
+        "load_state_dict of the converted files",
+    );
+    let loaded: Vec<Json> = serde_json::from_str(loaded.trim()).unwrap();
+    for (path, seen) in converted.iter().zip(&loaded) {
+        assert_eq!(seen, &metadata, "{path}");
+    }
+
+    let safetensors = dir.path().join("state.safetensors");
+    let output = convert(&zip, &safetensors, &[]);
+    let stderr = expect_success(&output, "convert to safetensors");
+    let stderr = format!("{stderr}{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        stderr.contains("not written: the state dict's `_metadata`"),
+        "{stderr}"
+    );
+}

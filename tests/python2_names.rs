@@ -47,7 +47,7 @@ fn render(value: &Value) -> Json {
         Value::Set(items) => json!({ "set": all(items) }),
         Value::FrozenSet(items) => json!({ "frozenset": all(items) }),
         Value::Dict(items) => json!({ "dict": pairs(items) }),
-        Value::OrderedDict(items) => json!({ "ordered_dict": pairs(items) }),
+        Value::OrderedDict(items, _) => json!({ "ordered_dict": pairs(items) }),
         Value::Global(global) => json!({ "global": [global.module, global.name] }),
         other => panic!("unexpected value {other:?}"),
     }

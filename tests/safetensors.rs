@@ -68,6 +68,7 @@ fn sample() -> Value {
             (Value::Str("ids".into()), Value::Tensor(ids)),
         ]
         .into(),
+        Default::default(),
     )
 }
 

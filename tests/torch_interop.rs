@@ -240,3 +240,37 @@ fn stock_torch_fetches_from_a_sharer_in_the_abstract_namespace() {
     );
     assert!(stdout.contains("SUM 4096"), "{stdout}");
 }
+
+/// Every dtype the pinned torch names, by its own name, with its element
+/// size.
+const TORCH_DTYPES: &str = r#"
+import json, torch
+names = {str(v).removeprefix("torch.") for v in vars(torch).values() if isinstance(v, torch.dtype)}
+print(json.dumps({n: torch.empty(0, dtype=getattr(torch, n)).element_size() for n in sorted(names)}))
+"#;
+
+/// `DType::ALL` is torch's dtypes, no more and no fewer, each with torch's
+/// element size: a dtype torch adds fails this until the crate has it.
+/// (Each is echoed through every strategy by the echo tests, whose peer
+/// walks the same names.)
+#[test]
+fn every_dtype_torch_names_is_a_dtype_here_with_its_size() {
+    let Some(python) = test_python("every_dtype_torch_names_is_a_dtype_here_with_its_size") else {
+        return;
+    };
+    let printed =
+        support::python_output_for(&python, TORCH_DTYPES, &[], b"", "list torch's dtypes");
+    let torch: std::collections::BTreeMap<String, usize> =
+        serde_json::from_str(printed.trim()).expect("a map of names to sizes");
+    let ours: std::collections::BTreeMap<String, usize> = DType::ALL
+        .into_iter()
+        .map(|dtype| (dtype.name().to_owned(), dtype.element_size()))
+        .collect();
+    assert_eq!(
+        ours, torch,
+        "DType::ALL (left) against torch's dtypes (right)"
+    );
+    for name in torch.keys() {
+        assert_eq!(DType::from_name(name).map(DType::name), Some(name.as_str()));
+    }
+}

@@ -11,9 +11,9 @@ use proptest::prelude::*;
 use serde_json::{Value as Json, json};
 
 use tensorshare::archive::load_torch_save;
-use tensorshare::model::{Storage, TensorView};
+use tensorshare::model::{Attributes, Storage, TensorView};
 use tensorshare::save::save_torch;
-use tensorshare::{DType, Registry, Tensor, Value};
+use tensorshare::{DType, Dict, Registry, Tensor, Value};
 use tensorshare_compat::torch_save::TorchSaveFormat;
 
 use support::{cases, hex, test_python, torch_describes};
@@ -64,7 +64,16 @@ impl Describer {
                 json!({ "tuple": items.iter().map(|v| self.describe(v)).collect::<Vec<_>>() })
             }
             Value::Dict(items) => json!({ "dict": pairs(items, self) }),
-            Value::OrderedDict(items) => json!({ "ordered_dict": pairs(items, self) }),
+            Value::OrderedDict(items, attributes) if attributes.is_empty() => {
+                json!({ "ordered_dict": pairs(items, self) })
+            }
+            Value::OrderedDict(items, attributes) => {
+                let set: serde_json::Map<String, Json> = attributes
+                    .iter()
+                    .map(|(name, value)| (name.to_owned(), self.describe(value)))
+                    .collect();
+                json!({ "ordered_dict": pairs(items, self), "attributes": set })
+            }
             Value::Tensor(t) => json!({ "tensor": {
                 "dtype": t.dtype().name(),
                 "shape": t.sizes(),
@@ -221,6 +230,13 @@ fn sample_graph() -> Value {
                                 Value::Tensor(tensor(&longs, DType::Int64, 1, &[2], &[2])),
                             )]
                             .into(),
+                            // As a state dict's: each module's version.
+                            Attributes::from_iter([(
+                                "_metadata",
+                                Dict::new()
+                                    .with("", Dict::new().with("version", 1))
+                                    .into_ordered_dict(),
+                            )]),
                         ),
                     ]
                     .into(),

@@ -343,8 +343,16 @@ impl Walk {
             | Value::FrozenSet(items) => {
                 format!("{}{tag} ({})", json_type(value), count(items.len(), "item"))
             }
-            Value::Dict(pairs) | Value::OrderedDict(pairs) => {
+            Value::Dict(pairs) => {
                 format!("{}{tag} ({})", json_type(value), count(pairs.len(), "item"))
+            }
+            Value::OrderedDict(pairs, attributes) => {
+                let set = match attributes.len() {
+                    0 => String::new(),
+                    n => format!(", {}", count(n, "attribute")),
+                };
+                let items = count(pairs.len(), "item");
+                format!("{}{tag} ({items}{set})", json_type(value))
             }
             Value::Str(s) if tag.is_empty() => format!("{s:?}"),
             Value::Str(s) => format!("str{tag} {s:?}"),
@@ -449,7 +457,12 @@ fn labeled_children(value: &Value) -> Vec<(String, &Value)> {
         Value::Tuple(items) | Value::List(items) | Value::Set(items) | Value::FrozenSet(items) => {
             indexed(&mut children, "", items);
         }
-        Value::Dict(pairs) | Value::OrderedDict(pairs) => keyed(&mut children, "", pairs),
+        Value::Dict(pairs) => keyed(&mut children, "", pairs),
+        Value::OrderedDict(pairs, attributes) => {
+            keyed(&mut children, "", pairs);
+            let set = attributes.iter();
+            children.extend(set.map(|(name, value)| (format!(".{name} = "), value)));
+        }
         Value::Opaque(opaque) => {
             if let Opaque::Call(call) = &**opaque {
                 if call.callee_name().is_none() {

@@ -78,7 +78,11 @@ class Describer:
                 }
             }
         if isinstance(obj, collections.OrderedDict):
-            return {"ordered_dict": [[self(k), self(v)] for k, v in obj.items()]}
+            described = {"ordered_dict": [[self(k), self(v)] for k, v in obj.items()]}
+            # What the pickle set on it: a state dict's `_metadata`.
+            if vars(obj):
+                described["attributes"] = {name: self(v) for name, v in vars(obj).items()}
+            return described
         if isinstance(obj, dict):
             return {"dict": [[self(k), self(v)] for k, v in obj.items()]}
         if isinstance(obj, list):

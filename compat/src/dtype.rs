@@ -60,6 +60,63 @@ pub enum DType {
     Bits8,
     /// `torch.bits16`: opaque bits.
     Bits16,
+    /// `torch.uint1`: an unsigned 1-bit integer stored one a byte, which
+    /// torch shares and copies but does not compute with.
+    UInt1,
+    /// `torch.uint2`: an unsigned 2-bit integer stored one a byte, which
+    /// torch shares and copies but does not compute with.
+    UInt2,
+    /// `torch.uint3`: an unsigned 3-bit integer stored one a byte, which
+    /// torch shares and copies but does not compute with.
+    UInt3,
+    /// `torch.uint4`: an unsigned 4-bit integer stored one a byte, which
+    /// torch shares and copies but does not compute with.
+    UInt4,
+    /// `torch.uint5`: an unsigned 5-bit integer stored one a byte, which
+    /// torch shares and copies but does not compute with.
+    UInt5,
+    /// `torch.uint6`: an unsigned 6-bit integer stored one a byte, which
+    /// torch shares and copies but does not compute with.
+    UInt6,
+    /// `torch.uint7`: an unsigned 7-bit integer stored one a byte, which
+    /// torch shares and copies but does not compute with.
+    UInt7,
+    /// `torch.int1`: a signed 1-bit integer stored one a byte, which
+    /// torch shares and copies but does not compute with.
+    Int1,
+    /// `torch.int2`: a signed 2-bit integer stored one a byte, which
+    /// torch shares and copies but does not compute with.
+    Int2,
+    /// `torch.int3`: a signed 3-bit integer stored one a byte, which
+    /// torch shares and copies but does not compute with.
+    Int3,
+    /// `torch.int4`: a signed 4-bit integer stored one a byte, which
+    /// torch shares and copies but does not compute with.
+    Int4,
+    /// `torch.int5`: a signed 5-bit integer stored one a byte, which
+    /// torch shares and copies but does not compute with.
+    Int5,
+    /// `torch.int6`: a signed 6-bit integer stored one a byte, which
+    /// torch shares and copies but does not compute with.
+    Int6,
+    /// `torch.int7`: a signed 7-bit integer stored one a byte, which
+    /// torch shares and copies but does not compute with.
+    Int7,
+    /// `torch.qint8`: quantized signed 8-bit integers, as a plain tensor of that dtype
+    /// carries them (its bytes, no quantizer).
+    QInt8,
+    /// `torch.quint8`: quantized unsigned 8-bit integers, as a plain tensor of that dtype
+    /// carries them (its bytes, no quantizer).
+    QUInt8,
+    /// `torch.qint32`: quantized signed 32-bit integers, as a plain tensor of that dtype
+    /// carries them (its bytes, no quantizer).
+    QInt32,
+    /// `torch.quint4x2`: two quantized unsigned 4-bit integers a byte, as a plain tensor of that dtype
+    /// carries them (its bytes, no quantizer).
+    QUInt4x2,
+    /// `torch.quint2x4`: four quantized unsigned 2-bit integers a byte, as a plain tensor of that dtype
+    /// carries them (its bytes, no quantizer).
+    QUInt2x4,
 }
 
 /// One element, widened to a type that holds every value of its dtype.
@@ -191,7 +248,7 @@ const FLOAT8_E8M0FNU_BIAS: i32 = 127;
 
 impl DType {
     /// Every dtype, in a stable order.
-    pub const ALL: [DType; 28] = [
+    pub const ALL: [DType; 47] = [
         DType::Bool,
         DType::UInt8,
         DType::UInt16,
@@ -220,6 +277,25 @@ impl DType {
         DType::Bits4x2,
         DType::Bits8,
         DType::Bits16,
+        DType::UInt1,
+        DType::UInt2,
+        DType::UInt3,
+        DType::UInt4,
+        DType::UInt5,
+        DType::UInt6,
+        DType::UInt7,
+        DType::Int1,
+        DType::Int2,
+        DType::Int3,
+        DType::Int4,
+        DType::Int5,
+        DType::Int6,
+        DType::Int7,
+        DType::QInt8,
+        DType::QUInt8,
+        DType::QInt32,
+        DType::QUInt4x2,
+        DType::QUInt2x4,
     ];
 
     /// The torch name, as in `torch.<name>` and `str(dtype)` without the prefix.
@@ -253,6 +329,25 @@ impl DType {
             DType::Bits4x2 => "bits4x2",
             DType::Bits8 => "bits8",
             DType::Bits16 => "bits16",
+            DType::UInt1 => "uint1",
+            DType::UInt2 => "uint2",
+            DType::UInt3 => "uint3",
+            DType::UInt4 => "uint4",
+            DType::UInt5 => "uint5",
+            DType::UInt6 => "uint6",
+            DType::UInt7 => "uint7",
+            DType::Int1 => "int1",
+            DType::Int2 => "int2",
+            DType::Int3 => "int3",
+            DType::Int4 => "int4",
+            DType::Int5 => "int5",
+            DType::Int6 => "int6",
+            DType::Int7 => "int7",
+            DType::QInt8 => "qint8",
+            DType::QUInt8 => "quint8",
+            DType::QInt32 => "qint32",
+            DType::QUInt4x2 => "quint4x2",
+            DType::QUInt2x4 => "quint2x4",
         }
     }
 
@@ -269,6 +364,7 @@ impl DType {
             "chalf" => "complex32",
             "cfloat" => "complex64",
             "cdouble" => "complex128",
+            "bit" => "uint1",
             other => other,
         };
         DType::ALL.into_iter().find(|d| d.name() == canonical)
@@ -289,13 +385,32 @@ impl DType {
             | DType::Bits1x8
             | DType::Bits2x4
             | DType::Bits4x2
-            | DType::Bits8 => 1,
+            | DType::Bits8
+            | DType::UInt1
+            | DType::UInt2
+            | DType::UInt3
+            | DType::UInt4
+            | DType::UInt5
+            | DType::UInt6
+            | DType::UInt7
+            | DType::Int1
+            | DType::Int2
+            | DType::Int3
+            | DType::Int4
+            | DType::Int5
+            | DType::Int6
+            | DType::Int7
+            | DType::QInt8
+            | DType::QUInt8
+            | DType::QUInt4x2
+            | DType::QUInt2x4 => 1,
             DType::UInt16 | DType::Int16 | DType::Float16 | DType::BFloat16 | DType::Bits16 => 2,
             DType::UInt32
             | DType::Int32
             | DType::Float32
             | DType::Complex32
-            | DType::BComplex32 => 4,
+            | DType::BComplex32
+            | DType::QInt32 => 4,
             DType::UInt64 | DType::Int64 | DType::Float64 | DType::Complex64 => 8,
             DType::Complex128 => 16,
         }
@@ -317,6 +432,11 @@ impl DType {
             DType::Float64 => "DoubleStorage",
             DType::Complex64 => "ComplexFloatStorage",
             DType::Complex128 => "ComplexDoubleStorage",
+            DType::QInt8 => "QInt8Storage",
+            DType::QUInt8 => "QUInt8Storage",
+            DType::QInt32 => "QInt32Storage",
+            DType::QUInt4x2 => "QUInt4x2Storage",
+            DType::QUInt2x4 => "QUInt2x4Storage",
             _ => return None,
         })
     }
@@ -332,7 +452,8 @@ impl DType {
     ///
     /// Returns `None` when `bytes` is not exactly [`element_size`](Self::element_size)
     /// long, and for dtypes whose elements torch itself does not turn into
-    /// numbers (`bits*`, `bcomplex32`).
+    /// numbers (`bits*`, `bcomplex32`, the sub-byte integers `uint1` to
+    /// `int7`, the quantized `qint8` to `quint2x4`).
     pub fn decode_element(self, bytes: &[u8]) -> Option<Scalar> {
         if bytes.len() != self.element_size() {
             return None;
@@ -345,17 +466,6 @@ impl DType {
         };
         wide[..bytes.len().min(8)].copy_from_slice(&bytes[..bytes.len().min(8)]);
         let bits = u64::from_le_bytes(wide);
-        if matches!(
-            self,
-            DType::BComplex32
-                | DType::Bits1x8
-                | DType::Bits2x4
-                | DType::Bits4x2
-                | DType::Bits8
-                | DType::Bits16
-        ) {
-            return None;
-        }
         let sign_extend = |bits: u64, width: u32| ((bits << (64 - width)) as i64) >> (64 - width);
         Some(match self {
             DType::Bool => Scalar::Bool(bits != 0),
@@ -400,7 +510,26 @@ impl DType {
             | DType::Bits2x4
             | DType::Bits4x2
             | DType::Bits8
-            | DType::Bits16 => return None,
+            | DType::Bits16
+            | DType::UInt1
+            | DType::UInt2
+            | DType::UInt3
+            | DType::UInt4
+            | DType::UInt5
+            | DType::UInt6
+            | DType::UInt7
+            | DType::Int1
+            | DType::Int2
+            | DType::Int3
+            | DType::Int4
+            | DType::Int5
+            | DType::Int6
+            | DType::Int7
+            | DType::QInt8
+            | DType::QUInt8
+            | DType::QInt32
+            | DType::QUInt4x2
+            | DType::QUInt2x4 => return None,
         })
     }
 }

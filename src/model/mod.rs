@@ -24,7 +24,9 @@ pub use storage::{
     StorageWriter,
 };
 pub use tensor::{Tensor, TensorView, ViewError};
-pub use value::{Custom, Dict, Opaque, OpaqueCall, PathSegment, Value, ValueAccessError};
+pub use value::{
+    Attributes, Custom, Dict, Opaque, OpaqueCall, PathSegment, Value, ValueAccessError,
+};
 // What the model is made of, from the format and strategy crates: dtypes
 // and their scalars, the globals a pickle names, byte buffers shared
 // without a copy, and the memory a local storage lives in.

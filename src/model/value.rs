@@ -12,11 +12,13 @@ use super::{CallKind, Callable, Storage, Tensor};
 use crate::DType;
 
 mod access;
+mod attributes;
 mod convert;
 mod dict;
 mod display;
 mod error;
 
+pub use attributes::Attributes;
 pub use dict::Dict;
 pub use error::{PathSegment, ValueAccessError};
 
@@ -78,8 +80,10 @@ pub enum Value {
     List(Arc<[Value]>),
     /// A `dict`, in insertion order.
     Dict(Arc<[(Value, Value)]>),
-    /// A `collections.OrderedDict`.
-    OrderedDict(Arc<[(Value, Value)]>),
+    /// A `collections.OrderedDict`: its items, and the attributes set on it
+    /// (a `state_dict()`'s `_metadata`). It is one object with whatever
+    /// shares its items.
+    OrderedDict(Arc<[(Value, Value)]>, Attributes),
     /// A `set`.
     Set(Arc<[Value]>),
     /// A `frozenset`.
@@ -211,7 +215,7 @@ impl Value {
             Value::Tuple(_) => "tuple",
             Value::List(_) => "list",
             Value::Dict(_) => "dict",
-            Value::OrderedDict(_) => "OrderedDict",
+            Value::OrderedDict(..) => "OrderedDict",
             Value::Set(_) => "set",
             Value::FrozenSet(_) => "frozenset",
             Value::Tensor(_) => "Tensor",
@@ -247,7 +251,7 @@ impl Value {
             | Value::List(items)
             | Value::Set(items)
             | Value::FrozenSet(items) => address(items),
-            Value::Dict(pairs) | Value::OrderedDict(pairs) => address(pairs),
+            Value::Dict(pairs) | Value::OrderedDict(pairs, _) => address(pairs),
             Value::Str(s) => address(s),
             Value::BigInt(bytes) => address(bytes),
             Value::Size(dims) => address(dims),
@@ -258,7 +262,8 @@ impl Value {
     }
 
     /// The values directly inside this one, in order: items, then for dicts
-    /// key before value, then the parts of an opaque call.
+    /// key before value (an `OrderedDict`'s attribute values after its
+    /// items), then the parts of an opaque call.
     pub fn children(&self) -> impl Iterator<Item = &Value> {
         Children {
             value: self,
@@ -327,7 +332,11 @@ impl<'a> Iterator for Children<'a> {
             | Value::List(items)
             | Value::Set(items)
             | Value::FrozenSet(items) => items.get(index),
-            Value::Dict(pairs) | Value::OrderedDict(pairs) => pair(pairs, index),
+            Value::Dict(pairs) => pair(pairs, index),
+            Value::OrderedDict(pairs, attributes) => pair(pairs, index).or_else(|| {
+                let index = index.checked_sub(2 * pairs.len())?;
+                attributes.iter().nth(index).map(|(_, value)| value)
+            }),
             Value::Opaque(opaque) => match &**opaque {
                 Opaque::Global(_) => None,
                 Opaque::Call(call) => call_part(call, index),

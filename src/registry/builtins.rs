@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use super::{Call, CallKind, RebuildError, Registry};
 use crate::Value;
-use crate::model::SharedBytes;
+use crate::model::{Attributes, SharedBytes};
 
 pub(super) fn register(registry: &mut Registry) {
     registry.register_rebuilder("collections", "OrderedDict", ordered_dict);
@@ -20,16 +20,24 @@ pub(super) fn register(registry: &mut Registry) {
 }
 
 /// `collections.OrderedDict`: `REDUCE` with `()` (or a list of pairs), then
-/// `SETITEMS`, as `OrderedDict.__reduce__` pickles it. A `BUILD` state holds
-/// instance attributes (a state_dict's `_metadata` versions); they are not
-/// part of the mapping and are dropped.
+/// `SETITEMS`, as `OrderedDict.__reduce__` pickles it. A `BUILD` state, a
+/// dict of `str` to anything, holds its attributes (a state_dict's
+/// `_metadata`), kept beside the items.
 fn ordered_dict(call: Call<'_>) -> Result<Value, RebuildError> {
     if call.kind != CallKind::Reduce || !call.list_items.is_empty() {
         return Err(call.invalid("expected OrderedDict(), then items"));
     }
-    if !matches!(call.state, None | Some(Value::Dict(_)) | Some(Value::None)) {
-        return Err(call.invalid("state must be a dict of attributes"));
-    }
+    let attributes = match call.state {
+        None | Some(Value::None) => Attributes::default(),
+        Some(Value::Dict(pairs)) => pairs
+            .iter()
+            .map(|(name, value)| match name {
+                Value::Str(name) => Ok((name.clone(), value.clone())),
+                _ => Err(call.invalid("attribute names must be str")),
+            })
+            .collect::<Result<_, _>>()?,
+        Some(_) => return Err(call.invalid("state must be a dict of attributes")),
+    };
     let mut items = match call.args {
         [] => Vec::new(),
         [Value::List(pairs)] | [Value::Tuple(pairs)] => pairs
@@ -42,7 +50,7 @@ fn ordered_dict(call: Call<'_>) -> Result<Value, RebuildError> {
         _ => return Err(call.wrong_arguments("() or a list of (key, value) pairs")),
     };
     items.extend(call.dict_items.iter().cloned());
-    Ok(Value::OrderedDict(items.into()))
+    Ok(Value::OrderedDict(items.into(), attributes))
 }
 
 /// The items of `set(iterable)`: shared with the list they came from, as

@@ -212,7 +212,7 @@ fn contiguous_range(t: &Tensor) -> Option<std::ops::Range<usize>> {
 /// The tensors of a state dict, checked for everything the format needs.
 fn entries(state_dict: &Value) -> Result<Vec<(String, Entry)>, SafetensorsError> {
     let items = match state_dict {
-        Value::Dict(items) | Value::OrderedDict(items) => items,
+        Value::Dict(items) | Value::OrderedDict(items, _) => items,
         other => {
             return Err(SafetensorsError::NotADict {
                 found: other.type_name(),
@@ -233,7 +233,7 @@ fn entries(state_dict: &Value) -> Result<Vec<(String, Entry)>, SafetensorsError>
         }
         let Value::Tensor(tensor) = value else {
             let advice = match value {
-                Value::Dict(_) | Value::OrderedDict(_) => {
+                Value::Dict(_) | Value::OrderedDict(..) => {
                     "a safetensors file holds one flat dict of str to tensor; write the state \
                      dict inside it on its own"
                 }

@@ -100,7 +100,7 @@ impl<'de, 'b> ValueDeserializer<'de, 'b> {
     /// The pairs of a dict.
     fn pairs(&self) -> Result<Option<&'de [(Value, Value)]>, SerdeError> {
         match self.value {
-            Value::Dict(pairs) | Value::OrderedDict(pairs) => {
+            Value::Dict(pairs) | Value::OrderedDict(pairs, _) => {
                 if let Some((Value::Str(key), _)) = pairs.first()
                     && &**key == PASSED_KEY
                 {
@@ -485,7 +485,7 @@ impl<'de> Deserializer<'de> for ValueDeserializer<'de, '_> {
                 Some(items) => self.visit_items(items, visitor, None),
                 None => Err(self.mismatch(&visitor)),
             },
-            Value::Dict(_) | Value::OrderedDict(_) => match self.pairs()? {
+            Value::Dict(_) | Value::OrderedDict(..) => match self.pairs()? {
                 Some(pairs) => self.visit_pairs(pairs, visitor),
                 None => Err(self.mismatch(&visitor)),
             },
@@ -667,7 +667,7 @@ impl<'de> Deserializer<'de> for ValueDeserializer<'de, '_> {
                 name: self.value,
                 content: None,
             },
-            Value::Dict(pairs) | Value::OrderedDict(pairs) if pairs.len() == 1 => {
+            Value::Dict(pairs) | Value::OrderedDict(pairs, _) if pairs.len() == 1 => {
                 let (name, content) = &pairs[0];
                 let content = self.container()?.item(content)?;
                 VariantOf {

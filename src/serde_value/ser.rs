@@ -54,7 +54,7 @@ fn unhashable(key: &Value) -> Option<&'static str> {
     match key {
         Value::List(_)
         | Value::Dict(_)
-        | Value::OrderedDict(_)
+        | Value::OrderedDict(..)
         | Value::Set(_)
         | Value::ByteArray(_) => Some(key.type_name()),
         Value::Tuple(items) => items.iter().find_map(unhashable),

@@ -49,7 +49,7 @@ fn repr(value: &Value) -> String {
         Value::List(items) => format!("[{}]", join(items)),
         Value::Tuple(items) if items.len() == 1 => format!("({},)", join(items)),
         Value::Tuple(items) => format!("({})", join(items)),
-        Value::Dict(pairs) | Value::OrderedDict(pairs) => format!(
+        Value::Dict(pairs) | Value::OrderedDict(pairs, _) => format!(
             "{{{}}}",
             pairs
                 .iter()
@@ -211,7 +211,7 @@ fn python_forms_that_fit_are_accepted() {
         ("from_list", list(vec![Value::Int(1), Value::Int(2)])),
         (
             "ordered",
-            Value::OrderedDict(vec![(s("k"), Value::Int(-1))].into()),
+            Value::OrderedDict(vec![(s("k"), Value::Int(-1))].into(), Default::default()),
         ),
         ("unit_variant", s("Empty")),
         ("unit_as_dict", dict(vec![("Empty", Value::None)])),
@@ -238,7 +238,7 @@ fn python_forms_that_fit_are_accepted() {
     struct Named<'a> {
         name: &'a str,
     }
-    let value = Value::OrderedDict(vec![(s("name"), s("abc"))].into());
+    let value = Value::OrderedDict(vec![(s("name"), s("abc"))].into(), Default::default());
     assert_eq!(from_value::<Named<'_>>(&value).unwrap().name, "abc");
 
     // Ints past 64 bits, both ways.

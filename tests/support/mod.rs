@@ -327,6 +327,31 @@ impl Server {
         .expect("connect to the server")
     }
 
+    /// Sends `payload` on a new connection, then a plain message on the
+    /// same one: fails unless the server answers the second and nothing
+    /// else, as it must a message it refuses (`what` names it).
+    pub fn expect_refused(&self, authkey: &Authkey, payload: &[u8], what: &str) {
+        // pickle.dumps("next", protocol=2)
+        let next = b"\x80\x02X\x04\x00\x00\x00nextq\x00.";
+        let mut connection = self.connect_bytes(authkey);
+        connection.send_bytes(payload).unwrap();
+        connection.send_bytes(next).unwrap();
+        connection
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        let answer = connection
+            .recv_bytes()
+            .unwrap_or_else(|e| panic!("{what}: no echo of the next message: {e}"));
+        let answer = tensorshare::Registry::default()
+            .loads(&answer)
+            .expect("a plain str");
+        assert_eq!(
+            answer.as_str(),
+            Some("next"),
+            "{what}: the server answered the refused message"
+        );
+    }
+
     /// Kills the server (if still running) and returns everything it wrote
     /// to stderr.
     pub fn stop_and_read_stderr(&mut self) -> String {

@@ -144,9 +144,10 @@ pub(super) fn is_torch_save_file(path: &Path) -> bool {
 fn select(mut value: Value, keys: &[String]) -> Result<Value, String> {
     for (depth, key) in keys.iter().enumerate() {
         let path = key_path(&keys[..depth]);
-        let items = match &value {
-            Value::Dict(items) | Value::OrderedDict(items) => items.clone(),
-            other => {
+        let items = match value.as_dict() {
+            Some(items) => items.to_vec(),
+            None => {
+                let other = &value;
                 let found = other.type_name();
                 let article = if found.starts_with(['a', 'e', 'i', 'o', 'u']) {
                     "an"
@@ -219,10 +220,7 @@ fn write_safetensors(
         (output.display().to_string(), len)
     };
     // Every name is a tensor of the file, tied ones included.
-    let tensors = match value {
-        Value::Dict(items) | Value::OrderedDict(items) => items.len(),
-        _ => 0,
-    };
+    let tensors = value.as_dict().map_or(0, <[_]>::len);
     eprintln!("wrote {written} (safetensors, {tensors} tensors, {len} bytes)");
     if let Some(shared) = sharing_memory(value) {
         eprintln!("{shared}");
@@ -230,7 +228,32 @@ fn write_safetensors(
     if let Some(moved) = moved_to_cpu(value) {
         eprintln!("{moved}");
     }
+    if let Some(dropped) = dropped_attributes(value) {
+        eprintln!("{dropped}");
+    }
     Ok(())
+}
+
+/// Says which attributes of a state dict safetensors has no place for: a
+/// `state_dict()`'s `_metadata` holds each module's `version`, which
+/// `load_state_dict` passes on to the module.
+fn dropped_attributes(value: &Value) -> Option<String> {
+    let Value::OrderedDict(_, attributes) = value else {
+        return None;
+    };
+    if attributes.is_empty() {
+        return None;
+    }
+    let names: Vec<String> = attributes
+        .iter()
+        .map(|(name, _)| format!("`{name}`"))
+        .collect();
+    Some(format!(
+        "not written: the state dict's {} (safetensors has no place for it; `load_state_dict` \
+         then sees no module versions, as for a state dict saved without them): write a .pt \
+         to keep it",
+        names.join(", ")
+    ))
 }
 
 /// `error` from writing `value` as safetensors, with what to do: for a
@@ -264,15 +287,13 @@ fn advise_key(error: SafetensorsError, value: &Value, input: &str, keys: &[Strin
 
 /// The str keys of `value` (a dict) whose values are dicts of str to tensor.
 fn state_dict_keys(value: &Value) -> Vec<String> {
-    let (Value::Dict(items) | Value::OrderedDict(items)) = value else {
+    let Some(items) = value.as_dict() else {
         return Vec::new();
     };
     items
         .iter()
         .filter_map(|(key, inner)| {
-            let (Value::Dict(inner) | Value::OrderedDict(inner)) = inner else {
-                return None;
-            };
+            let inner = inner.as_dict()?;
             let all_tensors = !inner.is_empty()
                 && inner
                     .iter()
@@ -287,9 +308,7 @@ fn state_dict_keys(value: &Value) -> Vec<String> {
 /// Names the tensors of a state dict that share a storage (tied weights,
 /// views of one storage): safetensors writes each with its own bytes.
 fn sharing_memory(value: &Value) -> Option<String> {
-    let (Value::Dict(items) | Value::OrderedDict(items)) = value else {
-        return None;
-    };
+    let items = value.as_dict()?;
     let mut by_storage: HashMap<usize, Vec<&str>> = HashMap::new();
     let mut order = Vec::new();
     for (key, tensor) in items.iter() {

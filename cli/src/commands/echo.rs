@@ -152,7 +152,7 @@ pub fn run(args: EchoArgs) -> Result<(), CliError> {
             .name(format!("echo-peer-{next_peer}"))
             .spawn(move || {
                 let peer = named;
-                if let Err(reason) = serve_peer(incoming, &sharing) {
+                if let Err(reason) = serve_peer(incoming, &sharing, &peer) {
                     eprintln!(
                         "tensorshare echo: peer {peer}: {}; closed its connection",
                         super::one_line(&reason)
@@ -204,13 +204,26 @@ const PEERS_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 /// How long to pause after a failed accept before polling again.
 const ACCEPT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(50);
 
-/// Echoes every message until the peer hangs up; the first bad one ends it.
-fn serve_peer(incoming: IncomingConnection, sharing: &SharingContext) -> Result<(), Error> {
+/// Echoes every message until the peer hangs up. A message refused whole
+/// (it does not rebuild) is answered with nothing and logged, and the next
+/// one is read; any other failure ends the connection.
+fn serve_peer(
+    incoming: IncomingConnection,
+    sharing: &SharingContext,
+    peer: &str,
+) -> Result<(), Error> {
     let mut connection = Connection::new(incoming.authenticate()?, sharing)?;
     loop {
         let value = match connection.recv() {
             Ok(value) => value,
             Err(closed) if closed.is_closed() => return Ok(()),
+            Err(refused) if refused.is_refused_message() => {
+                eprintln!(
+                    "tensorshare echo: peer {peer}: a message not echoed: {}",
+                    super::one_line(&refused)
+                );
+                continue;
+            }
             Err(e) => return Err(e),
         };
         connection.send(&value)?;

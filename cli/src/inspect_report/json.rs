@@ -11,7 +11,7 @@ use std::io::Write;
 use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
 use serde_json::Value as Json;
 use tensorshare::inspect::head;
-use tensorshare::model::{Opaque, OpaqueCall, Storage};
+use tensorshare::model::{self, Opaque, OpaqueCall, Storage};
 use tensorshare::{DType, Tensor, Value};
 
 use super::{
@@ -157,8 +157,13 @@ impl Node<'_> {
             | Value::List(items)
             | Value::Set(items)
             | Value::FrozenSet(items) => map.serialize_entry("items", &walk.nodes(items)),
-            Value::Dict(pairs) | Value::OrderedDict(pairs) => {
-                map.serialize_entry("items", &walk.pairs(pairs))
+            Value::Dict(pairs) => map.serialize_entry("items", &walk.pairs(pairs)),
+            Value::OrderedDict(pairs, attributes) => {
+                map.serialize_entry("items", &walk.pairs(pairs))?;
+                if attributes.is_empty() {
+                    return Ok(());
+                }
+                map.serialize_entry("attributes", &Attributes { walk, attributes })
             }
             Value::Storage(s) => storage_fields(walk, map, s),
             Value::TypedStorage(s, dtype) => {
@@ -259,6 +264,19 @@ impl Serialize for Pairs<'_> {
             seq.serialize_element(&(self.walk.node(key), self.walk.node(value)))?;
         }
         seq.end()
+    }
+}
+
+/// An object's attributes, `{name: node}`.
+struct Attributes<'a> {
+    walk: &'a Walk,
+    attributes: &'a model::Attributes,
+}
+
+impl Serialize for Attributes<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let named = self.attributes.iter();
+        serializer.collect_map(named.map(|(name, value)| (name, self.walk.node(value))))
     }
 }
 

@@ -150,7 +150,7 @@ impl Value {
     /// `collections.OrderedDict`.
     pub fn as_dict(&self) -> Option<&[(Value, Value)]> {
         match self {
-            Value::Dict(pairs) | Value::OrderedDict(pairs) => Some(pairs),
+            Value::Dict(pairs) | Value::OrderedDict(pairs, _) => Some(pairs),
             _ => None,
         }
     }

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
-use super::Value;
+use super::{Attributes, Value};
 
 /// A Python `dict` being built, in insertion order: what a message of
 /// named parts (`{'image': ..., 'label': ...}`) is made of. It becomes a
@@ -117,7 +117,13 @@ impl Dict {
 
     /// The dict as a `collections.OrderedDict` (what `state_dict()` returns).
     pub fn into_ordered_dict(self) -> Value {
-        Value::OrderedDict(self.pairs.into())
+        self.into_ordered_dict_with(Attributes::default())
+    }
+
+    /// The dict as a `collections.OrderedDict` with `attributes` set on it
+    /// (a state dict's `_metadata`).
+    pub fn into_ordered_dict_with(self, attributes: Attributes) -> Value {
+        Value::OrderedDict(self.pairs.into(), attributes)
     }
 }
 

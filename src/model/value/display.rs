@@ -75,7 +75,7 @@ fn write_value(f: &mut fmt::Formatter<'_>, value: &Value, depth: usize) -> fmt::
             f.write_char(']')
         }
         Value::Dict(pairs) => write_pairs(f, pairs, depth),
-        Value::OrderedDict(pairs) => {
+        Value::OrderedDict(pairs, _) => {
             f.write_str("OrderedDict(")?;
             if !pairs.is_empty() {
                 write_pairs(f, pairs, depth)?;
@@ -339,7 +339,7 @@ mod tests {
         let ordered = Dict::new().with("a", 1).into_ordered_dict();
         assert_eq!(ordered.to_string(), "OrderedDict({'a': 1})");
         assert_eq!(
-            Value::OrderedDict(Vec::new().into()).to_string(),
+            Value::OrderedDict(Vec::new().into(), Default::default()).to_string(),
             "OrderedDict()"
         );
         let nested = Value::List(vec![one, Value::from(Dict::new().with(1, "x"))].into());
