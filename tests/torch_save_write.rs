@@ -64,7 +64,7 @@ impl Describer {
                 json!({ "tuple": items.iter().map(|v| self.describe(v)).collect::<Vec<_>>() })
             }
             Value::Dict(items) => json!({ "dict": pairs(items, self) }),
-            Value::OrderedDict(items, attributes) if attributes.is_empty() => {
+            Value::OrderedDict(items, attributes) if attributes.iter().len() == 0 => {
                 json!({ "ordered_dict": pairs(items, self) })
             }
             Value::OrderedDict(items, attributes) => {

@@ -347,7 +347,7 @@ impl Walk {
                 format!("{}{tag} ({})", json_type(value), count(pairs.len(), "item"))
             }
             Value::OrderedDict(pairs, attributes) => {
-                let set = match attributes.len() {
+                let set = match attributes.iter().len() {
                     0 => String::new(),
                     n => format!(", {}", count(n, "attribute")),
                 };

@@ -241,7 +241,7 @@ fn dropped_attributes(value: &Value) -> Option<String> {
     let Value::OrderedDict(_, attributes) = value else {
         return None;
     };
-    if attributes.is_empty() {
+    if attributes.iter().len() == 0 {
         return None;
     }
     let names: Vec<String> = attributes

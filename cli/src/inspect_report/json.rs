@@ -160,7 +160,7 @@ impl Node<'_> {
             Value::Dict(pairs) => map.serialize_entry("items", &walk.pairs(pairs)),
             Value::OrderedDict(pairs, attributes) => {
                 map.serialize_entry("items", &walk.pairs(pairs))?;
-                if attributes.is_empty() {
+                if attributes.iter().len() == 0 {
                     return Ok(());
                 }
                 map.serialize_entry("attributes", &Attributes { walk, attributes })

@@ -21,7 +21,8 @@ use super::Value;
 ///
 /// let versions = Dict::new().with("", Dict::new().with("version", 1)).into_ordered_dict();
 /// let attributes = Attributes::from_iter([("_metadata", versions)]);
-/// let state = Dict::new().with("weight", 1.5).into_ordered_dict_with(attributes);
+/// let items = [(Value::from("weight"), Value::from(1.5))];
+/// let state = Value::OrderedDict(items.into(), attributes);
 /// let Value::OrderedDict(_, attributes) = &state else { unreachable!() };
 /// let metadata = attributes.get("_metadata").expect("set above");
 /// assert_eq!(metadata.get("").and_then(|m| m.get("version")).and_then(Value::as_int), Some(1));
@@ -43,13 +44,8 @@ impl Attributes {
         self.0.iter().map(|(name, value)| (&**name, value))
     }
 
-    /// How many attributes are set.
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
     /// Whether none is set: an object pickled without `BUILD`.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 }
@@ -82,6 +78,6 @@ mod tests {
             .map(|(name, value)| (name, value.as_int()))
             .collect();
         assert_eq!(set, [("a", Some(3)), ("b", Some(2))]);
-        assert!(Attributes::default().is_empty());
+        assert_eq!(Attributes::default().iter().len(), 0);
     }
 }

@@ -117,13 +117,7 @@ impl Dict {
 
     /// The dict as a `collections.OrderedDict` (what `state_dict()` returns).
     pub fn into_ordered_dict(self) -> Value {
-        self.into_ordered_dict_with(Attributes::default())
-    }
-
-    /// The dict as a `collections.OrderedDict` with `attributes` set on it
-    /// (a state dict's `_metadata`).
-    pub fn into_ordered_dict_with(self, attributes: Attributes) -> Value {
-        Value::OrderedDict(self.pairs.into(), attributes)
+        Value::OrderedDict(self.pairs.into(), Attributes::default())
     }
 }
 
