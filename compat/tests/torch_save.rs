@@ -679,8 +679,8 @@ fn malformed_persistent_ids_are_refused() {
         (b"\x80\x02(X\x05\x00\x00\x00otherK\x01tQ.", "not a 'storage' one"),
         (b"\x80\x02(X\x07\x00\x00\x00storageK\x01tQ.", "has 2 fields, expected 6"),
         (
-            b"\x80\x02(X\x07\x00\x00\x00storagectorch\nQInt8Storage\nX\x01\x00\x00\x00kX\x03\x00\x00\x00cpuK\x01NtQ.",
-            "unsupported storage class torch.QInt8Storage",
+            b"\x80\x02(X\x07\x00\x00\x00storagectorch._utils\n_rebuild_tensor_v2\nX\x01\x00\x00\x00kX\x03\x00\x00\x00cpuK\x01NtQ.",
+            "unsupported storage class torch._utils._rebuild_tensor_v2",
         ),
     ];
     for (object, message) in cases {

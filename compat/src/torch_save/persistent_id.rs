@@ -7,16 +7,6 @@ use super::{StreamPart, TorchSaveError};
 use crate::dtype::DType;
 use crate::pickle::{Global, Node, NodeId, Pickle};
 
-/// The legacy typed-storage classes torch knows but this crate has no dtype
-/// for: accepted by the global filter so that the refusal names the class.
-const QUANTIZED_STORAGE_CLASSES: [&str; 5] = [
-    "QInt8Storage",
-    "QInt32Storage",
-    "QUInt8Storage",
-    "QUInt4x2Storage",
-    "QUInt2x4Storage",
-];
-
 /// Whether `module.name` is a storage class that torch.save writes into a
 /// storage persistent id.
 ///
@@ -36,11 +26,10 @@ const QUANTIZED_STORAGE_CLASSES: [&str; 5] = [
 /// ```
 pub fn is_storage_class_global(module: &str, name: &str) -> bool {
     let typed = || DType::from_legacy_storage_class(name).is_some();
-    let quantized = || QUANTIZED_STORAGE_CLASSES.contains(&name);
     let untyped = || matches!(name, "UntypedStorage" | "_UntypedStorage");
     match module {
-        "torch" => typed() || quantized() || untyped(),
-        "torch.cuda" => typed() || quantized(),
+        "torch" => typed() || untyped(),
+        "torch.cuda" => typed(),
         "torch.storage" => untyped(),
         _ => false,
     }
@@ -134,10 +123,9 @@ pub enum PersistentIdError {
     /// The class field is not a global.
     #[error("the storage class field is not a global")]
     ClassNotGlobal,
-    /// The class is not one torch.save writes, or one this crate cannot
-    /// represent (quantized storages).
+    /// The class is not a storage class torch.save writes.
     #[error(
-        "unsupported storage class {class}: only the typed classes of plain dtypes and UntypedStorage are read"
+        "unsupported storage class {class}: only torch's typed storage classes and UntypedStorage are read"
     )]
     UnsupportedStorageClass {
         /// The class named.
