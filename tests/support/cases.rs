@@ -333,13 +333,52 @@ fn same_mapping(
 /// quantizer and then cannot pickle again (`cannot call qscheme on
 /// UnknownQuantizer`). The echo tests send those through torch's
 /// shared-memory form, every dtype torch names.
+///
+/// Of those, only the ones the torch under test names
+/// (`TENSORSHARE_TEST_PYTHON`'s): an older torch (`scripts/interop-matrix`)
+/// cannot unpickle a dtype it lacks, which says nothing of the rest.
 pub fn sharable_dtypes() -> Vec<DType> {
+    let torch_has = torch_dtype_names();
     DType::ALL
         .into_iter()
         .filter(|d| !d.name().starts_with("bits") && *d != DType::BComplex32)
         .filter(|d| !is_sub_byte_integer(*d) && !d.name().starts_with("qint"))
         .filter(|d| !d.name().starts_with("quint"))
+        .filter(|d| {
+            torch_has
+                .as_ref()
+                .is_none_or(|names| names.contains(d.name()))
+        })
         .collect()
+}
+
+/// The dtypes the torch of `TENSORSHARE_TEST_PYTHON` names, asked once per
+/// interpreter and kept under the build's temporary directory; `None`
+/// without a Python (the tests that need one skip or fail on their own).
+fn torch_dtype_names() -> Option<std::collections::BTreeSet<String>> {
+    use std::hash::{Hash, Hasher};
+    static NAMES: std::sync::OnceLock<Option<std::collections::BTreeSet<String>>> =
+        std::sync::OnceLock::new();
+    NAMES
+        .get_or_init(|| {
+            let python = std::env::var("TENSORSHARE_TEST_PYTHON").ok().filter(|p| !p.is_empty())?;
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            python.hash(&mut hasher);
+            let cache = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+                .join(format!("torch-dtypes-{:016x}", hasher.finish()));
+            let listed = std::fs::read_to_string(&cache).ok().unwrap_or_else(|| {
+                let script = "import torch\nprint(' '.join(sorted({str(v).removeprefix('torch.') for v in vars(torch).values() if isinstance(v, torch.dtype)})))";
+                let listed = super::python_output_for(&python, script, &[], b"", "list torch's dtypes");
+                // Written whole, then renamed: parallel tests read it whole.
+                let partial = cache.with_extension(format!("{}", std::process::id()));
+                if std::fs::write(&partial, &listed).is_ok() {
+                    let _ = std::fs::rename(&partial, &cache);
+                }
+                listed
+            });
+            Some(listed.split_whitespace().map(str::to_owned).collect())
+        })
+        .clone()
 }
 
 /// `torch.uint1` to `torch.uint7` and `torch.int1` to `torch.int7`.
