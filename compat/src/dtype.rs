@@ -505,31 +505,9 @@ impl DType {
                 FLOAT4_E2M1FN.decode((bits & 0xf) as u32),
                 FLOAT4_E2M1FN.decode(((bits >> 4) & 0xf) as u32),
             ),
-            DType::BComplex32
-            | DType::Bits1x8
-            | DType::Bits2x4
-            | DType::Bits4x2
-            | DType::Bits8
-            | DType::Bits16
-            | DType::UInt1
-            | DType::UInt2
-            | DType::UInt3
-            | DType::UInt4
-            | DType::UInt5
-            | DType::UInt6
-            | DType::UInt7
-            | DType::Int1
-            | DType::Int2
-            | DType::Int3
-            | DType::Int4
-            | DType::Int5
-            | DType::Int6
-            | DType::Int7
-            | DType::QInt8
-            | DType::QUInt8
-            | DType::QInt32
-            | DType::QUInt4x2
-            | DType::QUInt2x4 => return None,
+            // bits*, bcomplex32, the sub-byte integers and the quantized
+            // kinds: torch turns none of them into numbers.
+            _ => return None,
         })
     }
 }
