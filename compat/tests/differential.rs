@@ -9,7 +9,13 @@
 //! leniencies, which CPython refuses as we do: a global it never calls, a
 //! protocol past 5, a name not UTF-8, `NEWOBJ` of a non-class, an unquoted
 //! `STRING`, a `FRAME` past the input, items taken from below a `MARK`.
-//! `serde_pickle_leniencies` checks each is still what it says; the
+//! Two differences go the other way, where both read the input and
+//! serde-pickle reads it otherwise than CPython, and ours as CPython does:
+//! a text argument (protocol 0's `UNICODE`, `STRING`) whose line ends in
+//! `\r\n` keeps its `\r` in CPython and loses it in serde-pickle; and a
+//! memo slot `PUT` again while its first value is still being filled.
+//! `serde_pickle_leniencies` and `serde_pickle_reads_otherwise` check each
+//! is still what it says; the
 //! `pickle_differential` fuzz target looks for disagreements on arbitrary
 //! bytes.
 
@@ -290,4 +296,37 @@ fn serde_pickle_leniencies() {
         }
     }
     assert!(split_no_more.is_empty(), "{split_no_more:#?}");
+}
+
+/// Inputs serde-pickle reads otherwise than CPython 3.11's `pickle.loads`,
+/// which ours reads as CPython does: each with CPython's reading.
+#[test]
+fn serde_pickle_reads_otherwise() {
+    let cases: [(&str, &[u8], Value); 2] = [
+        (
+            "a carriage return before a text argument's newline",
+            b"V2\t\r\n.",
+            Value::String("2\t\r".into()),
+        ),
+        (
+            "a memo slot written again",
+            b"(}qqqaqqqqqq]qqq]q=]q\xec]aq?a(0t.",
+            Value::Tuple(vec![
+                Value::Dict(Default::default()),
+                Value::List(vec![Value::List(vec![Value::List(vec![])])]),
+            ]),
+        ),
+    ];
+    for (what, bytes, cpython) in cases {
+        let ours = plain::ours(bytes)
+            .expect("ours reads it")
+            .expect("plain data");
+        assert!(plain::same(&ours, &cpython), "{what}: ours read {ours:?}");
+        let theirs = plain::theirs(bytes).expect("serde-pickle reads it");
+        assert!(
+            !plain::same(&theirs, &cpython),
+            "{what}: serde-pickle now reads it as CPython does ({theirs:?}): \
+             drop it from the differences"
+        );
+    }
 }

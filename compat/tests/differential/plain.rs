@@ -20,9 +20,14 @@ pub fn plain_global(module: &str, name: &str) -> bool {
 /// stand for far more than its size.
 const BUDGET: usize = 100_000;
 
+/// The deepest value read: deeper ones are not compared, as serde-pickle's
+/// values (and this reader) recurse, and a pickle of a few hundred
+/// kilobytes can nest a hundred thousand deep.
+const MAX_DEPTH: usize = 256;
+
 /// Our decoder's reading of `bytes`: `Err` with why it refused; `Ok(None)`
 /// when it read something outside plain data (a global left uncalled, a
-/// cycle, more than the budget).
+/// cycle, more than the budget, deeper than [`MAX_DEPTH`]).
 pub fn ours(bytes: &[u8]) -> Result<Option<Value>, String> {
     let decoded =
         decode_all(bytes, &plain_global, &Limits::default()).map_err(|e| e.to_string())?;
@@ -35,7 +40,8 @@ pub fn ours(bytes: &[u8]) -> Result<Option<Value>, String> {
 }
 
 /// serde-pickle's reading of `bytes`, Python 2 strings decoded as CPython 3
-/// decodes them by default.
+/// decodes them by default. Only for input [`ours`] read as plain data: it
+/// recurses as deep as the input nests.
 pub fn theirs(bytes: &[u8]) -> Result<Value, String> {
     serde_pickle::value_from_slice(bytes, DeOptions::new().decode_strings())
         .map(normalize)
@@ -54,7 +60,7 @@ fn convert(
     path: &mut Vec<NodeId>,
     budget: &mut usize,
 ) -> Option<Value> {
-    if path.contains(&id) || *budget == 0 {
+    if path.contains(&id) || path.len() >= MAX_DEPTH || *budget == 0 {
         return None;
     }
     *budget -= 1;
