@@ -25,8 +25,10 @@ with any strategy.
 serve   What `tensorshare echo --strategy NAME` does, in stock
         torch: prints `listening ADDR` once ready, sends every message back
         on its connection (a thread per connection) until EOF, logs and
-        closes a connection whose message torch cannot rebuild, refuses
-        clients with the wrong authkey and keeps serving. SIGTERM or SIGINT
+        closes a connection whose message torch cannot rebuild (where
+        `tensorshare echo` answers nothing and reads the next, so that a
+        test driving this one fails at once), refuses clients with the
+        wrong authkey and keeps serving. SIGTERM or SIGINT
         stop it and remove the socket.
 
 drive   A torch client of an echo server (`serve` or `tensorshare echo`): one
@@ -36,8 +38,8 @@ drive   A torch client of an echo server (`serve` or `tensorshare echo`): one
         repeat case, and `N cases passed, M failed` last; exits 1 if a case
         failed. A case that fails reopens the connection for the next one.
         --hostile adds messages the server must refuse, each on a new
-        connection: the server must close it, run nothing, and still echo
-        on a fresh connection. Never point --hostile at `serve`: stock
+        connection: the server must answer nothing, run nothing, echo the
+        next message on that connection, and still echo on a fresh one. Never point --hostile at `serve`: stock
         torch executes those messages.
 
 pool    A torch.multiprocessing spawn pool fed by a producer listening at
@@ -189,6 +191,8 @@ def echo_connection(conn: Connection) -> None:
             try:
                 conn.send(ForkingPickler.loads(message))
             except Exception as exc:  # a message torch cannot rebuild or re-share
+                # Closed, unlike `tensorshare echo`: the Rust side driving
+                # this echo fails at once rather than waiting for an answer.
                 log(f"closing a connection: {describe(exc)}")
                 return
 
