@@ -292,7 +292,7 @@ fn a_planned_load_names_the_limit_it_hits_first() {
             "--tensors",
             "10",
             "--bytes",
-            "3000000000",
+            "3GiB",
         ],
         ..Setup::default()
     };

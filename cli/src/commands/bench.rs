@@ -42,7 +42,7 @@ pub struct BenchArgs {
     /// Tensor sizes, comma-separated, e.g. 4KiB,1MiB,64MiB (the default).
     // Defaulted in `run`, not by clap, so that `--workload files` can tell
     // it was given.
-    #[arg(long, value_delimiter = ',', value_parser = parse_size)]
+    #[arg(long, value_delimiter = ',', value_parser = super::format::parse_size)]
     sizes: Vec<usize>,
     /// Timed rounds per path, 1 to 1000; the table shows the median.
     #[arg(
@@ -107,13 +107,13 @@ pub struct BenchArgs {
     /// stopped by the bench), as a package install or a checkpoint save
     /// does beside a training job; and print how much slower each row
     /// went.
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = super::format::parse_size)]
     busy_io: Option<usize>,
     /// With `--workload batches`, run the tables in a mount namespace of
     /// their own whose `/dev/shm` is a tmpfs of SIZE (e.g. 64MiB, Docker's
     /// default), as in a container; a feed that cannot share there shows
     /// as a failed row. Needs root.
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = super::format::parse_size)]
     shm_size: Option<usize>,
     /// With `--workload batches`, the intra-op threads of every torch
     /// process the bench starts (`OMP_NUM_THREADS`). By default torch's own,
@@ -145,7 +145,7 @@ pub struct BenchArgs {
     /// With `--workload files`, the tensor bytes of each of the two large
     /// checkpoints (a zip and a legacy torch.save of 200 float32 tensors);
     /// default 2GiB. The cuda:0 checkpoint is an eighth of it.
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = super::format::parse_size)]
     file_size: Option<usize>,
     /// With `--workload files`, how many 16-element float32 tensors the
     /// small-tensors checkpoint holds; default 200000.
@@ -783,29 +783,6 @@ pub(super) fn median(mut values: Vec<f64>) -> f64 {
         n if n % 2 == 1 => values[n / 2],
         n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
     }
-}
-
-/// `4096`, `4KiB`, `1MiB`, `64MiB`, `1GiB`.
-fn parse_size(text: &str) -> Result<usize, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (digits, unit) = text.split_at(split);
-    let number: usize = digits
-        .parse()
-        .map_err(|_| format!("{text:?} is not a size like 4KiB"))?;
-    let scale = match unit.trim() {
-        "" | "B" => 1,
-        "KiB" | "K" | "k" => 1 << 10,
-        "MiB" | "M" => 1 << 20,
-        "GiB" | "G" => 1 << 30,
-        other => return Err(format!("unknown unit {other:?}: use B, KiB, MiB or GiB")),
-    };
-    number
-        .checked_mul(scale)
-        .filter(|&n| n > 0)
-        .ok_or_else(|| format!("{text:?} is not a positive size that fits in memory"))
 }
 
 /// The Python side: an interpreter with torch, the script, and the

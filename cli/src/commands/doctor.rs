@@ -1,4 +1,4 @@
-//! `tensorshare doctor [--json] [--strategy NAME] [--tensors N] [--bytes B]`:
+//! `tensorshare doctor [--json] [--strategy NAME] [--tensors N] [--bytes SIZE]`:
 //! the limits shared memory runs into, one line per check with its fix;
 //! exits 1 when a check fails. The checks are `tensorshare::doctor`'s.
 
@@ -22,9 +22,10 @@ pub struct DoctorArgs {
     /// Tensors a process of the planned load holds at once.
     #[arg(long, value_name = "N", default_value_t = 0)]
     tensors: u64,
-    /// Bytes of storage the planned load has in flight at once.
-    #[arg(long, value_name = "B", default_value_t = 0)]
-    bytes: u64,
+    /// Bytes of storage the planned load has in flight at once: `4096`,
+    /// `16MiB`, `3GiB`.
+    #[arg(long, value_name = "SIZE", value_parser = super::format::parse_size)]
+    bytes: Option<usize>,
     /// Read logind's configuration and lingering users under DIR instead of
     /// / (also $TENSORSHARE_DOCTOR_ROOT).
     #[arg(long, value_name = "DIR")]
@@ -37,12 +38,14 @@ pub fn run(args: DoctorArgs) -> Result<(), CliError> {
         options = options.root(root);
     }
     let planned =
-        (args.strategy.is_some() || args.tensors > 0 || args.bytes > 0).then(|| PlannedLoad {
-            strategy: args
-                .strategy
-                .map_or(StrategyKind::FileDescriptor, StrategyKind::from),
-            tensors: args.tensors,
-            bytes: args.bytes,
+        (args.strategy.is_some() || args.tensors > 0 || args.bytes.is_some()).then(|| {
+            PlannedLoad {
+                strategy: args
+                    .strategy
+                    .map_or(StrategyKind::FileDescriptor, StrategyKind::from),
+                tensors: args.tensors,
+                bytes: args.bytes.unwrap_or(0) as u64,
+            }
         });
     let findings = doctor::check_with(&options, planned.as_ref());
     if args.json {

@@ -2,6 +2,30 @@
 
 pub use tensorshare_strategies::human_bytes as bytes;
 
+/// A size on the command line: `4096`, `4KiB`, `1MiB`, `64MiB`, `1GiB`
+/// (also `K`, `M`, `G`), as `bench` and `doctor` take them.
+pub fn parse_size(text: &str) -> Result<usize, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let number: usize = digits
+        .parse()
+        .map_err(|_| format!("{text:?} is not a size like 4KiB"))?;
+    let scale = match unit.trim() {
+        "" | "B" => 1,
+        "KiB" | "K" | "k" => 1 << 10,
+        "MiB" | "M" => 1 << 20,
+        "GiB" | "G" => 1 << 30,
+        other => return Err(format!("unknown unit {other:?}: use B, KiB, MiB or GiB")),
+    };
+    number
+        .checked_mul(scale)
+        .filter(|&n| n > 0)
+        .ok_or_else(|| format!("{text:?} is not a positive size that fits in memory"))
+}
+
 /// `seconds` in ns, µs, ms or s, three significant figures.
 pub fn duration(seconds: f64) -> String {
     let (value, unit) = if seconds < 1e-6 {
