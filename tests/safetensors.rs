@@ -551,3 +551,27 @@ fn the_facade_error_wraps_the_safetensors_error() {
         Some(std::io::ErrorKind::NotFound)
     );
 }
+
+/// A `.pt` given to the safetensors reader, zip or legacy, is named for what
+/// it is, with the reader to use, not read as an absurd header length.
+#[test]
+fn a_torch_save_file_is_named_as_one() {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("compat/fixtures/torch-2.15.0");
+    for (name, starts) in [
+        ("dtype_float32.zip.pt", "a zip archive"),
+        ("dtype_float32.legacy.pt", "the legacy magic number"),
+    ] {
+        let error = tensorshare::safetensors::load(fixtures.join(name)).unwrap_err();
+        let message = error.to_string();
+        assert!(
+            matches!(
+                error,
+                tensorshare::Error::Safetensors(SafetensorsError::TorchSave { .. })
+            ),
+            "{name}: {message}"
+        );
+        for expected in [starts, "torch.save", "torch_save::load"] {
+            assert!(message.contains(expected), "{name}: {message}");
+        }
+    }
+}

@@ -45,6 +45,16 @@ pub enum SafetensorsError {
         /// The input's length.
         len: u64,
     },
+    /// The input is a `torch.save` file (a zip archive, or the legacy
+    /// stream's magic number), not a safetensors file.
+    #[error(
+        "not a safetensors file: it starts as a torch.save file does ({what}); read it with \
+         tensorshare::torch_save::load, or convert it with `tensorshare convert IN OUT.safetensors`"
+    )]
+    TorchSave {
+        /// What it starts with: `a zip archive` or `the legacy magic number`.
+        what: &'static str,
+    },
     /// The header length runs past the end of the input or past
     /// the 100,000,000 bytes a header may take: a truncated file, or not a
     /// safetensors file.

@@ -196,6 +196,10 @@ impl Source for MappedSource {
 /// anything is allocated, the header, validated, then each tensor's bytes
 /// into a storage of its own, in file order. A stream is read to the end
 /// of its last tensor.
+/// How a legacy `torch.save` stream starts: protocol 2, then `LONG1` of the
+/// 10-byte magic number.
+const LEGACY_TORCH_SAVE: &[u8] = b"\x80\x02\x8a\x0a";
+
 fn read_from(
     input: &mut impl Source,
     len: Option<u64>,
@@ -206,6 +210,18 @@ fn read_from(
         return Err(SafetensorsError::TooShort { len });
     }
     input.read_exact(&mut length).map_err(io_error)?;
+    // A `.pt` given by mistake: its first bytes read as an absurd header
+    // length otherwise.
+    if length.starts_with(b"PK\x03\x04") {
+        return Err(SafetensorsError::TorchSave {
+            what: "a zip archive",
+        });
+    }
+    if length.starts_with(LEGACY_TORCH_SAVE) {
+        return Err(SafetensorsError::TorchSave {
+            what: "the legacy magic number",
+        });
+    }
     let header_len = u64::from_le_bytes(length);
     let available = len.map(|len| len - LENGTH_BYTES as u64);
     if available.is_some_and(|available| header_len > available) || header_len > MAX_HEADER_BYTES {
