@@ -45,6 +45,24 @@ impl fmt::Display for Value {
     }
 }
 
+/// As a [`Value`] shows it: its first elements (those in this process),
+/// dtype and shape.
+///
+/// # Examples
+///
+/// ```
+/// use tensorshare::{StrategyKind, Tensor};
+///
+/// let ids = Tensor::from_slice(&StrategyKind::Bytes, &[3i64, 1, 4], &[3])?;
+/// assert_eq!(format!("{ids}"), "tensor([3, 1, 4], dtype=torch.int64, shape=[3])");
+/// # Ok::<(), tensorshare::Error>(())
+/// ```
+impl fmt::Display for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write_tensor(f, self)
+    }
+}
+
 fn write_value(f: &mut fmt::Formatter<'_>, value: &Value, depth: usize) -> fmt::Result {
     if depth > SHOWN_DEPTH {
         return f.write_str("...");
