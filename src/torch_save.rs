@@ -24,14 +24,14 @@
 //! use tensorshare::{Dict, StrategyKind, Tensor, Value, torch_save};
 //!
 //! # fn main() -> Result<(), tensorshare::Error> {
-//! let dir = tempfile::tempdir().expect("a temporary directory");
-//! let path = dir.path().join("model.pt");
+//! let path = std::env::temp_dir().join(format!("model-{}.pt", std::process::id()));
 //! let weight = Tensor::from_slice(&StrategyKind::Bytes, &[1.0f32, 2.0, 3.0], &[3])?;
 //! torch_save::save(&Dict::new().with("weight", weight).into(), &path)?;
 //!
 //! let loaded = torch_save::load(&path)?;
 //! let weight = loaded.get("weight").and_then(Value::as_tensor).expect("a tensor");
 //! assert_eq!(weight.as_slice::<f32>()?, [1.0, 2.0, 3.0]);
+//! # std::fs::remove_file(&path).ok();
 //! # Ok(())
 //! # }
 //! ```
