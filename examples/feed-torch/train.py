@@ -33,7 +33,8 @@ if not address:
 
 
 def batches(conn):
-    """The batches the producer sends, until it sends None."""
+    """The batches the producer sends, until it sends None: a producer that
+    dies instead leaves conn.recv() raising EOFError, not a short epoch."""
     while (batch := conn.recv()) is not None:
         yield batch
 
