@@ -16,10 +16,20 @@
 //!
 //! let server = tokio::spawn(async move {
 //!     let mut connection = listener.accept().await?;
-//!     while let Ok(value) = connection.recv().await {
+//!     loop {
+//!         let value = match connection.recv().await {
+//!             Ok(value) => value,
+//!             // The peer hung up between messages: the end of its stream.
+//!             Err(closed) if closed.is_closed() => return Ok(()),
+//!             // One message refused whole; the connection is in step.
+//!             Err(refused) if refused.is_refused_message() => {
+//!                 eprintln!("a message not echoed: {refused}");
+//!                 continue;
+//!             }
+//!             Err(error) => return Err(error),
+//!         };
 //!         connection.send(&value).await?; // an echo
 //!     }
-//!     Ok::<_, tensorshare::Error>(())
 //! });
 //!
 //! let mut client = tensorshare::tokio::Connection::connect(&sharing, &address).await?;
