@@ -59,6 +59,7 @@
 #![allow(unsafe_code)]
 
 use std::any::Any;
+use std::mem::ManuallyDrop;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -143,7 +144,8 @@ impl FileSystemStrategy {
 /// unlinks the name if that was the last, unmaps, and tells the manager.
 #[derive(Debug)]
 struct MappedObject {
-    mapping: SharedMapping,
+    /// Unmapped by `drop` before the manager is told.
+    mapping: ManuallyDrop<SharedMapping>,
     name: SegmentName,
     identity: FileIdentity,
     manager: Arc<ManagerConnection>,
@@ -180,7 +182,16 @@ impl MappedObject {
 
 impl Drop for MappedObject {
     fn drop(&mut self) {
-        if self.holds_count && self.decref() {
+        let freed = self.holds_count && self.decref();
+        // Unmapped before the manager hears of it: a manager that then
+        // finds nothing mapping a segment whose receivers have all exited
+        // unlinks it at once, where a mapping still here would make it wait
+        // a grace period.
+        // SAFETY: `mapping` is dropped once, here, and nothing reads it
+        // after: this is the object's end, and no other field's drop
+        // touches it.
+        unsafe { ManuallyDrop::drop(&mut self.mapping) };
+        if freed {
             self.manager.unregister(&self.name);
         } else {
             self.manager.unregister_in_use(&self.name);
@@ -429,7 +440,7 @@ impl SharingStrategy for FileSystemStrategy {
         std::mem::forget(created);
         drop(fd);
         let object = MappedObject {
-            mapping,
+            mapping: ManuallyDrop::new(mapping),
             name,
             identity: FileIdentity::of(&stat),
             manager,
@@ -532,7 +543,7 @@ impl SharingStrategy for FileSystemStrategy {
                 cause,
             })?;
         let object = MappedObject {
-            mapping,
+            mapping: ManuallyDrop::new(mapping),
             name,
             identity,
             manager,
