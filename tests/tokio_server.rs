@@ -19,7 +19,9 @@ type Outcomes = Arc<Mutex<Vec<String>>>;
 
 /// An echo server on a single-threaded runtime of its own thread, a task
 /// per connection: a task that blocked the thread would stop every other.
-/// It runs until the test process ends.
+/// It loops as the crate docs' tokio server does: the next peer after a
+/// refused handshake, the next message after a refused one, the end at a
+/// close. It runs until the test process ends.
 fn start_server(sharing: SharingContext) -> (Address, Outcomes) {
     let outcomes = Outcomes::default();
     let recorded = Arc::clone(&outcomes);
@@ -54,6 +56,12 @@ fn start_server(sharing: SharingContext) -> (Address, Outcomes) {
                                 }
                             }
                             Err(error) if error.is_closed() => break "closed".to_owned(),
+                            Err(error) if error.is_refused_message() => {
+                                recorded
+                                    .lock()
+                                    .unwrap()
+                                    .push(format!("refused message: {error}"));
+                            }
                             Err(error) => break format!("receive failed: {error}"),
                         }
                     };
@@ -134,6 +142,29 @@ fn a_client_gone_mid_message_and_a_wrong_key_leave_the_server_serving() {
         ]),
     );
     assert!(out.contains("ok 4 clients"), "{out}");
+}
+
+/// A torch sender gone before its fd was fetched: its message is refused,
+/// and the loop goes on to see the connection close, where a `while let
+/// Ok(..)` loop would stop silently on the refusal.
+#[test]
+fn a_sender_that_exits_after_sending_is_reported_and_its_connection_ends_cleanly() {
+    let Some(python) = test_python(
+        "a_sender_that_exits_after_sending_is_reported_and_its_connection_ends_cleanly",
+    ) else {
+        return;
+    };
+    let authkey = Authkey::random().expect("a key");
+    let (address, outcomes) = start_server(SharingContext::new(authkey.clone()));
+    run(&mut clients_command(&python, &address, &authkey, "exits"));
+    support::eventually("the refusal, then the close", || {
+        let outcomes = outcomes_of(&outcomes);
+        let refused = outcomes
+            .iter()
+            .position(|o| o.starts_with("refused message") && o.contains("cannot fetch"));
+        let closed = outcomes.iter().position(|o| o == "closed");
+        matches!((refused, closed), (Some(r), Some(c)) if r < c)
+    });
 }
 
 #[test]

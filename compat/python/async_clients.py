@@ -4,6 +4,7 @@ async runtime (`tensorshare::tokio`).
 
     async_clients.py clients --address ADDR --authkey HEX --clients N --messages M
     async_clients.py vanish  --address ADDR --authkey HEX
+    async_clients.py exits   --address ADDR --authkey HEX
     async_clients.py slow    --address ADDR --authkey HEX --mib K --release PATH
 
 Run it with the pinned torch. ADDR is an AF_UNIX path, or `@name` for an
@@ -16,6 +17,10 @@ clients  N threads, each on a connection of its own, send M tensors with
          exits 1 on any mismatch.
 vanish   Authenticates, writes the header of a 1 MiB message and 10 bytes
          of it, then exits at once without closing anything.
+exits    Sends a tensor as `conn.send` does (file_descriptor) with its
+         resource sharer already stopped, as a sender that exits right
+         after sending leaves it, then exits: the server cannot fetch the
+         fd, and must go on to see the connection close.
 slow     Sends a K MiB tensor, prints `sent`, and reads its echo only once
          PATH exists (at most 5 minutes later); exits 1 when it differs
          from what was sent.
@@ -26,7 +31,9 @@ import os
 import sys
 import threading
 import time
+from multiprocessing import resource_sharer
 from multiprocessing.connection import Client, AuthenticationError
+from multiprocessing.reduction import ForkingPickler
 
 import torch
 import torch.multiprocessing
@@ -78,6 +85,15 @@ def vanish(address: str, authkey: bytes) -> None:
     os._exit(0)
 
 
+def exits(address: str, authkey: bytes) -> None:
+    conn = Client(address, authkey=authkey)
+    message = bytes(ForkingPickler.dumps(torch.arange(16, dtype=torch.float32)))
+    # What a sender that exits at once leaves behind: nobody to fetch from.
+    resource_sharer.stop()
+    conn.send_bytes(message)
+    os._exit(0)
+
+
 def slow(address: str, authkey: bytes, mib: int, release: str) -> None:
     with Client(address, authkey=authkey) as conn:
         sent = torch.full((mib << 18,), 1.5, dtype=torch.float32)
@@ -97,7 +113,7 @@ def slow(address: str, authkey: bytes, mib: int, release: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("mode", choices=["clients", "vanish", "slow"])
+    parser.add_argument("mode", choices=["clients", "vanish", "exits", "slow"])
     parser.add_argument("--address", required=True)
     parser.add_argument("--authkey", required=True)
     parser.add_argument("--clients", type=int, default=8)
@@ -112,6 +128,8 @@ def main() -> None:
         clients(address, authkey, args.clients, args.messages)
     elif args.mode == "vanish":
         vanish(address, authkey)
+    elif args.mode == "exits":
+        exits(address, authkey)
     else:
         slow(address, authkey, args.mib, args.release)
 
