@@ -11,6 +11,12 @@
 //! ([`FLAG_READ_ONLY`]): a storage's bytes are shared by every holder
 //! here, and for one another process sent, by that process too.
 //!
+//! The deleter may run on any thread, as DLPack lets a consumer call it
+//! (`dlpark` and torch's `from_dlpack` do): what it releases, the storage
+//! or any other [`ExportedBytes`] owner, is `Send + Sync`. Memory of your
+//! own goes out the same way: implement [`ExportedBytes`] for its owner
+//! and call [`ExportedTensor::new`].
+//!
 //! [`Tensor::from_dlpack`] takes a DLPack CPU tensor to send: its elements
 //! are copied into a storage of the allocator given (shared memory, with a
 //! [`SharingContext`](crate::SharingContext)), or taken as they are when
@@ -35,10 +41,9 @@
 use std::any::Any;
 use std::borrow::Cow;
 
-use tensorshare_strategies::platform::dlpack::ExportedBytes;
 pub use tensorshare_strategies::platform::dlpack::{
     DEVICE_CPU, DLDataType, DLDevice, DLManagedTensorVersioned, DLPackVersion, DLTensor,
-    DlpackError, ExportedTensor, FLAG_IS_COPIED, FLAG_READ_ONLY, ImportedTensor,
+    DlpackError, ExportedBytes, ExportedTensor, FLAG_IS_COPIED, FLAG_READ_ONLY, ImportedTensor,
 };
 
 use crate::Error;

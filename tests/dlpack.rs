@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use tensorshare::connection::{self, ConnectionOptions};
 use tensorshare::dlpack::{
     DEVICE_CPU, DLDataType, DLDevice, DLManagedTensorVersioned, DLPackVersion, DLTensor,
-    FLAG_READ_ONLY, ImportedTensor,
+    ExportedBytes, ExportedTensor, FLAG_READ_ONLY, ImportedTensor,
 };
 use tensorshare::model::{Segment, Storage, TensorView};
 use tensorshare::{Authkey, Connection, DType, SharingContext, StrategyKind, Tensor};
@@ -196,6 +196,63 @@ fn the_deleter_keeps_the_storage_until_it_runs_once() {
     drop(tensor);
     drop(exported);
     assert_eq!(dropped.load(Ordering::SeqCst), 2);
+}
+
+/// Memory of a program's own, lent through DLPack from outside the crate.
+struct OwnBytes(Vec<u8>, Arc<AtomicUsize>);
+
+impl ExportedBytes for OwnBytes {
+    fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl Drop for OwnBytes {
+    fn drop(&mut self) {
+        self.1.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// `ExportedTensor::new` is usable from another crate, and its deleter may
+/// run on another thread, as DLPack consumers (dlpark, torch) call it.
+#[test]
+fn own_memory_goes_out_and_its_deleter_runs_on_another_thread() {
+    let released = Arc::new(AtomicUsize::new(0));
+    let owner = OwnBytes(
+        [1.5f32, -2.0]
+            .iter()
+            .flat_map(|f| f.to_le_bytes())
+            .collect(),
+        Arc::clone(&released),
+    );
+    let float32 = DLDataType {
+        code: 2,
+        bits: 32,
+        lanes: 1,
+    };
+    let exported = ExportedTensor::new(Box::new(owner), float32, &[2], &[1], 0, FLAG_READ_ONLY)
+        .expect("a layout inside the bytes");
+    let raw = exported.into_raw() as usize;
+    std::thread::spawn(move || {
+        let imported = import(raw as *mut DLManagedTensorVersioned);
+        let floats: Vec<f32> = imported
+            .bytes()
+            .expect("its bytes")
+            .chunks(4)
+            .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")))
+            .collect();
+        assert_eq!(floats, [1.5, -2.0]);
+    })
+    .join()
+    .expect("the consumer thread");
+    assert_eq!(
+        released.load(Ordering::SeqCst),
+        1,
+        "released once, on that thread"
+    );
 }
 
 #[test]
