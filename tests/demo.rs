@@ -27,7 +27,18 @@ fn demo_streams_both_ways_and_verifies() {
             .collect();
         assert_eq!(rows.len(), 2, "one {strategy} row per direction:\n{stdout}");
         check_rows(&rows, zero_copy);
+        // The copy is its own yardstick.
+        if strategy == "bytes" {
+            for row in &rows {
+                let columns: Vec<&str> = row.split_whitespace().collect();
+                assert_eq!(columns[columns.len() - 2], "1.00x", "{row}");
+            }
+        }
     }
+    assert!(
+        stdout.contains("vs copy: how many times faster than `bytes`"),
+        "{stdout}"
+    );
     assert!(
         stdout.contains("every byte of every tensor verified"),
         "{stdout}"
@@ -39,6 +50,9 @@ fn check_rows(rows: &[&str], zero_copy: &str) {
         let columns: Vec<&str> = row.split_whitespace().collect();
         assert_eq!(columns[4], "16", "{row}");
         assert_eq!(columns.last(), Some(&zero_copy), "zero-copy column: {row}");
+        let ratio = columns[columns.len() - 2];
+        let parsed = ratio.strip_suffix('x').and_then(|r| r.parse::<f64>().ok());
+        assert!(parsed.is_some_and(|r| r > 0.0), "vs copy column: {row}");
     }
 }
 
