@@ -17,7 +17,9 @@ use tensorshare_strategies::file_system::{FileSystemSegment, HEADER_BYTES, Segme
 use tensorshare_strategies::services::shm_manager;
 use tensorshare_strategies::{AllocateError, Segment, UnixUser};
 
-use support::{Server, cases, eventually, open_fds, segments_of, shared_mappings, test_python};
+use support::{
+    Server, UnreadMessage, cases, eventually, open_fds, segments_of, shared_mappings, test_python,
+};
 
 fn fs_context(authkey: &Authkey) -> SharingContext {
     support::build_manager_executable();
@@ -305,19 +307,11 @@ fn a_segment_sent_to_a_receiver_killed_unread_goes_while_its_sender_lives() {
     let Some(python) = test_python("a_segment_sent_to_a_receiver_killed_unread") else {
         return;
     };
-    let authkey = Authkey::random().expect("an authkey");
-    let sharing = fs_context(&authkey);
-    let listener = sharing.listen_in_private_dir().expect("listen");
-    let mut receiver = support::silent_receiver(&python, listener.address(), &authkey);
-    let mut connection = listener.accept().expect("accept the receiver");
-    let tensor =
-        tensorshare::Tensor::from_slice(&sharing, &[7u8; 4096], &[4096]).expect("a tensor");
-    let message = Value::from(tensor);
-    connection.send(&message).expect("send");
+    let sharing = fs_context(&Authkey::random().expect("an authkey"));
+    let (mut unread, message) = UnreadMessage::send(&python, &sharing);
     let pid = std::process::id();
     assert_eq!(segments_of(pid).len(), 1, "the segment sent");
-    receiver.kill().expect("kill the receiver");
-    receiver.wait().expect("reap the receiver");
+    unread.kill_receiver();
     // The storage dies here: its count, stranded by the dead receiver's
     // unread message, is let go of, and the manager unlinks it.
     drop(message);
@@ -329,7 +323,7 @@ fn a_segment_sent_to_a_receiver_killed_unread_goes_while_its_sender_lives() {
         "left for a receiver that is gone: {:?}",
         segments_of(pid)
     );
-    drop((connection, listener, sharing));
+    drop((unread, sharing));
 }
 
 /// As above, but the storage died here first, as a producer drops each
@@ -363,23 +357,17 @@ fn a_segment_pooled_before_its_receiver_was_killed_goes(
     let Some(python) = test_python(test) else {
         return;
     };
-    let authkey = Authkey::random().expect("an authkey");
-    let sharing = fs_context(&authkey);
-    let listener = sharing.listen_in_private_dir().expect("listen");
-    let mut receiver = support::silent_receiver(&python, listener.address(), &authkey);
-    let mut connection = listener.accept().expect("accept the receiver");
-    let tensor =
-        tensorshare::Tensor::from_slice(&sharing, &[7u8; 4096], &[4096]).expect("a tensor");
-    connection.send(&Value::from(tensor)).expect("send");
+    let sharing = fs_context(&Authkey::random().expect("an authkey"));
+    let (mut unread, message) = UnreadMessage::send(&python, &sharing);
+    drop(message);
     let pid = std::process::id();
     let sent = segments_of(pid);
     assert_eq!(sent.len(), 1, "the segment sent, pooled");
-    receiver.kill().expect("kill the receiver");
-    receiver.wait().expect("reap the receiver");
+    unread.kill_receiver();
     let gone = support::wait_until(std::time::Duration::from_secs(3), || {
         meanwhile(&sharing);
         !segments_of(pid).contains(&sent[0])
     });
     assert!(gone, "{} left for a receiver that is gone", sent[0]);
-    drop((connection, listener, sharing));
+    drop((unread, sharing));
 }

@@ -15,7 +15,7 @@ use tensorshare_compat::pickle::{EncodeOptions, Node, NodeId, encode};
 use tensorshare_strategies::memmap::MemmapSegment;
 
 use support::cases::tensor_over;
-use support::{Server, cases, files_in, test_python, unique_address};
+use support::{Server, UnreadMessage, cases, files_in, test_python, unique_address};
 
 /// A context that sends with memmap files in `dir`.
 fn memmap_context(authkey: &Authkey, dir: &Path) -> SharingContext {
@@ -667,18 +667,10 @@ fn a_file_sent_to_a_receiver_killed_unread_goes_while_its_sender_lives() {
         return;
     };
     let dir = tempfile::tempdir().expect("a memmap directory");
-    let authkey = Authkey::random().expect("an authkey");
-    let sharing = memmap_context(&authkey, dir.path());
-    let listener = sharing.listen_in_private_dir().expect("listen");
-    let mut receiver = support::silent_receiver(&python, listener.address(), &authkey);
-    let mut connection = listener.accept().expect("accept the receiver");
-    let tensor =
-        tensorshare::Tensor::from_slice(&sharing, &[7u8; 4096], &[4096]).expect("a tensor");
-    let message = Value::from(tensor);
-    connection.send(&message).expect("send");
+    let sharing = memmap_context(&Authkey::random().expect("an authkey"), dir.path());
+    let (mut unread, message) = UnreadMessage::send(&python, &sharing);
     assert_eq!(files_in(dir.path()).len(), 1, "the file sent");
-    receiver.kill().expect("kill the receiver");
-    receiver.wait().expect("reap the receiver");
+    unread.kill_receiver();
     drop(message);
     let gone = support::wait_until(std::time::Duration::from_secs(3), || {
         files_in(dir.path()).is_empty()
@@ -727,18 +719,12 @@ fn a_file_pooled_before_its_receiver_was_killed_goes(
         return;
     };
     let dir = tempfile::tempdir().expect("a memmap directory");
-    let authkey = Authkey::random().expect("an authkey");
-    let sharing = memmap_context(&authkey, dir.path());
-    let listener = sharing.listen_in_private_dir().expect("listen");
-    let mut receiver = support::silent_receiver(&python, listener.address(), &authkey);
-    let mut connection = listener.accept().expect("accept the receiver");
-    let tensor =
-        tensorshare::Tensor::from_slice(&sharing, &[7u8; 4096], &[4096]).expect("a tensor");
-    connection.send(&Value::from(tensor)).expect("send");
+    let sharing = memmap_context(&Authkey::random().expect("an authkey"), dir.path());
+    let (mut unread, message) = UnreadMessage::send(&python, &sharing);
+    drop(message);
     let sent = files_in(dir.path());
     assert_eq!(sent.len(), 1, "the file sent, pooled");
-    receiver.kill().expect("kill the receiver");
-    receiver.wait().expect("reap the receiver");
+    unread.kill_receiver();
     let gone = support::wait_until(std::time::Duration::from_secs(3), || {
         meanwhile(&sharing);
         !files_in(dir.path()).contains(&sent[0])

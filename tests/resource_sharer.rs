@@ -875,18 +875,11 @@ fn an_fd_sent_to_a_receiver_killed_unfetched_closes_while_its_sender_idles() {
         return;
     };
     let authkey = tensorshare::Authkey::random().expect("an authkey");
-    let sharing = tensorshare::SharingContext::new(authkey.clone())
+    let sharing = tensorshare::SharingContext::new(authkey)
         .with_strategy(tensorshare::StrategyKind::FileDescriptor);
-    let listener = sharing.listen_in_private_dir().expect("listen");
-    let mut receiver = support::silent_receiver(&python, listener.address(), &authkey);
-    let mut connection = listener.accept().expect("accept the receiver");
-    let tensor =
-        tensorshare::Tensor::from_slice(&sharing, &[7u8; 4096], &[4096]).expect("a tensor");
-    connection
-        .send(&tensorshare::Value::from(tensor))
-        .expect("send");
-    receiver.kill().expect("kill the receiver");
-    receiver.wait().expect("reap the receiver");
+    let (mut unread, message) = support::UnreadMessage::send(&python, &sharing);
+    drop(message);
+    unread.kill_receiver();
     let started = Instant::now();
     sharing
         .wait_until_fetched(Duration::from_secs(20))
@@ -896,5 +889,5 @@ fn an_fd_sent_to_a_receiver_killed_unfetched_closes_while_its_sender_idles() {
         "waited {:?} for a receiver that is gone",
         started.elapsed()
     );
-    drop(connection);
+    drop(unread);
 }

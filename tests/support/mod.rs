@@ -192,6 +192,41 @@ pub fn silent_receiver(
         .expect("start the silent receiver")
 }
 
+/// A [`silent_receiver`] of a listener of `sharing`, sent one 4 KiB tensor
+/// it never reads: the receiver to kill, and the connection and listener,
+/// kept open meanwhile as a sender that lives on keeps them.
+pub struct UnreadMessage {
+    pub receiver: Child,
+    pub connection: tensorshare::Connection,
+    pub listener: tensorshare::Listener,
+}
+
+impl UnreadMessage {
+    /// Sends the tensor; returns what was sent, whose storage dies here
+    /// when it is dropped.
+    pub fn send(python: &str, sharing: &tensorshare::SharingContext) -> (Self, tensorshare::Value) {
+        let listener = sharing.listen_in_private_dir().expect("listen");
+        let receiver = silent_receiver(python, listener.address(), sharing.authkey());
+        let mut connection = listener.accept().expect("accept the receiver");
+        let tensor =
+            tensorshare::Tensor::from_slice(sharing, &[7u8; 4096], &[4096]).expect("a tensor");
+        let message = tensorshare::Value::from(tensor);
+        connection.send(&message).expect("send");
+        let unread = Self {
+            receiver,
+            connection,
+            listener,
+        };
+        (unread, message)
+    }
+
+    /// Kills the receiver, with the message unread, and reaps it.
+    pub fn kill_receiver(&mut self) {
+        self.receiver.kill().expect("kill the receiver");
+        self.receiver.wait().expect("reap the receiver");
+    }
+}
+
 /// A script in `compat/python/`.
 pub fn python_script(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
