@@ -19,6 +19,7 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 
 use tensorshare_compat::pickle::{DecodeError, EncodeError, Global};
 use tensorshare_compat::torch_save::{TorchSaveError, WriteError};
@@ -199,6 +200,17 @@ pub enum Error {
     /// changed while it was read.
     #[error(transparent)]
     TorchSaveFile(FileError),
+    /// The file at `path` was read but not loaded: `cause` says why (a
+    /// malformed archive, a refused pickle, a header that does not fit),
+    /// this names the file. Errors that name their file already (it
+    /// cannot be read, it changed while read) come as they are.
+    #[error("{}: {cause}", path.display())]
+    InFile {
+        /// The file.
+        path: PathBuf,
+        /// Why it was not loaded.
+        cause: Box<Error>,
+    },
     /// A tensor could not go out or come in through DLPack.
     #[cfg(feature = "dlpack")]
     #[error(transparent)]
@@ -304,7 +316,22 @@ impl Error {
             #[cfg(feature = "safetensors")]
             Error::Safetensors(error) => error.io_error(),
             Error::TorchSaveFile(error) => error.io_error(),
+            Error::InFile { cause, .. } => cause.io_error(),
             _ => None,
+        }
+    }
+
+    /// This error as one from loading the file at `path`: named by it,
+    /// unless its message names the file already.
+    pub(crate) fn in_file(self, path: &Path) -> Error {
+        match self {
+            Error::TorchSaveFile(_) | Error::InFile { .. } => self,
+            #[cfg(feature = "safetensors")]
+            Error::Safetensors(ref error) if error.names_a_path() => self,
+            cause => Error::InFile {
+                path: path.to_owned(),
+                cause: Box::new(cause),
+            },
         }
     }
 }

@@ -81,9 +81,14 @@ use crate::model::Value;
 ///
 /// # Errors
 ///
-/// [`Error::Safetensors`], for what [`SafetensorsFile::load`] fails on.
+/// [`Error::Safetensors`] when the file cannot be read or changed while it
+/// was read, naming the file; else [`Error::InFile`] naming it, whose cause
+/// is the [`Error::Safetensors`] [`SafetensorsFile::load`] fails with.
 pub fn load(path: impl AsRef<Path>) -> Result<Value, Error> {
-    Ok(SafetensorsFile::load(path)?.tensors)
+    let path = path.as_ref();
+    SafetensorsFile::load(path)
+        .map(|file| file.tensors)
+        .map_err(|error| Error::from(error).in_file(path))
 }
 
 /// Reads a safetensors file from `reader` as a `dict` of `str` to `Tensor`,

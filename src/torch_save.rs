@@ -87,10 +87,11 @@ pub fn load(path: impl AsRef<Path>) -> Result<Value, Error> {
 /// # Errors
 ///
 /// [`FileError::Read`] when the file cannot be opened or read,
-/// [`FileError::Changed`] when it shrank while it was read;
+/// [`FileError::Changed`] when it shrank while it was read, each naming the
+/// file; else [`Error::InFile`] naming it, whose cause is
 /// [`Error::TorchSave`] for a malformed archive, [`Error::Decode`] or
 /// [`Error::Rebuild`] for its pickle, the latter naming the globals outside
-/// the allowlist.
+/// the allowlist and where the pickle names each.
 pub fn load_with(
     path: impl AsRef<Path>,
     registry: &Registry,
@@ -105,7 +106,7 @@ pub fn load_with(
         MappedOrStream::Stream(file) => {
             return read_with(file, registry).map_err(|error| match error {
                 Error::TorchSaveFile(FileError::Read { cause, .. }) => read_error(cause).into(),
-                other => other,
+                other => other.in_file(path),
             });
         }
     };
@@ -128,7 +129,7 @@ pub fn load_with(
     // (whole large folios, a megabyte or more each): give it back, so that
     // memory grows only with the storages read from here on.
     mapped.release(0..mapped.len());
-    loaded
+    loaded.map_err(|error| error.in_file(path))
 }
 
 /// Reads a `torch.save` file from `reader` to its end, with the default

@@ -292,6 +292,50 @@ fn a_received_storage_outlives_the_connection_it_arrived_on() {
     );
 }
 
+/// `dlpark`, a DLPack library of its own, views an export as an ndarray in
+/// place: the same first element, the tensor's strides, the read-only flag;
+/// and its drop runs the deleter, which releases the storage.
+#[test]
+fn dlpark_views_an_export_in_place_and_releases_it() {
+    use dlpark::{DlpackFlags, versioned};
+    use ndarray::ArrayViewD;
+
+    let dropped = Arc::new(AtomicUsize::new(0));
+    let elements: Vec<u8> = (0..12).flat_map(|i| (i as f32).to_ne_bytes()).collect();
+    let segment = Arc::new(Counted(elements, Arc::clone(&dropped)));
+    let first = segment.0[3 * 4..].as_ptr();
+    // Rows 1 to 3 of a 4 x 3 matrix, transposed: sizes [3, 3], strides
+    // [1, 3], offset 3.
+    let view = TensorView {
+        storage_offset: 3,
+        sizes: vec![3, 3],
+        strides: vec![1, 3],
+        ..TensorView::contiguous(DType::Float32, &[3, 3])
+    };
+    let transposed = Tensor::new(Storage::from_segment(segment), view).expect("a view");
+
+    let lent = transposed.to_dlpack().expect("exported").into_raw();
+    drop(transposed);
+    // SAFETY: a live export, handed over once; the two crates'
+    // DLManagedTensorVersioned are the same C struct.
+    let managed = unsafe { versioned::Dlpack::new(lent.cast()) }.expect("not null");
+    assert!(managed.flags().contains(DlpackFlags::READ_ONLY));
+    let array = ArrayViewD::<f32>::try_from(&managed).expect("an ndarray view");
+    assert_eq!(array.as_ptr().cast::<u8>(), first, "viewed in place");
+    assert_eq!((array.shape(), array.strides()), (&[3, 3][..], &[1, 3][..]));
+    assert_eq!(
+        array.iter().copied().collect::<Vec<_>>(),
+        [3.0, 6.0, 9.0, 4.0, 7.0, 10.0, 5.0, 8.0, 11.0]
+    );
+    assert_eq!(dropped.load(Ordering::SeqCst), 0, "lent out: still alive");
+    drop(managed);
+    assert_eq!(
+        dropped.load(Ordering::SeqCst),
+        1,
+        "released by dlpark's drop"
+    );
+}
+
 /// A producer that is not tensorshare: its own context and deleter, which
 /// counts the releases.
 struct Foreign {

@@ -93,7 +93,7 @@ fn python2_names_are_read_only_below_protocol_3_as_in_cpython() {
                 let cpython = case["error"].as_str().unwrap();
                 assert!(cpython.contains("'__builtin__'"), "{name}: {cpython}");
                 assert!(
-                    globals.iter().all(|g| g.module == "__builtin__"),
+                    globals.iter().all(|g| g.global.module == "__builtin__"),
                     "{name}: {globals:?}"
                 );
             }

@@ -561,12 +561,16 @@ fn a_torch_save_file_is_named_as_one() {
         ("dtype_float32.zip.pt", "a zip archive"),
         ("dtype_float32.legacy.pt", "the legacy magic number"),
     ] {
-        let error = tensorshare::safetensors::load(fixtures.join(name)).unwrap_err();
+        let path = fixtures.join(name);
+        let error = tensorshare::safetensors::load(&path).unwrap_err();
         let message = error.to_string();
         assert!(
             matches!(
-                error,
-                tensorshare::Error::Safetensors(SafetensorsError::TorchSave { .. })
+                &error,
+                tensorshare::Error::InFile { path: named, cause } if *named == path && matches!(
+                    **cause,
+                    tensorshare::Error::Safetensors(SafetensorsError::TorchSave { .. })
+                )
             ),
             "{name}: {message}"
         );

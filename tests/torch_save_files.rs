@@ -282,7 +282,10 @@ fn a_truncated_file_of(input_format: TorchSaveFormat) {
 
     // Read again, the truncated file is a clear error.
     let error = torch_save::load(&input).unwrap_err().to_string();
-    assert!(error.starts_with("torch.save archive: "), "{error}");
+    assert!(
+        error.starts_with(&format!("{}: torch.save archive: ", input.display())),
+        "{error}"
+    );
 }
 
 #[test]

@@ -5,7 +5,7 @@ use std::cell::RefCell;
 use rustc_hash::FxHashSet;
 use tensorshare_compat::pickle::{Global, GlobalFilter};
 
-use super::{RebuildError, Registry};
+use super::{RebuildError, RefusedGlobal, Registry};
 
 /// A [`GlobalFilter`] for one decode that lets every global through and
 /// remembers those outside the registry's allowlist, so that a refusal can
@@ -19,8 +19,8 @@ pub(crate) struct GlobalAudit<'a> {
 
 #[derive(Default)]
 struct UnknownNames {
-    /// In order of first appearance.
-    globals: Vec<Global>,
+    /// In order of first appearance, each where it first appears.
+    globals: Vec<RefusedGlobal>,
     seen: FxHashSet<Global>,
 }
 
@@ -53,13 +53,20 @@ impl GlobalFilter for GlobalAudit<'_> {
     }
 
     fn admit(&self, module: &str, name: &str) -> Option<Global> {
+        self.admit_at(module, name, 0)
+    }
+
+    fn admit_at(&self, module: &str, name: &str, offset: usize) -> Option<Global> {
         if let Some(global) = GlobalFilter::admit(self.registry, module, name) {
             return Some(global);
         }
         let global = Global::copied(module, name);
         let mut unknown = self.unknown.borrow_mut();
         if unknown.seen.insert(global.clone()) {
-            unknown.globals.push(global.clone());
+            unknown.globals.push(RefusedGlobal {
+                global: global.clone(),
+                offset: Some(offset),
+            });
         }
         Some(global)
     }

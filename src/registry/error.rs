@@ -48,9 +48,9 @@ impl From<TorchSaveError> for LoadError {
 #[non_exhaustive]
 pub enum RebuildError {
     /// The pickle names globals the registry does not know: all of them,
-    /// in order of first appearance.
+    /// in order of first appearance, each where it first appears.
     #[error("{}", not_allowed_message(.0))]
-    NotAllowed(Vec<Global>),
+    NotAllowed(Vec<RefusedGlobal>),
     /// The pickle calls something that is not callable.
     #[error("a pickle calls a {0}, which is not callable")]
     NotCallable(&'static str),
@@ -122,11 +122,35 @@ pub enum RebuildError {
     },
 }
 
-fn not_allowed_message(globals: &[Global]) -> String {
-    let mut names: Vec<String> = globals
+/// A global outside the allowlist, and where the pickle first names it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RefusedGlobal {
+    /// The global.
+    pub global: Global,
+    /// The byte of the opcode that first names it, counted from the start
+    /// of the pickle (a `torch.save` file's object pickle: its zip's
+    /// `data.pkl`, or the fourth pickle of a legacy stream); `None` when
+    /// the pickle was decoded elsewhere and handed to
+    /// [`Registry::rebuild`](super::Registry::rebuild).
+    pub offset: Option<usize>,
+}
+
+impl std::fmt::Display for RefusedGlobal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "'{}'", self.global)?;
+        match self.offset {
+            Some(offset) => write!(f, " (byte {offset} of the pickle)"),
+            None => Ok(()),
+        }
+    }
+}
+
+fn not_allowed_message(refused: &[RefusedGlobal]) -> String {
+    let globals: Vec<&Global> = refused.iter().map(|r| &r.global).collect();
+    let mut names: Vec<String> = refused
         .iter()
         .take(NAMED_GLOBALS)
-        .map(|g| format!("'{g}'"))
+        .map(RefusedGlobal::to_string)
         .collect();
     if globals.len() > NAMED_GLOBALS {
         names.push(format!("and {} more", globals.len() - NAMED_GLOBALS));

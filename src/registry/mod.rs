@@ -53,7 +53,7 @@ use tensorshare_compat::pickle::{self, Global};
 use crate::model::{Custom, Value};
 
 pub use crate::model::{CallKind, Callable};
-pub use error::{LoadError, RebuildError};
+pub use error::{LoadError, RebuildError, RefusedGlobal};
 pub use rebuild::{Call, Rebuilder};
 pub use reducers::Reduction;
 pub(crate) use reducers::TypeReducers;

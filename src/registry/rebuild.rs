@@ -9,7 +9,7 @@ use rustc_hash::FxHashMap;
 use tensorshare_compat::pickle::{Construction, Global, Node, NodeId, Object, Pickle};
 
 use super::attach::{AttachFailed, StorageAttacher};
-use super::{RebuildError, Registry};
+use super::{RebuildError, RefusedGlobal, Registry};
 use crate::model::{CallKind, Callable, Opaque, OpaqueCall, Storage, Value};
 
 /// What identifies a shared storage across references in one message, as
@@ -270,7 +270,12 @@ impl<'a> Walker<'a> {
                 None if self.registry.admits_unknown() => {
                     Value::Opaque(Arc::new(Opaque::Global(global.clone())))
                 }
-                None => return Err(RebuildError::NotAllowed(vec![global.clone()])),
+                None => {
+                    return Err(RebuildError::NotAllowed(vec![RefusedGlobal {
+                        global: global.clone(),
+                        offset: None,
+                    }]));
+                }
             },
             Node::PersistentId(pid) => {
                 let pid = self.eval(*pid, depth + 1)?;

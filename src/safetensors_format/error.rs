@@ -271,4 +271,15 @@ impl SafetensorsError {
             _ => None,
         }
     }
+
+    /// Whether the message names the file it is about.
+    pub(crate) fn names_a_path(&self) -> bool {
+        matches!(
+            self,
+            SafetensorsError::Read { .. }
+                | SafetensorsError::Write { .. }
+                | SafetensorsError::Changed { .. }
+                | SafetensorsError::SourceChanged { .. }
+        )
+    }
 }

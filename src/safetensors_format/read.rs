@@ -73,7 +73,8 @@ impl SafetensorsFile {
     ///
     /// [`SafetensorsError::Read`] when the file cannot be read,
     /// [`SafetensorsError::Changed`] when it shrank while it was read, else
-    /// as [`from_bytes`](Self::from_bytes).
+    /// as [`from_bytes`](Self::from_bytes): those do not name the file,
+    /// which [`safetensors::load`](crate::safetensors::load)'s errors do.
     pub fn load(path: impl AsRef<Path>) -> Result<Self, SafetensorsError> {
         let path = path.as_ref();
         let read_error = |cause| SafetensorsError::Read {

@@ -72,10 +72,10 @@ pub fn run(args: ConvertArgs) -> Result<(), CliError> {
     let value = if has_safetensors_extension(&args.input) {
         // Straight from the file, each tensor into its own storage: the
         // file is not held in memory twice.
-        tensorshare::safetensors::load(&args.input).map_err(|e| format!("{input}: {e}"))?
+        tensorshare::safetensors::load(&args.input)?
     } else if is_torch_save_file(&args.input) {
         // Through a mapping: storages stay in the file until written out.
-        tensorshare::torch_save::load(&args.input).map_err(|e| format!("{input}: {e}"))?
+        tensorshare::torch_save::load(&args.input)?
     } else {
         let bytes = read_input(&args.input)?;
         load_any(&bytes, authkey).map_err(|e| format!("{input}: {e}"))?

@@ -51,21 +51,24 @@ pub fn run(args: InspectArgs) -> Result<(), CliError> {
     let registry = Registry::default().with_options(options);
     let report = if has_safetensors_extension(&args.file) && args.file.as_os_str() != "-" {
         // By its name too: a truncated header does not look like one. Read
-        // through a mapping: only the pages shown are read.
+        // through a mapping: only the pages shown are read. Its errors name
+        // the file, as torch_save::load's do.
         tensorshare::safetensors::load(&args.file).map(|object| Report {
             format: Format::Safetensors,
             object,
-        })
+        })?
     } else if is_torch_save_file(&args.file) {
         // Through a mapping: the directory, the pickle and the first
         // elements of each tensor are all that is read.
-        tensorshare::torch_save::load_with(&args.file, &registry).map(|(format, object)| Report {
-            format: match format {
-                TorchSaveFormat::Zip => Format::TorchSaveZip,
-                TorchSaveFormat::Legacy => Format::TorchSaveLegacy,
-            },
-            object,
-        })
+        tensorshare::torch_save::load_with(&args.file, &registry).map(|(format, object)| {
+            Report {
+                format: match format {
+                    TorchSaveFormat::Zip => Format::TorchSaveZip,
+                    TorchSaveFormat::Legacy => Format::TorchSaveLegacy,
+                },
+                object,
+            }
+        })?
     } else {
         let bytes = read_input(&args.file)?;
         if has_safetensors_extension(&args.file) {
@@ -76,8 +79,8 @@ pub fn run(args: InspectArgs) -> Result<(), CliError> {
         } else {
             tensorshare::inspect::inspect(&bytes, &registry)
         }
-    }
-    .map_err(|e| format!("{}: {e}", args.file.display()))?;
+        .map_err(|e| format!("{}: {e}", args.file.display()))?
+    };
     let detail = inspect_report::Detail {
         head: args.head,
         all_fields: args.all_fields,

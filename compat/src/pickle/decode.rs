@@ -53,6 +53,15 @@ pub trait GlobalFilter {
         self.allows(module, name)
             .then(|| Global::copied(module, name))
     }
+
+    /// [`admit`](Self::admit), told where: `offset` is the byte of the
+    /// opcode naming the global, counted from the start of the input. The
+    /// decoder calls this one; a filter that reports the globals it refuses
+    /// later, all at once, overrides it to say where each is.
+    fn admit_at(&self, module: &str, name: &str, offset: usize) -> Option<Global> {
+        let _ = offset;
+        self.admit(module, name)
+    }
 }
 
 impl<F: Fn(&str, &str) -> bool> GlobalFilter for F {

@@ -277,8 +277,12 @@ impl GlobalFilter for WithStorageClasses<'_> {
     }
 
     fn admit(&self, module: &str, name: &str) -> Option<Global> {
+        self.admit_at(module, name, 0)
+    }
+
+    fn admit_at(&self, module: &str, name: &str, offset: usize) -> Option<Global> {
         self.0
-            .admit(module, name)
+            .admit_at(module, name, offset)
             .or_else(|| is_storage_class_global(module, name).then(|| Global::copied(module, name)))
     }
 }

@@ -346,6 +346,8 @@ fn display_names_offset_and_action() {
     };
     assert_eq!(
         err.to_string(),
-        "at byte 2: global 'posix.system' is not allowed; allow it only if you trust what it means"
+        "at byte 2: global 'posix.system' is not allowed; nothing was executed. If you trust \
+         the sender, register a rebuilder for it (tensorshare's Registry::register_rebuilder), \
+         or look at what the pickle would call with `tensorshare inspect --opaque`"
     );
 }

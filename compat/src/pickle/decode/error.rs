@@ -32,7 +32,11 @@ pub enum DecodeErrorCode {
     #[error("unsupported pickle protocol {0}: protocols 0 to 5 are supported")]
     UnsupportedProtocol(u8),
     /// `GLOBAL`, `STACK_GLOBAL` or `INST` names a global the filter refuses.
-    #[error("global '{module}.{name}' is not allowed; allow it only if you trust what it means")]
+    #[error(
+        "global '{module}.{name}' is not allowed; nothing was executed. If you trust the \
+         sender, register a rebuilder for it (tensorshare's Registry::register_rebuilder), \
+         or look at what the pickle would call with `tensorshare inspect --opaque`"
+    )]
     DisallowedGlobal {
         /// The module, as the filter was asked about it: as sent, or its
         /// Python 3 name below protocol 3.

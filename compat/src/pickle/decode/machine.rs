@@ -390,12 +390,14 @@ impl<'a> Machine<'a> {
                 protocol: self.protocol,
             }));
         }
-        self.filter.admit(module, name).ok_or_else(|| {
-            self.error(DecodeErrorCode::DisallowedGlobal {
-                module: module.to_owned(),
-                name: name.to_owned(),
+        self.filter
+            .admit_at(module, name, self.op_start)
+            .ok_or_else(|| {
+                self.error(DecodeErrorCode::DisallowedGlobal {
+                    module: module.to_owned(),
+                    name: name.to_owned(),
+                })
             })
-        })
     }
 
     /// A [`Node::Global`] for `module.name`, if the filter allows it.
