@@ -5,6 +5,9 @@
 //! each of which must work) or are discovered in pyenv and on `PATH`. With none found the tests print a
 //! loud notice and pass, unless `TENSORSHARE_REQUIRE_INTEROP=1`.
 
+#[path = "../../tests/support/test_python.rs"]
+mod test_python;
+
 use std::fs::{self, File};
 use std::io::{self, ErrorKind};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -19,6 +22,7 @@ use tensorshare_compat::connection::{
     AuthError, Dialect, FramingError, HmacDigest, Rejection, client_handshake, read_message,
     server_handshake, write_message,
 };
+use test_python::interop_required;
 
 /// How long one CPython process may live before it is killed.
 const PYTHON_DEADLINE: Duration = Duration::from_secs(30);
@@ -204,9 +208,8 @@ fn python_minor(path: &Path) -> Option<u32> {
 fn interpreters_or_skip(test: &str) -> Option<&'static [Interpreter]> {
     let found = interpreters();
     if found.is_empty() {
-        let required = std::env::var("TENSORSHARE_REQUIRE_INTEROP").is_ok_and(|v| v == "1");
         assert!(
-            !required,
+            !interop_required(),
             "{test}: no CPython 3.10-3.13 found and TENSORSHARE_REQUIRE_INTEROP=1; install one \
              or list interpreters in TENSORSHARE_CPYTHONS"
         );

@@ -13,6 +13,8 @@ mod hostile;
 mod not_a_pickle;
 #[path = "decode/support.rs"]
 mod support;
+#[path = "../../tests/support/test_python.rs"]
+mod test_python;
 
 use serde_json::{Value, json};
 use tensorshare_compat::pickle::{DecodeError, DecodeErrorCode, Limits, Node, decode, decode_all};

@@ -8,6 +8,8 @@
 //! failure.
 
 mod pickle_graphs;
+#[path = "../../tests/support/test_python.rs"]
+mod test_python;
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
@@ -19,6 +21,7 @@ use tensorshare_compat::pickle::{
 };
 
 use pickle_graphs::{CANON_PY, build, canonical, cpython_would_write_the_same, steps};
+use test_python::test_python;
 
 /// Reads length-prefixed pickles from stdin; answers each with one JSON
 /// line: the canonical form of what `pickle.loads` built, and whether
@@ -71,24 +74,7 @@ impl PythonWorker {
     /// The worker, or `None` (after a notice) when no Python is configured
     /// and interop is not required.
     fn start(test: &str) -> Option<Self> {
-        let python = match std::env::var_os("TENSORSHARE_TEST_PYTHON") {
-            Some(python) if !python.is_empty() => python,
-            _ => {
-                let required = std::env::var("TENSORSHARE_REQUIRE_INTEROP").as_deref() == Ok("1");
-                assert!(
-                    !required,
-                    "{test}: TENSORSHARE_REQUIRE_INTEROP=1 but TENSORSHARE_TEST_PYTHON is not \
-                     set: point it at a CPython interpreter (scripts/test does)"
-                );
-                // Through the handle, not eprintln!, so that test capture
-                // does not hide it.
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "SKIPPED: {test} needs CPython: set TENSORSHARE_TEST_PYTHON (scripts/test does)"
-                );
-                return None;
-            }
-        };
+        let python = test_python(test)?;
         let script = format!("{CANON_PY}\n{WORKER_PY}");
         let mut child = Command::new(&python)
             .args(["-c", &script])

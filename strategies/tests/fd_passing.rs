@@ -2,8 +2,10 @@
 //! `multiprocessing.reduction.sendfds` / `recvfds`.
 
 mod support;
+#[path = "../../tests/support/test_python.rs"]
+mod test_python;
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::process::{Command, Stdio};
@@ -15,6 +17,7 @@ use tensorshare_strategies::platform::fd_passing::{
     send_with_fds,
 };
 use tensorshare_strategies::{Segment, SharingStrategy, WritableSegment};
+use test_python::test_python;
 
 /// Tests here count this process's fds, so they run one at a time.
 fn serial() -> MutexGuard<'static, ()> {
@@ -180,30 +183,11 @@ if torch is not None:
 sock.sendall(b"done")
 "#;
 
-/// The interpreter to test against, or `None` (after a loud notice) when
-/// none is configured and interop is not required.
-fn test_python() -> Option<String> {
-    match std::env::var("TENSORSHARE_TEST_PYTHON") {
-        Ok(python) if !python.is_empty() => Some(python),
-        _ => {
-            let required = std::env::var("TENSORSHARE_REQUIRE_INTEROP").as_deref() == Ok("1");
-            assert!(
-                !required,
-                "TENSORSHARE_REQUIRE_INTEROP=1 but TENSORSHARE_TEST_PYTHON is not set"
-            );
-            // Through the handle, not eprintln!, so that test capture does not hide it.
-            let _ = writeln!(
-                std::io::stderr(),
-                "SKIPPED: set TENSORSHARE_TEST_PYTHON (scripts/test does)"
-            );
-            None
-        }
-    }
-}
-
 #[test]
 fn interoperates_with_cpython_sendfds_and_recvfds() {
-    let Some(python) = test_python() else { return };
+    let Some(python) = test_python("interoperates_with_cpython_sendfds_and_recvfds") else {
+        return;
+    };
     let _serial = serial();
     let dir = tempfile::tempdir().expect("temporary directory");
     let path = dir.path().join("interop.sock");

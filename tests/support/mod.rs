@@ -7,9 +7,13 @@ pub mod kill_trials;
 pub mod leftovers;
 pub mod netns;
 pub mod process_counts;
+mod test_python;
+
+#[allow(unused_imports)] // each test binary uses its own part of this
+pub use test_python::{interop_required, test_python};
 
 use std::ffi::OsStr;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStderr, Command, ExitStatus, Output, Stdio};
 use std::sync::OnceLock;
@@ -17,29 +21,6 @@ use std::time::{Duration, Instant};
 
 use tensorshare::Authkey;
 use tensorshare::connection::Address;
-
-/// The test Python (`TENSORSHARE_TEST_PYTHON`: any CPython for the
-/// `multiprocessing` tests, the venv with the pinned torch under
-/// `scripts/test`), or `None` after a loud notice when the tests run without
-/// one. Under `TENSORSHARE_REQUIRE_INTEROP=1`, as `scripts/test` sets, a
-/// missing interpreter fails the test instead.
-pub fn test_python(test: &str) -> Option<String> {
-    match std::env::var("TENSORSHARE_TEST_PYTHON") {
-        Ok(python) if !python.is_empty() => Some(python),
-        _ => {
-            assert!(
-                !interop_required(),
-                "{test}: TENSORSHARE_REQUIRE_INTEROP=1 but TENSORSHARE_TEST_PYTHON is not set"
-            );
-            // Through the handle, not eprintln!, so that test capture does not hide it.
-            let _ = writeln!(
-                std::io::stderr(),
-                "SKIPPED: {test} needs Python: set TENSORSHARE_TEST_PYTHON (scripts/test does)"
-            );
-            None
-        }
-    }
-}
 
 /// This test binary, to run its child role `role` alone in a process of
 /// its own. A role is an ignored `#[test]`, never run by the suite itself:
@@ -72,11 +53,6 @@ pub fn role_setting(name: &str) -> String {
              its settings; it checks nothing on its own"
         )
     })
-}
-
-/// Whether the interop tests must run (`scripts/test`) rather than skip.
-pub fn interop_required() -> bool {
-    std::env::var("TENSORSHARE_REQUIRE_INTEROP").as_deref() == Ok("1")
 }
 
 /// The `tensorshare` command, built on first use.

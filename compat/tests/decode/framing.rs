@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 use tensorshare_compat::pickle::{DecodeError, DecodeErrorCode, Limits, decode};
 
 use super::support::{allow_all, hex, render_root};
+use super::test_python::test_python;
 
 /// `FRAME` announcing `len` bytes.
 fn frame(len: u64) -> Vec<u8> {
@@ -184,15 +185,7 @@ fn frame_errors_say_where_the_frame_ends() {
 /// makes of every case.
 #[test]
 fn pure_python_pickle_agrees() {
-    let Some(python) = std::env::var_os("TENSORSHARE_TEST_PYTHON").filter(|p| !p.is_empty()) else {
-        let required = std::env::var("TENSORSHARE_REQUIRE_INTEROP").is_ok_and(|v| v == "1");
-        assert!(
-            !required,
-            "TENSORSHARE_REQUIRE_INTEROP=1 but TENSORSHARE_TEST_PYTHON is not set"
-        );
-        eprintln!(
-            "\n*** SKIPPED: TENSORSHARE_TEST_PYTHON is not set (pure_python_pickle_agrees) ***\n"
-        );
+    let Some(python) = test_python("pure_python_pickle_agrees") else {
         return;
     };
     let script = r#"
