@@ -191,7 +191,7 @@ fn a_malicious_checkpoint_is_named_with_where_its_pickle_names_the_global() {
         [("posix.system".to_owned(), Some(offset))]
     );
     assert!(
-        message.contains(&format!("'posix.system' (byte {offset} of the pickle)")),
+        message.contains(&format!("'posix.system' at byte {offset}")),
         "{message}"
     );
     assert!(message.contains("nothing was executed"), "{message}");

@@ -139,7 +139,7 @@ impl std::fmt::Display for RefusedGlobal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "'{}'", self.global)?;
         match self.offset {
-            Some(offset) => write!(f, " (byte {offset} of the pickle)"),
+            Some(offset) => write!(f, " at byte {offset}"),
             None => Ok(()),
         }
     }
