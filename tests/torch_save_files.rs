@@ -396,5 +396,9 @@ fn torchscript_archives_are_named_as_such_in_one_short_line() {
     let message = error
         .strip_prefix(&format!("{}: ", path.display()))
         .unwrap_or_else(|| panic!("not named by its file: {error}"));
-    assert!(message.len() < 600, "{} characters: {message}", message.len());
+    assert!(
+        message.len() < 600,
+        "{} characters: {message}",
+        message.len()
+    );
 }
