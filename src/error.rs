@@ -352,7 +352,6 @@ macro_rules! from_wrapped {
 
 from_wrapped!(
     Decode(DecodeError),
-    Rebuild(RebuildError),
     TorchSave(TorchSaveError),
     TorchSaveWrite(WriteError),
     Encode(EncodeError),
@@ -378,6 +377,21 @@ from_wrapped!(Dlpack(
 #[cfg(feature = "safetensors")]
 from_wrapped!(Safetensors(SafetensorsError));
 
+/// A rebuild's error, and a storage it could not attach as
+/// [`Error::Attach`] with the cause the attaching layer (the sharing
+/// context, an [`Error`] itself) carried up through the rebuild.
+impl From<RebuildError> for Error {
+    fn from(error: RebuildError) -> Self {
+        match error {
+            RebuildError::Attach { callee, cause } => match cause.downcast::<Error>() {
+                Ok(cause) => Error::Attach { callee, cause },
+                Err(cause) => Error::Rebuild(RebuildError::Attach { callee, cause }),
+            },
+            error => Error::Rebuild(error),
+        }
+    }
+}
+
 /// A layer's error as the facade's variant for it: each layer error's
 /// variants map one to one onto the facade's, so a caller matches one
 /// enum whichever layer failed.
@@ -385,7 +399,7 @@ impl From<LoadError> for Error {
     fn from(error: LoadError) -> Self {
         match error {
             LoadError::Decode(error) => Error::Decode(error),
-            LoadError::Rebuild(error) => Error::Rebuild(error),
+            LoadError::Rebuild(error) => Error::from(error),
             LoadError::TorchSave(error) => Error::TorchSave(error),
         }
     }
@@ -466,6 +480,11 @@ mod tests {
         let receiver = SharingContext::new(Authkey::new(*b"another key"));
         let error = receiver.loads(&pickle).unwrap_err();
         assert_each_cause_once(&error, "rejected our authkey");
+        // The fetch's own error, carried up through the rebuild as it was.
+        assert!(
+            matches!(&error, Error::Attach { cause, .. } if matches!(**cause, Error::Fetch(_))),
+            "{error:?}"
+        );
     }
 
     #[test]

@@ -23,7 +23,10 @@ pub(crate) trait StorageAttacher: fmt::Debug {
     fn attach_file(&self, path: &str, nbytes: usize) -> Result<Storage, AttachFailed>;
 }
 
-/// A storage could not be attached: the attacher keeps why, in its own
-/// layer's error, and hands it to whoever runs the rebuild.
+/// A storage could not be attached, and why, in the attaching layer's own
+/// error: carried up through the rebuild as [`RebuildError::Attach`]'s
+/// cause, where that layer takes it back.
+///
+/// [`RebuildError::Attach`]: super::RebuildError::Attach
 #[derive(Debug)]
-pub(crate) struct AttachFailed;
+pub(crate) struct AttachFailed(pub(crate) Box<dyn std::error::Error + Send + Sync>);

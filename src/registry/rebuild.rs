@@ -96,9 +96,10 @@ impl Call<'_> {
     }
 
     /// An error saying a storage this call names could not be attached.
-    pub(crate) fn attach_failed(&self, _: AttachFailed) -> RebuildError {
+    pub(crate) fn attach_failed(&self, failed: AttachFailed) -> RebuildError {
         RebuildError::Attach {
             callee: self.callee.clone(),
+            cause: failed.0,
         }
     }
 

@@ -377,7 +377,7 @@ impl SharingContext {
         Walker::new(&self.settings.registry, &decoded.pickle, None)
             .attaching(&receipt)
             .run()
-            .map_err(|error| receipt.rebuild_failed(error))
+            .map_err(Error::from)
     }
 
     /// This process's resource sharer, started on first use.

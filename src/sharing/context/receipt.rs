@@ -22,7 +22,6 @@ use std::os::fd::OwnedFd;
 use super::{MessageOrigin, SharingContext};
 use crate::Error;
 use crate::model::{DupFdRef, SegmentRef, Storage};
-use crate::registry::RebuildError;
 use crate::registry::attach::{AttachFailed, StorageAttacher};
 
 /// A message's storages being attached through `context`.
@@ -30,9 +29,6 @@ pub(crate) struct Receipt<'a> {
     context: &'a SharingContext,
     attached: RefCell<AttachedFds>,
     origin: MessageOrigin,
-    /// Why the last storage that could not be attached could not: the
-    /// registry carries only that it failed.
-    failure: RefCell<Option<Error>>,
 }
 
 /// Fds that arrived with a message, in the order their `DupFd`s are met.
@@ -84,30 +80,17 @@ impl<'a> Receipt<'a> {
             context,
             attached: RefCell::new(AttachedFds::new(fds)),
             origin,
-            failure: RefCell::new(None),
         }
     }
+}
 
-    /// The error a rebuild through this receipt ended with: an attach
-    /// failure with the cause this receipt kept.
-    pub(crate) fn rebuild_failed(&self, error: RebuildError) -> Error {
-        match (error, self.failure.take()) {
-            (RebuildError::Attach { callee }, Some(cause)) => Error::Attach {
-                callee,
-                cause: Box::new(cause),
-            },
-            (error, _) => Error::Rebuild(error),
-        }
-    }
+/// `result`, its error carried up through the rebuild, which ends with it
+/// as [`Error::Attach`]'s cause.
+fn carried(result: Result<Storage, Error>) -> Result<Storage, AttachFailed> {
+    result.map_err(|cause| AttachFailed(Box::new(cause)))
+}
 
-    /// `result`, its error kept for [`rebuild_failed`](Self::rebuild_failed).
-    fn kept(&self, result: Result<Storage, Error>) -> Result<Storage, AttachFailed> {
-        result.map_err(|cause| {
-            self.failure.replace(Some(cause));
-            AttachFailed
-        })
-    }
-
+impl Receipt<'_> {
     /// The storage a `DupFd` names, `nbytes` long: mapped from the attached
     /// fd when one came for it, else fetched from the sender's sharer.
     fn fd(&self, dup_fd: &DupFdRef, nbytes: usize) -> Result<Storage, Error> {
@@ -131,19 +114,19 @@ impl<'a> Receipt<'a> {
 
 impl StorageAttacher for Receipt<'_> {
     fn attach_fd(&self, dup_fd: &DupFdRef, nbytes: usize) -> Result<Storage, AttachFailed> {
-        self.kept(self.fd(dup_fd, nbytes))
+        carried(self.fd(dup_fd, nbytes))
     }
 
     fn attach_segment(&self, segment: &SegmentRef, nbytes: usize) -> Result<Storage, AttachFailed> {
         let origin = self.origin.admit_shared_memory("rebuild_storage_filename");
-        self.kept(origin.and_then(|()| self.context.map_segment(segment, nbytes)))
+        carried(origin.and_then(|()| self.context.map_segment(segment, nbytes)))
     }
 
     fn attach_file(&self, path: &str, nbytes: usize) -> Result<Storage, AttachFailed> {
         let origin = self
             .origin
             .admit_shared_memory("UntypedStorage.from_file (memmap)");
-        self.kept(origin.and_then(|()| self.context.map_file(path, nbytes)))
+        carried(origin.and_then(|()| self.context.map_file(path, nbytes)))
     }
 }
 
