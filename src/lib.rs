@@ -61,14 +61,8 @@ pub mod serde_value;
 pub mod registry;
 // Writing values as pickles, and as torch.save files.
 pub mod reduce;
-#[cfg(feature = "testing")]
-pub mod save;
-#[cfg(not(feature = "testing"))]
 mod save;
 // Reading torch.save files.
-#[cfg(feature = "testing")]
-pub mod archive;
-#[cfg(not(feature = "testing"))]
 mod archive;
 // The .safetensors format, on the safetensors crate.
 #[cfg(feature = "safetensors")]

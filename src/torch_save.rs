@@ -169,9 +169,20 @@ fn read_with(
 ///
 /// As [`load_with`], less the file errors.
 pub fn from_bytes(bytes: &[u8]) -> Result<Value, Error> {
-    crate::archive::load_torch_save(bytes, &Registry::default())
-        .map(|(_, value)| value)
-        .map_err(Error::from)
+    from_bytes_with(bytes, &Registry::default()).map(|(_, value)| value)
+}
+
+/// Reads a `torch.save` file held in memory with `registry` (each storage
+/// copied out of `bytes`), and says which format it is in.
+///
+/// # Errors
+///
+/// As [`load_with`], less the file errors.
+pub fn from_bytes_with(
+    bytes: &[u8],
+    registry: &Registry,
+) -> Result<(TorchSaveFormat, Value), Error> {
+    Ok(crate::archive::load_torch_save(bytes, registry)?)
 }
 
 /// `value` as the bytes of a `torch.save` file of `format`, built in

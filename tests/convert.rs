@@ -12,9 +12,9 @@ use std::process::Command;
 
 use serde_json::Value as Json;
 
-use tensorshare::archive::load_torch_save;
 use tensorshare::connection::AUTHKEY_ENV;
 use tensorshare::model::{Storage, TensorView};
+use tensorshare::torch_save;
 use tensorshare::{Authkey, DType, Registry, SharingContext, StrategyKind, Tensor, Value};
 
 use support::{expect_success, test_python, torch_describes};
@@ -174,7 +174,8 @@ fn shared_pickles_convert_while_their_sender_lives() {
             let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
             expect_success(&convert(&pickle, &out, &extra), &format!("{strategy:?}"));
             let (_, loaded) =
-                load_torch_save(&std::fs::read(&out).unwrap(), &Registry::default()).unwrap();
+                torch_save::from_bytes_with(&std::fs::read(&out).unwrap(), &Registry::default())
+                    .unwrap();
             let Value::List(items) = loaded else {
                 panic!("{loaded:?}")
             };
@@ -358,7 +359,7 @@ fn checkpoints_saved_on_a_gpu_convert_to_cpu_storages_and_say_so() {
         );
         // Written as CPU storages: read back, they say they were saved on cpu.
         let bytes = std::fs::read(&out).unwrap();
-        let (_, value) = load_torch_save(&bytes, &Registry::default()).unwrap();
+        let (_, value) = torch_save::from_bytes_with(&bytes, &Registry::default()).unwrap();
         let locations: Vec<_> = value
             .tensors()
             .iter()

@@ -8,8 +8,8 @@ use std::path::PathBuf;
 
 use serde_json::{Value as Json, json};
 
-use tensorshare::archive::load_torch_save;
 use tensorshare::registry::RebuildError;
+use tensorshare::torch_save;
 use tensorshare::{DType, Error, Registry, Value};
 use tensorshare_compat::pickle::Global;
 
@@ -145,7 +145,7 @@ fn bytes_is_rebuilt_only_from_no_arguments() {
 fn torch_save_with_a_set_of_names_loads() {
     let expected = &expected()["set_of_names.zip.pt"];
     let bytes = std::fs::read(fixtures().join("set_of_names.zip.pt")).unwrap();
-    let (_, value) = load_torch_save(&bytes, &Registry::default()).unwrap();
+    let (_, value) = torch_save::from_bytes_with(&bytes, &Registry::default()).unwrap();
     let Value::Dict(items) = value else {
         panic!("not a dict: {value:?}")
     };

@@ -363,7 +363,8 @@ fn convert_writes_safetensors_by_extension_or_flag_and_reads_them_back() {
     expect_success(&convert(&by_name, &back, &[]), "convert from .safetensors");
     let bytes = std::fs::read(&back).unwrap();
     let (_, value) =
-        tensorshare::archive::load_torch_save(&bytes, &tensorshare::Registry::default()).unwrap();
+        tensorshare::torch_save::from_bytes_with(&bytes, &tensorshare::Registry::default())
+            .unwrap();
     let Value::Dict(items) = value else {
         panic!("a dict")
     };

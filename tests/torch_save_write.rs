@@ -10,9 +10,8 @@ use std::collections::HashMap;
 use proptest::prelude::*;
 use serde_json::{Value as Json, json};
 
-use tensorshare::archive::load_torch_save;
 use tensorshare::model::{Attributes, Storage, TensorView};
-use tensorshare::save::save_torch;
+use tensorshare::torch_save;
 use tensorshare::{DType, Dict, Registry, Tensor, Value};
 use tensorshare_compat::torch_save::TorchSaveFormat;
 
@@ -258,8 +257,8 @@ fn our_reader_reads_back_what_we_write() {
     let graph = sample_graph();
     let registry = Registry::default();
     for format in FORMATS {
-        let file = save_torch(&graph, format).unwrap();
-        let (read_format, loaded) = load_torch_save(&file, &registry).unwrap();
+        let file = torch_save::to_bytes(&graph, format).unwrap();
+        let (read_format, loaded) = torch_save::from_bytes_with(&file, &registry).unwrap();
         assert_eq!(read_format, format);
         assert_eq!(
             describe(&loaded),
@@ -276,7 +275,7 @@ fn one_storage_is_written_once() {
         .map(|i| Value::Tensor(tensor(&shared, DType::Float32, i, &[16], &[1])))
         .collect();
     for format in FORMATS {
-        let file = save_torch(&Value::List(views.clone().into()), format).unwrap();
+        let file = torch_save::to_bytes(&Value::List(views.clone().into()), format).unwrap();
         assert!(file.len() < 4096 + 2048, "{format:?}: {} bytes", file.len());
     }
 }
@@ -290,12 +289,12 @@ fn stock_torch_loads_what_we_write_with_weights_only() {
     let dir = tempfile::tempdir().unwrap();
     let paths = [
         write_temp(
-            &save_torch(&graph, TorchSaveFormat::Zip).unwrap(),
+            &torch_save::to_bytes(&graph, TorchSaveFormat::Zip).unwrap(),
             &dir,
             "zip.pt",
         ),
         write_temp(
-            &save_torch(&graph, TorchSaveFormat::Legacy).unwrap(),
+            &torch_save::to_bytes(&graph, TorchSaveFormat::Legacy).unwrap(),
             &dir,
             "legacy.pt",
         ),
@@ -317,7 +316,9 @@ fn a_storage_viewed_as_two_dtypes_is_refused() {
         .into(),
     );
     for format in FORMATS {
-        let error = save_torch(&value, format).unwrap_err().to_string();
+        let error = torch_save::to_bytes(&value, format)
+            .unwrap_err()
+            .to_string();
         assert!(
             error.contains("viewed both as float32 and as int32"),
             "{error}"
@@ -383,8 +384,8 @@ proptest! {
         }
         let graph = Value::List(items.into());
         let format = if legacy { TorchSaveFormat::Legacy } else { TorchSaveFormat::Zip };
-        let file = save_torch(&graph, format).unwrap();
-        let (_, loaded) = load_torch_save(&file, &Registry::default()).unwrap();
+        let file = torch_save::to_bytes(&graph, format).unwrap();
+        let (_, loaded) = torch_save::from_bytes_with(&file, &Registry::default()).unwrap();
         prop_assert_eq!(describe(&loaded), describe(&graph));
     }
 }
