@@ -7,20 +7,16 @@
 
 use rustc_hash::FxHashMap;
 
-use tensorshare_compat::pickle::{Global, Node, NodeId, Pickle};
+use tensorshare_compat::pickle::{Global, Node, NodeId, Pickle, PickleBuilder};
 
 use crate::DType;
 use crate::model::{Storage, Tensor, Value};
 use crate::registry::{REDUCTIONS, Reduction, TypeReducers};
 
-mod pickle_builder;
-
 // Why a pickle or a torch.save file could not be written, from the format
 // crate.
 pub use tensorshare_compat::pickle::EncodeError;
 pub use tensorshare_compat::torch_save::WriteError;
-// The reducers' pickle builder, public only to the tests (feature `testing`).
-testing_pub_use!(pickle_builder::PickleBuilder);
 
 /// Why a value could not be written as a pickle.
 #[derive(Debug, thiserror::Error)]

@@ -21,8 +21,9 @@ use tensorshare_strategies::bytes::file_window::FileWindow;
 
 use crate::DType;
 use crate::model::{Storage, Tensor, Value};
-use crate::reduce::{LeafReducer, PickleBuilder, ReduceError, reduce_with};
+use crate::reduce::{LeafReducer, ReduceError, reduce_with};
 use crate::registry::TypeReducers;
+use tensorshare_compat::pickle::PickleBuilder;
 
 /// Writes `value` as a `torch.save` file of `format`.
 ///

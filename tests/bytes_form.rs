@@ -11,8 +11,8 @@ use std::process::Command;
 
 use proptest::prelude::*;
 use tensorshare::model::Storage;
-use tensorshare::reduce::PickleBuilder;
 use tensorshare::{Authkey, DType, SharingContext, StrategyKind, Tensor, Value};
+use tensorshare_compat::pickle::PickleBuilder;
 use tensorshare_compat::pickle::{EncodeOptions, Node, NodeId, encode};
 
 use support::{cases, test_python};

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use tensorshare::model::Storage;
-use tensorshare::reduce::PickleBuilder;
 use tensorshare::{Authkey, DType, Error, SharingContext, StrategyKind, Value};
+use tensorshare_compat::pickle::PickleBuilder;
 use tensorshare_compat::pickle::{EncodeOptions, Node, NodeId, encode};
 use tensorshare_strategies::memmap::MemmapSegment;
 

@@ -408,8 +408,8 @@ pub fn echo_failures(connection: &mut Connection) -> Vec<String> {
 /// naming `name` at the manager `manager`, as torch's `file_system` reducer
 /// writes it; for forging references to segments.
 pub fn filename_tensor_pickle(manager: &[u8], name: &[u8], nbytes: usize) -> Vec<u8> {
-    use tensorshare::reduce::PickleBuilder;
     use tensorshare_compat::pickle::Node;
+    use tensorshare_compat::pickle::PickleBuilder;
     let mut out = PickleBuilder::default();
     let class = out.global("torch.storage", "UntypedStorage");
     let manager = out.push(Node::Bytes(manager.into()));
@@ -425,7 +425,7 @@ const REDUCTIONS: &str = "torch.multiprocessing.reductions";
 /// A uint8 tensor of `nbytes` elements over the untyped storage `storage`
 /// built in `out`, as torch's `reduce_tensor` writes it.
 pub fn tensor_over(
-    mut out: tensorshare::reduce::PickleBuilder,
+    mut out: tensorshare_compat::pickle::PickleBuilder,
     storage: tensorshare_compat::pickle::NodeId,
     nbytes: usize,
 ) -> Vec<u8> {

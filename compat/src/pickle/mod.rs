@@ -6,6 +6,7 @@
 //! have been called in a [`Node::Object`]. The runtime decides what, if
 //! anything, each allowed global means.
 
+mod builder;
 mod bytes;
 mod decode;
 mod encode;
@@ -13,6 +14,7 @@ pub mod opcodes;
 mod python2_names;
 mod value;
 
+pub use builder::PickleBuilder;
 pub use bytes::{ByteChunks, SharedBytes};
 
 /// CPython's `_FRAME_SIZE_TARGET`: a frame is closed at the first opcode

@@ -14,7 +14,7 @@ use std::io::{Cursor, Read, Write};
 
 use tensorshare::DType;
 use tensorshare::model::TensorView;
-use tensorshare::reduce::PickleBuilder;
+use tensorshare_compat::pickle::PickleBuilder;
 use tensorshare_compat::pickle::{
     ByteChunks, Construction, EncodeOptions, Node, NodeId, Object, Pickle, encode,
 };

@@ -46,8 +46,9 @@ use super::form::{MessageParts, TorchForm};
 use super::shares::Shares;
 use crate::Error;
 use crate::model::Storage;
-use crate::reduce::{PickleBuilder, ReduceError};
+use crate::reduce::ReduceError;
 use crate::registry::frombuffer::{DTYPE_KEYWORD, FROMBUFFER, PARTIAL, UNTYPED_STORAGE};
+use tensorshare_compat::pickle::PickleBuilder;
 
 impl TorchForm for BytesStrategy {
     fn shares(context: &SharingContext) -> &Shares<Self> {

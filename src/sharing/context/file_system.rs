@@ -15,8 +15,8 @@ use super::form::{HandleForm, MessageParts, TorchForm, reduce_handle};
 use super::shares::Shares;
 use crate::Error;
 use crate::model::{SegmentRef, Storage, StorageWriter};
-use crate::reduce::PickleBuilder;
 use crate::registry::REDUCTIONS;
+use tensorshare_compat::pickle::PickleBuilder;
 
 impl TorchForm for FileSystemStrategy {
     fn shares(context: &SharingContext) -> &Shares<Self> {

@@ -25,8 +25,9 @@ use super::SharingContext;
 use super::shares::Shares;
 use crate::Error;
 use crate::model::{Storage, StorageWriter, Value};
-use crate::reduce::{PickleBuilder, ReduceError, StorageReducer, reduce_value};
+use crate::reduce::{ReduceError, StorageReducer, reduce_value};
 use crate::registry::REDUCTIONS;
+use tensorshare_compat::pickle::PickleBuilder;
 
 /// A strategy as a [`SharingContext`] sends with it.
 pub(crate) trait TorchForm: SharingStrategy + Sized {

@@ -50,8 +50,9 @@ use super::form::{HandleForm, MessageParts, TorchForm, reduce_handle};
 use super::shares::Shares;
 use crate::Error;
 use crate::model::{Storage, StorageWriter};
-use crate::reduce::{PickleBuilder, ReduceError};
+use crate::reduce::ReduceError;
 use crate::registry::memmap::{FROM_FILE, GETATTR, STORAGE_BASE};
+use tensorshare_compat::pickle::PickleBuilder;
 
 impl TorchForm for MemmapStrategy {
     fn shares(context: &SharingContext) -> &Shares<Self> {

@@ -1,12 +1,34 @@
-//! [`PickleBuilder`]: a pickle arena under construction, which every
-//! reducer writes into.
+//! [`PickleBuilder`]: a pickle arena under construction, with the shapes
+//! torch's reducers write: what tensorshare's reducers write into, and a
+//! hand-made pickle's start (a test's, a fuzz target's).
 
 use std::borrow::Cow;
 
-use tensorshare_compat::pickle::{Construction, Global, Node, NodeId, Object, Pickle};
+use super::{Construction, Global, Node, NodeId, Object, Pickle};
 
 /// A pickle arena under construction, with helpers for the shapes torch's
 /// reducers produce.
+///
+/// # Examples
+///
+/// `torch.Size((2, 3))` as torch pickles it, `torch.Size` called on a tuple:
+///
+/// ```
+/// use tensorshare_compat::pickle::{EncodeOptions, Limits, Node, PickleBuilder, decode, encode};
+///
+/// let mut out = PickleBuilder::default();
+/// let size = out.global("torch", "Size");
+/// let (two, three) = (out.int(2), out.int(3));
+/// let dims = out.tuple(vec![two, three]);
+/// let call = out.call(size, vec![dims]);
+/// let bytes = encode(&out.finish(call), &EncodeOptions::new())?;
+///
+/// let only_size = |module: &str, name: &str| (module, name) == ("torch", "Size");
+/// let back = decode(&bytes, &only_size, &Limits::default())?.pickle;
+/// let Some(Node::Object(object)) = back.root_node() else { panic!("not a call") };
+/// assert!(matches!(back.get(object.callable), Some(Node::Global(g)) if g.name == "Size"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Default)]
 pub struct PickleBuilder {
     pickle: Pickle,
@@ -14,7 +36,7 @@ pub struct PickleBuilder {
 
 impl PickleBuilder {
     /// An empty pickle with room for `nodes` nodes.
-    pub(crate) fn with_capacity(nodes: usize) -> Self {
+    pub fn with_capacity(nodes: usize) -> Self {
         PickleBuilder {
             pickle: Pickle::with_capacity(nodes),
         }
