@@ -2,7 +2,7 @@
 //! that move it: pickling (reduce and encode), decoding, and rebuilding.
 //!
 //! `cargo bench --bench message_cpu`. The end-to-end comparison with torch
-//! is `tensorshare bench`; this isolates the pickle work inside it. Each
+//! is `tensorshare-bench`; this isolates the pickle work inside it. Each
 //! line gives the median time per message and the heap allocations per
 //! message, which unlike the time do not vary from run to run.
 

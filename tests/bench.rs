@@ -1,4 +1,4 @@
-//! `tensorshare bench` runs every path, torch's and ours, and prints one
+//! `tensorshare-bench` runs every path, torch's and ours, and prints one
 //! row each with a ratio to torch's best, then a line for each target:
 //! `file_descriptor` against torch's best sharing strategy and its floor
 //! (the fds sent alone), `file_system` into torch against torch and
@@ -14,12 +14,12 @@ use std::process::Command;
 /// Runs a quick one-round bench of 64 KiB tensors with `args` added; its
 /// stdout and the table rows.
 fn quick_bench(args: &[&str]) -> (String, Vec<String>) {
-    let output = Command::new(support::tensorshare_exe())
-        .args(["bench", "--sizes", "64KiB", "--rounds", "1", "--quick"])
+    let output = Command::new(support::bench_exe())
+        .args(["--sizes", "64KiB", "--rounds", "1", "--quick"])
         .args(args)
         .output()
-        .expect("run tensorshare bench");
-    let stdout = support::expect_success(&output, "tensorshare bench");
+        .expect("run tensorshare-bench");
+    let stdout = support::expect_success(&output, "tensorshare-bench");
     let rows = stdout
         .lines()
         .filter(|l| l.starts_with("64.0 KiB"))
@@ -137,10 +137,10 @@ fn bench_runs_bytes_and_memmap_between_rust_and_torch() {
 
 #[test]
 fn bench_without_torch_says_what_to_do() {
-    let output = Command::new(support::tensorshare_exe())
-        .args(["bench", "--python", "/nonexistent/python"])
+    let output = Command::new(support::bench_exe())
+        .args(["--python", "/nonexistent/python"])
         .output()
-        .expect("run tensorshare bench");
+        .expect("run tensorshare-bench");
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
@@ -190,16 +190,16 @@ fn rust_only_paths_need_no_python() {
 
 #[test]
 fn lines_at_a_targets_size_give_its_verdict() {
-    let output = Command::new(support::tensorshare_exe())
-        .args(["bench", "--sizes", "4KiB", "--rounds", "1", "--quick"])
+    let output = Command::new(support::bench_exe())
+        .args(["--sizes", "4KiB", "--rounds", "1", "--quick"])
         .args([
             "--paths",
             "rust-to-rust,rust-to-rust-fs,rust-to-rust-memmap",
         ])
         .args(["--python", "/nonexistent/python"])
         .output()
-        .expect("run tensorshare bench");
-    let stdout = support::expect_success(&output, "tensorshare bench");
+        .expect("run tensorshare-bench");
+    let stdout = support::expect_success(&output, "tensorshare-bench");
     let between_rust = line_starting(&stdout, "file_system: Rust -> Rust ");
     assert!(
         between_rust.contains("x Rust -> Rust file_descriptor ")
@@ -238,15 +238,14 @@ fn rust_bytes_and_memmap_paths_need_no_python() {
     );
 }
 
-/// Runs `tensorshare bench` with `args`, which must be a usage error
+/// Runs `tensorshare-bench` with `args`, which must be a usage error
 /// (status 2, nothing on stdout); its stderr.
 fn usage_error(args: &[&str]) -> String {
-    let output = Command::new(support::tensorshare_exe())
-        .arg("bench")
+    let output = Command::new(support::bench_exe())
         .args(args)
         .args(["--python", "/nonexistent/python"])
         .output()
-        .expect("run tensorshare bench");
+        .expect("run tensorshare-bench");
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
     assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
     assert!(output.stdout.is_empty(), "{args:?}");
@@ -294,12 +293,12 @@ fn bench_feeds_batches_to_one_torch_training_loop() {
         ),
     ];
     let names: Vec<&str> = feeds.iter().map(|(name, _, _)| *name).collect();
-    let output = Command::new(support::tensorshare_exe())
-        .args(["bench", "--workload", "batches", "--quick", "--rounds", "1"])
+    let output = Command::new(support::bench_exe())
+        .args(["--workload", "batches", "--quick", "--rounds", "1"])
         .args(["--feeds", &names.join(","), "--python", &python])
         .output()
-        .expect("run tensorshare bench");
-    let stdout = support::expect_success(&output, "tensorshare bench --workload batches");
+        .expect("run tensorshare-bench");
+    let stdout = support::expect_success(&output, "tensorshare-bench --workload batches");
     let sections: Vec<&str> = stdout
         .split("\n\n")
         .skip(1)
@@ -332,7 +331,13 @@ fn bench_feeds_batches_to_one_torch_training_loop() {
             target_line.contains(&format!("(target >= {target}: ")),
             "{target_line}"
         );
-        assert!(target_line.ends_with("met)"), "{target_line}");
+        // A verdict, one of the two the bench gives: the targets are set
+        // for a release build with the machine to itself, not for this
+        // one-round quick run of a debug build beside other tests.
+        assert!(
+            target_line.ends_with(": met)") || target_line.ends_with(": NOT met)"),
+            "{target_line}"
+        );
         let one_storage = line_starting(section, "one storage a batch vs one a tensor");
         assert!(one_storage.contains("bytes "), "{one_storage}");
     }
@@ -348,13 +353,13 @@ fn bench_feeds_two_torch_training_loops_at_once() {
         ("rust-fs-arena", "Rust file_system, one storage"),
     ];
     let names: Vec<&str> = feeds.iter().map(|(name, _)| *name).collect();
-    let output = Command::new(support::tensorshare_exe())
-        .args(["bench", "--workload", "batches", "--quick", "--rounds", "1"])
+    let output = Command::new(support::bench_exe())
+        .args(["--workload", "batches", "--quick", "--rounds", "1"])
         .args(["--consumers", "2", "--feeds", &names.join(",")])
         .args(["--python", &python])
         .output()
-        .expect("run tensorshare bench");
-    let stdout = support::expect_success(&output, "tensorshare bench --consumers 2");
+        .expect("run tensorshare-bench");
+    let stdout = support::expect_success(&output, "tensorshare-bench --consumers 2");
     let sections: Vec<&str> = stdout
         .split("\n\n")
         .skip(1)
@@ -434,8 +439,8 @@ fn bench_in_a_containers_dev_shm_shows_the_dataloader_failing_and_the_default_no
     if !support::netns::mount_namespaces(test) {
         return;
     }
-    let output = Command::new(support::tensorshare_exe())
-        .args(["bench", "--workload", "batches", "--quick", "--rounds", "1"])
+    let output = Command::new(support::bench_exe())
+        .args(["--workload", "batches", "--quick", "--rounds", "1"])
         .args([
             "--feeds",
             "dataloader-2,rust-default",
@@ -444,8 +449,8 @@ fn bench_in_a_containers_dev_shm_shows_the_dataloader_failing_and_the_default_no
         ])
         .args(["--python", &python])
         .output()
-        .expect("run tensorshare bench");
-    let stdout = support::expect_success(&output, "tensorshare bench --shm-size");
+        .expect("run tensorshare-bench");
+    let stdout = support::expect_success(&output, "tensorshare-bench --shm-size");
     assert!(
         stdout.contains("in a private /dev/shm of 64.0 MiB, as in a container"),
         "{stdout}"
@@ -474,16 +479,10 @@ fn bench_in_a_containers_dev_shm_shows_the_dataloader_failing_and_the_default_no
 
 #[test]
 fn bench_names_the_feeds_it_knows() {
-    let output = Command::new(support::tensorshare_exe())
-        .args([
-            "bench",
-            "--workload",
-            "batches",
-            "--feeds",
-            "rust-carrier-pigeon",
-        ])
+    let output = Command::new(support::bench_exe())
+        .args(["--workload", "batches", "--feeds", "rust-carrier-pigeon"])
         .output()
-        .expect("run tensorshare bench");
+        .expect("run tensorshare-bench");
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
@@ -501,6 +500,8 @@ fn bench_times_bytes_over_tcp_against_torch_pickle_over_the_same_link() {
     let Some(python) = support::test_python("bench_times_bytes_over_tcp") else {
         return;
     };
+    // Its echo rows run the `tensorshare` command, found beside the bench.
+    support::tensorshare_exe();
     // `env` as the wrapper stands for `ip netns exec NS`: it runs the peer.
     let tcp = [
         "--workload",
@@ -538,16 +539,10 @@ fn bench_times_bytes_over_tcp_against_torch_pickle_over_the_same_link() {
 
 #[test]
 fn a_tcp_bench_needs_a_tcp_address() {
-    let output = Command::new(support::tensorshare_exe())
-        .args([
-            "bench",
-            "--workload",
-            "tcp",
-            "--tcp-address",
-            "/tmp/not-tcp.sock",
-        ])
+    let output = Command::new(support::bench_exe())
+        .args(["--workload", "tcp", "--tcp-address", "/tmp/not-tcp.sock"])
         .output()
-        .expect("run tensorshare bench");
+        .expect("run tensorshare-bench");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(2), "a usage error: {stderr}");
     assert!(
@@ -562,12 +557,12 @@ fn bench_serves_many_torch_clients_with_each_server() {
     else {
         return;
     };
-    let output = Command::new(support::tensorshare_exe())
-        .args(["bench", "--workload", "servers", "--clients", "9"])
+    let output = Command::new(support::bench_exe())
+        .args(["--workload", "servers", "--clients", "9"])
         .args(["--requests", "3", "--rounds", "1", "--python", &python])
         .output()
-        .expect("run tensorshare bench");
-    let stdout = support::expect_success(&output, "tensorshare bench --workload servers");
+        .expect("run tensorshare-bench");
+    let stdout = support::expect_success(&output, "tensorshare-bench --workload servers");
     let title = line_starting(
         &stdout,
         "16 torch clients (2 processes of 8 connections), 3 requests",
@@ -594,8 +589,10 @@ fn bench_times_inspect_and_convert_of_checkpoint_files_against_torch() {
     else {
         return;
     };
-    let output = Command::new(support::tensorshare_exe())
-        .args(["bench", "--workload", "files", "--file-size", "8MiB"])
+    // It times the `tensorshare` command, found beside the bench.
+    support::tensorshare_exe();
+    let output = Command::new(support::bench_exe())
+        .args(["--workload", "files", "--file-size", "8MiB"])
         .args([
             "--small-tensors",
             "2000",
@@ -605,8 +602,8 @@ fn bench_times_inspect_and_convert_of_checkpoint_files_against_torch() {
             &python,
         ])
         .output()
-        .expect("run tensorshare bench");
-    let stdout = support::expect_success(&output, "tensorshare bench --workload files");
+        .expect("run tensorshare-bench");
+    let stdout = support::expect_success(&output, "tensorshare-bench --workload files");
     let title = line_starting(&stdout, "tensorshare bench --workload files: ");
     assert!(title.contains(" cores; 1 round"), "{title}");
     let measured = line_starting(&stdout, "each operation is a process of its own: ");
@@ -678,7 +675,7 @@ fn bench_times_inspect_and_convert_of_checkpoint_files_against_torch() {
     assert_eq!(targets.len(), expected.len(), "{stdout}");
     for ((line, start), bound) in targets.iter().zip(expected).zip(bounds) {
         assert!(line.starts_with(start), "{line}");
-        assert!(line.contains(bound) && line.ends_with("met)"), "{line}");
+        assert!(line.contains(bound) && line.ends_with(": met)"), "{line}");
     }
 }
 

@@ -1,12 +1,14 @@
 //! The command's error: what a failed command reports, on one line that
-//! starts `error: `, or, for a command line it cannot use, as clap reports
-//! its own usage errors.
+//! starts `error: ` ([`ERROR_PREFIX`], [`one_line`]), or, for a command
+//! line it cannot use, as clap reports its own usage errors. The
+//! `tensorshare` command and the `tensorshare-bench` benchmarks report
+//! their errors so.
 //!
 //! As every error in tensorshare, each variant's message includes its
 //! cause and no variant adds a `source()` (the wrapped errors have none
-//! either), so [`one_line`](crate::commands::one_line) prints each cause
-//! once. The wrapped errors print as they are: the command's messages are
-//! those of the errors it meets.
+//! either), so [`one_line`] prints each cause once. The wrapped errors
+//! print as they are: the command's messages are those of the errors it
+//! meets.
 
 use std::io;
 
@@ -22,7 +24,9 @@ use tensorshare_strategies::services::shm_manager::ManagerError;
 pub enum CliError {
     /// A command line clap let through that the command cannot use
     /// (conflicting authkey sources, a count of zero, ...): printed by clap
-    /// with the usage, and the command exits with clap's status, 2.
+    /// with the usage, and the command exits with clap's status, 2. A
+    /// command makes it raw (`clap::Error::raw`); the program's `main`
+    /// formats it with the usage of the command line that was parsed.
     #[error(transparent)]
     Usage(clap::Error),
     /// The runtime failed: loading, sharing, a connection.
@@ -40,10 +44,10 @@ pub enum CliError {
     /// handlers, writing a line to stdout).
     #[error(transparent)]
     Os(io::Error),
-    /// Shared memory could not be allocated (`bench`, `demo`).
+    /// Shared memory could not be allocated (`demo`, the benchmarks).
     #[error(transparent)]
     Allocate(AllocateError),
-    /// A raw fd received by `bench` could not be mapped.
+    /// A raw fd received by the benchmarks could not be mapped.
     #[error(transparent)]
     Import(ImportError),
     /// A peer named a strategy that does not exist (`demo`).
@@ -129,3 +133,21 @@ from_runtime_layer!(
     tensorshare::model::ViewError,
     tensorshare::model::ElementError
 );
+
+/// How the command starts an error line: as clap starts a usage error.
+pub const ERROR_PREFIX: &str = "error: ";
+
+/// An error and its causes on one line, each cause once.
+pub fn one_line(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut message = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !message.contains(&cause_text) {
+            message.push_str(": ");
+            message.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    message.replace('\n', " ")
+}

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""The PyTorch side of `tensorshare bench --workload batches`: one training
+"""The PyTorch side of `tensorshare-bench --workload batches`: one training
 loop fed DataLoader-shaped batches by torch's own DataLoader, by a torch
 producer over a connection, or by a producer at the other end of one.
 
-`tensorshare bench` writes this file beside bench_peer.py (whose plumbing it
+`tensorshare-bench` writes this file beside bench_peer.py (whose plumbing it
 uses) and reads the one JSON object it prints on stdout; everything else it
 says goes to stderr.
 

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""The PyTorch side of `tensorshare bench --workload files`: makes the
+"""The PyTorch side of `tensorshare-bench --workload files`: makes the
 checkpoints, and does with stock torch what `tensorshare inspect` and
 `tensorshare convert` do with them.
 
-`tensorshare bench` writes this file into a private directory, runs `make`
-once per checkpoint, and runs every other subcommand under its
-`bench-measure`, which times the whole process (this import of torch
+`tensorshare-bench` writes this file into a private directory, runs `make`
+once per checkpoint, and runs every other subcommand under its hidden
+`measure`, which times the whole process (this import of torch
 included, as a user waits for it) and takes its peak RSS. Errors go to
 stderr; the measured subcommands print nothing.
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""The PyTorch side of `tensorshare bench`: torch's own tensor sharing, timed.
+"""The PyTorch side of `tensorshare-bench`: torch's own tensor sharing, timed.
 
-`tensorshare bench` runs this script with the pinned torch
+`tensorshare-bench` runs this script with the pinned torch
 (compat/python/requirements.txt) and reads the one JSON object it prints on
 stdout; everything else it says goes to stderr.
 
@@ -34,7 +34,7 @@ Keeping tensors alive: every producer, torch's and tensorshare's, under
 every strategy, keeps the tensors of a run until the ack and frees them
 after the timed window, as a pipeline that reuses a batch once it is
 consumed would. Under `file_descriptor` each kept tensor holds an fd, so
-`tensorshare bench` raises the soft fd limit to the hard one (this process
+`tensorshare-bench` raises the soft fd limit to the hard one (this process
 inherits it) and sizes runs to fit. torch's `file_system` does not need the
 tensor kept (the incref it makes for a message in flight holds the segment
 until the consumer has opened it); it needs the producer process: once no
@@ -98,7 +98,7 @@ connection's authkey; it also becomes this process's
 `multiprocessing.current_process().authkey`, which the resource sharer uses
 to authenticate fd hand-offs under `file_descriptor`. Instead of `--authkey`,
 which every user can read with `ps`, the key can come in the
-TENSORSHARE_AUTHKEY environment variable (`tensorshare bench` passes it
+TENSORSHARE_AUTHKEY environment variable (`tensorshare-bench` passes it
 that way); giving both is an error.
 
 For testing the protocol without Rust, `consume --listen` makes the consumer
@@ -510,7 +510,7 @@ def resolve_authkey(parser, args):
 
 def build_parser():
     parser = argparse.ArgumentParser(
-        description="PyTorch side of `tensorshare bench`: torch's tensor sharing, timed."
+        description="PyTorch side of `tensorshare-bench`: torch's tensor sharing, timed."
     )
     commands = parser.add_subparsers(dest="command", required=True)
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The torch side of `tensorshare bench --workload servers`: many torch
+"""The torch side of `tensorshare-bench --workload servers`: many torch
 clients at once against one echo server, and torch's own server.
 
     bench_servers.py serve   --address ADDR --connections N

@@ -98,8 +98,24 @@ pub fn gc_without_segments(args: impl IntoIterator<Item = impl AsRef<OsStr>>) ->
         .expect("run tensorshare gc")
 }
 
+/// The benchmarks' program, `tensorshare-bench` (package
+/// `tensorshare-bench`), built on first use as [`tensorshare_exe`] builds
+/// the command, into the same directory: its `--workload tcp` and
+/// `--workload files` find the command there, beside it, once
+/// [`tensorshare_exe`] has built it.
+pub fn bench_exe() -> &'static Path {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    EXE.get_or_init(|| build_program("tensorshare-bench", "tensorshare-bench"))
+}
+
 /// Builds `tensorshare` as [`tensorshare_exe`] says and returns its path.
 fn build_tensorshare() -> PathBuf {
+    build_program("tensorshare-cli", "tensorshare")
+}
+
+/// Builds the binary `bin` of the workspace's `package` as
+/// [`tensorshare_exe`] says and returns its path.
+fn build_program(package: &str, bin: &str) -> PathBuf {
     let test_exe = std::env::current_exe().expect("the path of this test binary");
     let profile_dir = test_exe
         .parent()
@@ -115,8 +131,8 @@ fn build_tensorshare() -> PathBuf {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into());
     let mut command = Command::new(&cargo);
     command
-        .args(["build", "--quiet", "--locked", "-p", "tensorshare-cli"])
-        .args(["--bin", "tensorshare", "--manifest-path"])
+        .args(["build", "--quiet", "--locked", "-p", package])
+        .args(["--bin", bin, "--manifest-path"])
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
         .arg("--target-dir")
         .arg(target_dir);
@@ -135,10 +151,10 @@ fn build_tensorshare() -> PathBuf {
         .unwrap_or_else(|e| panic!("cannot run {}: {e}", Path::new(&cargo).display()));
     assert!(
         status.success(),
-        "building the tensorshare command failed ({status}): {command:?}; \
-         its errors are above, or run `cargo build -p tensorshare-cli` to see them"
+        "building {bin} failed ({status}): {command:?}; \
+         its errors are above, or run `cargo build -p {package}` to see them"
     );
-    let exe = profile_dir.join("tensorshare");
+    let exe = profile_dir.join(bin);
     assert!(
         exe.is_file(),
         "{command:?} succeeded but left no {}",

@@ -10,6 +10,8 @@ use clap::error::ErrorKind;
 use tensorshare::Authkey;
 use tensorshare::connection::{AUTHKEY_ENV, ConnectionError};
 
+use super::usage::usage_error;
+
 /// Where the help lists the authkey flags.
 const HEADING: &str = "Authkey (one of TENSORSHARE_AUTHKEY, --authkey-file, --authkey)";
 
@@ -35,12 +37,11 @@ pub struct AuthkeyArgs {
 }
 
 impl AuthkeyArgs {
-    /// The key from the one source given; a usage error of `subcommand` if
-    /// none or more than one is, or if `TENSORSHARE_AUTHKEY` is not hex.
-    pub fn required(&self, subcommand: &str) -> Result<Authkey, clap::Error> {
-        self.optional(subcommand)?.ok_or_else(|| {
-            super::usage_error(
-                subcommand,
+    /// The key from the one source given; a usage error if none or more
+    /// than one is, or if `TENSORSHARE_AUTHKEY` is not hex.
+    pub fn required(&self) -> Result<Authkey, clap::Error> {
+        self.optional()?.ok_or_else(|| {
+            usage_error(
                 ErrorKind::MissingRequiredArgument,
                 format!(
                     "an authkey is required: set {AUTHKEY_ENV} to the key in hex, or pass \
@@ -50,17 +51,15 @@ impl AuthkeyArgs {
         })
     }
 
-    /// The key from the one source given, if any; a usage error of
-    /// `subcommand` if more than one is, or if `TENSORSHARE_AUTHKEY` is not
-    /// hex.
-    pub fn optional(&self, subcommand: &str) -> Result<Option<Authkey>, clap::Error> {
+    /// The key from the one source given, if any; a usage error if more
+    /// than one is, or if `TENSORSHARE_AUTHKEY` is not hex.
+    pub fn optional(&self) -> Result<Option<Authkey>, clap::Error> {
         let from_env = Authkey::from_env().map_err(|error| {
             let reason = match error {
                 ConnectionError::InvalidAuthkey(reason) => reason,
                 other => other.to_string(),
             };
-            super::usage_error(
-                subcommand,
+            usage_error(
                 ErrorKind::ValueValidation,
                 format!("invalid authkey: {reason}"),
             )
@@ -71,8 +70,7 @@ impl AuthkeyArgs {
             (None, None) => None,
         };
         match (from_env, flag) {
-            (Some(_), Some(flag)) => Err(super::usage_error(
-                subcommand,
+            (Some(_), Some(flag)) => Err(usage_error(
                 ErrorKind::ArgumentConflict,
                 format!(
                     "{AUTHKEY_ENV} is set and {flag} is given: give the authkey one way only \

@@ -15,15 +15,11 @@ use tensorshare::model::Storage;
 use tensorshare::safetensors::{SafetensorsError, SafetensorsFile};
 use tensorshare::torch_save::{self, TorchSaveFormat};
 use tensorshare::{Authkey, Registry, SharingContext, Value};
+use tensorshare_cli::error::CliError;
 
 use super::authkey::AuthkeyArgs;
-use super::inspect::read_input;
-use super::usage_error;
-use crate::error::CliError;
-
-/// The extension that makes OUT a safetensors file, and IN one to read as
-/// such.
-const SAFETENSORS_EXTENSION: &str = "safetensors";
+use super::input::{has_safetensors_extension, is_torch_save_file, read_input};
+use super::usage::usage_error;
 
 #[derive(Debug, Args)]
 pub struct ConvertArgs {
@@ -54,12 +50,11 @@ pub struct ConvertArgs {
 }
 
 pub fn run(args: ConvertArgs) -> Result<(), CliError> {
-    let authkey = args.authkey.optional("convert")?;
+    let authkey = args.authkey.optional()?;
     let input = args.input.display().to_string();
     let to_safetensors = args.safetensors || has_safetensors_extension(&args.output);
     if to_safetensors && args.legacy {
         return Err(usage_error(
-            "convert",
             ErrorKind::ArgumentConflict,
             format!(
                 "--legacy writes a torch.save file, but {} names a .safetensors file; \
@@ -111,33 +106,6 @@ pub fn run(args: ConvertArgs) -> Result<(), CliError> {
         eprintln!("{moved}");
     }
     Ok(())
-}
-
-/// Whether `path` ends in `.safetensors`.
-pub(super) fn has_safetensors_extension(path: &Path) -> bool {
-    path.extension()
-        .is_some_and(|extension| extension.eq_ignore_ascii_case(SAFETENSORS_EXTENSION))
-}
-
-/// Whether `path` names a regular file that starts as a `torch.save` file
-/// does: a zip, or a legacy stream's magic number. Other inputs (stdin,
-/// pickles of any strategy) are read whole.
-pub(super) fn is_torch_save_file(path: &Path) -> bool {
-    /// The legacy stream's first pickle: protocol 2, the magic number.
-    const LEGACY_MAGIC: &[u8] = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19";
-    if path.as_os_str() == "-" {
-        return false;
-    }
-    let Ok(mut file) = std::fs::File::open(path) else {
-        return false;
-    };
-    if !file.metadata().is_ok_and(|m| m.is_file()) {
-        return false;
-    }
-    let mut head = [0u8; LEGACY_MAGIC.len()];
-    let read = std::io::Read::read(&mut file, &mut head).unwrap_or(0);
-    let head = &head[..read];
-    head.starts_with(b"PK\x03\x04") || head.starts_with(LEGACY_MAGIC)
 }
 
 /// The value under `keys`, one level of dict per key.

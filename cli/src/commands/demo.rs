@@ -9,10 +9,11 @@ use indicatif::{ProgressBar, ProgressStyle};
 use tensorshare::connection::Address;
 use tensorshare::connection::{self, ConnectionOptions};
 use tensorshare::{Authkey, Connection, DType, SharingContext, StrategyKind, Value};
+use tensorshare_cli::error::CliError;
+use tensorshare_cli::format;
+use tensorshare_cli::peer::{Peer, connect_back};
 
-use super::peer::{Peer, connect_back};
 use super::workload::{TensorSpec, shared_identity};
-use crate::error::CliError;
 
 /// Every strategy, in the order the table shows them.
 const STRATEGIES: [StrategyKind; 4] = [
@@ -314,8 +315,8 @@ fn print_table(legs: &[Leg]) {
             leg.strategy.to_string(),
             leg.direction,
             leg.tensors,
-            super::format::bytes(leg.bytes as u64),
-            super::format::duration(seconds / leg.tensors.max(1) as f64),
+            format::bytes(leg.bytes as u64),
+            format::duration(seconds / leg.tensors.max(1) as f64),
             leg.bytes as f64 / seconds / 1e9,
             copy / seconds,
             if leg.zero_copy { "yes" } else { "no" },

@@ -6,9 +6,10 @@ use clap::Args;
 use serde_json::json;
 use tensorshare::StrategyKind;
 use tensorshare::doctor::{self, DoctorOptions, PlannedLoad};
+use tensorshare_cli::error::CliError;
+use tensorshare_cli::format;
 
 use super::strategy::StrategyName;
-use crate::error::CliError;
 
 #[derive(Debug, Args)]
 pub struct DoctorArgs {
@@ -24,7 +25,7 @@ pub struct DoctorArgs {
     tensors: u64,
     /// Bytes of storage the planned load has in flight at once: `4096`,
     /// `16MiB`, `3GiB`.
-    #[arg(long, value_name = "SIZE", value_parser = super::format::parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = format::parse_size)]
     bytes: Option<usize>,
     /// Read logind's configuration and lingering users under DIR instead of
     /// / (also $TENSORSHARE_DOCTOR_ROOT).

@@ -17,11 +17,11 @@ use tensorshare::connection::{
     ConnectionOptions, DEFAULT_MAX_MESSAGE_BYTES, IncomingConnection, Listener, MIN_TCP_AUTHKEY_LEN,
 };
 use tensorshare::{Authkey, Connection, Error, SharingContext, StrategyKind};
+use tensorshare_cli::error::{CliError, one_line};
 
 use super::authkey::AuthkeyArgs;
 use super::shutdown::{ShutdownSignal, Wake};
 use super::strategy::StrategyName;
-use crate::error::CliError;
 
 #[derive(Debug, Args)]
 pub struct EchoArgs {
@@ -79,7 +79,7 @@ pub struct EchoArgs {
 }
 
 pub fn run(args: EchoArgs) -> Result<(), CliError> {
-    let authkey = args.authkey.required("echo")?;
+    let authkey = args.authkey.required()?;
     let mut sharing = SharingContext::new(authkey.clone())
         .with_strategy(StrategyKind::from(args.strategy))
         .with_memmap_keep_files(args.keep_files);
@@ -136,7 +136,7 @@ pub fn run(args: EchoArgs) -> Result<(), CliError> {
                 // Out of fds, most likely: this peer is lost, the next may
                 // not be. The kernel keeps the connection queued, so the
                 // listener polls readable again at once: pause first.
-                eprintln!("tensorshare echo: {}", super::one_line(&e));
+                eprintln!("tensorshare echo: {}", one_line(&e));
                 std::thread::sleep(ACCEPT_BACKOFF);
                 continue;
             }
@@ -155,7 +155,7 @@ pub fn run(args: EchoArgs) -> Result<(), CliError> {
                 if let Err(reason) = serve_peer(incoming, &sharing, &peer) {
                     eprintln!(
                         "tensorshare echo: peer {peer}: {}; closed its connection",
-                        super::one_line(&reason)
+                        one_line(&reason)
                     );
                 }
             });
@@ -220,7 +220,7 @@ fn serve_peer(
             Err(refused) if refused.is_refused_message() => {
                 eprintln!(
                     "tensorshare echo: peer {peer}: a message not echoed: {}",
-                    super::one_line(&refused)
+                    one_line(&refused)
                 );
                 continue;
             }

@@ -6,6 +6,7 @@
 
 mod file_rows;
 mod socket_dir_rows;
+mod text;
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -15,6 +16,8 @@ use std::time::Duration;
 use clap::Args;
 use serde_json::{Value as Json, json};
 use tensorshare::resource_sharer::SharerSocket;
+use tensorshare_cli::error::CliError;
+use tensorshare_cli::format;
 use tensorshare_strategies::file_system::SegmentName;
 use tensorshare_strategies::memmap::MemmapFileName;
 use tensorshare_strategies::platform::private_dir::SocketDirName;
@@ -23,10 +26,9 @@ use tensorshare_strategies::services::orphans::{
     SocketDirScanOptions,
 };
 
-use super::format;
-use crate::error::CliError;
 use file_rows::{Row, Words};
 use socket_dir_rows::DirRow;
+use text::plural;
 
 #[derive(Debug, Args)]
 pub struct GcArgs {
@@ -384,59 +386,6 @@ fn to_json(report: &Report<'_>) -> Json {
     })
 }
 
-/// Writes `header` and `cells` as columns, the last one unpadded.
-fn write_table(text: &mut String, header: [&str; 4], cells: Vec<[String; 4]>) {
-    let width = |column: usize| {
-        cells
-            .iter()
-            .map(|row| row[column].chars().count())
-            .chain([header[column].len()])
-            .max()
-            .unwrap_or(0)
-    };
-    let widths = [width(0), width(1), width(2)];
-    for row in std::iter::once(header.map(str::to_owned)).chain(cells) {
-        let _ = writeln!(
-            text,
-            "{:<w0$}  {:<w1$}  {:<w2$}  {}",
-            row[0],
-            row[1],
-            row[2],
-            row[3],
-            w0 = widths[0],
-            w1 = widths[1],
-            w2 = widths[2],
-        );
-    }
-}
-
 fn path_text(path: &Path) -> String {
     path.display().to_string()
-}
-
-fn plural(n: usize) -> &'static str {
-    if n == 1 { "" } else { "s" }
-}
-
-fn parents_text(parents: &[PathBuf]) -> String {
-    parents
-        .iter()
-        .map(|dir| dir.display().to_string())
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-/// `1, 2, 3` for up to five pids, then `and N more`.
-fn pid_list(pids: &[u32]) -> String {
-    const SHOWN: usize = 5;
-    let mut text = pids
-        .iter()
-        .take(SHOWN)
-        .map(u32::to_string)
-        .collect::<Vec<_>>()
-        .join(", ");
-    if pids.len() > SHOWN {
-        let _ = write!(text, " and {} more", pids.len() - SHOWN);
-    }
-    text
 }

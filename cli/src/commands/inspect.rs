@@ -1,6 +1,6 @@
 //! `tensorshare inspect [--json] FILE|-`.
 
-use std::io::{BufWriter, IsTerminal, Read};
+use std::io::{BufWriter, IsTerminal};
 use std::path::{Path, PathBuf};
 
 use clap::Args;
@@ -8,10 +8,10 @@ use tensorshare::Registry;
 use tensorshare::inspect::{Format, HEAD_ELEMENTS, OpaqueSummary, Report};
 use tensorshare::registry::{LoadOptions, UnknownGlobals};
 use tensorshare::torch_save::TorchSaveFormat;
-use tensorshare_cli::inspect_report;
+use tensorshare_cli::error::CliError;
+use tensorshare_cli::{format, inspect_report};
 
-use super::convert::{has_safetensors_extension, is_torch_save_file};
-use crate::error::CliError;
+use super::input::{has_safetensors_extension, is_torch_save_file, read_input};
 
 #[derive(Debug, Args)]
 pub struct InspectArgs {
@@ -94,9 +94,9 @@ pub fn run(args: InspectArgs) -> Result<(), CliError> {
             BufWriter::with_capacity(1 << 16, stdout.lock()),
             indented,
         );
-        super::format::ignore_broken_pipe(written)?;
+        format::ignore_broken_pipe(written)?;
     } else {
-        super::format::print_report(&inspect_report::to_text_with(&report, detail))?;
+        format::print_report(&inspect_report::to_text_with(&report, detail))?;
     }
     let opaque = report.opaque_summary();
     if !opaque.is_empty() {
@@ -133,19 +133,4 @@ fn not_plain_data(file: &Path, opaque: &OpaqueSummary) -> String {
         file.display(),
         parts.join(" and ")
     )
-}
-
-/// The bytes of `path`, or of stdin for `-`.
-pub(super) fn read_input(path: &PathBuf) -> Result<Vec<u8>, CliError> {
-    let mut bytes = Vec::new();
-    if path.as_os_str() == "-" {
-        std::io::stdin()
-            .lock()
-            .read_to_end(&mut bytes)
-            .map_err(|e| CliError::io("reading stdin", e))?;
-    } else {
-        bytes = std::fs::read(path)
-            .map_err(|e| CliError::io(format!("reading {}", path.display()), e))?;
-    }
-    Ok(bytes)
 }

@@ -6,15 +6,15 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::shutdown::ShutdownSignal;
 use clap::Args;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use tensorshare_cli::error::CliError;
 use tensorshare_strategies::services::shm_manager::{
     DEFAULT_IDLE_TIMEOUT, DEFAULT_IN_FLIGHT_WAIT, ManagerReport, ManagerServer, ServeOptions,
     StopReason, in_flight_wait_from_env, parse_in_flight_wait,
 };
 
-use crate::error::CliError;
+use super::shutdown::ShutdownSignal;
 
 #[derive(Debug, Args)]
 pub struct ManagerArgs {

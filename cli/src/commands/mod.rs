@@ -1,33 +1,32 @@
 //! Command-line parsing and dispatch.
 
+// The layers, bottom to top: each imports only those declared before it,
+// and none what this file defines (`scripts/check-layers cli`). One
+// comment per layer keeps rustfmt from sorting them.
+
+// A usage error found after parsing.
+mod usage;
+// Where a command gets an authkey.
 mod authkey;
-mod bench;
-mod bench_batch_stream;
-mod bench_batches;
-mod bench_busy;
-mod bench_consumers;
-mod bench_files;
-mod bench_measure;
-mod bench_servers;
-mod bench_shm;
-mod bench_stream;
+// What `inspect` and `convert` read.
+mod input;
+// SIGTERM and SIGINT for servers.
+mod shutdown;
+// `--strategy NAME`.
+mod strategy;
+// Patterned tensors and what a storage maps, for `demo`.
+mod workload;
+// The commands.
 mod convert;
 mod demo;
 mod doctor;
 mod echo;
-mod format;
 mod gc;
 mod inspect;
 mod manager;
-mod peer;
-mod shutdown;
-mod strategy;
-mod workload;
 
-use clap::error::ErrorKind;
 use clap::{CommandFactory, Parser, Subcommand};
-
-use crate::error::CliError;
+use tensorshare_cli::error::CliError;
 
 /// Share CPU tensors between processes in PyTorch's own wire format.
 #[derive(Debug, Parser)]
@@ -39,19 +38,6 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// torch's tensor sharing and ours side by side: per-tensor cost, GB/s
-    /// and our ratio to torch's best (needs a Python with torch).
-    Bench(bench::BenchArgs),
-    /// The consumer of a Rust-to-Rust `bench` run.
-    #[command(hide = true)]
-    BenchPeer(bench::BenchPeerArgs),
-    /// Runs a command and prints its wall time and peak RSS: how
-    /// `bench --workload files` measures each side.
-    #[command(hide = true)]
-    BenchMeasure(bench_measure::BenchMeasureArgs),
-    /// The Rust echo servers of `bench --workload servers`.
-    #[command(hide = true)]
-    BenchServer(bench_servers::BenchServerArgs),
     /// Two processes stream tensors both ways over every strategy, verify
     /// every byte and print what it cost. Needs no Python.
     Demo(demo::DemoArgs),
@@ -88,10 +74,6 @@ enum Command {
 /// Runs the parsed command.
 pub fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
-        Command::Bench(args) => bench::run(args),
-        Command::BenchPeer(args) => bench::run_peer(args),
-        Command::BenchMeasure(args) => bench_measure::run(args),
-        Command::BenchServer(args) => bench_servers::run_server(args),
         Command::Demo(args) => demo::run(args),
         Command::DemoPeer(args) => demo::run_peer(args),
         Command::Inspect(args) => inspect::run(args),
@@ -103,37 +85,14 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
     }
 }
 
-/// A usage error of `subcommand` found after parsing, which `main` prints
-/// as clap prints its own (`error: ...`, then the usage) and exits with
-/// clap's status.
-pub fn usage_error(
-    subcommand: &str,
-    kind: ErrorKind,
-    message: impl std::fmt::Display,
-) -> clap::Error {
+/// `usage`, a usage error a command found after parsing
+/// ([`usage::usage_error`]), formatted as clap formats its own: `error:
+/// ...`, then the usage of `subcommand`, the one that ran.
+pub fn with_usage_of(usage: clap::Error, subcommand: Option<&str>) -> clap::Error {
     let mut command = Cli::command();
     command.build();
-    let error = clap::Error::raw(kind, message);
-    match command.find_subcommand_mut(subcommand) {
-        Some(subcommand) => error.format(subcommand),
-        None => error.format(&mut command),
+    match subcommand.and_then(|name| command.find_subcommand_mut(name)) {
+        Some(subcommand) => usage.format(subcommand),
+        None => usage.format(&mut command),
     }
-}
-
-/// How the command starts an error line: as clap starts a usage error.
-pub const ERROR_PREFIX: &str = "error: ";
-
-/// An error and its causes on one line, each cause once.
-pub fn one_line(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut message = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !message.contains(&cause_text) {
-            message.push_str(": ");
-            message.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    message.replace('\n', " ")
 }

@@ -6,12 +6,13 @@ use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
 
 use serde_json::{Value as Json, json};
+use tensorshare_cli::format;
 use tensorshare_strategies::UnixUser;
 use tensorshare_strategies::services::orphans::{
     KeepReason, OrphanName, OrphanScan, RemovalOutcome, RemoveError, ScanError, SegmentReport,
 };
 
-use super::{format, pid_list, plural, write_table};
+use super::text::{pid_list, plural, write_table};
 
 /// What became of one file.
 pub(super) enum Action<N> {

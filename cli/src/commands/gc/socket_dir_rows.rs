@@ -12,7 +12,7 @@ use tensorshare_strategies::services::orphans::{
     SocketDirKeepReason, SocketDirOutcome, SocketDirRemoveError, SocketDirReport, SocketDirScan,
 };
 
-use super::{parents_text, pid_list, plural, write_table};
+use super::text::{parents_text, pid_list, plural, write_table};
 
 /// What became of one socket directory.
 pub(super) enum DirAction {

@@ -1,9 +1,11 @@
-//! Human-readable figures for tables.
+//! Human-readable figures for tables, sizes read from a command line, and
+//! reports written to stdout.
 
 pub use tensorshare_strategies::human_bytes as bytes;
 
 /// A size on the command line: `4096`, `4KiB`, `1MiB`, `64MiB`, `1GiB`
-/// (also `K`, `M`, `G`), as `bench` and `doctor` take them.
+/// (also `K`, `M`, `G`), as `tensorshare doctor` and the benchmarks take
+/// them.
 pub fn parse_size(text: &str) -> Result<usize, String> {
     let text = text.trim();
     let split = text

@@ -1,4 +1,4 @@
-//! The streaming workload `bench` times, in Rust, speaking the protocol of
+//! The streaming workload the bench times, in Rust, speaking the protocol of
 //! `compat/python/bench_peer.py` so that either end can be torch:
 //!
 //! ```text
@@ -19,9 +19,9 @@
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use crate::error::CliError;
 use tensorshare::model::TensorView;
 use tensorshare::{Connection, DType, SharingContext, Tensor, Value};
+use tensorshare_cli::error::CliError;
 use tensorshare_strategies::file_descriptor::{FdSegment, FileDescriptorStrategy};
 use tensorshare_strategies::{Segment, SharingStrategy};
 

@@ -1,12 +1,12 @@
-//! What `bench --workload files` prints: the header naming the machine,
-//! the rounds and the checkpoints, a row per checkpoint and operation, and
-//! a line per target with its verdict, judged on the large
-//! zip checkpoint. The targets are tensorshare's peak RSS (64 MiB to
+//! What `--workload files` prints: the header naming the machine, the
+//! rounds and the checkpoints, a row per checkpoint and operation, and a
+//! line per target with its verdict, judged on the large zip checkpoint. The targets are tensorshare's peak RSS (64 MiB to
 //! inspect, 256 MiB to convert to either format) and its speed against
 //! torch's (2x to .safetensors, 1.5x to .pt).
 
-use super::{Case, Operation, Options, Row};
-use crate::commands::format::{bytes, duration};
+use tensorshare_cli::format::{bytes, duration};
+
+use super::checkpoint::{Case, Operation, Options, Row};
 
 const MIB: u64 = 1 << 20;
 
@@ -31,7 +31,7 @@ const TARGETS: [Target; 5] = [
 
 /// What the table is: the machine, the rounds, what is measured, and
 /// each checkpoint's size; then the column titles.
-pub(super) fn print_header(options: &Options, cases: &[Case], rss_floor: u64) {
+pub fn print_header(options: &Options, cases: &[Case], rss_floor: u64) {
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
     let rounds = match options.rounds {
         1 => "1 round".to_owned(),
@@ -67,7 +67,7 @@ pub(super) fn print_header(options: &Options, cases: &[Case], rss_floor: u64) {
     );
 }
 
-pub(super) fn print_row(row: &Row, case: &Case) {
+pub fn print_row(row: &Row, case: &Case) {
     let mut operation = row.operation.label().to_owned();
     if row.operation == Operation::Inspect && !case.torch_can_mmap() {
         operation.push('*');
@@ -86,7 +86,7 @@ pub(super) fn print_row(row: &Row, case: &Case) {
 }
 
 /// The size of each checkpoint's file, known once torch has written it.
-pub(super) fn print_file_sizes(sizes: &[(&str, u64)]) {
+pub fn print_file_sizes(sizes: &[(&str, u64)]) {
     let sizes: Vec<String> = sizes
         .iter()
         .map(|(name, size)| format!("{name} {}", bytes(*size)))
@@ -95,7 +95,7 @@ pub(super) fn print_file_sizes(sizes: &[(&str, u64)]) {
 }
 
 /// The footnote under the rows, then a line per target.
-pub(super) fn print_targets(rows: &[Row], file_size: usize) {
+pub fn print_targets(rows: &[Row], file_size: usize) {
     println!(
         "* torch cannot mmap a legacy file: its inspect of one is a plain torch.load, which \
          reads every byte\n"

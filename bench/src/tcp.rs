@@ -1,4 +1,4 @@
-//! `tensorshare bench --workload tcp`: the `bytes` strategy over TCP, Rust
+//! `--workload tcp`: the `bytes` strategy over TCP, Rust
 //! and torch at either end, against torch pickling to torch over the same
 //! link. The listening end binds `--tcp-address` (loopback by default; an
 //! address on a veth pair or a real NIC to cross hosts).
@@ -16,6 +16,7 @@
 //! `pickle.loads` and `pickle.dumps`, and the ratio of the two.
 
 use std::io::{BufRead, BufReader};
+use std::path::Path;
 use std::process::{ChildStdout, Command, Stdio};
 use std::time::Duration;
 
@@ -23,11 +24,17 @@ use tensorshare::connection::Address;
 use tensorshare::connection::Listener;
 use tensorshare::connection::{AUTHKEY_ENV, ConnectionOptions};
 use tensorshare::{Authkey, Connection, SharingContext, StrategyKind};
+use tensorshare_cli::error::CliError;
+use tensorshare_cli::format;
+use tensorshare_cli::peer::Peer;
 
-use super::super::bench_stream::{Framing, Workload, consume, produce};
-use super::super::peer::Peer;
-use super::{TorchPeer, median, spinner, workload_for};
-use crate::error::CliError;
+use crate::median::median;
+use crate::rust_consumer;
+use crate::spinner::spinner;
+use crate::stream_protocol::{Framing, Workload, consume, produce};
+use crate::streams::route::{Route, workload_for};
+use crate::tensorshare_exe::tensorshare_exe;
+use crate::torch_peer::TorchPeer;
 
 /// Who produces and who consumes over TCP.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,23 +64,27 @@ impl TcpRoute {
 }
 
 /// Where and how the listening end of every path listens.
-pub(super) struct TcpLink<'a> {
-    pub(super) torch: &'a TorchPeer,
+pub struct TcpLink<'a> {
+    pub torch: &'a TorchPeer,
     /// Where the listening end binds; port 0 for a free one.
-    pub(super) address: Address,
+    pub address: Address,
     /// TCP_NODELAY on tensorshare's ends (torch's stay as CPython leaves
     /// them: off).
-    pub(super) nodelay: bool,
+    pub nodelay: bool,
     /// Words before every connecting peer's command (`ip netns exec NS`).
-    pub(super) wrapper: Vec<String>,
+    pub wrapper: Vec<String>,
 }
 
-pub(super) fn run(
+/// Times every path and the round trips at each of `sizes` and prints
+/// the tables.
+pub fn run(
     link: &TcpLink<'_>,
     sizes: &[usize],
     rounds: usize,
     quick: bool,
 ) -> Result<(), CliError> {
+    // Found before anything is timed: the echo rows need it.
+    let tensorshare = tensorshare_exe()?;
     println!(
         "tensorshare bench: bytes over TCP at {} (TCP_NODELAY {} on tensorshare's ends); uint8 \
          tensors streamed one way, the producer writing every byte; median of {rounds} rounds\n",
@@ -86,9 +97,9 @@ pub(super) fn run(
     );
     let spinner = spinner();
     for &size in sizes {
-        let workload = workload_for(super::Route::RustToRustBytes, size, rounds, quick, u64::MAX);
+        let workload = workload_for(Route::RustToRustBytes, size, rounds, quick, u64::MAX);
         let mut rows = Vec::new();
-        let size_text = super::super::format::bytes(size as u64);
+        let size_text = format::bytes(size as u64);
         for route in TcpRoute::ALL {
             spinner.set_message(format!("{size_text} {} over TCP", route.label()));
             let seconds = link.run_route(route, workload)?;
@@ -101,7 +112,7 @@ pub(super) fn run(
                 "{size_text} round trips through {}",
                 server.label()
             ));
-            let seconds = link.echo_round_trips(server, size, workload)?;
+            let seconds = link.echo_round_trips(server, &tensorshare, size, workload)?;
             trips.push((server, median(seconds)));
         }
         spinner.suspend(|| print_round_trips(&trips, size, workload.rounds));
@@ -137,10 +148,10 @@ fn print_round_trips(trips: &[(EchoServer, f64)], size: usize, rounds: usize) {
         let ratio = python.map_or_else(|| "-".into(), |p| format!("{:.2}x", p / seconds));
         println!(
             "{:<9} {:<36} {:>7} {:>12} {:>16}",
-            super::super::format::bytes(size as u64),
+            format::bytes(size as u64),
             server.label(),
             rounds,
-            super::super::format::duration(seconds),
+            format::duration(seconds),
             ratio,
         );
     }
@@ -174,10 +185,10 @@ fn print_rows(rows: &[(TcpRoute, f64)], size: usize, count: usize) {
         let ratio = torch.map_or_else(|| "-".into(), |t| format!("{:.2}x", t / per_tensor));
         println!(
             "{:<9} {:<32} {:>7} {:>12} {:>8.2} {:>16}",
-            super::super::format::bytes(size as u64),
+            format::bytes(size as u64),
             route.label(),
             count,
-            super::super::format::duration(per_tensor),
+            format::duration(per_tensor),
             size as f64 / per_tensor / 1e9,
             ratio,
         );
@@ -187,10 +198,12 @@ fn print_rows(rows: &[(TcpRoute, f64)], size: usize, count: usize) {
 
 impl TcpLink<'_> {
     /// Seconds per timed round trip of the torch client through `server`,
-    /// which listens at the link's address.
+    /// which listens at the link's address (`tensorshare echo` runs the
+    /// command at `tensorshare`).
     fn echo_round_trips(
         &self,
         server: EchoServer,
+        tensorshare: &Path,
         size: usize,
         workload: Workload,
     ) -> Result<Vec<f64>, CliError> {
@@ -201,9 +214,7 @@ impl TcpLink<'_> {
                 .torch
                 .command(&["echo"], None, Some((&address, &authkey))),
             EchoServer::Tensorshare => {
-                let program =
-                    std::env::current_exe().map_err(|e| format!("finding this program: {e}"))?;
-                let mut command = Command::new(program);
+                let mut command = Command::new(tensorshare);
                 command
                     .args(["echo", "--listen", &address, "--strategy", "bytes"])
                     .env(AUTHKEY_ENV, authkey.to_hex())
@@ -244,9 +255,9 @@ impl TcpLink<'_> {
         ConnectionOptions::default().with_tcp_nodelay(self.nodelay)
     }
 
-    /// This program's `bench-peer`, connecting to `address`.
+    /// This program's Rust consumer, connecting to `address`.
     fn rust_peer(&self, address: &str, authkey: &Authkey) -> Result<Command, CliError> {
-        let mut command = Peer::self_command("bench-peer", address, authkey, &[])
+        let mut command = Peer::self_command(rust_consumer::SUBCOMMAND, address, authkey, &[])
             .map_err(|e| format!("finding this program: {e}"))?;
         command.stdout(Stdio::piped()).stderr(Stdio::piped());
         if self.nodelay {

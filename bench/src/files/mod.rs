@@ -1,10 +1,19 @@
-//! `tensorshare bench --workload files`: checkpoints inspected and converted
-//! by tensorshare and by stock torch, in the same run. torch writes each
-//! checkpoint (`compat/python/bench_files.py`, built into this binary) into
-//! a private directory just before its rows, and it is removed after them;
-//! the directory goes at the end. Every measured operation, ours and
-//! torch's, is a process of its own run under `bench-measure`, which gives
-//! its wall time and peak RSS.
+//! `--workload files`: checkpoints inspected and converted by the
+//! `tensorshare` command and by stock torch, in the same run. torch writes
+//! each checkpoint (`compat/python/bench_files.py`, built into this
+//! binary) into a private directory just before its rows, and it is
+//! removed after them; the directory goes at the end. Every measured
+//! operation, ours and torch's, is a process of its own run under the
+//! hidden `measure` subcommand, which gives its wall time and peak RSS.
+
+// The layers, bottom to top: each imports only those declared before it,
+// and none what this file defines (`scripts/check-layers bench`). One
+// comment per layer keeps rustfmt from sorting them.
+
+// The checkpoints, the operations and the rows.
+mod checkpoint;
+// What the run prints.
+mod report;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -12,111 +21,23 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::bench::median;
-use super::bench_measure::{Measurement, measure};
-use crate::error::CliError;
+use tensorshare_cli::error::CliError;
 
-mod report;
+use crate::measure::{Measurement, measure};
+use crate::median::median;
+use crate::spinner::spinner;
+use crate::tensorshare_exe::tensorshare_exe;
+use crate::torch_peer::has_module;
+pub use checkpoint::Options;
+use checkpoint::{Case, Operation, Row, cases};
 
 const BENCH_FILES: &str = include_str!("../../../compat/python/bench_files.py");
-
-/// Tensors in the large checkpoints and in the cuda:0 one.
-const TENSORS: usize = 200;
-/// Elements of each tensor of the small-tensors checkpoint.
-const SMALL_ELEMENTS: usize = 16;
-/// The cuda:0 checkpoint is this fraction of `--file-size`: its location
-/// is what it adds, not its bytes.
-const GPU_FRACTION: usize = 8;
-const FLOAT32_BYTES: usize = 4;
-
-/// What `--workload files` runs.
-pub struct Options<'a> {
-    /// A Python with torch and safetensors.
-    pub python: &'a Path,
-    /// Where the private directory of checkpoints goes; `$TMPDIR` if none.
-    pub dir: Option<&'a Path>,
-    /// Bytes of tensor data in each of the two large checkpoints.
-    pub file_size: usize,
-    /// Tensors in the small-tensors checkpoint.
-    pub small_tensors: usize,
-    pub rounds: usize,
-}
-
-/// One checkpoint: how torch writes it and what the table calls it.
-struct Case {
-    /// The table's name for it.
-    name: &'static str,
-    /// What the header says it holds.
-    description: String,
-    tensors: usize,
-    elements: usize,
-    legacy: bool,
-    /// The device its storages name, when not the CPU.
-    location: Option<&'static str>,
-    path: PathBuf,
-}
-
-impl Case {
-    /// The bytes of its tensors (the file holds a little more).
-    fn tensor_bytes(&self) -> u64 {
-        (self.tensors * self.elements * FLOAT32_BYTES) as u64
-    }
-
-    /// torch maps zip files only.
-    fn torch_can_mmap(&self) -> bool {
-        !self.legacy
-    }
-}
-
-/// What is done to a checkpoint, by each side.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Operation {
-    /// `tensorshare inspect --json` against `torch.load(mmap=True)`.
-    Inspect,
-    /// `tensorshare convert` against `safetensors.torch.save_file`.
-    ToSafetensors,
-    /// `tensorshare convert` against `torch.save`.
-    ToPt,
-}
-
-impl Operation {
-    const ALL: [Operation; 3] = [
-        Operation::Inspect,
-        Operation::ToSafetensors,
-        Operation::ToPt,
-    ];
-
-    fn label(self) -> &'static str {
-        match self {
-            Operation::Inspect => "inspect",
-            Operation::ToSafetensors => "to .safetensors",
-            Operation::ToPt => "to .pt",
-        }
-    }
-
-    /// The file a conversion writes, in `scratch`.
-    fn output(self, scratch: &Path) -> Option<PathBuf> {
-        match self {
-            Operation::Inspect => None,
-            Operation::ToSafetensors => Some(scratch.join("out.safetensors")),
-            Operation::ToPt => Some(scratch.join("out.pt")),
-        }
-    }
-}
 
 /// Which side a measurement is of.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Side {
     Ours,
     Torch,
-}
-
-/// One row: the medians of each side's rounds.
-struct Row {
-    case: &'static str,
-    operation: Operation,
-    ours: Measurement,
-    torch: Measurement,
 }
 
 /// What a run stopped by SIGINT or SIGTERM reports.
@@ -127,6 +48,7 @@ const INTERRUPTED: &str = "interrupted: the checkpoints are removed";
 pub fn run(options: &Options) -> Result<(), CliError> {
     let interrupted = stop_on_signals()?;
     check_safetensors(options.python)?;
+    let tensorshare = tensorshare_exe()?;
     let scratch = match options.dir {
         Some(dir) if !dir.is_dir() => {
             return Err(format!(
@@ -139,7 +61,7 @@ pub fn run(options: &Options) -> Result<(), CliError> {
         None => scratch_dir().tempdir(),
     }
     .map_err(|e| CliError::io("creating the scratch directory for the checkpoints", e))?;
-    let ran = run_in(options, scratch.path(), &interrupted);
+    let ran = run_in(options, tensorshare, scratch.path(), &interrupted);
     // A measured process dies of the terminal's SIGINT too, and its
     // failure would read as a bug.
     if ran.is_err() && interrupted.load(Ordering::Relaxed) {
@@ -155,14 +77,19 @@ fn scratch_dir() -> tempfile::Builder<'static, 'static> {
     builder
 }
 
-/// [`run`] with its checkpoints in `scratch`.
-fn run_in(options: &Options, scratch: &Path, interrupted: &AtomicBool) -> Result<(), CliError> {
+/// [`run`] with its checkpoints in `scratch`, timing the `tensorshare`
+/// command at `tensorshare`.
+fn run_in(
+    options: &Options,
+    tensorshare: PathBuf,
+    scratch: &Path,
+    interrupted: &AtomicBool,
+) -> Result<(), CliError> {
     let script = scratch.join("bench_files.py");
     std::fs::write(&script, BENCH_FILES)
         .map_err(|e| CliError::io(format!("writing {}", script.display()), e))?;
     let programs = Programs {
-        tensorshare: std::env::current_exe()
-            .map_err(|e| CliError::io("finding this program", e))?,
+        tensorshare,
         python: options.python,
         script: &script,
     };
@@ -172,7 +99,7 @@ fn run_in(options: &Options, scratch: &Path, interrupted: &AtomicBool) -> Result
     let floor = measure("`true`", &["true".into()])?;
     let cases = cases(options, scratch);
     report::print_header(options, &cases, floor.peak_rss_bytes);
-    let spinner = super::bench::spinner();
+    let spinner = spinner();
     let mut rows = Vec::new();
     let mut file_sizes = Vec::new();
     // One checkpoint on disk at a time, beside one output: the disk a run
@@ -205,61 +132,10 @@ fn run_in(options: &Options, scratch: &Path, interrupted: &AtomicBool) -> Result
     Ok(())
 }
 
-/// The checkpoints, in table order, to be written in `dir`.
-fn cases(options: &Options, dir: &Path) -> Vec<Case> {
-    // At least the bytes asked for, and never an empty tensor.
-    let elements = |nbytes: usize| (nbytes / FLOAT32_BYTES).div_ceil(TENSORS).max(1);
-    let large = elements(options.file_size);
-    vec![
-        Case {
-            name: "zip",
-            description: format!("a zip torch.save of {TENSORS} float32 tensors"),
-            tensors: TENSORS,
-            elements: large,
-            legacy: false,
-            location: None,
-            path: dir.join("large.zip.pt"),
-        },
-        Case {
-            name: "legacy",
-            description: "the same state dict as a legacy stream".into(),
-            tensors: TENSORS,
-            elements: large,
-            legacy: true,
-            location: None,
-            path: dir.join("large.legacy.pt"),
-        },
-        Case {
-            name: "small",
-            description: format!(
-                "a zip of {} float32 tensors of {SMALL_ELEMENTS} elements",
-                options.small_tensors
-            ),
-            tensors: options.small_tensors,
-            elements: SMALL_ELEMENTS,
-            legacy: false,
-            location: None,
-            path: dir.join("small.zip.pt"),
-        },
-        Case {
-            name: "cuda:0",
-            description: format!(
-                "a zip of {TENSORS} float32 tensors saved as on cuda:0 \
-                 (1/{GPU_FRACTION} of --file-size)"
-            ),
-            tensors: TENSORS,
-            elements: elements(options.file_size / GPU_FRACTION),
-            legacy: false,
-            location: Some("cuda:0"),
-            path: dir.join("cuda0.zip.pt"),
-        },
-    ]
-}
-
 /// Fails unless `python` has the safetensors package (torch is checked
 /// before): torch's side of the .safetensors conversion needs it.
 fn check_safetensors(python: &Path) -> Result<(), CliError> {
-    if super::bench::has_module(python, "safetensors") {
+    if has_module(python, "safetensors") {
         return Ok(());
     }
     Err(format!(
@@ -306,7 +182,7 @@ fn make(programs: &Programs, case: &Case) -> Result<(), CliError> {
 
 /// What runs each side's operations.
 struct Programs<'a> {
-    /// This program.
+    /// The `tensorshare` command.
     tensorshare: PathBuf,
     python: &'a Path,
     /// `bench_files.py`.

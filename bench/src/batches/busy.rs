@@ -1,4 +1,4 @@
-//! What runs beside a loaded table of `bench --workload batches`, as other
+//! What runs beside a loaded table of `--workload batches`, as other
 //! work on a shared machine does: `--busy-loops K`, K processes spinning;
 //! `--busy-io SIZE`, a writer pushing files of SIZE through the page cache
 //! to disk over and over, as a package install or a checkpoint save does.

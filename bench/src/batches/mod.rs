@@ -1,24 +1,41 @@
-//! `tensorshare bench --workload batches`: DataLoader-shaped batches fed to
-//! one stock torch training loop by torch's own `DataLoader`, by a torch
-//! producer over a connection, and by a Rust producer over each strategy,
-//! with and without a batch in one storage ([`SharingContext::batch`]);
-//! and Rust to Rust. With `--consumers`, several torch loops at once
-//! (`bench_consumers`); with `--busy-loops`, every table again beside busy
-//! processes (`bench_busy`). The torch side is
-//! `compat/python/bench_batches.py`.
+//! `--workload batches`: DataLoader-shaped batches fed to one stock torch
+//! training loop by torch's own `DataLoader`, by a torch producer over a
+//! connection, and by a Rust producer over each strategy, with and without
+//! a batch in one storage (`SharingContext::batch`); and Rust to Rust.
+//! With `--consumers`, several torch loops at once (`consumers`); with
+//! `--busy-loops` or `--busy-io`, every table again beside other work
+//! (`busy`); with `--shm-size`, in a private `/dev/shm` (`shm`). The torch
+//! side is `compat/python/bench_batches.py`.
+
+// The layers, bottom to top: each imports only those declared before it,
+// and none what this file defines (`scripts/check-layers bench`). One
+// comment per layer keeps rustfmt from sorting them.
+
+// What feeds the training loop.
+pub mod feed;
+// What runs beside a loaded table.
+pub mod busy;
+// The tables in a private /dev/shm.
+pub mod shm;
+// Several training loops at once.
+mod consumers;
 
 use std::process::Stdio;
 
 use tensorshare::connection::ConnectionOptions;
 use tensorshare::connection::Listener;
 use tensorshare::{Authkey, Connection, StrategyKind};
+use tensorshare_cli::error::CliError;
+use tensorshare_cli::format;
+use tensorshare_cli::peer::Peer;
 
-use super::bench::{TorchPeer, median};
-use super::bench_batch_stream::{BatchSpec, ImageDType, Layout, produce_batches};
-use super::bench_busy::Load;
-use super::bench_consumers::sharing_for;
-use super::peer::Peer;
-use crate::error::CliError;
+use crate::batch_protocol::{BatchSpec, ImageDType, Layout, produce_batches};
+use crate::median::median;
+use crate::rust_consumer;
+use crate::spinner::spinner;
+use crate::torch_peer::TorchPeer;
+use busy::Load;
+use feed::{BASELINE, Feed, sharing_for, spec_args};
 
 /// A batch size of the table and the issue's target at it: the best Rust
 /// producer feeding torch against the DataLoader with 2 workers.
@@ -54,135 +71,10 @@ const BATCH_SIZES: [BatchSize; 3] = [
 /// of 2 batches each.
 const WINDOW: usize = 4;
 
-/// The DataLoader row every other is compared with.
-const BASELINE: Feed = Feed::DataLoader { workers: 2 };
-
-/// The producer of the crate docs' first example: no strategy named, a
-/// batch in one storage ([`SharingContext::batch`]).
-const RUST_DEFAULT: Feed = Feed::Rust {
-    strategy: None,
-    layout: Layout::Arena,
-    torch_trains: true,
-};
-
-/// What feeds the training loop.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Feed {
-    /// torch's `DataLoader`, its workers collating into shared memory.
-    DataLoader { workers: usize },
-    /// A torch process collating into shared memory, over a Pipe.
-    TorchProducer,
-    /// tensorshare's producer over `strategy`; `None` for the default
-    /// placement, a producer as the crate docs' first example writes it.
-    Rust {
-        strategy: Option<StrategyKind>,
-        layout: Layout,
-        /// Whether the loop is torch's (else the same loop in Rust).
-        torch_trains: bool,
-    },
-}
-
-impl Feed {
-    /// Every feed, in table order.
-    fn all() -> Vec<Feed> {
-        let mut feeds = vec![
-            Feed::DataLoader { workers: 1 },
-            BASELINE,
-            Feed::TorchProducer,
-            RUST_DEFAULT,
-        ];
-        for strategy in [
-            StrategyKind::FileDescriptor,
-            StrategyKind::FileSystem,
-            StrategyKind::Bytes,
-            StrategyKind::Memmap,
-        ] {
-            for layout in [Layout::Separate, Layout::Arena] {
-                feeds.push(Feed::Rust {
-                    strategy: Some(strategy),
-                    layout,
-                    torch_trains: true,
-                });
-            }
-        }
-        for layout in [Layout::Separate, Layout::Arena] {
-            feeds.push(Feed::Rust {
-                strategy: Some(StrategyKind::FileDescriptor),
-                layout,
-                torch_trains: false,
-            });
-        }
-        feeds
-    }
-
-    fn label(self) -> String {
-        match self {
-            Feed::DataLoader { workers: 1 } => "torch DataLoader, 1 worker".into(),
-            Feed::DataLoader { workers } => format!("torch DataLoader, {workers} workers"),
-            Feed::TorchProducer => "torch producer, file_descriptor".into(),
-            RUST_DEFAULT => "Rust default".into(),
-            Feed::Rust {
-                strategy, layout, ..
-            } => {
-                let strategy = strategy.map_or("default", StrategyKind::name);
-                match layout {
-                    Layout::Separate => format!("Rust {strategy}"),
-                    Layout::Arena => format!("Rust {strategy}, one storage"),
-                }
-            }
-        }
-    }
-
-    /// The name `--feeds` takes: `dataloader-2`, `torch-producer`,
-    /// `rust-fs-arena`, `rust-to-rust-fd`, ...
-    pub(super) fn name(self) -> String {
-        match self {
-            Feed::DataLoader { workers } => format!("dataloader-{workers}"),
-            Feed::TorchProducer => "torch-producer".into(),
-            RUST_DEFAULT => "rust-default".into(),
-            Feed::Rust {
-                strategy,
-                layout,
-                torch_trains,
-            } => {
-                let ends = if torch_trains { "rust" } else { "rust-to-rust" };
-                let strategy = match strategy {
-                    None => "default",
-                    Some(StrategyKind::FileDescriptor) => "fd",
-                    Some(StrategyKind::FileSystem) => "fs",
-                    Some(StrategyKind::Bytes) => "bytes",
-                    Some(StrategyKind::Memmap) => "memmap",
-                };
-                let arena = if layout == Layout::Arena {
-                    "-arena"
-                } else {
-                    ""
-                };
-                format!("{ends}-{strategy}{arena}")
-            }
-        }
-    }
-
-    fn consumer(self) -> &'static str {
-        match self {
-            Feed::Rust {
-                torch_trains: false,
-                ..
-            } => "Rust",
-            _ => "torch",
-        }
-    }
-}
-
 struct Row {
     feed: Feed,
     /// Median seconds per batch over the rounds.
     per_batch: f64,
-}
-
-/// The names `--feeds` takes, in table order.
-pub fn feed_names() -> Vec<String> {
-    Feed::all().into_iter().map(Feed::name).collect()
 }
 
 /// What `--workload batches` runs.
@@ -263,7 +155,7 @@ fn run_tables(
              rounds{beside}\n"
         );
     }
-    let spinner = super::bench::spinner();
+    let spinner = spinner();
     let mut tables = Vec::new();
     for size in &BATCH_SIZES {
         let mut spec = BatchSpec {
@@ -281,7 +173,7 @@ fn run_tables(
             size.dtype.name(),
             size.batch,
             size.batch,
-            super::format::bytes(spec.nbytes() as u64)
+            format::bytes(spec.nbytes() as u64)
         );
         if options.consumers.is_empty() {
             let failures_are_rows = options.private_shm.is_some();
@@ -420,7 +312,7 @@ fn run_consumers_table(
     let mut checked = 0;
     for feed in feeds {
         spinner.set_message(format!("{title}: {}", feed.label()));
-        let aggregate = super::bench_consumers::run_feed(feed, spec, consumers, torch)?;
+        let aggregate = consumers::run_feed(feed, spec, consumers, torch)?;
         checked += aggregate.checked;
         let row = Row {
             feed,
@@ -530,36 +422,18 @@ fn run_feed(feed: Feed, spec: BatchSpec, torch: &TorchPeer) -> Result<Vec<f64>, 
     } else {
         // With the stdout its result is printed on.
         Peer::spawn(
-            Peer::self_command("bench-peer", &address, &authkey, &["--batches"])?
-                .stdout(Stdio::piped()),
+            Peer::self_command(
+                rust_consumer::SUBCOMMAND,
+                &address,
+                &authkey,
+                &["--batches"],
+            )?
+            .stdout(Stdio::piped()),
         )?
     };
     let mut connection = Connection::new(peer.accept(&listener)?, &sharing)?;
     produce_batches(&mut connection, &sharing, spec, layout)?;
     torch.seconds(peer.finish()?)
-}
-
-/// The command-line arguments of `bench_batches.py` for `spec`.
-pub(super) fn spec_args(spec: &BatchSpec) -> Vec<String> {
-    let [c, h, w] = spec.sample.map(|s| s.to_string());
-    [
-        "--batch",
-        &spec.batch.to_string(),
-        "--sample",
-        &c,
-        &h,
-        &w,
-        "--dtype",
-        spec.dtype.name(),
-        "--batches",
-        &spec.batches.to_string(),
-        "--rounds",
-        &spec.rounds.to_string(),
-        "--window",
-        &spec.window.to_string(),
-    ]
-    .map(str::to_owned)
-    .to_vec()
 }
 
 /// Prints `row`, compared with the baseline among `before` (which comes
@@ -579,7 +453,7 @@ fn print_row(row: &Row, before: &[Row], batches: usize, consumer: &str) {
         consumer,
         batches,
         1.0 / row.per_batch,
-        super::format::duration(row.per_batch),
+        format::duration(row.per_batch),
         ratio
     );
 }

@@ -1,13 +1,13 @@
-//! `bench --workload servers`: many torch clients at once against one echo
+//! `--workload servers`: many torch clients at once against one echo
 //! server, three ways: torch's own (a thread per connection), ours with a
 //! thread per connection, and ours on a single-threaded tokio runtime.
 //! Requests a second and each server's peak RSS, our ratio to torch's.
 //!
-//! Each server is a process of its own run under `bench-measure`, which
-//! gives its peak RSS once it exits after serving the clients; the
-//! clients are `compat/python/bench_servers.py`, `spawn`ed torch
-//! processes with several connections each, which time from the first
-//! request to the last answer.
+//! Each server is a process of its own run under the hidden `measure`
+//! subcommand, which gives its peak RSS once it exits after serving the
+//! clients; the clients are `compat/python/bench_servers.py`, `spawn`ed
+//! torch processes with several connections each, which time from the
+//! first request to the last answer.
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -17,12 +17,15 @@ use std::thread;
 use clap::{Args, ValueEnum};
 use tensorshare::connection::Address;
 use tensorshare::{Authkey, Connection, SharingContext};
+use tensorshare_cli::error::CliError;
+use tensorshare_cli::format;
 
-use super::bench_measure::{Measurement, measure};
-use super::format;
-use crate::error::CliError;
+use crate::measure::{Measurement, measure};
 
-const BENCH_SERVERS: &str = include_str!("../../../compat/python/bench_servers.py");
+const BENCH_SERVERS: &str = include_str!("../../compat/python/bench_servers.py");
+
+/// The hidden subcommand that runs one of our echo servers.
+pub const SUBCOMMAND: &str = "server";
 
 /// Connections per client process.
 const THREADS_PER_PROCESS: usize = 8;
@@ -134,7 +137,7 @@ fn run_round(
             std::env::current_exe()
                 .map_err(|e| CliError::io("finding this program", e))?
                 .into(),
-            "bench-server".into(),
+            SUBCOMMAND.into(),
             "--mode".into(),
             if kind == ServerKind::Threads {
                 "threads"
@@ -148,7 +151,7 @@ fn run_round(
             connections.into(),
         ],
     };
-    // The server gets the key through `env`, under bench-measure.
+    // The server gets the key through `env`, under `measure`.
     let hex = authkey.to_hex();
     let mut command: Vec<OsString> =
         vec!["env".into(), format!("TENSORSHARE_AUTHKEY={hex}").into()];
@@ -199,7 +202,7 @@ fn median_round(mut rounds: Vec<Round>) -> Round {
 }
 
 #[derive(Debug, Args)]
-pub struct BenchServerArgs {
+pub struct ServerArgs {
     /// A thread per connection, or one tokio task each on one thread.
     #[arg(long, value_enum)]
     mode: ServerMode,
@@ -217,9 +220,10 @@ enum ServerMode {
     Async,
 }
 
-/// The echo server of one `bench --workload servers` round.
-pub fn run_server(args: BenchServerArgs) -> Result<(), CliError> {
-    let authkey = Authkey::from_env()?.ok_or("bench-server needs TENSORSHARE_AUTHKEY")?;
+/// The echo server of one `--workload servers` round.
+pub fn run_server(args: ServerArgs) -> Result<(), CliError> {
+    let authkey =
+        Authkey::from_env()?.ok_or_else(|| format!("{SUBCOMMAND} needs TENSORSHARE_AUTHKEY"))?;
     let sharing = SharingContext::new(authkey);
     let listener = sharing.listen(&args.address)?;
     match args.mode {

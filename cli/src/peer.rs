@@ -1,8 +1,9 @@
-//! The other process of `demo` and `bench`: this program again under a
-//! hidden subcommand, or a torch peer. It connects back to a listener,
-//! with the authkey in `TENSORSHARE_AUTHKEY`; it is killed if the run fails
-//! before it finishes, and a peer that exits before connecting is an error,
-//! not a wait forever.
+//! The other process of `tensorshare demo` and of the benchmarks
+//! (`tensorshare-bench`): the program itself again under a hidden
+//! subcommand, or a torch peer. It connects back to a listener, with the
+//! authkey in `TENSORSHARE_AUTHKEY`; it is killed if the run fails before
+//! it finishes, and a peer that exits before connecting is an error, not a
+//! wait forever.
 
 use std::process::{Child, Command, Stdio};
 use std::thread;
@@ -12,7 +13,7 @@ use tensorshare::connection::{
     AUTHKEY_ENV, Address, Authkey, Client, Connection, ConnectionOptions, Listener,
 };
 
-use crate::error::CliError;
+use crate::error::{CliError, ERROR_PREFIX};
 
 /// How often to look whether the peer has gone while waiting for it.
 const ACCEPT_POLL: Duration = Duration::from_millis(10);
@@ -113,7 +114,7 @@ impl Peer {
             Err(format!(
                 "the peer process failed ({}): {}",
                 output.status,
-                stderr.strip_prefix(super::ERROR_PREFIX).unwrap_or(stderr)
+                stderr.strip_prefix(ERROR_PREFIX).unwrap_or(stderr)
             ))
         }
     }

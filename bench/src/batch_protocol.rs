@@ -1,7 +1,7 @@
-//! The batches workload of `bench`, in Rust: a producer of DataLoader-shaped
-//! batches and the training loop that consumes them, speaking the protocol
-//! of `compat/python/bench_batches.py` (whose docstring has it in full) so
-//! that either end can be torch:
+//! The batches workload of the bench, in Rust: a producer of
+//! DataLoader-shaped batches and the training loop that consumes them,
+//! speaking the protocol of `compat/python/bench_batches.py` (whose
+//! docstring has it in full) so that either end can be torch:
 //!
 //! ```text
 //! producer -> consumer   {"batch": N, "sample": [C, H, W], "dtype": ..., "batches": B,
@@ -22,8 +22,7 @@ use std::time::Instant;
 use tensorshare::bytemuck::{self, Pod};
 use tensorshare::model::Element;
 use tensorshare::{Connection, Dict, SharingContext, Tensor, Value};
-
-use crate::error::CliError;
+use tensorshare_cli::error::CliError;
 
 const SAMPLE_MODULUS: usize = 251;
 
@@ -35,7 +34,7 @@ pub enum ImageDType {
 }
 
 impl ImageDType {
-    pub(crate) fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             ImageDType::UInt8 => "uint8",
             ImageDType::Float32 => "float32",

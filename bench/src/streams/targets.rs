@@ -5,8 +5,9 @@
 //! A line whose paths did not run says which ones it needs, so that a
 //! `--paths` run that leaves one out shows why its line is missing.
 
-use super::{Route, Row, fastest, row_of};
-use crate::commands::format::duration;
+use tensorshare_cli::format::duration;
+
+use super::route::{Route, Row, fastest, row_of};
 
 /// What one of our paths is measured against.
 enum Measure {
@@ -86,7 +87,7 @@ const TARGETS: &[Target] = &[
 /// The lines under a size's rows, `memcpy` being the seconds of one plain
 /// copy of `size` bytes, e.g.
 /// `file_system: Rust -> torch 325 µs vs torch file_system 6.63 ms = 20.40x (target >= 2x: met)`.
-pub(super) fn lines(rows: &[Row], size: usize, memcpy: f64) -> Vec<String> {
+pub fn lines(rows: &[Row], size: usize, memcpy: f64) -> Vec<String> {
     let mut lines: Vec<String> = TARGETS
         .iter()
         .map(|target| line(rows, size, memcpy, target))

@@ -1,20 +1,18 @@
-//! `tensorshare bench --workload batches --consumers N`: N stock torch
-//! training loops on one host, each fed its own batches (as DDP ranks take
-//! theirs), by one Rust producer process over N connections or by N
-//! DataLoaders; aggregate batches a second. The torch side is
-//! `compat/python/bench_batches.py`.
-
-use std::time::Duration;
+//! `--workload batches --consumers N`: N stock torch training loops on one
+//! host, each fed its own batches (as DDP ranks take theirs), by one Rust
+//! producer process over N connections or by N DataLoaders; aggregate
+//! batches a second. The torch side is `compat/python/bench_batches.py`.
 
 use tensorshare::connection::ConnectionOptions;
 use tensorshare::connection::Listener;
-use tensorshare::{Authkey, Connection, SharingContext, StrategyKind, Value};
+use tensorshare::{Authkey, Connection, SharingContext, Value};
+use tensorshare_cli::error::CliError;
+use tensorshare_cli::peer::Peer;
 
-use super::bench::{TorchPeer, median};
-use super::bench_batch_stream::{BatchSpec, produce_batches};
-use super::bench_batches::{Feed, spec_args};
-use super::peer::Peer;
-use crate::error::CliError;
+use super::feed::{Feed, sharing_for, spec_args};
+use crate::batch_protocol::{BatchSpec, produce_batches};
+use crate::median::median;
+use crate::torch_peer::TorchPeer;
 
 /// What N consumers fed by `feed` did together.
 pub struct Aggregate {
@@ -76,20 +74,6 @@ pub fn run_feed(
         }
     };
     aggregate(&results, spec, consumers)
-}
-
-/// The producer's context: one for every connection, as one process has.
-pub(super) fn sharing_for(strategy: Option<StrategyKind>, authkey: Authkey) -> SharingContext {
-    let sharing = SharingContext::new(authkey);
-    match strategy {
-        // Each batch is kept until the consumer has received it, mapping
-        // its files: holding them longer would only pile files up.
-        Some(StrategyKind::Memmap) => sharing
-            .with_strategy(StrategyKind::Memmap)
-            .with_unfetched_lifetime(Duration::ZERO),
-        Some(strategy) => sharing.with_strategy(strategy),
-        None => sharing,
-    }
 }
 
 /// N DataLoaders, each in its own torch process, released together.

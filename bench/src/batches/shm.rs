@@ -1,4 +1,4 @@
-//! `bench --workload batches --shm-size SIZE`: the tables in a mount
+//! `--workload batches --shm-size SIZE`: the tables in a mount
 //! namespace of their own whose `/dev/shm` is a tmpfs of SIZE, as in a
 //! container started without `--shm-size` (Docker's and Podman's default
 //! is 64 MiB). The bench runs itself again inside one (`unshare`, as
@@ -6,7 +6,8 @@
 
 use std::process::Command;
 
-use crate::error::CliError;
+use tensorshare_cli::error::CliError;
+use tensorshare_cli::format;
 
 /// Set in the bench run inside the namespace: the size its `/dev/shm` has.
 const INSIDE_ENV: &str = "TENSORSHARE_BENCH_SHM_SIZE";
@@ -29,7 +30,7 @@ pub fn run_inside(bytes: usize) -> Result<(), CliError> {
         .arg(bytes.to_string())
         .arg(exe)
         .args(std::env::args_os().skip(1))
-        .env(INSIDE_ENV, super::format::bytes(bytes as u64))
+        .env(INSIDE_ENV, format::bytes(bytes as u64))
         .status()
         .map_err(|e| CliError::io("running `unshare` for --shm-size", e))?;
     if status.success() {
@@ -38,7 +39,7 @@ pub fn run_inside(bytes: usize) -> Result<(), CliError> {
     Err(format!(
         "the bench in a private /dev/shm of {} ended with {status}: --shm-size needs root \
          (a mount namespace and a tmpfs mount); run it as root or drop --shm-size",
-        super::format::bytes(bytes as u64)
+        format::bytes(bytes as u64)
     )
     .into())
 }

@@ -1,7 +1,8 @@
-//! `tensorshare bench-measure -- COMMAND ARGS...` (hidden): runs one
+//! `tensorshare-bench measure -- COMMAND ARGS...` (hidden): runs one
 //! command and prints its wall time and peak RSS as one JSON line, for
-//! `bench --workload files`, which runs its own commands and torch's
-//! through it so that both are measured the same way.
+//! `--workload files`, which runs tensorshare's commands and torch's
+//! through it so that both are measured the same way, and `--workload
+//! servers`, which runs each server through it.
 //!
 //! The peak comes from `getrusage(RUSAGE_CHILDREN)`: this process has
 //! exactly one child, so the largest child's `ru_maxrss` is that command's
@@ -16,10 +17,13 @@ use std::time::Instant;
 use clap::Args;
 use nix::sys::resource::{UsageWho, getrusage};
 
-use crate::error::CliError;
+use tensorshare_cli::error::CliError;
+
+/// The hidden subcommand that measures a command.
+pub const SUBCOMMAND: &str = "measure";
 
 #[derive(Debug, Args)]
-pub struct BenchMeasureArgs {
+pub struct MeasureArgs {
     /// The command to run and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     command: Vec<OsString>,
@@ -38,11 +42,11 @@ pub struct Measurement {
 /// prints would only cost a pipe) and its stderr passed on, and prints
 /// `{"seconds": S, "max_rss_kib": K, "status": "..."}`; fails when the
 /// command does.
-pub fn run(args: BenchMeasureArgs) -> Result<(), CliError> {
+pub fn run(args: MeasureArgs) -> Result<(), CliError> {
     let (program, rest) = args
         .command
         .split_first()
-        .ok_or("bench-measure needs a command after `--`")?;
+        .ok_or_else(|| format!("{SUBCOMMAND} needs a command after `--`"))?;
     let shown = program.to_string_lossy().into_owned();
     let start = Instant::now();
     let status = Command::new(program)
@@ -69,17 +73,17 @@ pub fn run(args: BenchMeasureArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-/// Runs `command` under `bench-measure`, its stdout discarded; a command
+/// Runs `command` under [`SUBCOMMAND`], its stdout discarded; a command
 /// that fails is an error that shows what it said on stderr.
 pub fn measure(what: &str, command: &[OsString]) -> Result<Measurement, CliError> {
     let exe = std::env::current_exe().map_err(|e| CliError::io("finding this program", e))?;
     let output = Command::new(exe)
-        .arg("bench-measure")
+        .arg(SUBCOMMAND)
         .arg("--")
         .args(command)
         .stdin(Stdio::null())
         .output()
-        .map_err(|e| CliError::io(format!("starting bench-measure for {what}"), e))?;
+        .map_err(|e| CliError::io(format!("starting {SUBCOMMAND} for {what}"), e))?;
     let stderr = String::from_utf8_lossy(&output.stderr);
     if !output.status.success() {
         return Err(format!("{what} failed ({}): {}", output.status, stderr.trim()).into());
@@ -87,14 +91,14 @@ pub fn measure(what: &str, command: &[OsString]) -> Result<Measurement, CliError
     let stdout = String::from_utf8_lossy(&output.stdout);
     let line = stdout.lines().last().unwrap_or_default();
     let parsed: serde_json::Value = serde_json::from_str(line)
-        .map_err(|e| format!("bench-measure of {what} printed {line:?}: {e}"))?;
+        .map_err(|e| format!("{SUBCOMMAND} of {what} printed {line:?}: {e}"))?;
     match (parsed["seconds"].as_f64(), parsed["max_rss_kib"].as_u64()) {
         (Some(seconds), Some(kib)) => Ok(Measurement {
             seconds,
             peak_rss_bytes: kib * 1024,
         }),
         _ => Err(
-            format!("bench-measure of {what} printed {line:?}: no seconds or max_rss_kib").into(),
+            format!("{SUBCOMMAND} of {what} printed {line:?}: no seconds or max_rss_kib").into(),
         ),
     }
 }
