@@ -37,19 +37,8 @@ use tensorshare_compat::pickle::PickleBuilder;
 /// hand, [`ReduceError::MixedDtypes`] for a storage viewed as two different
 /// dtypes (torch refuses to save that too), another [`ReduceError`] for
 /// values with no torch.save form; [`ReduceError::TorchSaveWrite`] when the
-/// file cannot be written.
-///
-/// # Examples
-///
-/// ```
-/// use tensorshare::{StrategyKind, Tensor, Value};
-/// use tensorshare::torch_save::TorchSaveFormat;
-/// use tensorshare::save::save_torch;
-///
-/// let tensor = Tensor::from_slice(&StrategyKind::Bytes, &[1.0f32, 2.0, 3.0], &[3]).unwrap();
-/// let file = save_torch(&Value::from(tensor), TorchSaveFormat::Zip).unwrap();
-/// assert!(file.starts_with(b"PK\x03\x04"));
-/// ```
+/// file cannot be written. [`torch_save::to_bytes`](crate::torch_save::to_bytes)
+/// is this for embedders, with an example.
 pub fn save_torch(value: &Value, format: TorchSaveFormat) -> Result<Vec<u8>, ReduceError> {
     let mut out = std::io::Cursor::new(Vec::new());
     write_torch(value, format, &mut out)?;
