@@ -35,18 +35,6 @@
 #![doc = include_str!("lib.md")]
 #![deny(unsafe_code)]
 
-/// `pub use` with the `testing` feature and `pub(crate) use` without: for
-/// what the crate uses itself and only the integration tests and the fuzz
-/// targets use from outside.
-macro_rules! testing_pub_use {
-    ($($tree:tt)*) => {
-        #[cfg(feature = "testing")]
-        pub use $($tree)*;
-        #[cfg(not(feature = "testing"))]
-        pub(crate) use $($tree)*;
-    };
-}
-
 // The layers, bottom to top: each imports only those declared before it,
 // which `scripts/check-layers` checks. One comment per layer keeps rustfmt
 // from sorting them.

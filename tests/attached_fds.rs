@@ -187,27 +187,55 @@ fn legacy_float_storage_pickle(address: &str, key: i64) -> Vec<u8> {
     encode(&pickle, &EncodeOptions::new()).expect("encode")
 }
 
+/// The `(address, key)` of the one `DupFd` in `pickle`, as `sender` wrote
+/// it for a storage it shares.
+fn dup_fd_id(pickle: &[u8]) -> (String, i64) {
+    use tensorshare_compat::pickle::{Limits, Node, decode};
+
+    let decoded = decode(pickle, &|_: &str, _: &str| true, &Limits::default())
+        .expect("decode")
+        .pickle;
+    let ids: Vec<(String, i64)> = decoded
+        .iter()
+        .filter_map(|(_, node)| match node {
+            Node::Dict(pairs) => pairs.iter().find_map(|(name, id)| {
+                matches!(decoded.get(*name), Some(Node::Str(name)) if name.as_str() == "_id")
+                    .then_some(*id)
+            }),
+            _ => None,
+        })
+        .filter_map(|id| match decoded.get(id) {
+            Some(Node::Tuple(items)) => match (decoded.get(items[0]), decoded.get(items[1])) {
+                (Some(Node::Bytes(address)), Some(Node::Int(key))) => Some((
+                    String::from_utf8(address.to_vec()).expect("an ASCII address"),
+                    *key,
+                )),
+                (Some(Node::Str(address)), Some(Node::Int(key))) => {
+                    Some((address.as_str().to_owned(), *key))
+                }
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ids.len(), 1, "one DupFd: {ids:?}");
+    ids.into_iter().next().expect("one")
+}
+
 #[test]
 fn a_legacy_storage_class_counts_elements_when_attached() {
     let _counts = support::process_counts::making();
-    use tensorshare::resource_sharer::ResourceSharer;
-    use tensorshare_strategies::SharingStrategy;
-    use tensorshare_strategies::file_descriptor::FileDescriptorStrategy;
-
     let authkey = Authkey::random().expect("authkey");
-    let sharer = ResourceSharer::start(authkey.as_bytes()).expect("sharer");
-    let segment = FileDescriptorStrategy.allocate(16).expect("allocate");
-    let registration = sharer
-        .register(FileDescriptorStrategy.export(&segment).expect("export"))
-        .expect("register");
-    let id = registration.id().clone();
+    let sender = SharingContext::new(authkey.clone()).with_strategy(StrategyKind::FileDescriptor);
+    let storage = sender.allocate(16).expect("allocate").freeze();
+    let (address, key) = dup_fd_id(&sender.dumps(&Value::Storage(storage)).expect("dumps"));
     let receiver = SharingContext::new(authkey);
     // The address goes in as a str: for a sharer in the abstract namespace,
     // one with a leading NUL, which CPython's `Client` takes as well as the
     // bytes that tensorshare and CPython write.
-    assert!(id.address.starts_with('\0'));
+    assert!(address.starts_with('\0'));
     let got = receiver
-        .loads(&legacy_float_storage_pickle(&id.address, id.key))
+        .loads(&legacy_float_storage_pickle(&address, key))
         .expect("loads");
     match got {
         Value::TypedStorage(storage, DType::Float32) => assert_eq!(storage.nbytes(), 16),

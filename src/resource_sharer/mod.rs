@@ -38,8 +38,7 @@
 //! changed (3.13 only raises the listen backlog).
 //!
 //! The sharer's own server and client (`ResourceSharer`, `fetch_fd`) are
-//! the crate's; the integration tests reach them through the `testing`
-//! feature.
+//! the crate's, tested beside them (`tests.rs`).
 
 mod client;
 mod options;
@@ -55,11 +54,14 @@ pub(crate) use server::{KeyReports, join_within};
 pub use server::{RegisterError, SharerError};
 pub use stats::SharerStats;
 pub use tensorshare_strategies::platform::fd_passing::RecvFdsError;
-// The sharer's own server and client, which a `SharingContext` runs: public
-// only to the tests (feature `testing`).
-testing_pub_use!(client::fetch_fd);
-testing_pub_use!(options::SharerOptions);
-testing_pub_use!(registration::Registration);
-testing_pub_use!(server::ResourceSharer);
-#[cfg(feature = "testing")]
-pub use registration::DupFdId;
+// The sharer's own server and client, which a `SharingContext` runs and
+// the unit tests beside them (`tests.rs`) drive directly.
+pub(crate) use client::fetch_fd;
+pub(crate) use options::SharerOptions;
+#[cfg(test)]
+use registration::DupFdId;
+pub(crate) use registration::Registration;
+pub(crate) use server::ResourceSharer;
+
+#[cfg(test)]
+mod tests;

@@ -44,7 +44,7 @@ impl SharerOptions {
     /// sent; a client slower than that is disconnected and counted in
     /// [`SharerStats::timed_out`](super::SharerStats::timed_out). Zero is raised to one millisecond.
     #[must_use]
-    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    #[cfg_attr(not(test), allow(dead_code))] // the unit tests use it
     pub fn with_connection_timeout(mut self, timeout: Duration) -> Self {
         self.connection_timeout = timeout.max(Duration::from_millis(1));
         self
@@ -53,17 +53,9 @@ impl SharerOptions {
     /// Sets how many connections are served at once (at least 1): so many
     /// stalled clients can delay the others by up to the connection timeout.
     #[must_use]
-    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    #[cfg_attr(not(test), allow(dead_code))] // the unit tests use it
     pub fn with_workers(mut self, workers: usize) -> Self {
         self.workers = workers.max(1);
-        self
-    }
-
-    /// Sets which authkey challenge the sharer sends ([`Dialect`]).
-    #[must_use]
-    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
-    pub fn with_dialect(mut self, dialect: Dialect) -> Self {
-        self.dialect = dialect;
         self
     }
 

@@ -31,7 +31,7 @@ impl DupFdId {
     /// # Errors
     ///
     /// As [`fetch_fd`].
-    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    #[cfg_attr(not(test), allow(dead_code))] // the unit tests use it
     pub fn fetch(&self, authkey: &[u8], timeout: Duration) -> Result<OwnedFd, FetchError> {
         fetch_fd(self.address.as_bytes(), self.key, authkey, timeout)
     }
@@ -72,7 +72,7 @@ impl Registration {
 
     /// Withdraws the registration and returns the fd if no receiver fetched
     /// it.
-    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    #[cfg_attr(not(test), allow(dead_code))] // the unit tests use it
     pub fn withdraw(mut self) -> Option<OwnedFd> {
         self.sharer.take()?.withdraw(self.id.key)
     }
@@ -80,7 +80,7 @@ impl Registration {
     /// Gives up the owner's say: the fd stays registered until a receiver
     /// fetches it or the sharer shuts down. The sharer is no longer kept
     /// running by this registration.
-    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    #[cfg_attr(not(test), allow(dead_code))] // the unit tests use it
     pub fn keep_until_fetched(mut self) -> DupFdId {
         self.sharer = None;
         self.id.clone()

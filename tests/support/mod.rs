@@ -7,8 +7,14 @@ pub mod kill_trials;
 pub mod leftovers;
 pub mod netns;
 pub mod process_counts;
+mod processes;
 mod test_python;
 
+#[allow(unused_imports)] // each test binary uses its own part of this
+pub use processes::{
+    bound_abstract_names, child_role, child_role_args, eventually, expect_success, hex, open_fds,
+    poll_until, role_setting, unhex, wait_until,
+};
 #[allow(unused_imports)] // each test binary uses its own part of this
 pub use test_python::{interop_required, test_python};
 
@@ -17,43 +23,10 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStderr, Command, ExitStatus, Output, Stdio};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tensorshare::Authkey;
 use tensorshare::connection::Address;
-
-/// This test binary, to run its child role `role` alone in a process of
-/// its own. A role is an ignored `#[test]`, never run by the suite itself:
-/// its parent test starts it with the settings it reads
-/// ([`role_setting`]), and run by hand without them it fails.
-pub fn child_role(role: &str) -> Command {
-    let mut command = Command::new(std::env::current_exe().expect("the test binary"));
-    command.args(child_role_args(role));
-    command
-}
-
-/// The arguments that make this test binary run its child role `role`
-/// alone ([`child_role`]), for a command that runs it through another
-/// (`setpriv`).
-pub fn child_role_args(role: &str) -> [&str; 5] {
-    [
-        "--ignored",
-        "--exact",
-        role,
-        "--nocapture",
-        "--test-threads=1",
-    ]
-}
-
-/// The setting `name` a child role's parent test gives it.
-pub fn role_setting(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| {
-        panic!(
-            "{name} is not set: this is a child role, which the test that spawns it runs with \
-             its settings; it checks nothing on its own"
-        )
-    })
-}
 
 /// The `tensorshare` command, built on first use.
 ///
@@ -430,37 +403,6 @@ pub fn assert_echoes_intact(
     );
 }
 
-/// Waits up to 15 seconds for `condition`.
-pub fn eventually(what: &str, condition: impl FnMut() -> bool) {
-    // Generous, for a loaded machine: a condition that holds returns at once.
-    assert!(
-        wait_until(Duration::from_secs(15), condition),
-        "timed out waiting: {what}"
-    );
-}
-
-/// Polls `condition` every 10 ms until it holds or `limit` has passed;
-/// whether it held.
-pub fn wait_until(limit: Duration, condition: impl FnMut() -> bool) -> bool {
-    poll_until(limit, Duration::from_millis(10), condition)
-}
-
-/// Polls `condition` every `period` until it holds or `limit` has passed;
-/// whether it held. For a condition that costs more to look at than the
-/// moment it could be seen earlier saves.
-pub fn poll_until(limit: Duration, period: Duration, mut condition: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + limit;
-    loop {
-        if condition() {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::sleep(period);
-    }
-}
-
 /// How `child` exited, waiting up to `limit`; `None` if it still runs.
 pub fn exit_within(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
     let mut status = None;
@@ -532,13 +474,6 @@ pub fn spawn_for_first_line(command: &mut Command, what: &str) -> (Child, String
         .unwrap_or_else(|e| panic!("read the first line of {what}: {e}"));
     line.truncate(line.trim_end().len());
     (child, line)
-}
-
-/// How many fds `pid` has open.
-pub fn open_fds(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .expect("read /proc/PID/fd")
-        .count()
 }
 
 /// How many shared-memory mappings (memfds and /dev/shm files) `pid` has.
@@ -621,19 +556,6 @@ pub fn python_output_for(
     expect_success(&output, what)
 }
 
-/// The stdout of a child that must have succeeded; the assertion shows both
-/// of its streams, under `what`.
-pub fn expect_success(output: &std::process::Output, what: &str) -> String {
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(
-        output.status.success(),
-        "{what} failed ({}):\n--- stdout\n{stdout}\n--- stderr\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    stdout
-}
-
 /// The pid of the process holding the socket listening at `path`: its
 /// inode from `/proc/net/unix`, then the process with an fd on it. (The
 /// socket's peer credentials name the process that called `listen`, which
@@ -662,19 +584,6 @@ pub fn listener_pid(path: &Path) -> Option<u32> {
         })
 }
 
-/// The abstract socket names bound in this network namespace, without
-/// their leading NUL, as `/proc/net/unix` lists them (`@name`).
-pub fn bound_abstract_names() -> Vec<String> {
-    std::fs::read_to_string("/proc/net/unix")
-        .expect("read /proc/net/unix")
-        .lines()
-        .skip(1)
-        .filter_map(|line| line.split_whitespace().nth(7))
-        .filter_map(|path| path.strip_prefix('@'))
-        .map(str::to_owned)
-        .collect()
-}
-
 /// The entries of `dir`, sorted; `dir` must be readable.
 pub fn files_in(dir: &Path) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -700,23 +609,6 @@ pub fn tree(dir: &Path) -> Vec<PathBuf> {
         }
     }
     found
-}
-
-/// `bytes` in lowercase hex.
-pub fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write as _;
-    bytes.iter().fold(String::new(), |mut text, b| {
-        let _ = write!(text, "{b:02x}");
-        text
-    })
-}
-
-/// The bytes `text` spells in hex.
-pub fn unhex(text: &str) -> Vec<u8> {
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).expect("hex"))
-        .collect()
 }
 
 /// What stock torch loads from each of `paths` with `weights_only=True`,
