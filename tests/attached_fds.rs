@@ -6,7 +6,13 @@ mod support;
 
 use std::os::fd::AsFd;
 
+use std::sync::Arc;
+
+use tensorshare::model::Storage;
 use tensorshare::{Authkey, Connection, DType, SharingContext, StrategyKind, Value};
+use tensorshare_compat::pickle::{EncodeOptions, Node, NodeId, PickleBuilder, encode};
+use tensorshare_strategies::file_descriptor::FileDescriptorStrategy;
+use tensorshare_strategies::{SharingStrategy, WritableSegment};
 
 use support::{cases, open_fds, settle_unfetched};
 
@@ -142,49 +148,25 @@ fn fds_that_do_not_pair_are_closed_and_the_storage_fetched() {
     assert!(after <= before + 4, "fds grew from {before} to {after}");
 }
 
-/// `rebuild_storage_fd(torch.FloatStorage, DupFd, 4)`, as torch before 1.13
-/// wrote it: the size counts elements of the legacy class.
-fn legacy_float_storage_pickle(address: &str, key: i64) -> Vec<u8> {
-    use tensorshare_compat::pickle::{
-        Construction, EncodeOptions, Global, Node, Object, Pickle, encode,
-    };
-    let mut pickle = Pickle::new();
-    let global = |pickle: &mut Pickle, module: &str, name: &str| {
-        pickle.push(Node::Global(Global::copied(module, name)))
-    };
-    let rebuild = global(
-        &mut pickle,
-        "torch.multiprocessing.reductions",
-        "rebuild_storage_fd",
-    );
-    let class = global(&mut pickle, "torch", "FloatStorage");
-    let dup_fd_class = global(&mut pickle, "multiprocessing.resource_sharer", "DupFd");
-    let no_args = pickle.push(Node::Tuple(Vec::new()));
-    let address = pickle.push(Node::Str(address.into()));
-    let key = pickle.push(Node::Int(key));
-    let id = pickle.push(Node::Tuple(vec![address, key]));
-    let id_name = pickle.push(Node::Str("_id".into()));
-    let state = pickle.push(Node::Dict(vec![(id_name, id)]));
-    let object = |callable, args, state| Object {
-        callable,
-        construction: Construction::NewObj { args },
-        state,
-        list_items: Vec::new(),
-        dict_items: Vec::new(),
-    };
-    let dup_fd = pickle.push(Node::Object(Box::new(object(
-        dup_fd_class,
-        no_args,
-        Some(state),
-    ))));
-    let size = pickle.push(Node::Int(4));
-    let args = pickle.push(Node::Tuple(vec![class, dup_fd, size]));
-    let call = pickle.push(Node::Object(Box::new(Object {
-        construction: Construction::Reduce { args },
-        ..object(rebuild, args, None)
-    })));
-    pickle.set_root(call);
-    encode(&pickle, &EncodeOptions::new()).expect("encode")
+/// `rebuild_storage_fd(torch.FloatStorage, DupFd, 4)` in `out`, as torch
+/// before 1.13 wrote it: the size counts elements of the legacy class.
+fn legacy_float_storage(out: &mut PickleBuilder, address: &str, key: i64) -> NodeId {
+    let rebuild = out.global("torch.multiprocessing.reductions", "rebuild_storage_fd");
+    let class = out.global("torch", "FloatStorage");
+    let dup_fd_class = out.global("multiprocessing.resource_sharer", "DupFd");
+    let address = out.push(Node::Str(address.into()));
+    let key = out.push(Node::Int(key));
+    let id = out.tuple(vec![address, key]);
+    let id_name = out.push(Node::Str("_id".into()));
+    let state = out.push(Node::Dict(vec![(id_name, id)]));
+    let dup_fd = out.new_object_with_state(dup_fd_class, state);
+    let size = out.int(4);
+    out.call(rebuild, vec![class, dup_fd, size])
+}
+
+/// `out` with `root` as its result, encoded.
+fn encoded(out: PickleBuilder, root: NodeId) -> Vec<u8> {
+    encode(&out.finish(root), &EncodeOptions::new()).expect("encode")
 }
 
 /// The `(address, key)` of the one `DupFd` in `pickle`, as `sender` wrote
@@ -234,11 +216,72 @@ fn a_legacy_storage_class_counts_elements_when_attached() {
     // one with a leading NUL, which CPython's `Client` takes as well as the
     // bytes that tensorshare and CPython write.
     assert!(address.starts_with('\0'));
-    let got = receiver
-        .loads(&legacy_float_storage_pickle(&address, key))
-        .expect("loads");
+    let mut out = PickleBuilder::default();
+    let storage = legacy_float_storage(&mut out, &address, key);
+    let got = receiver.loads(&encoded(out, storage)).expect("loads");
     match got {
         Value::TypedStorage(storage, DType::Float32) => assert_eq!(storage.nbytes(), 16),
         other => panic!("expected a FloatStorage, got {other:?}"),
     }
+}
+
+/// Fds attached in key order pair with their keys whatever order the
+/// message names them in: a message naming the later key first gets each
+/// storage's own bytes, none fetched, where pairing in the order the
+/// rebuild meets them would swap the two.
+#[test]
+fn attached_fds_pair_by_key_not_by_where_the_message_names_them() {
+    let _counts = support::process_counts::making();
+    let authkey = Authkey::random().expect("authkey");
+    let sender = SharingContext::new(authkey.clone()).with_strategy(StrategyKind::FileDescriptor);
+    let receiver = SharingContext::new(authkey);
+    let (mut out, mut inbound) = pair(&sender, &receiver);
+    let segments: Vec<_> = [1.0f32, 2.0]
+        .into_iter()
+        .map(|fill| {
+            let mut segment = FileDescriptorStrategy.allocate(16).expect("a memfd");
+            let elements: Vec<u8> = [fill; 4].iter().flat_map(|x| x.to_ne_bytes()).collect();
+            segment.as_bytes_mut().copy_from_slice(&elements);
+            Arc::new(segment)
+        })
+        .collect();
+    // Each registered with the sender's sharer, the first under the
+    // smaller key.
+    let ids: Vec<(String, i64)> = segments
+        .iter()
+        .map(|segment| {
+            let storage = Storage::from_segment(Arc::clone(segment) as _);
+            dup_fd_id(&sender.dumps(&Value::Storage(storage)).expect("dumps"))
+        })
+        .collect();
+    assert!(ids[0].1 < ids[1].1, "{ids:?}");
+
+    let mut message = PickleBuilder::default();
+    let later = legacy_float_storage(&mut message, &ids[1].0, ids[1].1);
+    let earlier = legacy_float_storage(&mut message, &ids[0].0, ids[0].1);
+    let both = message.tuple(vec![later, earlier]);
+    let fds: Vec<_> = segments
+        .iter()
+        .map(|segment| segment.fd().expect("an fd"))
+        .collect();
+    out.get_mut()
+        .send_bytes_with_fds(&encoded(message, both), &fds)
+        .expect("send");
+    let got = inbound.recv().expect("recv");
+    let firsts: Vec<f32> = got
+        .as_sequence()
+        .expect("a tuple")
+        .iter()
+        .map(|storage| match storage {
+            Value::TypedStorage(storage, DType::Float32) => {
+                let bytes = storage.bytes().expect("mapped here");
+                f32::from_ne_bytes(bytes[..4].try_into().expect("4 bytes"))
+            }
+            other => panic!("expected a FloatStorage, got {other:?}"),
+        })
+        .collect();
+    assert_eq!(firsts, [2.0, 1.0], "each storage its own bytes");
+    drop(got);
+    let stats = sender.sharer_stats().expect("a sharer");
+    assert_eq!(stats.served, 0, "none fetched: {stats:?}");
 }

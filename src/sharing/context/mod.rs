@@ -322,9 +322,8 @@ impl SharingContext {
         if !self.settings.inline_fds || shared.len() > MAX_FDS_PER_MESSAGE {
             shared.clear();
         }
-        // In the order they were registered, depth first through the value:
-        // the order the receiver's walk meets their DupFds in, with
-        // ascending keys, which it checks.
+        // In the order they were registered, so of ascending keys: the
+        // receiver pairs them with the keys the message's DupFds name.
         Ok(Outgoing {
             pickle,
             attached: shared.into_iter().map(|(_, storage)| storage).collect(),
@@ -373,7 +372,7 @@ impl SharingContext {
         fds: Vec<OwnedFd>,
         origin: MessageOrigin,
     ) -> Result<Value, Error> {
-        let receipt = Receipt::new(self, fds, origin);
+        let receipt = Receipt::new(self, &decoded.pickle, fds, origin);
         Walker::new(&self.settings.registry, &decoded.pickle, None)
             .attaching(&receipt)
             .run()
@@ -530,15 +529,18 @@ impl Outgoing {
         &self.registered
     }
 
-    /// The fds to attach: each storage's memfd.
+    /// The fds to attach: each storage's memfd, or none when one has no
+    /// fd to give, since the receiver pairs them with the message's keys by
+    /// their count.
     pub(crate) fn attached_fds(&self) -> Vec<BorrowedFd<'_>> {
         self.attached
             .iter()
-            .filter_map(|storage| {
+            .map(|storage| {
                 storage
                     .segment_of::<FileDescriptorStrategy>()
                     .and_then(FdSegment::fd)
             })
-            .collect()
+            .collect::<Option<Vec<_>>>()
+            .unwrap_or_default()
     }
 }

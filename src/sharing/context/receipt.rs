@@ -3,21 +3,26 @@
 //!
 //! A tensorshare sender attaches the fd of every storage it shares to the
 //! message itself, in the order it registered them with its resource
-//! sharer as torch does (a Python receiver never sees the attached fds and
-//! fetches). Registration follows the value depth first, as the receiver's
-//! walk does, so the keys the walk meets ascend: each `DupFd` the walk
-//! reaches takes the next attached fd, mapped without a round trip, and
-//! its key goes back to the sender's sharer (the `notices` module)
-//! so that it closes its copy. Once a `DupFd` names another sharer than the
-//! first, or a key not past the last, the fds left are closed and every
-//! storage from there on is fetched as from torch; an attached fd that
-//! does not map as its storage (not shared memory, too small) is closed
-//! and that storage fetched. The sender chooses the bytes either way: an
-//! attached fd is trusted exactly as far as the sharer the same sender
-//! names.
+//! sharer, as torch does, so in ascending key order; it attaches all of
+//! them or none (a Python receiver never sees the attached fds and
+//! fetches). The receiver pairs them by what the message says, not by
+//! walking it as the sender did: when the message's `DupFd`s name one
+//! sharer and as many distinct keys as fds arrived, the smallest key takes
+//! the first fd, and so on; each `DupFd` the rebuild meets takes its key's
+//! fd, mapped without a round trip, and every key whose fd arrived goes
+//! back to the sender's sharer (the `notices` module) so that it closes
+//! its copy. When the counts differ, no fd is paired: they are closed and
+//! every storage is fetched as from torch. An attached fd that does not
+//! map as its storage (not shared memory, too small) is closed and that
+//! storage fetched. The sender chooses the bytes either way: an attached
+//! fd is trusted exactly as far as the sharer the same sender names.
 
+use std::borrow::Cow;
 use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::OwnedFd;
+
+use tensorshare_compat::pickle::{Node, Pickle};
 
 use super::{MessageOrigin, SharingContext};
 use crate::Error;
@@ -31,54 +36,111 @@ pub(crate) struct Receipt<'a> {
     origin: MessageOrigin,
 }
 
-/// Fds that arrived with a message, in the order their `DupFd`s are met.
+/// Fds that arrived with a message, each for the key it was registered
+/// under.
 #[derive(Default)]
 struct AttachedFds {
-    /// The fds not yet paired, first at the end.
-    unpaired: Vec<OwnedFd>,
-    /// The sharer the first `DupFd` met names.
+    /// The sharer every `DupFd` of the message names.
     sharer: Option<Vec<u8>>,
-    /// The keys paired so far, ascending: what to give back.
+    /// The fds not yet taken, by key.
+    unpaired: BTreeMap<i64, OwnedFd>,
+    /// The keys whose fds arrived: what to give back.
     keys: Vec<i64>,
 }
 
 impl AttachedFds {
-    fn new(mut fds: Vec<OwnedFd>) -> Self {
-        fds.reverse();
+    /// `fds` paired with the keys `pickle`'s `DupFd`s name, when those name
+    /// one sharer and as many distinct keys as there are fds; else none
+    /// (the fds close here).
+    fn new(fds: Vec<OwnedFd>, pickle: &Pickle) -> Self {
+        if fds.is_empty() {
+            return Self::default();
+        }
+        let ids = dup_fd_ids(pickle);
+        let Some((sharer, _)) = ids.first() else {
+            return Self::default();
+        };
+        if ids.iter().any(|(address, _)| address != sharer) {
+            return Self::default();
+        }
+        let keys: BTreeSet<i64> = ids.iter().map(|&(_, key)| key).collect();
+        if keys.len() != fds.len() {
+            return Self::default();
+        }
         Self {
-            unpaired: fds,
-            ..Self::default()
+            sharer: Some(sharer.to_vec()),
+            unpaired: keys.iter().copied().zip(fds).collect(),
+            keys: keys.into_iter().collect(),
         }
     }
 
-    /// The fd that came for `dup_fd`: the next one, while the `DupFd`s met
-    /// name one sharer with ascending keys. Out of order, none is paired
-    /// any more.
+    /// The fd that came for `dup_fd`, if one did.
     fn pair(&mut self, dup_fd: &DupFdRef) -> Option<OwnedFd> {
-        let in_order = match (&self.sharer, self.keys.last()) {
-            (Some(sharer), Some(&last)) => *sharer == dup_fd.address && dup_fd.key > last,
-            _ => true,
-        };
-        if !in_order {
-            self.unpaired.clear();
+        if self.sharer.as_deref() != Some(&dup_fd.address[..]) {
+            return None;
         }
-        let fd = self.unpaired.pop()?;
-        self.sharer.get_or_insert_with(|| dup_fd.address.clone());
-        self.keys.push(dup_fd.key);
-        Some(fd)
+        self.unpaired.remove(&dup_fd.key)
     }
 }
 
+/// The `(address, key)` of every `multiprocessing.resource_sharer.DupFd`
+/// in `pickle` (`DupFd.__new__` with the state `{'_id': (address, key)}`),
+/// in arena order: what the sender registered an fd for. A node of another
+/// shape is no `DupFd` here; the rebuilder that refuses it says why.
+fn dup_fd_ids(pickle: &Pickle) -> Vec<(Cow<'_, [u8]>, i64)> {
+    let node = |id| pickle.get(id);
+    pickle
+        .iter()
+        .filter_map(|(_, node_here)| {
+            let Node::Object(object) = node_here else {
+                return None;
+            };
+            match node(object.callable)? {
+                Node::Global(g)
+                    if g.module == "multiprocessing.resource_sharer" && g.name == "DupFd" => {}
+                _ => return None,
+            }
+            let Node::Dict(state) = node(object.state?)? else {
+                return None;
+            };
+            let [(name, id)] = &state[..] else {
+                return None;
+            };
+            match node(*name)? {
+                Node::Str(name) if name.as_str() == "_id" => {}
+                _ => return None,
+            }
+            let Node::Tuple(id) = node(*id)? else {
+                return None;
+            };
+            let [address, key] = &id[..] else {
+                return None;
+            };
+            let address = match node(*address)? {
+                Node::Str(path) => Cow::Borrowed(path.as_str().as_bytes()),
+                Node::Bytes(name) => name.contiguous(),
+                _ => return None,
+            };
+            match node(*key)? {
+                Node::Int(key) => Some((address, *key)),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
 impl<'a> Receipt<'a> {
-    /// A receipt for a message of `origin` that arrived with `fds`.
+    /// A receipt for `pickle`, a message of `origin` that arrived with
+    /// `fds`.
     pub(crate) fn new(
         context: &'a SharingContext,
+        pickle: &Pickle,
         fds: Vec<OwnedFd>,
         origin: MessageOrigin,
     ) -> Self {
         Self {
             context,
-            attached: RefCell::new(AttachedFds::new(fds)),
+            attached: RefCell::new(AttachedFds::new(fds, pickle)),
             origin,
         }
     }
@@ -141,10 +203,11 @@ impl std::fmt::Debug for Receipt<'_> {
 }
 
 impl Drop for Receipt<'_> {
-    /// Gives every paired key back, mapped or not: the fds arrived, so the
-    /// sender's copies are no longer needed, whatever became of the
-    /// rebuild. An fd never paired is closed here; its key, never met, is
-    /// left to the sender's deadline for unfetched fds.
+    /// Gives every key whose fd arrived back, mapped or not: the sender's
+    /// copies are no longer needed, whatever became of the rebuild. An fd
+    /// no `DupFd` took is closed here, its key given back all the same.
+    /// Fds that could not be paired give back nothing: their keys go to
+    /// the fetches, or to the sender's deadline for unfetched fds.
     fn drop(&mut self) {
         let attached = self.attached.take();
         if let Some(sharer) = attached.sharer {
