@@ -8,17 +8,6 @@ use std::time::Duration;
 use tensorshare_compat::connection::Dialect;
 
 /// How a [`ResourceSharer`](super::ResourceSharer) serves.
-///
-/// # Examples
-///
-/// ```
-/// use std::time::Duration;
-/// use tensorshare::resource_sharer::SharerOptions;
-///
-/// let options = SharerOptions::new().with_connection_timeout(Duration::from_secs(2));
-/// assert_eq!(options.connection_timeout(), Duration::from_secs(2));
-/// assert_eq!(options.workers(), 4);
-/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SharerOptions {
     connection_timeout: Duration,
@@ -125,18 +114,24 @@ pub const SHARER_DIR_ENV: &str = "TENSORSHARE_SHARER_DIR";
 ///
 /// # Examples
 ///
+/// A context whose receivers share a directory with it but not its
+/// network namespace:
+///
 /// ```
-/// use tensorshare::resource_sharer::{ResourceSharer, SharerOptions, SharerSocket};
+/// use tensorshare::resource_sharer::SharerSocket;
+/// use tensorshare::{Authkey, SharingContext, StrategyKind, Tensor, Value};
 ///
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let sharer = ResourceSharer::start(b"authkey")?;
-/// assert!(sharer.socket_address().as_abstract_name().is_some());
-/// assert!(sharer.socket_path().is_none());
-///
 /// let shared_dir = tempfile::tempdir()?;
-/// let options = SharerOptions::new().with_socket(SharerSocket::PathIn(shared_dir.path().into()));
-/// let sharer = ResourceSharer::start_with(b"authkey", options)?;
-/// assert!(sharer.socket_path().is_some_and(|path| path.starts_with(shared_dir.path())));
+/// let sharing = SharingContext::new(Authkey::random()?)
+///     .with_strategy(StrategyKind::FileDescriptor)
+///     .with_sharer_socket(SharerSocket::PathIn(shared_dir.path().into()));
+/// // The sharer starts with the first storage sent by file_descriptor.
+/// let tensor = Tensor::from_slice(&sharing, &[1.0f32, 2.0], &[2])?;
+/// let _pickle = sharing.dumps(&Value::Tensor(tensor))?;
+/// let made: Vec<_> = std::fs::read_dir(shared_dir.path())?.collect::<Result<_, _>>()?;
+/// assert_eq!(made.len(), 1);
+/// assert!(made[0].file_name().to_string_lossy().starts_with("tensorshare-sharer-"));
 /// # Ok(())
 /// # }
 /// ```
