@@ -32,4 +32,4 @@ pub use value::{
 // without a copy, and the memory a local storage lives in.
 pub use tensorshare_compat::dtype::{DType, Scalar};
 pub use tensorshare_compat::pickle::{Global, SharedBytes};
-pub use tensorshare_strategies::{AllocateError, Segment};
+pub use tensorshare_strategies::{AllocateError, Exhausted, Segment};

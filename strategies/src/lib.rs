@@ -133,8 +133,8 @@ pub mod services;
 mod strategy;
 
 pub use strategy::{
-    AllocateError, ExportError, ImportError, MAX_SEGMENT_BYTES, Segment, SharingStrategy,
-    StrategyKind, UnknownStrategyError, WritableSegment, human_bytes,
+    AllocateError, Exhausted, ExportError, ImportError, MAX_SEGMENT_BYTES, Segment,
+    SharingStrategy, StrategyKind, UnknownStrategyError, WritableSegment, human_bytes,
 };
 pub use strategy::{bytes, file_descriptor, file_system, memmap};
 

@@ -16,7 +16,9 @@ pub mod memmap;
 pub(crate) mod segment;
 pub(crate) mod sharing_strategy;
 
-pub use error::{AllocateError, ExportError, ImportError, MAX_SEGMENT_BYTES, human_bytes};
+pub use error::{
+    AllocateError, Exhausted, ExportError, ImportError, MAX_SEGMENT_BYTES, human_bytes,
+};
 pub use kind::{StrategyKind, UnknownStrategyError};
 pub use segment::{Segment, WritableSegment};
 pub use sharing_strategy::SharingStrategy;

@@ -9,7 +9,7 @@ use std::os::unix::net::UnixStream;
 use nix::sys::resource::{Resource, getrlimit, setrlimit};
 use tensorshare_strategies::file_descriptor::FileDescriptorStrategy;
 use tensorshare_strategies::platform::fd_passing::{RecvFdsError, recv_fd_batch, send_fd_batch};
-use tensorshare_strategies::{AllocateError, Errno, ExportError, SharingStrategy};
+use tensorshare_strategies::{AllocateError, Errno, Exhausted, ExportError, SharingStrategy};
 
 const ACTIONABLE: &str = "too many open files: raise `ulimit -n` or use the file_system strategy";
 
@@ -39,9 +39,9 @@ fn fd_exhaustion_is_a_clean_actionable_error() {
     };
     assert_eq!(
         err,
-        AllocateError::TooManyOpenFiles {
+        AllocateError::Exhausted {
             nbytes: 4096,
-            errno: Errno::EMFILE
+            limit: Exhausted::FileDescriptors(Errno::EMFILE)
         }
     );
     assert!(err.to_string().contains(ACTIONABLE), "{err}");

@@ -2,7 +2,7 @@
 //! rule of [`Placement`] puts it, and a hand-off small enough to travel
 //! inline in this process's own memory.
 
-use tensorshare_strategies::{AllocateError, StrategyKind};
+use tensorshare_strategies::{AllocateError, Exhausted, StrategyKind};
 
 use super::super::placement::Placement;
 use super::super::pools;
@@ -38,12 +38,14 @@ impl SharingContext {
             }
             kind => match self.allocate_with(kind, nbytes) {
                 // A segment needs no fd once mapped.
-                Err(error @ AllocateError::TooManyOpenFiles { .. })
-                    if placement.segment_fits_at_all(nbytes) =>
-                {
-                    self.allocate_with(StrategyKind::FileSystem, nbytes)
-                        .map_err(|_| error)
-                }
+                Err(
+                    error @ AllocateError::Exhausted {
+                        limit: Exhausted::FileDescriptors(_),
+                        ..
+                    },
+                ) if placement.segment_fits_at_all(nbytes) => self
+                    .allocate_with(StrategyKind::FileSystem, nbytes)
+                    .map_err(|_| error),
                 allocated => allocated,
             },
         }

@@ -52,7 +52,7 @@ impl BytesSegment {
     ///
     /// # Errors
     ///
-    /// [`AllocateError::OutOfMemory`] when the buffer cannot be allocated.
+    /// [`AllocateError::Exhausted`] (memory) when the buffer cannot be allocated.
     pub fn copy_of(bytes: &[u8]) -> Result<BytesSegment, AllocateError> {
         HeapBuffer::copy_of(bytes).map(|bytes| BytesSegment { bytes })
     }
@@ -151,7 +151,16 @@ mod tests {
     #[test]
     fn impossible_allocation_is_an_error_not_an_abort() {
         let err = BytesStrategy.allocate(MAX_SEGMENT_BYTES).unwrap_err();
-        assert!(matches!(err, AllocateError::OutOfMemory { .. }), "{err}");
+        assert!(
+            matches!(
+                err,
+                AllocateError::Exhausted {
+                    limit: crate::Exhausted::Memory(_),
+                    ..
+                }
+            ),
+            "{err}"
+        );
     }
 
     #[test]

@@ -17,6 +17,77 @@ use crate::services::shm_manager::ManagerError;
 /// which is also the largest `off_t` on 64-bit Linux.
 pub const MAX_SEGMENT_BYTES: usize = isize::MAX as usize;
 
+/// A limit of this process or of the system that allocating or importing
+/// a segment ran into: written once here, for [`AllocateError::Exhausted`]
+/// and [`ImportError::Exhausted`], each of which says what to do about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Exhausted {
+    /// The process (`EMFILE`) or the system (`ENFILE`) ran out of file
+    /// descriptors.
+    FileDescriptors(Errno),
+    /// The process holds as many mappings as the system allows
+    /// (`vm.max_map_count`).
+    Mappings(MapCount),
+    /// Memory, shared memory space or address space ran out (`ENOMEM`,
+    /// `ENOSPC`).
+    Memory(Errno),
+}
+
+impl Exhausted {
+    /// The limit `errno` says ran out, if it says one did: an `ENOMEM`
+    /// while this process holds as many mappings as allowed is the mapping
+    /// cap, not memory.
+    pub(crate) fn from_errno(errno: Errno) -> Option<Self> {
+        match errno {
+            Errno::EMFILE | Errno::ENFILE => Some(Exhausted::FileDescriptors(errno)),
+            Errno::ENOMEM => {
+                Some(at_the_cap().map_or(Exhausted::Memory(errno), Exhausted::Mappings))
+            }
+            Errno::ENOSPC => Some(Exhausted::Memory(errno)),
+            _ => None,
+        }
+    }
+}
+
+/// What to do about `limit` when allocating.
+fn allocate_advice(limit: &Exhausted) -> String {
+    match limit {
+        Exhausted::FileDescriptors(errno) => format!(
+            "too many open files: raise `ulimit -n` or use the file_system strategy ({errno})"
+        ),
+        Exhausted::Mappings(count) => format!(
+            "this process holds {} mappings, the most the system allows (vm.max_map_count = \
+             {}): drop storages no longer needed, or raise the limit (sysctl -w \
+             vm.max_map_count=N)",
+            count.mappings, count.limit
+        ),
+        Exhausted::Memory(errno) => format!(
+            "out of memory ({errno}): free memory, enlarge /dev/shm, or share smaller tensors"
+        ),
+    }
+}
+
+/// What importing a `nbytes` segment ran into, and what to do.
+fn import_message(nbytes: usize, limit: &Exhausted) -> String {
+    match limit {
+        Exhausted::FileDescriptors(errno) => format!(
+            "cannot import a {nbytes}-byte segment: too many open files: raise `ulimit -n` or \
+             use the file_system strategy ({errno})"
+        ),
+        Exhausted::Mappings(count) => format!(
+            "this process holds {} mappings, the most the system allows (vm.max_map_count = \
+             {}), and a received {nbytes}-byte segment needs one more: drop received storages \
+             no longer needed, or raise the limit (sysctl -w vm.max_map_count=N)",
+            count.mappings, count.limit
+        ),
+        Exhausted::Memory(errno) => format!(
+            "cannot import a {nbytes}-byte segment: out of memory ({errno}): free memory or \
+             share smaller tensors"
+        ),
+    }
+}
+
 /// What to tell the user for an errno of a failed create, map or dup.
 fn hint(errno: &Errno) -> &'static str {
     match errno {
@@ -74,41 +145,14 @@ pub enum AllocateError {
         /// The size asked for.
         nbytes: usize,
     },
-    /// The process (`EMFILE`) or the system (`ENFILE`) ran out of file descriptors.
-    #[error(
-        "cannot allocate a {nbytes}-byte segment: too many open files: raise `ulimit -n` or use \
-         the file_system strategy ({errno})"
-    )]
-    TooManyOpenFiles {
+    /// A limit of this process or of the system ran out: file
+    /// descriptors, mappings or memory.
+    #[error("cannot allocate a {nbytes}-byte segment: {}", allocate_advice(limit))]
+    Exhausted {
         /// The size asked for.
         nbytes: usize,
-        /// `EMFILE` or `ENFILE`.
-        errno: Errno,
-    },
-    /// The process holds as many mappings as the system allows
-    /// (`vm.max_map_count`).
-    #[error(
-        "cannot allocate a {nbytes}-byte segment: this process holds {} mappings, the most \
-         the system allows (vm.max_map_count = {}): drop storages no longer needed, or raise \
-         the limit (sysctl -w vm.max_map_count=N)",
-        .count.mappings, .count.limit
-    )]
-    TooManyMappings {
-        /// The size asked for.
-        nbytes: usize,
-        /// The mappings held and the cap.
-        count: MapCount,
-    },
-    /// Memory, shared memory space or address space ran out.
-    #[error(
-        "cannot allocate a {nbytes}-byte segment: out of memory ({errno}): free memory, enlarge \
-         /dev/shm, or share smaller tensors"
-    )]
-    OutOfMemory {
-        /// The size asked for.
-        nbytes: usize,
-        /// `ENOMEM` or `ENOSPC`.
-        errno: Errno,
+        /// Which limit.
+        limit: Exhausted,
     },
     /// Neither `memfd_create` nor `shm_open` made an object.
     #[error("cannot create a shared memory object ({errno}): {}", hint(.errno))]
@@ -172,14 +216,9 @@ impl AllocateError {
     /// Sorts an errno from creating, sizing or mapping into the variant a
     /// caller can act on, `other` when none fits.
     pub(crate) fn from_errno(nbytes: usize, errno: Errno, other: fn(usize, Errno) -> Self) -> Self {
-        match errno {
-            Errno::EMFILE | Errno::ENFILE => AllocateError::TooManyOpenFiles { nbytes, errno },
-            Errno::ENOMEM => match at_the_cap() {
-                Some(count) => AllocateError::TooManyMappings { nbytes, count },
-                None => AllocateError::OutOfMemory { nbytes, errno },
-            },
-            Errno::ENOSPC => AllocateError::OutOfMemory { nbytes, errno },
-            _ => other(nbytes, errno),
+        match Exhausted::from_errno(errno) {
+            Some(limit) => AllocateError::Exhausted { nbytes, limit },
+            None => other(nbytes, errno),
         }
     }
 
@@ -357,41 +396,14 @@ pub enum ImportError {
         /// What `fstat` failed with.
         errno: Errno,
     },
-    /// The process (`EMFILE`) or the system (`ENFILE`) ran out of file descriptors.
-    #[error(
-        "cannot import a {nbytes}-byte segment: too many open files: raise `ulimit -n` or use \
-         the file_system strategy ({errno})"
-    )]
-    TooManyOpenFiles {
+    /// A limit of this process or of the system ran out: file
+    /// descriptors, mappings or memory.
+    #[error("{}", import_message(*nbytes, limit))]
+    Exhausted {
         /// The size the message announced.
         nbytes: usize,
-        /// `EMFILE` or `ENFILE`.
-        errno: Errno,
-    },
-    /// The process holds as many mappings as the system allows
-    /// (`vm.max_map_count`).
-    #[error(
-        "this process holds {} mappings, the most the system allows (vm.max_map_count = {}), \
-         and a received {nbytes}-byte segment needs one more: drop received storages no longer \
-         needed, or raise the limit (sysctl -w vm.max_map_count=N)",
-        .count.mappings, .count.limit
-    )]
-    TooManyMappings {
-        /// The size the message announced.
-        nbytes: usize,
-        /// The mappings held and the cap.
-        count: MapCount,
-    },
-    /// Memory or address space ran out.
-    #[error(
-        "cannot import a {nbytes}-byte segment: out of memory ({errno}): free memory or share \
-         smaller tensors"
-    )]
-    OutOfMemory {
-        /// The size the message announced.
-        nbytes: usize,
-        /// `ENOMEM` or `ENOSPC`.
-        errno: Errno,
+        /// Which limit.
+        limit: Exhausted,
     },
     /// `mmap` failed.
     #[error("cannot map a received {nbytes}-byte segment ({errno}): {}", hint(.errno))]
@@ -416,14 +428,9 @@ impl ImportError {
 
     /// Sorts an errno from mapping a received object.
     pub(crate) fn from_map_errno(nbytes: usize, errno: Errno) -> Self {
-        match errno {
-            Errno::EMFILE | Errno::ENFILE => ImportError::TooManyOpenFiles { nbytes, errno },
-            Errno::ENOMEM => match at_the_cap() {
-                Some(count) => ImportError::TooManyMappings { nbytes, count },
-                None => ImportError::OutOfMemory { nbytes, errno },
-            },
-            Errno::ENOSPC => ImportError::OutOfMemory { nbytes, errno },
-            _ => ImportError::Map { nbytes, errno },
+        match Exhausted::from_errno(errno) {
+            Some(limit) => ImportError::Exhausted { nbytes, limit },
+            None => ImportError::Map { nbytes, errno },
         }
     }
 }
@@ -458,11 +465,86 @@ mod tests {
         });
         assert!(matches!(
             err,
-            AllocateError::TooManyOpenFiles { nbytes: 8, .. }
+            AllocateError::Exhausted {
+                nbytes: 8,
+                limit: Exhausted::FileDescriptors(Errno::EMFILE)
+            }
         ));
         let message = err.to_string();
         assert!(message.contains("too many open files: raise `ulimit -n` or use the file_system"));
         assert!(message.contains("EMFILE"), "{message}");
+    }
+
+    /// The texts users saw when each operation had three variants of its
+    /// own, word for word.
+    #[test]
+    fn each_limit_reads_as_it_did_for_allocating_and_importing() {
+        let count = MapCount {
+            mappings: 65_530,
+            limit: 65_530,
+        };
+        let cases = [
+            (
+                AllocateError::Exhausted {
+                    nbytes: 8,
+                    limit: Exhausted::FileDescriptors(Errno::EMFILE),
+                }
+                .to_string(),
+                "cannot allocate a 8-byte segment: too many open files: raise `ulimit -n` or \
+                 use the file_system strategy (EMFILE: Too many open files)",
+            ),
+            (
+                AllocateError::Exhausted {
+                    nbytes: 8,
+                    limit: Exhausted::Mappings(count),
+                }
+                .to_string(),
+                "cannot allocate a 8-byte segment: this process holds 65530 mappings, the most \
+                 the system allows (vm.max_map_count = 65530): drop storages no longer needed, \
+                 or raise the limit (sysctl -w vm.max_map_count=N)",
+            ),
+            (
+                AllocateError::Exhausted {
+                    nbytes: 8,
+                    limit: Exhausted::Memory(Errno::ENOSPC),
+                }
+                .to_string(),
+                "cannot allocate a 8-byte segment: out of memory (ENOSPC: No space left on \
+                 device): free memory, enlarge /dev/shm, or share smaller tensors",
+            ),
+            (
+                ImportError::Exhausted {
+                    nbytes: 8,
+                    limit: Exhausted::FileDescriptors(Errno::ENFILE),
+                }
+                .to_string(),
+                "cannot import a 8-byte segment: too many open files: raise `ulimit -n` or use \
+                 the file_system strategy (ENFILE: File table overflow)",
+            ),
+            (
+                ImportError::Exhausted {
+                    nbytes: 8,
+                    limit: Exhausted::Mappings(count),
+                }
+                .to_string(),
+                "this process holds 65530 mappings, the most the system allows \
+                 (vm.max_map_count = 65530), and a received 8-byte segment needs one more: drop \
+                 received storages no longer needed, or raise the limit (sysctl -w \
+                 vm.max_map_count=N)",
+            ),
+            (
+                ImportError::Exhausted {
+                    nbytes: 8,
+                    limit: Exhausted::Memory(Errno::ENOMEM),
+                }
+                .to_string(),
+                "cannot import a 8-byte segment: out of memory (ENOMEM: Out of memory): \
+                 free memory or share smaller tensors",
+            ),
+        ];
+        for (said, expected) in cases {
+            assert_eq!(said, expected);
+        }
     }
 
     #[test]

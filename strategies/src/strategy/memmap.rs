@@ -72,7 +72,7 @@ use crate::platform::mapping::{SharedMapping, is_regular_file, reserve};
 use crate::platform::memmap_marks;
 use crate::platform::owner::check_own_user;
 use crate::platform::process::{Recipients, SentTo};
-use crate::strategy::error::{MAX_SEGMENT_BYTES, check_covers};
+use crate::strategy::error::{Exhausted, MAX_SEGMENT_BYTES, check_covers};
 use crate::strategy::file_descriptor::{FileIdentity, ReceivedFd};
 use crate::{
     AllocateError, ExportError, ImportError, Segment, SharingStrategy, StrategyKind,
@@ -214,7 +214,10 @@ impl MemmapStrategy {
             },
             Errno::ELOOP => invalid(format!("memmap path {path:?} is a symbolic link")),
             Errno::EISDIR => invalid(format!("memmap path {path:?} is not a regular file")),
-            Errno::EMFILE | Errno::ENFILE => ImportError::TooManyOpenFiles { nbytes, errno },
+            Errno::EMFILE | Errno::ENFILE => ImportError::Exhausted {
+                nbytes,
+                limit: Exhausted::FileDescriptors(errno),
+            },
             errno => ImportError::OpenFile {
                 path: path.display().to_string(),
                 errno,

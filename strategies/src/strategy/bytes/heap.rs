@@ -60,9 +60,9 @@ use std::sync::{Mutex, MutexGuard, TryLockError};
 use memmap2::{Advice, MmapMut, MmapOptions, UncheckedAdvice};
 use nix::errno::Errno;
 
-use crate::AllocateError;
 use crate::platform::errno_of;
 use crate::strategy::error::MAX_SEGMENT_BYTES;
+use crate::{AllocateError, Exhausted};
 
 /// Buffers of at least this many bytes are mappings; smaller ones are `Vec`s.
 const MAPPED_MIN_BYTES: usize = 1 << 20;
@@ -129,7 +129,7 @@ impl HeapBuffer {
     /// # Errors
     ///
     /// [`AllocateError::TooLarge`] above [`MAX_SEGMENT_BYTES`];
-    /// [`AllocateError::OutOfMemory`] when the allocator or `mmap` refuses.
+    /// [`AllocateError::Exhausted`] (memory) when the allocator or `mmap` refuses.
     /// Never aborts the process the way `vec![0; nbytes]` does.
     pub fn zeroed(nbytes: usize) -> Result<HeapBuffer, AllocateError> {
         Self::zeroed_in(&POOL, nbytes)
@@ -141,7 +141,7 @@ impl HeapBuffer {
     ///
     /// # Errors
     ///
-    /// [`AllocateError::OutOfMemory`] when the allocator or `mmap` refuses.
+    /// [`AllocateError::Exhausted`] (memory) when the allocator or `mmap` refuses.
     pub fn copy_of(bytes: &[u8]) -> Result<HeapBuffer, AllocateError> {
         Self::copy_of_in(&POOL, bytes)
     }
@@ -269,7 +269,10 @@ fn reserve_vec(nbytes: usize) -> Result<Vec<u8>, AllocateError> {
 }
 
 fn out_of_memory(nbytes: usize, errno: Errno) -> AllocateError {
-    AllocateError::OutOfMemory { nbytes, errno }
+    AllocateError::Exhausted {
+        nbytes,
+        limit: Exhausted::Memory(errno),
+    }
 }
 
 impl Drop for HeapBuffer {

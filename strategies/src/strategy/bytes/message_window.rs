@@ -77,7 +77,7 @@ impl MessageWindow {
     /// # Errors
     ///
     /// [`AllocateError::TooLarge`] when `range` does not lie inside
-    /// `buffer`; [`AllocateError::OutOfMemory`] when a copy cannot be
+    /// `buffer`; [`AllocateError::Exhausted`] (memory) when a copy cannot be
     /// allocated.
     pub fn keep_or_copy(
         buffer: Arc<Vec<u8>>,

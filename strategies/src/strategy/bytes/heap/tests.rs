@@ -234,10 +234,28 @@ fn sizes_past_the_limit_are_errors_not_aborts() {
         }
     );
     let err = HeapBuffer::zeroed_in(pool, MAX_SEGMENT_BYTES).unwrap_err();
-    assert!(matches!(err, AllocateError::OutOfMemory { .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            AllocateError::Exhausted {
+                limit: crate::Exhausted::Memory(_),
+                ..
+            }
+        ),
+        "{err}"
+    );
     // Half the address space: a mapping length `mmap` refuses.
     let err = HeapBuffer::zeroed_in(pool, 1 << 62).unwrap_err();
-    assert!(matches!(err, AllocateError::OutOfMemory { .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            AllocateError::Exhausted {
+                limit: crate::Exhausted::Memory(_),
+                ..
+            }
+        ),
+        "{err}"
+    );
     assert_eq!(pool.usage(), (0, 0));
 }
 
