@@ -23,7 +23,6 @@ use crate::servers;
 use crate::streams::{self, route::Route};
 use crate::tcp;
 use crate::torch_peer::TorchPeer;
-use crate::usage::usage_error;
 
 const BENCH_PEER: &str = include_str!("../../compat/python/bench_peer.py");
 const BENCH_BATCHES: &str = include_str!("../../compat/python/bench_batches.py");
@@ -258,7 +257,7 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
             || args.shm_size.is_some()
             || args.torch_threads.is_some())
     {
-        return Err(usage_error(
+        return Err(CliError::usage(
             ErrorKind::ArgumentConflict,
             "--consumers, --busy-loops, --busy-io, --shm-size and --torch-threads go with \
              --workload batches",
@@ -268,7 +267,7 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
         let torch = TorchPeer::new(python, batches_script, args.torch_threads);
         let known = batches::feed::feed_names();
         if let Some(unknown) = args.feeds.iter().find(|feed| !known.contains(feed)) {
-            return Err(usage_error(
+            return Err(CliError::usage(
                 ErrorKind::InvalidValue,
                 format!(
                     "unknown feed {unknown:?}; the feeds are {}",
@@ -381,5 +380,5 @@ fn check_files_flags(args: &BenchArgs) -> Result<(), CliError> {
             misplaced.join(", ")
         )
     };
-    Err(usage_error(ErrorKind::ArgumentConflict, message))
+    Err(CliError::usage(ErrorKind::ArgumentConflict, message))
 }

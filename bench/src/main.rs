@@ -10,8 +10,6 @@
 mod median;
 // The spinner saying what runs.
 mod spinner;
-// A usage error found after parsing.
-mod usage;
 // The soft fd limit, raised.
 mod fd_limit;
 // The `tensorshare` command, which some workloads run.

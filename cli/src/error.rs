@@ -72,6 +72,14 @@ pub enum CliError {
 }
 
 impl CliError {
+    /// A usage error found after parsing (conflicting authkey sources,
+    /// flags that do not go together), made raw: the program's `main`
+    /// formats it with the usage of the command line that was parsed, as
+    /// clap formats its own, and exits with clap's status, 2.
+    pub fn usage(kind: clap::error::ErrorKind, message: impl std::fmt::Display) -> Self {
+        CliError::Usage(clap::Error::raw(kind, message))
+    }
+
     /// An I/O error with what was being done.
     pub fn io(context: impl Into<String>, cause: io::Error) -> Self {
         CliError::Io {

@@ -41,7 +41,7 @@ mod reducers;
 pub(crate) mod saved;
 mod torch;
 
-pub(crate) use torch::REDUCTIONS;
+pub(crate) use torch::{REDUCTIONS, dup_fd_ids};
 
 use rustc_hash::FxHashMap;
 use std::any::Any;

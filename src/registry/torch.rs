@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use tensorshare_compat::pickle::Global;
+use tensorshare_compat::pickle::{Global, Node, Pickle};
 
 use super::rebuild::StorageKey;
 use super::{Call, CallKind, RebuildError, Registry};
@@ -16,6 +16,8 @@ use crate::{DType, Tensor, Value};
 /// The module of torch's sharing reducers and rebuilders.
 pub(crate) const REDUCTIONS: &str = "torch.multiprocessing.reductions";
 const UTILS: &str = "torch._utils";
+/// The module and name of `multiprocessing.resource_sharer.DupFd`.
+const DUP_FD: (&str, &str) = ("multiprocessing.resource_sharer", "DupFd");
 
 pub(super) fn register(registry: &mut Registry) {
     for dtype in DType::ALL {
@@ -52,7 +54,7 @@ pub(super) fn register(registry: &mut Registry) {
     );
     registry.register_rebuilder(REDUCTIONS, "rebuild_storage_empty", rebuild_storage_empty);
     registry.register_rebuilder(REDUCTIONS, "rebuild_cuda_tensor", rebuild_cuda_tensor);
-    registry.register_rebuilder("multiprocessing.resource_sharer", "DupFd", dup_fd);
+    registry.register_rebuilder(DUP_FD.0, DUP_FD.1, dup_fd);
 
     registry.register_rebuilder(UTILS, "_rebuild_tensor", rebuild_tensor_v1);
     registry.register_rebuilder(UTILS, "_rebuild_tensor_v2", rebuild_tensor_v2);
@@ -148,6 +150,52 @@ fn dup_fd(call: Call<'_>) -> Result<Value, RebuildError> {
         global: call.callee.clone(),
         value: Arc::new(DupFdRef { address, key }),
     }))
+}
+
+/// Every `DupFd` in `pickle` before it is rebuilt, in arena order: the
+/// nodes [`dup_fd`] would rebuild, read off the pickle as they stand
+/// (`DupFd.__new__` with the state `{'_id': (address, key)}`), for a
+/// receiver that pairs what arrived with the message before the walk. A
+/// node of another shape is none; its rebuild says why.
+pub(crate) fn dup_fd_ids(pickle: &Pickle) -> Vec<DupFdRef> {
+    let node = |id| pickle.get(id);
+    pickle
+        .iter()
+        .filter_map(|(_, here)| {
+            let Node::Object(object) = here else {
+                return None;
+            };
+            match node(object.callable)? {
+                Node::Global(g) if (&*g.module, &*g.name) == DUP_FD => {}
+                _ => return None,
+            }
+            let Node::Dict(state) = node(object.state?)? else {
+                return None;
+            };
+            let [(name, id)] = &state[..] else {
+                return None;
+            };
+            match node(*name)? {
+                Node::Str(name) if name.as_str() == "_id" => {}
+                _ => return None,
+            }
+            let Node::Tuple(id) = node(*id)? else {
+                return None;
+            };
+            let [address, key] = &id[..] else {
+                return None;
+            };
+            let address = match node(*address)? {
+                Node::Str(path) => path.as_str().as_bytes().to_vec(),
+                Node::Bytes(name) => name.to_vec(),
+                _ => return None,
+            };
+            match node(*key)? {
+                Node::Int(key) => Some(DupFdRef { address, key: *key }),
+                _ => None,
+            }
+        })
+        .collect()
 }
 
 /// `rebuild_storage_fd(cls, DupFd, size)`.

@@ -42,9 +42,14 @@ use super::{
 use processes::{eventually, hex, unhex};
 use test_python::{interop_required, test_python};
 
-/// Where this module's tests are in the test binary: a child role is run
-/// by its full name.
-const HERE: &str = "resource_sharer::tests::";
+/// The child role `entry` of this module by its name in the test binary,
+/// which runs it by its full path: this module's, less the crate's name.
+fn role_path(entry: &str) -> String {
+    let (_crate, here) = module_path!()
+        .split_once("::")
+        .expect("a module inside the crate");
+    format!("{here}::{entry}")
+}
 
 const AUTHKEY: &[u8] = b"resource sharer test authkey";
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -318,9 +323,7 @@ fn another_users_process_is_refused_before_the_handshake() {
     let output = Command::new(setpriv)
         .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
         .arg(std::env::current_exe().expect("test binary"))
-        .args(processes::child_role_args(&format!(
-            "{HERE}child_knock_entry"
-        )))
+        .args(processes::child_role_args(&role_path("child_knock_entry")))
         .env(CHILD_ENV, "knock")
         .env("SHARER_ADDRESS_HEX", hex(sharer.address()))
         .output()
@@ -557,7 +560,7 @@ fn fetch_times_out_on_a_silent_sharer() {
 
 /// Runs one entry point of this test binary in a child process.
 fn run_child(entry: &str, role: &str, args: &[(&str, String)]) -> Output {
-    let mut command = processes::child_role(&format!("{HERE}{entry}"));
+    let mut command = processes::child_role(&role_path(entry));
     command.env(CHILD_ENV, role);
     for (name, value) in args {
         command.env(name, value);

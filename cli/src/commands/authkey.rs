@@ -9,8 +9,7 @@ use clap::Args;
 use clap::error::ErrorKind;
 use tensorshare::Authkey;
 use tensorshare::connection::{AUTHKEY_ENV, ConnectionError};
-
-use super::usage::usage_error;
+use tensorshare_cli::error::CliError;
 
 /// Where the help lists the authkey flags.
 const HEADING: &str = "Authkey (one of TENSORSHARE_AUTHKEY, --authkey-file, --authkey)";
@@ -39,9 +38,9 @@ pub struct AuthkeyArgs {
 impl AuthkeyArgs {
     /// The key from the one source given; a usage error if none or more
     /// than one is, or if `TENSORSHARE_AUTHKEY` is not hex.
-    pub fn required(&self) -> Result<Authkey, clap::Error> {
+    pub fn required(&self) -> Result<Authkey, CliError> {
         self.optional()?.ok_or_else(|| {
-            usage_error(
+            CliError::usage(
                 ErrorKind::MissingRequiredArgument,
                 format!(
                     "an authkey is required: set {AUTHKEY_ENV} to the key in hex, or pass \
@@ -53,13 +52,13 @@ impl AuthkeyArgs {
 
     /// The key from the one source given, if any; a usage error if more
     /// than one is, or if `TENSORSHARE_AUTHKEY` is not hex.
-    pub fn optional(&self) -> Result<Option<Authkey>, clap::Error> {
+    pub fn optional(&self) -> Result<Option<Authkey>, CliError> {
         let from_env = Authkey::from_env().map_err(|error| {
             let reason = match error {
                 ConnectionError::InvalidAuthkey(reason) => reason,
                 other => other.to_string(),
             };
-            usage_error(
+            CliError::usage(
                 ErrorKind::ValueValidation,
                 format!("invalid authkey: {reason}"),
             )
@@ -70,7 +69,7 @@ impl AuthkeyArgs {
             (None, None) => None,
         };
         match (from_env, flag) {
-            (Some(_), Some(flag)) => Err(usage_error(
+            (Some(_), Some(flag)) => Err(CliError::usage(
                 ErrorKind::ArgumentConflict,
                 format!(
                     "{AUTHKEY_ENV} is set and {flag} is given: give the authkey one way only \

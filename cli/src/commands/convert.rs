@@ -19,7 +19,6 @@ use tensorshare_cli::error::CliError;
 
 use super::authkey::AuthkeyArgs;
 use super::input::{has_safetensors_extension, is_torch_save_file, read_input};
-use super::usage::usage_error;
 
 #[derive(Debug, Args)]
 pub struct ConvertArgs {
@@ -54,15 +53,14 @@ pub fn run(args: ConvertArgs) -> Result<(), CliError> {
     let input = args.input.display().to_string();
     let to_safetensors = args.safetensors || has_safetensors_extension(&args.output);
     if to_safetensors && args.legacy {
-        return Err(usage_error(
+        return Err(CliError::usage(
             ErrorKind::ArgumentConflict,
             format!(
                 "--legacy writes a torch.save file, but {} names a .safetensors file; \
                  drop --legacy, or name OUT otherwise",
                 args.output.display()
             ),
-        )
-        .into());
+        ));
     }
     let value = if has_safetensors_extension(&args.input) {
         // Straight from the file, each tensor into its own storage: the

@@ -4,8 +4,6 @@
 // and none what this file defines (`scripts/check-layers cli`). One
 // comment per layer keeps rustfmt from sorting them.
 
-// A usage error found after parsing.
-mod usage;
 // Where a command gets an authkey.
 mod authkey;
 // What `inspect` and `convert` read.
@@ -86,7 +84,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
 }
 
 /// `usage`, a usage error a command found after parsing
-/// ([`usage::usage_error`]), formatted as clap formats its own: `error:
+/// ([`CliError::usage`]), formatted as clap formats its own: `error:
 /// ...`, then the usage of `subcommand`, the one that ran.
 pub fn with_usage_of(usage: clap::Error, subcommand: Option<&str>) -> clap::Error {
     let mut command = Cli::command();

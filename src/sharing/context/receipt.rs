@@ -17,17 +17,17 @@
 //! storage fetched. The sender chooses the bytes either way: an attached
 //! fd is trusted exactly as far as the sharer the same sender names.
 
-use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::OwnedFd;
 
-use tensorshare_compat::pickle::{Node, Pickle};
+use tensorshare_compat::pickle::Pickle;
 
 use super::{MessageOrigin, SharingContext};
 use crate::Error;
 use crate::model::{DupFdRef, SegmentRef, Storage};
 use crate::registry::attach::{AttachFailed, StorageAttacher};
+use crate::registry::dup_fd_ids;
 
 /// A message's storages being attached through `context`.
 pub(crate) struct Receipt<'a> {
@@ -57,18 +57,18 @@ impl AttachedFds {
             return Self::default();
         }
         let ids = dup_fd_ids(pickle);
-        let Some((sharer, _)) = ids.first() else {
+        let Some(sharer) = ids.first().map(|id| id.address.clone()) else {
             return Self::default();
         };
-        if ids.iter().any(|(address, _)| address != sharer) {
+        if ids.iter().any(|id| id.address != sharer) {
             return Self::default();
         }
-        let keys: BTreeSet<i64> = ids.iter().map(|&(_, key)| key).collect();
+        let keys: BTreeSet<i64> = ids.iter().map(|id| id.key).collect();
         if keys.len() != fds.len() {
             return Self::default();
         }
         Self {
-            sharer: Some(sharer.to_vec()),
+            sharer: Some(sharer),
             unpaired: keys.iter().copied().zip(fds).collect(),
             keys: keys.into_iter().collect(),
         }
@@ -83,50 +83,10 @@ impl AttachedFds {
     }
 }
 
-/// The `(address, key)` of every `multiprocessing.resource_sharer.DupFd`
-/// in `pickle` (`DupFd.__new__` with the state `{'_id': (address, key)}`),
-/// in arena order: what the sender registered an fd for. A node of another
-/// shape is no `DupFd` here; the rebuilder that refuses it says why.
-fn dup_fd_ids(pickle: &Pickle) -> Vec<(Cow<'_, [u8]>, i64)> {
-    let node = |id| pickle.get(id);
-    pickle
-        .iter()
-        .filter_map(|(_, node_here)| {
-            let Node::Object(object) = node_here else {
-                return None;
-            };
-            match node(object.callable)? {
-                Node::Global(g)
-                    if g.module == "multiprocessing.resource_sharer" && g.name == "DupFd" => {}
-                _ => return None,
-            }
-            let Node::Dict(state) = node(object.state?)? else {
-                return None;
-            };
-            let [(name, id)] = &state[..] else {
-                return None;
-            };
-            match node(*name)? {
-                Node::Str(name) if name.as_str() == "_id" => {}
-                _ => return None,
-            }
-            let Node::Tuple(id) = node(*id)? else {
-                return None;
-            };
-            let [address, key] = &id[..] else {
-                return None;
-            };
-            let address = match node(*address)? {
-                Node::Str(path) => Cow::Borrowed(path.as_str().as_bytes()),
-                Node::Bytes(name) => name.contiguous(),
-                _ => return None,
-            };
-            match node(*key)? {
-                Node::Int(key) => Some((address, *key)),
-                _ => None,
-            }
-        })
-        .collect()
+/// `result`, its error carried up through the rebuild, which ends with it
+/// as [`Error::Attach`]'s cause.
+fn carried(result: Result<Storage, Error>) -> Result<Storage, AttachFailed> {
+    result.map_err(|cause| AttachFailed(Box::new(cause)))
 }
 
 impl<'a> Receipt<'a> {
@@ -144,15 +104,7 @@ impl<'a> Receipt<'a> {
             origin,
         }
     }
-}
 
-/// `result`, its error carried up through the rebuild, which ends with it
-/// as [`Error::Attach`]'s cause.
-fn carried(result: Result<Storage, Error>) -> Result<Storage, AttachFailed> {
-    result.map_err(|cause| AttachFailed(Box::new(cause)))
-}
-
-impl Receipt<'_> {
     /// The storage a `DupFd` names, `nbytes` long: mapped from the attached
     /// fd when one came for it, else fetched from the sender's sharer.
     fn fd(&self, dup_fd: &DupFdRef, nbytes: usize) -> Result<Storage, Error> {

@@ -213,6 +213,18 @@ pub enum AllocateError {
 }
 
 impl AllocateError {
+    /// Whether memory ran out, for the tests that make it.
+    #[cfg(test)]
+    pub(crate) fn is_out_of_memory(&self) -> bool {
+        matches!(
+            self,
+            AllocateError::Exhausted {
+                limit: Exhausted::Memory(_),
+                ..
+            }
+        )
+    }
+
     /// Sorts an errno from creating, sizing or mapping into the variant a
     /// caller can act on, `other` when none fits.
     pub(crate) fn from_errno(nbytes: usize, errno: Errno, other: fn(usize, Errno) -> Self) -> Self {
