@@ -235,14 +235,23 @@ fn a_lease_keeps_the_file_without_the_segment() {
 #[test]
 fn a_lease_never_removes_a_file_put_at_its_path_since() {
     let (_dir, strategy) = strategy_in_tempdir();
-    let segment = strategy.allocate(4).expect("allocate");
-    let lease = std::sync::Arc::clone(segment.lease().expect("a lease"));
-    let path = segment.path().to_path_buf();
-    drop(segment);
-    fs::remove_file(&path).expect("remove the file");
-    fs::write(&path, b"else").expect("another file at the path");
-    drop(lease);
-    assert_eq!(fs::read(&path).expect("still there"), b"else");
+    // Filesystems give a freed inode number to the next file at once, and
+    // stamp birth times from a clock that ticks every few milliseconds:
+    // many rounds make the later file look like the first by both.
+    for round in 0..200 {
+        let segment = strategy.allocate(4).expect("allocate");
+        let lease = std::sync::Arc::clone(segment.lease().expect("a lease"));
+        let path = segment.path().to_path_buf();
+        drop(segment);
+        fs::remove_file(&path).expect("remove the file");
+        fs::write(&path, b"else").expect("another file at the path");
+        drop(lease);
+        let left = fs::read(&path).unwrap_or_else(|err| {
+            panic!("round {round}: the lease removed the later file at {path:?}: {err}")
+        });
+        assert_eq!(left, b"else");
+        fs::remove_file(&path).expect("remove the later file");
+    }
 }
 
 #[test]

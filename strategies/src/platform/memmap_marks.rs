@@ -6,7 +6,11 @@
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use std::os::fd::AsFd;
+
 use rustix::io::Errno;
+
+use crate::platform::unique_name::random_u64;
 
 /// Set by a process on a file it received before it sends the file on.
 const SENT_ON: &str = "user.tensorshare.sent_on";
@@ -14,6 +18,35 @@ const SENT_ON: &str = "user.tensorshare.sent_on";
 /// Set by a sender on a file whose message a receiver may still have to
 /// open: the deadline, in whole seconds since the epoch.
 const AWAITS_RECEIVERS_UNTIL: &str = "user.tensorshare.awaits_receivers_until";
+
+/// Set by the process that created a file, to a value no other file gets:
+/// which file the path names now, when a later file may carry the freed
+/// inode number and a birth time from the same clock tick.
+const CREATED_AS: &str = "user.tensorshare.created_as";
+
+/// What [`tag_created`] wrote on a file, to tell it from any other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct CreationTag([u8; 16]);
+
+/// Writes a tag no other file carries on the file `created` has open;
+/// `None` where the filesystem keeps no user extended attributes or
+/// refuses this one, and the file is then told apart by its identity and
+/// birth time alone.
+pub(crate) fn tag_created(created: impl AsFd) -> Option<CreationTag> {
+    let mut tag = [0_u8; 16];
+    tag[..8].copy_from_slice(&random_u64().to_ne_bytes());
+    tag[8..].copy_from_slice(&random_u64().to_ne_bytes());
+    rustix::fs::fsetxattr(created, CREATED_AS, &tag, rustix::fs::XattrFlags::CREATE)
+        .ok()
+        .map(|()| CreationTag(tag))
+}
+
+/// Whether the file at `path` carries `tag`: `false` for a file without
+/// one, with another, or that cannot be read.
+pub(crate) fn carries_tag(path: &Path, tag: CreationTag) -> bool {
+    let mut value = [0_u8; 16];
+    rustix::fs::lgetxattr(path, CREATED_AS, &mut value) == Ok(value.len()) && value == tag.0
+}
 
 /// Marks the file at `path` as sent on by a process that did not create it.
 /// `Ok` too where the filesystem keeps no such marks (`ENOTSUP`).

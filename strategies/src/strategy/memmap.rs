@@ -69,7 +69,7 @@ use nix::unistd::{ftruncate, unlink};
 use rustix::fs::{AtFlags, CWD, Statx, StatxFlags, makedev, statx};
 
 use crate::platform::mapping::{SharedMapping, is_regular_file, reserve};
-use crate::platform::memmap_marks;
+use crate::platform::memmap_marks::{self, CreationTag};
 use crate::platform::owner::check_own_user;
 use crate::platform::process::{Recipients, SentTo};
 use crate::strategy::error::{Exhausted, MAX_SEGMENT_BYTES, check_covers};
@@ -274,14 +274,19 @@ impl fmt::Debug for MappedFile {
 /// receiver that may map the file later, without keeping the segment: a
 /// lease holds no fd and no mapping, only the file's path and identity.
 /// The file is removed only while its path still names that very file
-/// (`lstat` shows the same identity and `statx` the same birth time), never
-/// a file put there since, even one given the freed inode number.
+/// (`lstat` shows the same identity, and the file carries the tag written
+/// on it at creation or, where the filesystem keeps no tag, `statx` shows
+/// the same birth time), never a file put there since, even one given the
+/// freed inode number in the same tick of the clock.
 #[derive(Debug)]
 pub struct FileLease {
     path: PathBuf,
     identity: FileIdentity,
     /// When the file was created, where the filesystem records it.
     born: Option<FileBirth>,
+    /// The tag written on the file when it was created, where the
+    /// filesystem keeps it: unlike the birth time, no later file shares it.
+    tag: Option<CreationTag>,
     len: usize,
     remove: bool,
     /// Set once a message naming the file may still be opened when the
@@ -440,7 +445,11 @@ impl Drop for FileLease {
         else {
             return;
         };
-        if identity == self.identity && (self.born.is_none() || born == self.born) {
+        let same_file = match self.tag {
+            Some(tag) => memmap_marks::carries_tag(&self.path, tag),
+            None => self.born.is_none() || born == self.born,
+        };
+        if identity == self.identity && same_file {
             let _ = unlink(&self.path);
         }
     }
@@ -618,6 +627,7 @@ impl SharingStrategy for MemmapStrategy {
                 dir: self.dir.display().to_string(),
                 errno,
             })?;
+        let tag = memmap_marks::tag_created(&fd);
         // SAFETY: `ftruncate` just sized the file to `nbytes`; another
         // process that truncates it later is what the guard handles.
         let mapping = unsafe { SharedMapping::map_guarded(fd.as_fd(), nbytes) }
@@ -627,6 +637,7 @@ impl SharingStrategy for MemmapStrategy {
             path: path.clone(),
             identity,
             born,
+            tag,
             len: nbytes,
             remove: !self.keep_files,
             left_for_receivers: AtomicBool::new(false),
