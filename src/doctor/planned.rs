@@ -64,7 +64,7 @@ fn needs(options: &DoctorOptions, load: &PlannedLoad) -> Vec<Need> {
     let room_in = match load.strategy {
         StrategyKind::FileSystem => Some(&options.shm_dir),
         StrategyKind::Memmap => Some(&options.temp_dir),
-        StrategyKind::FileDescriptor | StrategyKind::Bytes => None,
+        _ => None,
     };
     if let Some(dir) = room_in
         && let Ok((free, _)) = space(dir)

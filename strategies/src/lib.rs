@@ -132,21 +132,14 @@ pub mod platform;
 pub mod services;
 mod strategy;
 
-pub use strategy::{
-    AllocateError, Exhausted, ExportError, ImportError, MAX_SEGMENT_BYTES, Segment,
-    SharingStrategy, StrategyKind, UnknownStrategyError, WritableSegment, human_bytes,
-};
-pub use strategy::{bytes, file_descriptor, file_system, memmap};
+// The strategy layer is the crate's face: the trait, each strategy's
+// module, their kinds and errors.
+pub use strategy::*;
 
 /// The errno an OS failure carried; errors of this crate keep it.
 pub use nix::errno::Errno;
 pub use platform::map_count::MapCount;
 pub use platform::owner::UnixUser;
-
-use bytes::BytesStrategy;
-use file_descriptor::FileDescriptorStrategy;
-use file_system::FileSystemStrategy;
-use memmap::MemmapStrategy;
 
 /// Allocates a zero-filled writable segment of `nbytes` with the strategy
 /// named by `kind`.
@@ -161,7 +154,7 @@ use memmap::MemmapStrategy;
 /// Whatever the strategy's [`SharingStrategy::allocate`] reports.
 /// `file_system` segments are registered with this process's own manager,
 /// started on first use; `memmap` files go to the default directory
-/// ([`MemmapStrategy::default`]).
+/// ([`MemmapStrategy::default`](memmap::MemmapStrategy::default)).
 ///
 /// # Examples
 ///
@@ -181,10 +174,12 @@ pub fn allocate_writable(
     kind: StrategyKind,
     nbytes: usize,
 ) -> Result<Box<dyn WritableSegment>, AllocateError> {
-    match kind {
-        StrategyKind::FileDescriptor => Ok(Box::new(FileDescriptorStrategy.allocate(nbytes)?)),
-        StrategyKind::FileSystem => Ok(Box::new(FileSystemStrategy::default().allocate(nbytes)?)),
-        StrategyKind::Bytes => Ok(Box::new(BytesStrategy.allocate(nbytes)?)),
-        StrategyKind::Memmap => Ok(Box::new(MemmapStrategy::default().allocate(nbytes)?)),
+    struct Allocate(usize);
+    impl StrategyVisitor for Allocate {
+        type Output = Result<Box<dyn WritableSegment>, AllocateError>;
+        fn visit<S: SharingStrategy + Default + 'static>(self) -> Self::Output {
+            Ok(Box::new(S::default().allocate(self.0)?))
+        }
     }
+    kind.visit(Allocate(nbytes))
 }

@@ -46,12 +46,7 @@ impl Feed {
             Feed::TorchProducer,
             RUST_DEFAULT,
         ];
-        for strategy in [
-            StrategyKind::FileDescriptor,
-            StrategyKind::FileSystem,
-            StrategyKind::Bytes,
-            StrategyKind::Memmap,
-        ] {
+        for strategy in StrategyKind::ALL {
             for layout in [Layout::Separate, Layout::Arena] {
                 feeds.push(Feed::Rust {
                     strategy: Some(strategy),
@@ -105,8 +100,7 @@ impl Feed {
                     None => "default",
                     Some(StrategyKind::FileDescriptor) => "fd",
                     Some(StrategyKind::FileSystem) => "fs",
-                    Some(StrategyKind::Bytes) => "bytes",
-                    Some(StrategyKind::Memmap) => "memmap",
+                    Some(kind) => kind.name(),
                 };
                 let arena = if layout == Layout::Arena {
                     "-arena"

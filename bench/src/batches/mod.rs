@@ -503,19 +503,14 @@ fn one_storage_line(rows: &[Row]) -> String {
             })
             .map(|row| row.per_batch)
     };
-    let gains: Vec<String> = [
-        StrategyKind::FileDescriptor,
-        StrategyKind::FileSystem,
-        StrategyKind::Bytes,
-        StrategyKind::Memmap,
-    ]
-    .into_iter()
-    .filter_map(|strategy| {
-        let separate = per_batch(strategy, Layout::Separate)?;
-        let arena = per_batch(strategy, Layout::Arena)?;
-        Some(format!("{strategy} {:.2}x", separate / arena))
-    })
-    .collect();
+    let gains: Vec<String> = StrategyKind::ALL
+        .into_iter()
+        .filter_map(|strategy| {
+            let separate = per_batch(strategy, Layout::Separate)?;
+            let arena = per_batch(strategy, Layout::Arena)?;
+            Some(format!("{strategy} {:.2}x", separate / arena))
+        })
+        .collect();
     format!(
         "one storage a batch vs one a tensor, into torch: {}",
         gains.join(", ")

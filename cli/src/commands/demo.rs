@@ -15,14 +15,6 @@ use tensorshare_cli::peer::{Peer, connect_back};
 
 use super::workload::{TensorSpec, shared_identity};
 
-/// Every strategy, in the order the table shows them.
-const STRATEGIES: [StrategyKind; 4] = [
-    StrategyKind::FileDescriptor,
-    StrategyKind::FileSystem,
-    StrategyKind::Bytes,
-    StrategyKind::Memmap,
-];
-
 /// The most tensors `--tensors` takes: a run that long says nothing a
 /// shorter one does not, and the workload is planned up front.
 const MAX_TENSORS: usize = 1_000_000;
@@ -80,9 +72,9 @@ pub fn run(args: DemoArgs) -> Result<(), CliError> {
     );
 
     let per_leg: usize = workload.iter().map(TensorSpec::nbytes).sum();
-    let progress = progress_bar((per_leg * 2 * STRATEGIES.len()) as u64);
+    let progress = progress_bar((per_leg * 2 * StrategyKind::ALL.len()) as u64);
     let mut legs = Vec::new();
-    for strategy in STRATEGIES {
+    for strategy in StrategyKind::ALL {
         connection.send(&message("begin", Value::Str(strategy.to_string().into())))?;
         // The one context, sending with this leg's strategy.
         let mut leg = with_strategy(connection, strategy)?;

@@ -9,7 +9,7 @@ use tensorshare::doctor::{self, DoctorOptions, PlannedLoad};
 use tensorshare_cli::error::CliError;
 use tensorshare_cli::format;
 
-use super::strategy::StrategyName;
+use super::strategy::strategy_parser;
 
 #[derive(Debug, Args)]
 pub struct DoctorArgs {
@@ -18,8 +18,8 @@ pub struct DoctorArgs {
     json: bool,
     /// The strategy of a planned load (file_descriptor, file_system, bytes,
     /// memmap): says which limit it hits first.
-    #[arg(long, value_name = "NAME")]
-    strategy: Option<StrategyName>,
+    #[arg(long, value_name = "NAME", value_parser = strategy_parser())]
+    strategy: Option<StrategyKind>,
     /// Tensors a process of the planned load holds at once.
     #[arg(long, value_name = "N", default_value_t = 0)]
     tensors: u64,
@@ -41,9 +41,7 @@ pub fn run(args: DoctorArgs) -> Result<(), CliError> {
     let planned =
         (args.strategy.is_some() || args.tensors > 0 || args.bytes.is_some()).then(|| {
             PlannedLoad {
-                strategy: args
-                    .strategy
-                    .map_or(StrategyKind::FileDescriptor, StrategyKind::from),
+                strategy: args.strategy.unwrap_or(StrategyKind::FileDescriptor),
                 tensors: args.tensors,
                 bytes: args.bytes.unwrap_or(0) as u64,
             }

@@ -21,7 +21,7 @@ use tensorshare_cli::error::{CliError, one_line};
 
 use super::authkey::AuthkeyArgs;
 use super::shutdown::{ShutdownSignal, Wake};
-use super::strategy::StrategyName;
+use super::strategy::strategy_parser;
 
 #[derive(Debug, Args)]
 pub struct EchoArgs {
@@ -44,8 +44,8 @@ pub struct EchoArgs {
     #[command(flatten)]
     authkey: AuthkeyArgs,
     /// How storages are sent back.
-    #[arg(long, value_name = "NAME", value_enum, default_value_t = StrategyName::FileDescriptor)]
-    strategy: StrategyName,
+    #[arg(long, value_name = "NAME", value_parser = strategy_parser(), default_value = "file_descriptor")]
+    strategy: StrategyKind,
     /// Refuse messages longer than this many bytes before reading them
     /// (at least 1).
     #[arg(
@@ -81,7 +81,7 @@ pub struct EchoArgs {
 pub fn run(args: EchoArgs) -> Result<(), CliError> {
     let authkey = args.authkey.required()?;
     let mut sharing = SharingContext::new(authkey.clone())
-        .with_strategy(StrategyKind::from(args.strategy))
+        .with_strategy(args.strategy)
         .with_memmap_keep_files(args.keep_files);
     if let Some(dir) = &args.memmap_dir {
         sharing = sharing.with_memmap_dir(dir)?;

@@ -1,50 +1,13 @@
-//! `--strategy NAME`: the four sharing strategies as the command line
-//! names and describes them. The library's [`StrategyKind`] knows nothing
-//! of clap; this enum maps onto it.
+//! `--strategy NAME`: a sharing strategy as the command line takes it, by
+//! the name `torch.multiprocessing` gives it, with each strategy's own
+//! summary as its help.
 
-use clap::ValueEnum;
+use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use tensorshare::StrategyKind;
 
-/// A sharing strategy, by the name `torch.multiprocessing` gives it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum StrategyName {
-    /// A memfd per storage, whose fd the receiver fetches by SCM_RIGHTS
-    /// (torch's default): zero-copy
-    #[value(name = "file_descriptor")]
-    FileDescriptor,
-    /// A named segment in /dev/shm with torch's reference count, registered
-    /// with a shared-memory manager: zero-copy, no fd per storage
-    #[value(name = "file_system")]
-    FileSystem,
-    /// The bytes travel inside the message, as plain `pickle.dumps(tensor)`
-    /// writes them: a copy
-    #[value(name = "bytes")]
-    Bytes,
-    /// A file in the memmap directory that both sides map: zero-copy
-    #[value(name = "memmap")]
-    Memmap,
-}
-
-impl From<StrategyName> for StrategyKind {
-    fn from(name: StrategyName) -> Self {
-        match name {
-            StrategyName::FileDescriptor => StrategyKind::FileDescriptor,
-            StrategyName::FileSystem => StrategyKind::FileSystem,
-            StrategyName::Bytes => StrategyKind::Bytes,
-            StrategyName::Memmap => StrategyKind::Memmap,
-        }
-    }
-}
-
-impl From<StrategyKind> for StrategyName {
-    /// Every kind has a name here: a strategy added to the library fails to
-    /// compile until the command line knows it.
-    fn from(kind: StrategyKind) -> Self {
-        match kind {
-            StrategyKind::FileDescriptor => StrategyName::FileDescriptor,
-            StrategyKind::FileSystem => StrategyName::FileSystem,
-            StrategyKind::Bytes => StrategyName::Bytes,
-            StrategyKind::Memmap => StrategyName::Memmap,
-        }
-    }
+/// Parses `--strategy NAME` into the library's [`StrategyKind`], offering
+/// every strategy it has.
+pub fn strategy_parser() -> impl TypedValueParser<Value = StrategyKind> {
+    let names = StrategyKind::ALL.map(|kind| PossibleValue::new(kind.name()).help(kind.summary()));
+    PossibleValuesParser::new(names).try_map(|name| name.parse::<StrategyKind>())
 }
