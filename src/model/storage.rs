@@ -121,6 +121,21 @@ pub enum Residence {
     Cuda(CudaRef),
 }
 
+impl Residence {
+    /// The strategy whose memory holds the bytes: the one that made a
+    /// local segment, or whose handle describes memory elsewhere; `None`
+    /// on a GPU.
+    pub fn strategy(&self) -> Option<StrategyKind> {
+        match self {
+            Residence::Local(segment) => Some(segment.kind()),
+            Residence::FileDescriptor(_) => Some(StrategyKind::FileDescriptor),
+            Residence::FileSystem(_) => Some(StrategyKind::FileSystem),
+            Residence::Memmap(_) => Some(StrategyKind::Memmap),
+            Residence::Cuda(_) => None,
+        }
+    }
+}
+
 /// An untyped storage: `nbytes` bytes, local or described by a handle.
 ///
 /// Cloning is cheap and keeps identity: two clones are the same storage, as
@@ -366,13 +381,10 @@ impl Storage {
         if self.0.nbytes == 0 {
             return StorageKind::Empty;
         }
-        match &self.0.residence {
-            Residence::Local(segment) => segment.kind().into(),
-            Residence::FileDescriptor(_) => StorageKind::FileDescriptor,
-            Residence::FileSystem(_) => StorageKind::FileSystem,
-            Residence::Memmap(_) => StorageKind::Memmap,
-            Residence::Cuda(_) => StorageKind::Cuda,
-        }
+        self.0
+            .residence
+            .strategy()
+            .map_or(StorageKind::Cuda, StorageKind::from)
     }
 
     /// The bytes, when they are in this process.

@@ -11,16 +11,14 @@
 
 use std::fmt;
 
-use crate::model::{DupFdRef, SegmentRef, Storage};
+use crate::model::{Residence, Storage};
 
 /// Attaches the storages one received message names, `nbytes` of each.
 pub(crate) trait StorageAttacher: fmt::Debug {
-    /// The storage a `DupFd` names.
-    fn attach_fd(&self, dup_fd: &DupFdRef, nbytes: usize) -> Result<Storage, AttachFailed>;
-    /// The storage in a `file_system` segment.
-    fn attach_segment(&self, segment: &SegmentRef, nbytes: usize) -> Result<Storage, AttachFailed>;
-    /// The storage in the `memmap` file at `path`.
-    fn attach_file(&self, path: &str, nbytes: usize) -> Result<Storage, AttachFailed>;
+    /// The storage `remote` names, as the rebuilder of its form read it
+    /// from the pickle: a `DupFd`, a `file_system` segment, a `memmap`
+    /// file.
+    fn attach(&self, remote: &Residence, nbytes: usize) -> Result<Storage, AttachFailed>;
 }
 
 /// A storage could not be attached, and why, in the attaching layer's own

@@ -79,18 +79,16 @@ fn from_file(call: Call<'_>) -> Result<Value, RebuildError> {
     };
     let nbytes =
         usize::try_from(*nbytes).map_err(|_| call.invalid(format!("negative nbytes {nbytes}")))?;
+    let remote = Residence::Memmap(MemmapRef {
+        path: PathBuf::from(&**path),
+    });
     let storage = match call.attacher {
         Some(attacher) => attacher
-            .attach_file(path, nbytes)
+            .attach(&remote, nbytes)
             .map_err(|failed| call.attach_failed(failed))?,
         // Every reference to one path in a message is one storage.
         None => call.shared_storage(StorageKey::File(path.to_string()), || {
-            Storage::remote(
-                Residence::Memmap(MemmapRef {
-                    path: PathBuf::from(&**path),
-                }),
-                nbytes,
-            )
+            Storage::remote(remote, nbytes)
         }),
     };
     Ok(Value::Storage(storage))

@@ -209,14 +209,14 @@ fn rebuild_storage_fd(call: Call<'_>) -> Result<Value, RebuildError> {
     let size = int(&call, size, "size")?;
     // The class and size are checked before anything is fetched, and a
     // legacy class counts elements whether or not the fd is attached.
-    storage_of_class(&call, cls, size, |nbytes| match call.attacher {
-        Some(attacher) => attacher
-            .attach_fd(dup_fd, nbytes)
-            .map_err(|failed| call.attach_failed(failed)),
-        None => Ok(Storage::remote(
-            Residence::FileDescriptor(dup_fd.clone()),
-            nbytes,
-        )),
+    storage_of_class(&call, cls, size, |nbytes| {
+        let remote = Residence::FileDescriptor(dup_fd.clone());
+        match call.attacher {
+            Some(attacher) => attacher
+                .attach(&remote, nbytes)
+                .map_err(|failed| call.attach_failed(failed)),
+            None => Ok(Storage::remote(remote, nbytes)),
+        }
     })
 }
 
@@ -243,7 +243,7 @@ fn rebuild_storage_filename(call: Call<'_>) -> Result<Value, RebuildError> {
         // goes to the receipt; the context's cache by name makes repeats
         // one storage.
         Some(attacher) => attacher
-            .attach_segment(&segment, nbytes)
+            .attach(&Residence::FileSystem(segment.clone()), nbytes)
             .map_err(|failed| call.attach_failed(failed)),
         // Every reference to one segment name in a message is one storage, as
         // torch's receiver finds it in its cache by handle.

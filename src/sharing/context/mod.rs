@@ -3,13 +3,9 @@
 //! strategy's wire form.
 
 mod batch;
-mod bytes;
 mod cache;
 mod fetch_wait;
-mod file_descriptor;
-mod file_system;
 mod form;
-mod memmap;
 mod network;
 mod placed;
 mod receipt;
@@ -25,17 +21,15 @@ use tensorshare_compat::pickle::{
     Decoded, EncodeOptions, EncodedPickle, SharedBytes, decode_all, decode_all_shared,
     encode_vectored,
 };
-use tensorshare_strategies::bytes::BytesStrategy;
 use tensorshare_strategies::file_descriptor::{FdBudget, FdSegment, FileDescriptorStrategy};
-use tensorshare_strategies::file_system::FileSystemStrategy;
 use tensorshare_strategies::memmap::MemmapStrategy;
 use tensorshare_strategies::platform::fd_passing::MAX_FDS_PER_MESSAGE;
 use tensorshare_strategies::services::shm_manager;
 use tensorshare_strategies::{AllocateError, StrategyKind, WritableSegment};
 
+use form::memmap::MemmapShares;
 use form::{Reduced, TorchForm, WithStrategy, reduce_message};
-use memmap::MemmapShares;
-use shares::Shares;
+use shares::SharesByKind;
 
 pub(crate) use network::MessageOrigin;
 
@@ -134,10 +128,9 @@ struct ContextState {
     /// `TENSORSHARE_SHARER_DIR` says ([`SharerSocket::from_env`]).
     sharer_socket: Mutex<Option<SharerSocket>>,
     /// The storages each strategy sent and received by shared object: fd
-    /// storages by inode, `file_system` ones by segment name.
-    fd: Shares<FileDescriptorStrategy>,
-    fs: Shares<FileSystemStrategy>,
-    bytes: Shares<BytesStrategy>,
+    /// storages by inode, `file_system` ones by segment name (`memmap`'s
+    /// are a handle's setting, as its directory is).
+    shares: SharesByKind,
     /// The memory [`allocate`](SharingContext::allocate) hands out again.
     pools: Pools,
     /// Where the default puts each storage.
@@ -184,9 +177,7 @@ impl SharingContext {
         let state = ContextState {
             sharer: OnceLock::new(),
             sharer_socket: Mutex::new(None),
-            fd: Shares::new(FileDescriptorStrategy),
-            fs: Shares::new(FileSystemStrategy::default()),
-            bytes: Shares::new(BytesStrategy),
+            shares: SharesByKind::default(),
             pools: Pools::new(fd_limit / 4),
             placement: Placement::probe(),
             // Unfetched registrations hold an fd each: at least a few.

@@ -23,9 +23,12 @@ use std::os::fd::OwnedFd;
 
 use tensorshare_compat::pickle::Pickle;
 
+use tensorshare_strategies::ImportError;
+
+use super::form::{TorchForm, WithStrategy};
 use super::{MessageOrigin, SharingContext};
 use crate::Error;
-use crate::model::{DupFdRef, SegmentRef, Storage};
+use crate::model::{DupFdRef, Residence, Storage};
 use crate::registry::attach::{AttachFailed, StorageAttacher};
 use crate::registry::dup_fd_ids;
 
@@ -105,42 +108,49 @@ impl<'a> Receipt<'a> {
         }
     }
 
-    /// The storage a `DupFd` names, `nbytes` long: mapped from the attached
-    /// fd when one came for it, else fetched from the sender's sharer.
-    fn fd(&self, dup_fd: &DupFdRef, nbytes: usize) -> Result<Storage, Error> {
-        self.origin.admit_shared_memory("rebuild_storage_fd")?;
-        let attached = self.attached.borrow_mut().pair(dup_fd);
-        // An attached fd that cannot be what the DupFd names (not shared
-        // memory, too small, not writable) is not trusted over the sharer.
-        if let Some(Ok(storage)) = attached.map(|fd| self.context.map_fd(fd, nbytes, Some(dup_fd)))
-        {
-            return Ok(storage);
-        }
-        let fd = crate::resource_sharer::fetch_fd(
-            &dup_fd.address,
-            dup_fd.key,
-            self.context.authkey().as_bytes(),
-            self.context.settings.fetch_timeout,
-        )?;
-        self.context.map_fd(fd, nbytes, None)
+    /// The context attaching the message's storages.
+    pub(super) fn context(&self) -> &'a SharingContext {
+        self.context
+    }
+
+    /// The fd that arrived attached to the message for `dup_fd`, if one
+    /// did and it was not taken yet.
+    pub(super) fn take_attached_fd(&self, dup_fd: &DupFdRef) -> Option<OwnedFd> {
+        self.attached.borrow_mut().pair(dup_fd)
     }
 }
 
+/// Each storage the message names is attached by the form of the strategy
+/// that sent it, where this message's origin lets its memory reach.
 impl StorageAttacher for Receipt<'_> {
-    fn attach_fd(&self, dup_fd: &DupFdRef, nbytes: usize) -> Result<Storage, AttachFailed> {
-        carried(self.fd(dup_fd, nbytes))
-    }
-
-    fn attach_segment(&self, segment: &SegmentRef, nbytes: usize) -> Result<Storage, AttachFailed> {
-        let origin = self.origin.admit_shared_memory("rebuild_storage_filename");
-        carried(origin.and_then(|()| self.context.map_segment(segment, nbytes)))
-    }
-
-    fn attach_file(&self, path: &str, nbytes: usize) -> Result<Storage, AttachFailed> {
-        let origin = self
-            .origin
-            .admit_shared_memory("UntypedStorage.from_file (memmap)");
-        carried(origin.and_then(|()| self.context.map_file(path, nbytes)))
+    fn attach(&self, remote: &Residence, nbytes: usize) -> Result<Storage, AttachFailed> {
+        struct Attach<'r, 'a> {
+            receipt: &'r Receipt<'a>,
+            remote: &'r Residence,
+            nbytes: usize,
+        }
+        impl WithStrategy for Attach<'_, '_> {
+            type Output = Result<Storage, Error>;
+            fn run<S: TorchForm>(self, _context: &SharingContext) -> Self::Output {
+                self.receipt.origin.admit_shared_memory(S::REBUILDER)?;
+                S::attach(self.receipt, self.remote, self.nbytes)
+            }
+        }
+        let attached = match remote.strategy() {
+            Some(kind) => self.context.using_strategy(
+                kind,
+                Attach {
+                    receipt: self,
+                    remote,
+                    nbytes,
+                },
+            ),
+            None => Err(ImportError::InvalidHandle {
+                reason: format!("{remote:?} names no storage this process can attach"),
+            }
+            .into()),
+        };
+        carried(attached)
     }
 }
 

@@ -2,9 +2,11 @@
 //! storages it holds by shared object, and the one way every strategy's
 //! received handles become storages.
 
-use std::sync::Arc;
+use std::any::Any;
+use std::fmt;
+use std::sync::{Arc, OnceLock};
 
-use tensorshare_strategies::SharingStrategy;
+use tensorshare_strategies::{SharingStrategy, StrategyKind};
 
 use super::cache::WeakStorageCache;
 use crate::Error;
@@ -97,5 +99,41 @@ impl<S: SharingStrategy> Shares<S> {
             |segment| Storage::from_segment(Arc::new(segment)),
         )?;
         Ok(arrival.storage)
+    }
+}
+
+/// Every strategy's [`Shares`] in a context, each made on first use with
+/// the strategy's default configuration: a strategy added to the list of
+/// forms needs no field here.
+#[derive(Default)]
+pub(super) struct SharesByKind {
+    /// By the kind's place in [`StrategyKind::ALL`].
+    slots: [OnceLock<Box<dyn Any + Send + Sync>>; StrategyKind::ALL.len()],
+}
+
+impl SharesByKind {
+    /// `S`'s part, made now if this is its first use.
+    pub(super) fn get<S: SharingStrategy + Default + 'static>(&self) -> &Shares<S> {
+        let place = StrategyKind::ALL
+            .iter()
+            .position(|kind| *kind == S::KIND)
+            .unwrap_or_default();
+        self.slots[place]
+            .get_or_init(|| Box::new(Shares::new(S::default())))
+            .downcast_ref()
+            // The list of forms gives each kind one type, so a slot holds
+            // the shares of the type that asks for it.
+            .expect("one strategy type per kind")
+    }
+}
+
+impl fmt::Debug for SharesByKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let made: Vec<StrategyKind> = StrategyKind::ALL
+            .into_iter()
+            .zip(&self.slots)
+            .filter_map(|(kind, slot)| slot.get().map(|_| kind))
+            .collect();
+        f.debug_struct("SharesByKind").field("made", &made).finish()
     }
 }

@@ -9,19 +9,17 @@ use tensorshare_strategies::file_system::{
 use tensorshare_strategies::services::shm_manager::ManagerHandle;
 use tensorshare_strategies::{AllocateError, ImportError, SharingStrategy};
 
-use super::super::pools;
-use super::SharingContext;
-use super::form::{HandleForm, MessageParts, TorchForm, reduce_handle};
-use super::shares::Shares;
+use crate::sharing::pools;
+use crate::sharing::context::SharingContext;
+use super::{HandleForm, MessageParts, TorchForm, not_a_handle, reduce_handle};
+use crate::sharing::context::receipt::Receipt;
 use crate::Error;
-use crate::model::{SegmentRef, Storage, StorageWriter};
+use crate::model::{Residence, Storage, StorageWriter};
 use crate::registry::REDUCTIONS;
 use tensorshare_compat::pickle::PickleBuilder;
 
 impl TorchForm for FileSystemStrategy {
-    fn shares(context: &SharingContext) -> &Shares<Self> {
-        &context.state.fs
-    }
+    const REBUILDER: &'static str = "rebuild_storage_filename";
 
     fn reduce_storage(
         context: &SharingContext,
@@ -42,9 +40,30 @@ impl TorchForm for FileSystemStrategy {
     ) -> Result<StorageWriter, AllocateError> {
         pools::allocate(
             context.state.pools.segments(),
-            &context.state.fs.strategy,
+            &Self::shares(context).strategy,
             nbytes,
         )
+    }
+
+    /// Maps `nbytes` of the segment a message names, once per segment
+    /// while it lives (torch's `storage_from_cache(cls, handle)`), and
+    /// takes back the count its sender added for the message.
+    fn attach(receipt: &Receipt<'_>, remote: &Residence, nbytes: usize) -> Result<Storage, Error> {
+        let Residence::FileSystem(segment) = remote else {
+            return Err(not_a_handle::<Self>(remote));
+        };
+        let invalid = |reason: String| ImportError::InvalidHandle { reason };
+        let name = SegmentName::parse(&segment.name).map_err(|e| invalid(e.to_string()))?;
+        let manager = ManagerHandle::from_bytes(&segment.manager_handle)
+            .map_err(|e| invalid(format!("the manager handle: {e}")))?;
+        let pools = &receipt.context().state.pools;
+        let arrival = Self::shares(receipt.context()).receive(
+            SegmentHandle::received(manager, name),
+            nbytes,
+            |name| pools.take_dormant_segment(name),
+            |segment| pools.received_segment(segment),
+        )?;
+        Ok(arrival.storage)
     }
 }
 
@@ -63,7 +82,7 @@ impl HandleForm for FileSystemStrategy {
         out: &mut PickleBuilder,
         message: &MessageParts,
     ) -> Result<NodeId, Error> {
-        let (manager, name) = context.state.fs.strategy.export(segment)?.into_parts();
+        let (manager, name) = Self::shares(context).strategy.export(segment)?.into_parts();
         if let Some(receiver) = message.receiver {
             segment.sent_to(receiver);
         }
@@ -76,25 +95,3 @@ impl HandleForm for FileSystemStrategy {
     }
 }
 
-impl SharingContext {
-    /// Maps `nbytes` of the segment a message names, once per segment while
-    /// it lives (torch's `storage_from_cache(cls, handle)`), and takes back
-    /// the count its sender added for the message.
-    pub(super) fn map_segment(
-        &self,
-        segment: &SegmentRef,
-        nbytes: usize,
-    ) -> Result<Storage, Error> {
-        let invalid = |reason: String| ImportError::InvalidHandle { reason };
-        let name = SegmentName::parse(&segment.name).map_err(|e| invalid(e.to_string()))?;
-        let manager = ManagerHandle::from_bytes(&segment.manager_handle)
-            .map_err(|e| invalid(format!("the manager handle: {e}")))?;
-        let arrival = self.state.fs.receive(
-            SegmentHandle::received(manager, name),
-            nbytes,
-            |name| self.state.pools.take_dormant_segment(name),
-            |segment| self.state.pools.received_segment(segment),
-        )?;
-        Ok(arrival.storage)
-    }
-}

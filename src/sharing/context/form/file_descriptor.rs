@@ -9,19 +9,17 @@ use tensorshare_compat::pickle::{Node, NodeId};
 use tensorshare_strategies::file_descriptor::{FdSegment, FileDescriptorStrategy};
 use tensorshare_strategies::{AllocateError, SharingStrategy};
 
-use super::super::pools;
-use super::SharingContext;
-use super::form::{HandleForm, MessageParts, TorchForm, reduce_handle};
-use super::shares::Shares;
+use crate::sharing::pools;
+use crate::sharing::context::SharingContext;
+use super::{HandleForm, MessageParts, TorchForm, not_a_handle, reduce_handle};
+use crate::sharing::context::receipt::Receipt;
 use crate::Error;
-use crate::model::{DupFdRef, Storage, StorageWriter};
+use crate::model::{DupFdRef, Residence, Storage, StorageWriter};
 use crate::registry::REDUCTIONS;
 use tensorshare_compat::pickle::PickleBuilder;
 
 impl TorchForm for FileDescriptorStrategy {
-    fn shares(context: &SharingContext) -> &Shares<Self> {
-        &context.state.fd
-    }
+    const REBUILDER: &'static str = "rebuild_storage_fd";
 
     fn reduce_storage(
         context: &SharingContext,
@@ -47,9 +45,34 @@ impl TorchForm for FileDescriptorStrategy {
         }
         pools::allocate(
             context.state.pools.memfds(),
-            &context.state.fd.strategy,
+            &Self::shares(context).strategy,
             nbytes,
         )
+    }
+
+    /// The storage a `DupFd` names: mapped from the fd attached to the
+    /// message for it when one came, else fetched from the sender's
+    /// resource sharer.
+    fn attach(receipt: &Receipt<'_>, remote: &Residence, nbytes: usize) -> Result<Storage, Error> {
+        let Residence::FileDescriptor(dup_fd) = remote else {
+            return Err(not_a_handle::<Self>(remote));
+        };
+        let context = receipt.context();
+        // An attached fd that cannot be what the DupFd names (not shared
+        // memory, too small, not writable) is not trusted over the sharer.
+        if let Some(Ok(storage)) = receipt
+            .take_attached_fd(dup_fd)
+            .map(|fd| context.map_fd(fd, nbytes, Some(dup_fd)))
+        {
+            return Ok(storage);
+        }
+        let fd = crate::resource_sharer::fetch_fd(
+            &dup_fd.address,
+            dup_fd.key,
+            context.authkey().as_bytes(),
+            context.settings.fetch_timeout,
+        )?;
+        context.map_fd(fd, nbytes, None)
     }
 }
 
@@ -66,7 +89,7 @@ impl HandleForm for FileDescriptorStrategy {
         message: &MessageParts,
     ) -> Result<NodeId, Error> {
         let identity = segment.identity();
-        let fd = context.state.fd.strategy.export(segment)?;
+        let fd = Self::shares(context).strategy.export(segment)?;
         let registration = context.resource_sharer()?.register(fd)?;
         let id = registration.id().clone();
         context.state.pools.memfd_sent(identity, id.key);
@@ -106,13 +129,13 @@ impl SharingContext {
     /// An fd that came `attached` to its message, under a key from a
     /// tensorshare sharer, makes a storage whose sender hears when it is
     /// unmapped here, so that it may reuse the memory.
-    pub(super) fn map_fd(
+    fn map_fd(
         &self,
         fd: OwnedFd,
         nbytes: usize,
         attached: Option<&DupFdRef>,
     ) -> Result<Storage, Error> {
-        let arrival = self.state.fd.receive(
+        let arrival = FileDescriptorStrategy::shares(self).receive(
             fd,
             nbytes,
             |identity| self.state.notices.take_dormant(*identity),

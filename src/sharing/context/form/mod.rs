@@ -1,38 +1,77 @@
 //! Each strategy in torch's pickles: the interface a context calls per
-//! strategy, the writer of a message's storages, and the one place that
-//! picks a strategy by its kind.
+//! strategy, a module per strategy that implements it, the writer of a
+//! message's storages, and the one place that picks a strategy by its
+//! kind.
 //!
 //! A strategy's part is its [`TorchForm`]: how one storage is written
-//! into a pickle, and how a storage to send is allocated. The three that
-//! share memory send a handle per storage ([`HandleForm`], written by
-//! [`reduce_handle`] after the storage has moved into the strategy's
-//! memory); `bytes` writes it inline. A message names one strategy for
-//! all its storages, or, under the default, each storage's own form
+//! into a pickle, how a storage to send is allocated, and how a storage
+//! a received pickle names is attached. The three that share memory send
+//! a handle per storage ([`HandleForm`], written by [`reduce_handle`]
+//! after the storage has moved into the strategy's memory); `bytes`
+//! writes it inline. A message names one strategy for all its storages,
+//! or, under the default, each storage's own form
 //! (`Placement::form_to_send`). What they receive comes back through
-//! [`Shares::receive`](super::shares::Shares::receive), called by the
-//! registry's attacher for the handle the pickle names.
+//! [`TorchForm::attach`], which the registry's rebuilders reach through
+//! the message's [`Receipt`] for the handle the pickle names.
 
 use std::cell::{Cell, RefCell};
 
 use tensorshare_compat::pickle::{EncodeOptions, NodeId, Pickle};
-use tensorshare_strategies::bytes::BytesStrategy;
-use tensorshare_strategies::file_descriptor::FileDescriptorStrategy;
-use tensorshare_strategies::file_system::FileSystemStrategy;
-use tensorshare_strategies::memmap::MemmapStrategy;
-use tensorshare_strategies::{AllocateError, SharingStrategy, StrategyKind};
+use tensorshare_strategies::{AllocateError, ImportError, SharingStrategy, StrategyKind};
 
 use super::SharingContext;
+use super::receipt::Receipt;
 use super::shares::Shares;
 use crate::Error;
-use crate::model::{Storage, StorageWriter, Value};
+use crate::model::{Residence, Storage, StorageWriter, Value};
 use crate::reduce::{ReduceError, StorageReducer, reduce_value};
 use crate::registry::REDUCTIONS;
 use tensorshare_compat::pickle::PickleBuilder;
 
-/// A strategy as a [`SharingContext`] sends with it.
-pub(crate) trait TorchForm: SharingStrategy + Sized {
-    /// This strategy's part of `context`.
-    fn shares(context: &SharingContext) -> &Shares<Self>;
+/// Declares each strategy's module and makes [`SharingContext::using_strategy`]
+/// from the list below.
+macro_rules! forms {
+    ($($kind:ident => $module:ident::$strategy:ident,)*) => {
+        $(pub(super) mod $module;)*
+
+        impl SharingContext {
+            /// Runs `work` with the strategy `kind`: the one place a
+            /// strategy is picked by its kind.
+            pub(crate) fn using_strategy<W: WithStrategy>(
+                &self,
+                kind: StrategyKind,
+                work: W,
+            ) -> W::Output {
+                match kind {
+                    $(StrategyKind::$kind => {
+                        work.run::<tensorshare_strategies::$module::$strategy>(self)
+                    })*
+                }
+            }
+        }
+    };
+}
+
+// Every strategy's form, one line each: its kind, and the module here
+// that writes and attaches its storages.
+forms! {
+    FileDescriptor => file_descriptor::FileDescriptorStrategy,
+    FileSystem => file_system::FileSystemStrategy,
+    Bytes => bytes::BytesStrategy,
+    Memmap => memmap::MemmapStrategy,
+}
+
+/// A strategy as a [`SharingContext`] sends and receives with it.
+pub(crate) trait TorchForm: SharingStrategy + Default + Sized + 'static {
+    /// The callable its messages name for a storage, for the error that
+    /// refuses one where its memory cannot reach (over TCP).
+    const REBUILDER: &'static str;
+
+    /// This strategy's part of `context`: by default one per context,
+    /// made with the strategy's default configuration on first use.
+    fn shares(context: &SharingContext) -> &Shares<Self> {
+        context.state.shares.get()
+    }
 
     /// Writes `storage`, of at least one byte, as this strategy sends it,
     /// with what the message's storages share in `message`.
@@ -52,6 +91,27 @@ pub(crate) trait TorchForm: SharingStrategy + Sized {
         let segment = Self::shares(context).strategy.allocate(nbytes)?;
         Ok(StorageWriter::new(Box::new(segment)))
     }
+
+    /// The storage of `nbytes` a received message names by `remote`, one
+    /// of this strategy's handles, attached for `receipt`'s message.
+    ///
+    /// # Errors
+    ///
+    /// The strategy's own, or [`ImportError::InvalidHandle`] for a
+    /// strategy whose storages travel inline, which names none.
+    fn attach(receipt: &Receipt<'_>, remote: &Residence, nbytes: usize) -> Result<Storage, Error> {
+        let _ = (receipt, nbytes);
+        Err(not_a_handle::<Self>(remote))
+    }
+}
+
+/// The error for a `remote` residence that `S` cannot attach: the
+/// registry gave it another strategy's handle, or `S` sends none.
+pub(crate) fn not_a_handle<S: TorchForm>(remote: &Residence) -> Error {
+    ImportError::InvalidHandle {
+        reason: format!("{} cannot attach {remote:?}", S::KIND),
+    }
+    .into()
 }
 
 /// A strategy whose storages travel as handles to memory both sides map.
@@ -212,17 +272,4 @@ pub(crate) trait WithStrategy {
 
     /// Does the work with strategy `S`.
     fn run<S: TorchForm>(self, context: &SharingContext) -> Self::Output;
-}
-
-impl SharingContext {
-    /// Runs `work` with the strategy `kind`: the one place a strategy is
-    /// picked by its kind.
-    pub(crate) fn using_strategy<W: WithStrategy>(&self, kind: StrategyKind, work: W) -> W::Output {
-        match kind {
-            StrategyKind::FileDescriptor => work.run::<FileDescriptorStrategy>(self),
-            StrategyKind::FileSystem => work.run::<FileSystemStrategy>(self),
-            StrategyKind::Bytes => work.run::<BytesStrategy>(self),
-            StrategyKind::Memmap => work.run::<MemmapStrategy>(self),
-        }
-    }
 }

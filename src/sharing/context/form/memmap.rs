@@ -43,18 +43,22 @@ use tensorshare_compat::pickle::{Node, NodeId};
 use tensorshare_strategies::memmap::{MemmapHandle, MemmapSegment, MemmapStrategy};
 use tensorshare_strategies::{AllocateError, SharingStrategy};
 
-use super::super::lifetimes::{RetentionLimits, SentFiles};
-use super::super::pools::{self, MemmapPool, Pool};
-use super::SharingContext;
-use super::form::{HandleForm, MessageParts, TorchForm, reduce_handle};
-use super::shares::Shares;
+use crate::sharing::lifetimes::{RetentionLimits, SentFiles};
+use crate::sharing::pools::{self, MemmapPool, Pool};
+use crate::sharing::context::SharingContext;
+use super::{HandleForm, MessageParts, TorchForm, not_a_handle, reduce_handle};
+use crate::sharing::context::receipt::Receipt;
+use crate::sharing::context::shares::Shares;
 use crate::Error;
-use crate::model::{Storage, StorageWriter};
+use crate::model::{Residence, Storage, StorageWriter};
 use crate::reduce::ReduceError;
 use crate::registry::memmap::{FROM_FILE, GETATTR, STORAGE_BASE};
 use tensorshare_compat::pickle::PickleBuilder;
 
 impl TorchForm for MemmapStrategy {
+    const REBUILDER: &'static str = "UntypedStorage.from_file (memmap)";
+
+    /// A handle's own: its directory is a setting of the handle.
     fn shares(context: &SharingContext) -> &Shares<Self> {
         &context.settings.memmap.shares
     }
@@ -84,6 +88,15 @@ impl TorchForm for MemmapStrategy {
             return Ok(StorageWriter::new(Box::new(strategy.allocate(nbytes)?)));
         }
         pools::allocate(&memmap.pool, strategy, nbytes)
+    }
+
+    /// Maps `nbytes` of the file a message names, once per file while it
+    /// lives.
+    fn attach(receipt: &Receipt<'_>, remote: &Residence, nbytes: usize) -> Result<Storage, Error> {
+        let Residence::Memmap(file) = remote else {
+            return Err(not_a_handle::<Self>(remote));
+        };
+        Self::shares(receipt.context()).receive_plain(MemmapHandle::received(file.path.clone()), nbytes)
     }
 }
 
@@ -123,16 +136,16 @@ impl HandleForm for MemmapStrategy {
 /// a handle given another directory, or told to keep its files, gets its
 /// own.
 #[derive(Debug)]
-pub(super) struct MemmapShares {
+pub(in crate::sharing::context) struct MemmapShares {
     shares: Shares<MemmapStrategy>,
     pool: Arc<MemmapPool>,
     /// The leases of the files sent, kept within their bounds: torch tells
     /// no sender that it mapped a file.
-    pub(super) sent_files: SentFiles,
+    pub(in crate::sharing::context) sent_files: SentFiles,
 }
 
 impl MemmapShares {
-    pub(super) fn new(strategy: MemmapStrategy, limits: RetentionLimits) -> Self {
+    pub(in crate::sharing::context) fn new(strategy: MemmapStrategy, limits: RetentionLimits) -> Self {
         Self {
             pool: pools::memmap_pool(strategy.dir()),
             shares: Shares::new(strategy),
@@ -168,7 +181,7 @@ impl MemmapShares {
     /// How many files sent and kept for their receivers are still to be
     /// opened by at least one of them, as far as the kernel's open events
     /// tell; files whose opens cannot be counted are not waited for.
-    pub(super) fn unopened_sent_files(&self) -> usize {
+    pub(in crate::sharing::context) fn unopened_sent_files(&self) -> usize {
         let leases = self.sent_files.awaited_leases();
         self.pool
             .all_opened(leases.iter().map(|lease| lease.path()))
@@ -196,7 +209,7 @@ impl MemmapShares {
 
     /// Lets go of the files kept, as the context's shutdown does: but for
     /// those a message may still be on its way to.
-    pub(super) fn clear(&self) {
+    pub(in crate::sharing::context) fn clear(&self) {
         self.leave_unopened_sent_files();
         self.sent_files.clear();
         self.pool.make_room();
@@ -212,14 +225,6 @@ impl Drop for MemmapShares {
 }
 
 impl SharingContext {
-    /// Maps `nbytes` of the file at `path`, once per file while it lives.
-    pub(super) fn map_file(&self, path: &str, nbytes: usize) -> Result<Storage, Error> {
-        self.settings
-            .memmap
-            .shares
-            .receive_plain(MemmapHandle::received(path), nbytes)
-    }
-
     /// Creates memmap files in, and accepts them only from, `dir` (default:
     /// `$TMPDIR`, or `/tmp`).
     ///

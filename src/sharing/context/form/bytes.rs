@@ -41,9 +41,8 @@
 use tensorshare_compat::pickle::{Node, NodeId};
 use tensorshare_strategies::bytes::BytesStrategy;
 
-use super::SharingContext;
-use super::form::{MessageParts, TorchForm};
-use super::shares::Shares;
+use crate::sharing::context::SharingContext;
+use super::{MessageParts, TorchForm};
 use crate::Error;
 use crate::model::Storage;
 use crate::reduce::ReduceError;
@@ -51,9 +50,7 @@ use crate::registry::frombuffer::{DTYPE_KEYWORD, FROMBUFFER, PARTIAL, UNTYPED_ST
 use tensorshare_compat::pickle::PickleBuilder;
 
 impl TorchForm for BytesStrategy {
-    fn shares(context: &SharingContext) -> &Shares<Self> {
-        &context.state.bytes
-    }
+    const REBUILDER: &'static str = "torch.frombuffer";
 
     /// Writes the storage's bytes as a `bytearray` that `torch.frombuffer`
     /// wraps; a storage whose bytes are not in this process is
