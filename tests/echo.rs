@@ -55,6 +55,26 @@ fn an_echoed_storage_is_the_storage_sent() {
     assert!(inodes.windows(2).all(|w| w[0] == w[1]), "{inodes:?}");
 }
 
+/// The fifth strategy `CONTRIBUTING.md` adds, built with `--cfg
+/// tensorshare_tmpfile`: every case goes to `tensorshare echo` and back
+/// under it, and what comes back is the memory sent.
+#[cfg(tensorshare_tmpfile)]
+#[test]
+fn the_strategy_contributing_adds_echoes_with_itself() {
+    let _counts = support::process_counts::making();
+    let authkey = Authkey::random().unwrap();
+    let mut server = Server::echo(&authkey, "tmpfile");
+    let sharing = SharingContext::new(authkey.clone()).with_strategy(StrategyKind::Tmpfile);
+    let mut connection = server.connect(&sharing);
+    support::assert_echoes_intact(&mut server, &mut connection, "echo");
+    // Allocated in the strategy's memory, sent from there, and back.
+    let sent = tensorshare::Tensor::from_slice(&sharing, &[0.5f32; 1024], &[1024])
+        .expect("a tensor in a tmpfile");
+    assert_eq!(sent.storage().kind(), StrategyKind::Tmpfile.into());
+    let (_echoed, storages) = cases::echo_times(&mut connection, &sent, 1);
+    assert!(storages[0].same_as(sent.storage()));
+}
+
 #[test]
 fn thousands_of_messages_leak_no_fds_or_mappings() {
     let _counts = support::process_counts::counting();

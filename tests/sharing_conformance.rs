@@ -67,6 +67,8 @@ sharing_conformance!(file_descriptor, StrategyKind::FileDescriptor);
 sharing_conformance!(file_system, StrategyKind::FileSystem);
 sharing_conformance!(bytes, StrategyKind::Bytes);
 sharing_conformance!(memmap, StrategyKind::Memmap);
+#[cfg(tensorshare_tmpfile)]
+sharing_conformance!(tmpfile, StrategyKind::Tmpfile);
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 

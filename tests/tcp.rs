@@ -145,7 +145,11 @@ fn storages_go_as_bytes_over_tcp_whatever_strategy_the_context_prefers() {
         connection.send(&shared).expect("send");
         let back = connection.recv().expect("echo");
         let kind = back.as_tensor().expect("a tensor").storage().kind();
-        assert_eq!(kind, StorageKind::Bytes, "{strategy}");
+        assert_eq!(
+            kind,
+            StorageKind::Strategy(StrategyKind::Bytes),
+            "{strategy}"
+        );
         assert_eq!(
             client.unfetched_shares(),
             0,
@@ -196,7 +200,7 @@ fn a_pinned_shared_memory_strategy_refuses_tcp_and_keeps_unix() {
     let got = theirs.recv().expect("receive");
     assert_eq!(
         got.as_tensor().expect("tensor").storage().kind(),
-        StorageKind::FileDescriptor
+        StorageKind::Strategy(StrategyKind::FileDescriptor)
     );
 }
 

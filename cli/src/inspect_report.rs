@@ -35,6 +35,7 @@
 //! # Ok::<(), tensorshare::Error>(())
 //! ```
 
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::fmt::Write as _;
 
@@ -43,7 +44,7 @@ use serde_json::{Value as Json, json};
 use tensorshare::inspect::{HEAD_ELEMENTS, Report, head};
 use tensorshare::model::{Opaque, Scalar, Storage, StorageKind};
 use tensorshare::registry::CallKind;
-use tensorshare::{DType, Tensor, Value};
+use tensorshare::{DType, StrategyKind, Tensor, Value};
 use tensorshare_compat::pickle::Global;
 
 mod json;
@@ -416,15 +417,21 @@ impl Walk {
 }
 
 /// Where a storage of `kind` keeps its bytes, as a phrase after "N bytes".
-fn residence_phrase(kind: StorageKind) -> &'static str {
-    match kind {
-        StorageKind::Bytes => "held in this process",
-        StorageKind::FileDescriptor => "shared by file descriptor",
-        StorageKind::FileSystem => "in a named shared-memory segment",
-        StorageKind::Memmap => "in a file mapped by each holder",
+fn residence_phrase(kind: StorageKind) -> Cow<'static, str> {
+    let phrase = match kind {
+        StorageKind::Strategy(StrategyKind::Bytes) => "held in this process",
+        StorageKind::Strategy(StrategyKind::FileDescriptor) => "shared by file descriptor",
+        StorageKind::Strategy(StrategyKind::FileSystem) => "in a named shared-memory segment",
+        StorageKind::Strategy(StrategyKind::Memmap) => "in a file mapped by each holder",
         StorageKind::Empty => "(empty)",
         StorageKind::Cuda => "on a GPU",
-    }
+        #[allow(
+            unreachable_patterns,
+            reason = "the strategies a build has are listed above"
+        )]
+        StorageKind::Strategy(other) => return format!("in {other}'s memory").into(),
+    };
+    phrase.into()
 }
 
 /// The `type` a value has in JSON, and its name in text.

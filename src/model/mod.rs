@@ -20,8 +20,8 @@ pub use callable::{CallKind, Callable};
 pub use element::{Element, ElementError};
 pub(crate) use storage::WeakStorage;
 pub use storage::{
-    CudaRef, DupFdRef, MemmapRef, Residence, SegmentRef, Storage, StorageAllocator, StorageKind,
-    StorageWriter,
+    CudaRef, DupFdRef, HandleRef, MemmapRef, Residence, SegmentRef, Storage, StorageAllocator,
+    StorageKind, StorageWriter,
 };
 pub use tensor::{Tensor, TensorView, ViewError};
 pub use value::{

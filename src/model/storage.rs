@@ -13,14 +13,12 @@ use tensorshare_strategies::{
 /// Where a storage's bytes are, as `inspect` and the wire forms name it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum StorageKind {
-    /// Shared through a file descriptor (`rebuild_storage_fd`).
-    FileDescriptor,
-    /// A named shared-memory segment (`rebuild_storage_filename`).
-    FileSystem,
-    /// The bytes themselves, inline (plain pickle, `torch.save`).
-    Bytes,
-    /// A file on disk mapped by every holder.
-    Memmap,
+    /// In a sharing strategy's memory, held in this process or named by
+    /// the strategy's handle: `file_descriptor` (`rebuild_storage_fd`),
+    /// `file_system` (`rebuild_storage_filename`), `bytes` (the bytes
+    /// themselves: plain pickle, `torch.save`), `memmap` (a file on disk
+    /// mapped by every holder).
+    Strategy(StrategyKind),
     /// A storage of zero bytes (`rebuild_storage_empty`).
     Empty,
     /// A CUDA storage (`rebuild_cuda_tensor`); needs a GPU to attach.
@@ -28,13 +26,11 @@ pub enum StorageKind {
 }
 
 impl StorageKind {
-    /// The name used on the command line and in `inspect --json`.
+    /// The name used on the command line and in `inspect --json`: the
+    /// strategy's, `empty` or `cuda`.
     pub fn name(self) -> &'static str {
         match self {
-            StorageKind::FileDescriptor => "file_descriptor",
-            StorageKind::FileSystem => "file_system",
-            StorageKind::Bytes => "bytes",
-            StorageKind::Memmap => "memmap",
+            StorageKind::Strategy(kind) => kind.name(),
             StorageKind::Empty => "empty",
             StorageKind::Cuda => "cuda",
         }
@@ -45,12 +41,7 @@ impl StorageKind {
 /// segment.
 impl From<StrategyKind> for StorageKind {
     fn from(kind: StrategyKind) -> Self {
-        match kind {
-            StrategyKind::FileDescriptor => StorageKind::FileDescriptor,
-            StrategyKind::FileSystem => StorageKind::FileSystem,
-            StrategyKind::Bytes => StorageKind::Bytes,
-            StrategyKind::Memmap => StorageKind::Memmap,
-        }
+        StorageKind::Strategy(kind)
     }
 }
 
@@ -86,6 +77,18 @@ pub struct MemmapRef {
     pub path: std::path::PathBuf,
 }
 
+/// A storage of a strategy torch has no form for, named by the handle its
+/// strategy wrote: `tensorshare.rebuild_storage(strategy, handle,
+/// nbytes)`. The strategy's form in the sharing layer reads the handle
+/// when it attaches the storage.
+#[derive(Clone, Debug)]
+pub struct HandleRef {
+    /// The strategy that wrote it.
+    pub strategy: StrategyKind,
+    /// What the strategy wrote to find its memory by, as it arrived.
+    pub handle: super::Value,
+}
+
 /// The arguments of `rebuild_cuda_tensor`, decoded and kept to send on
 /// unchanged; attaching needs a GPU, which this crate does not use.
 #[derive(Clone, Debug, PartialEq)]
@@ -119,18 +122,21 @@ pub enum Residence {
     Memmap(MemmapRef),
     /// On a GPU.
     Cuda(CudaRef),
+    /// Elsewhere, in the memory of a strategy torch has no form for.
+    Handle(HandleRef),
 }
 
 impl Residence {
     /// The strategy whose memory holds the bytes: the one that made a
     /// local segment, or whose handle describes memory elsewhere; `None`
     /// on a GPU.
-    pub fn strategy(&self) -> Option<StrategyKind> {
+    pub(crate) fn strategy(&self) -> Option<StrategyKind> {
         match self {
             Residence::Local(segment) => Some(segment.kind()),
             Residence::FileDescriptor(_) => Some(StrategyKind::FileDescriptor),
             Residence::FileSystem(_) => Some(StrategyKind::FileSystem),
             Residence::Memmap(_) => Some(StrategyKind::Memmap),
+            Residence::Handle(handle) => Some(handle.strategy),
             Residence::Cuda(_) => None,
         }
     }
@@ -299,7 +305,7 @@ impl Storage {
     /// let mut writer = Storage::allocate(StrategyKind::FileDescriptor, 4 * size_of::<f32>())?;
     /// writer.as_mut_slice::<f32>()?.copy_from_slice(&[1.0, 2.0, 3.0, 4.0]);
     /// let storage = writer.freeze();
-    /// assert_eq!((storage.nbytes(), storage.kind()), (16, StorageKind::FileDescriptor));
+    /// assert_eq!((storage.nbytes(), storage.kind()), (16, StorageKind::Strategy(StrategyKind::FileDescriptor)));
     /// # Ok::<(), tensorshare::Error>(())
     /// ```
     pub fn allocate(kind: StrategyKind, nbytes: usize) -> Result<StorageWriter, AllocateError> {

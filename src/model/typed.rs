@@ -551,7 +551,7 @@ pub(crate) mod tests {
         assert_eq!(
             error,
             ElementError::NotLocal {
-                kind: crate::model::StorageKind::FileDescriptor
+                kind: crate::model::StorageKind::Strategy(StrategyKind::FileDescriptor)
             }
         );
         assert_eq!(t.to_vec::<i64>().unwrap_err(), error);

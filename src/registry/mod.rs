@@ -39,6 +39,7 @@ pub(crate) mod memmap;
 pub(crate) mod rebuild;
 mod reducers;
 pub(crate) mod saved;
+pub(crate) mod strategy_handle;
 mod torch;
 
 pub(crate) use torch::{REDUCTIONS, dup_fd_ids};
@@ -168,6 +169,7 @@ impl Default for Registry {
         torch::register(&mut registry);
         memmap::register(&mut registry);
         frombuffer::register(&mut registry);
+        strategy_handle::register(&mut registry);
         registry
     }
 }

@@ -29,6 +29,11 @@ strategies! {
     Bytes = "bytes" in bytes::BytesStrategy,
     /// A file in the memmap directory that both sides map: zero-copy.
     Memmap = "memmap" in memmap::MemmapStrategy,
+    #[cfg(tensorshare_tmpfile)]
+    /// An unnamed file on disk whose fd travels as a memfd's does:
+    /// zero-copy, nothing to leak. Built only with `--cfg
+    /// tensorshare_tmpfile`, to show what adding a strategy takes.
+    Tmpfile = "tmpfile" in tmpfile::TmpfileStrategy,
 }
 
 pub use error::{

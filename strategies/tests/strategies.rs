@@ -23,6 +23,8 @@ conformance_tests!(file_descriptor, FileDescriptorStrategy);
 conformance_tests!(bytes, BytesStrategy);
 conformance_tests!(file_system, FileSystemStrategy);
 conformance_tests!(memmap, MemmapStrategy);
+#[cfg(tensorshare_tmpfile)]
+conformance_tests!(tmpfile, TmpfileStrategy);
 
 impl ConformanceStrategy for FileDescriptorStrategy {
     fn for_test() -> Self {
@@ -93,6 +95,24 @@ impl ConformanceStrategy for MemmapStrategy {
             ino: recv_u64(stream),
         };
         MemmapHandle::received(path).with_identity(identity)
+    }
+}
+
+#[cfg(tensorshare_tmpfile)]
+use tensorshare_strategies::tmpfile::TmpfileStrategy;
+
+#[cfg(tensorshare_tmpfile)]
+impl ConformanceStrategy for TmpfileStrategy {
+    fn for_test() -> Self {
+        TmpfileStrategy::default()
+    }
+
+    fn send_handle(stream: &UnixStream, fd: OwnedFd) {
+        FileDescriptorStrategy::send_handle(stream, fd);
+    }
+
+    fn recv_handle(stream: &UnixStream) -> OwnedFd {
+        FileDescriptorStrategy::recv_handle(stream)
     }
 }
 

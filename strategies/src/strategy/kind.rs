@@ -10,8 +10,12 @@ use crate::SharingStrategy;
 /// strategy, [`StrategyKind`] with a variant each, their names, and
 /// [`StrategyKind::visit`], which picks the implementation by its kind.
 macro_rules! strategies {
-    ($($(#[doc = $doc:literal])+ $kind:ident = $name:literal in $module:ident::$strategy:ident,)*) => {
-        $(pub mod $module;)*
+    ($(
+        $(#[cfg($cfg:meta)])?
+        $(#[doc = $doc:literal])+
+        $kind:ident = $name:literal in $module:ident::$strategy:ident,
+    )*) => {
+        $($(#[cfg($cfg)])? pub mod $module;)*
 
         /// Which mechanism moves a storage's bytes to another process.
         ///
@@ -19,19 +23,19 @@ macro_rules! strategies {
         /// uses, plus `bytes` and `memmap`.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
         pub enum StrategyKind {
-            $($(#[doc = $doc])+ $kind,)*
+            $($(#[cfg($cfg)])? $(#[doc = $doc])+ $kind,)*
         }
 
         impl StrategyKind {
             /// Every strategy, in a stable order.
-            pub const ALL: [StrategyKind; [$(stringify!($kind)),*].len()] =
-                [$(StrategyKind::$kind),*];
+            pub const ALL: [StrategyKind; [$($(#[cfg($cfg)])? stringify!($kind),)*].len()] =
+                [$($(#[cfg($cfg)])? StrategyKind::$kind,)*];
 
             /// The strategy's name: `file_descriptor`, `file_system`, `bytes`
             /// or `memmap`.
             pub const fn name(self) -> &'static str {
                 match self {
-                    $(StrategyKind::$kind => $name,)*
+                    $($(#[cfg($cfg)])? StrategyKind::$kind => $name,)*
                 }
             }
 
@@ -39,7 +43,7 @@ macro_rules! strategies {
             /// command line's help shows it.
             pub fn summary(self) -> String {
                 let doc = match self {
-                    $(StrategyKind::$kind => concat!($($doc, " "),+),)*
+                    $($(#[cfg($cfg)])? StrategyKind::$kind => concat!($($doc, " "),+),)*
                 };
                 doc.split_whitespace().collect::<Vec<_>>().join(" ")
             }
@@ -66,7 +70,7 @@ macro_rules! strategies {
             /// ```
             pub fn visit<V: StrategyVisitor>(self, visitor: V) -> V::Output {
                 match self {
-                    $(StrategyKind::$kind => visitor.visit::<$module::$strategy>(),)*
+                    $($(#[cfg($cfg)])? StrategyKind::$kind => visitor.visit::<$module::$strategy>(),)*
                 }
             }
         }

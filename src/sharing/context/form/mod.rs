@@ -31,8 +31,8 @@ use tensorshare_compat::pickle::PickleBuilder;
 /// Declares each strategy's module and makes [`SharingContext::using_strategy`]
 /// from the list below.
 macro_rules! forms {
-    ($($kind:ident => $module:ident::$strategy:ident,)*) => {
-        $(pub(super) mod $module;)*
+    ($($(#[cfg($cfg:meta)])? $kind:ident => $module:ident::$strategy:ident,)*) => {
+        $($(#[cfg($cfg)])? pub(super) mod $module;)*
 
         impl SharingContext {
             /// Runs `work` with the strategy `kind`: the one place a
@@ -43,7 +43,7 @@ macro_rules! forms {
                 work: W,
             ) -> W::Output {
                 match kind {
-                    $(StrategyKind::$kind => {
+                    $($(#[cfg($cfg)])? StrategyKind::$kind => {
                         work.run::<tensorshare_strategies::$module::$strategy>(self)
                     })*
                 }
@@ -59,6 +59,8 @@ forms! {
     FileSystem => file_system::FileSystemStrategy,
     Bytes => bytes::BytesStrategy,
     Memmap => memmap::MemmapStrategy,
+    #[cfg(tensorshare_tmpfile)]
+    Tmpfile => tmpfile::TmpfileStrategy,
 }
 
 /// A strategy as a [`SharingContext`] sends and receives with it.
