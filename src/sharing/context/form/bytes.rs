@@ -39,7 +39,7 @@
 //! the storage is most of a large message).
 
 use tensorshare_compat::pickle::{Node, NodeId};
-use tensorshare_strategies::bytes::BytesStrategy;
+use tensorshare_strategies::bytes::{BytesSegment, BytesStrategy};
 
 use crate::sharing::context::SharingContext;
 use super::{MessageParts, TorchForm};
@@ -51,6 +51,7 @@ use tensorshare_compat::pickle::PickleBuilder;
 
 impl TorchForm for BytesStrategy {
     const REBUILDER: &'static str = "torch.frombuffer";
+    const HOLDER: &'static str = "heap buffer";
 
     /// Writes the storage's bytes as a `bytearray` that `torch.frombuffer`
     /// wraps; a storage whose bytes are not in this process is
@@ -80,6 +81,18 @@ impl TorchForm for BytesStrategy {
         let tensor = out.call(frombuffer, vec![payload]);
         let untyped_storage = out.global(UNTYPED_STORAGE.0, UNTYPED_STORAGE.1);
         Ok(out.call(untyped_storage, vec![tensor]))
+    }
+
+    /// A storage in this strategy's memory is written as any other: its
+    /// bytes inline, which are the segment's.
+    fn write_handle(
+        context: &SharingContext,
+        storage: &Storage,
+        _segment: &BytesSegment,
+        out: &mut PickleBuilder,
+        message: &MessageParts,
+    ) -> Result<NodeId, Error> {
+        Self::reduce_storage(context, storage, out, message)
     }
 }
 

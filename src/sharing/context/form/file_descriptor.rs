@@ -11,7 +11,7 @@ use tensorshare_strategies::{AllocateError, SharingStrategy};
 
 use crate::sharing::pools;
 use crate::sharing::context::SharingContext;
-use super::{HandleForm, MessageParts, TorchForm, not_a_handle, reduce_handle};
+use super::{MessageParts, TorchForm, not_a_handle};
 use crate::sharing::context::receipt::Receipt;
 use crate::Error;
 use crate::model::{DupFdRef, Residence, Storage, StorageWriter};
@@ -20,15 +20,8 @@ use tensorshare_compat::pickle::PickleBuilder;
 
 impl TorchForm for FileDescriptorStrategy {
     const REBUILDER: &'static str = "rebuild_storage_fd";
+    const HOLDER: &'static str = "memfd";
 
-    fn reduce_storage(
-        context: &SharingContext,
-        storage: &Storage,
-        out: &mut PickleBuilder,
-        message: &MessageParts,
-    ) -> Result<NodeId, Error> {
-        reduce_handle::<Self>(context, storage, out, message)
-    }
 
     /// A memfd from the context's pool when one is free (zeroed), else a
     /// new one adopted by the pool: it comes back for reuse once every
@@ -74,13 +67,9 @@ impl TorchForm for FileDescriptorStrategy {
         )?;
         context.map_fd(fd, nbytes, None)
     }
-}
 
-/// Storages travel as `rebuild_storage_fd(UntypedStorage, DupFd, nbytes)`,
-/// the `DupFd` naming the fd registered with the context's resource sharer.
-impl HandleForm for FileDescriptorStrategy {
-    const HOLDER: &'static str = "memfd";
-
+    /// Storages travel as `rebuild_storage_fd(UntypedStorage, DupFd, nbytes)`,
+    /// the `DupFd` naming the fd registered with the context's resource sharer.
     fn write_handle(
         context: &SharingContext,
         storage: &Storage,

@@ -11,7 +11,7 @@ use tensorshare_strategies::{AllocateError, ImportError, SharingStrategy};
 
 use crate::sharing::pools;
 use crate::sharing::context::SharingContext;
-use super::{HandleForm, MessageParts, TorchForm, not_a_handle, reduce_handle};
+use super::{MessageParts, TorchForm, not_a_handle};
 use crate::sharing::context::receipt::Receipt;
 use crate::Error;
 use crate::model::{Residence, Storage, StorageWriter};
@@ -20,15 +20,8 @@ use tensorshare_compat::pickle::PickleBuilder;
 
 impl TorchForm for FileSystemStrategy {
     const REBUILDER: &'static str = "rebuild_storage_filename";
+    const HOLDER: &'static str = "segment";
 
-    fn reduce_storage(
-        context: &SharingContext,
-        storage: &Storage,
-        out: &mut PickleBuilder,
-        message: &MessageParts,
-    ) -> Result<NodeId, Error> {
-        reduce_handle::<Self>(context, storage, out, message)
-    }
 
     /// A segment from the context's pool when one of `nbytes` is free
     /// (nobody but this process counts it: see the `pools::segments`
@@ -65,16 +58,12 @@ impl TorchForm for FileSystemStrategy {
         )?;
         Ok(arrival.storage)
     }
-}
 
-/// Storages travel as `rebuild_storage_filename(UntypedStorage,
-/// manager_handle, name, nbytes)`, adding one count per message as torch's
-/// `reduce_storage` does; the segment's manager is told which process the
-/// message goes to, so that the count stops holding the segment once that
-/// process has exited unread.
-impl HandleForm for FileSystemStrategy {
-    const HOLDER: &'static str = "segment";
-
+    /// Storages travel as `rebuild_storage_filename(UntypedStorage,
+    /// manager_handle, name, nbytes)`, adding one count per message as torch's
+    /// `reduce_storage` does; the segment's manager is told which process the
+    /// message goes to, so that the count stops holding the segment once that
+    /// process has exited unread.
     fn write_handle(
         context: &SharingContext,
         storage: &Storage,

@@ -46,7 +46,7 @@ use tensorshare_strategies::{AllocateError, SharingStrategy};
 use crate::sharing::lifetimes::{RetentionLimits, SentFiles};
 use crate::sharing::pools::{self, MemmapPool, Pool};
 use crate::sharing::context::SharingContext;
-use super::{HandleForm, MessageParts, TorchForm, not_a_handle, reduce_handle};
+use super::{MessageParts, TorchForm, not_a_handle};
 use crate::sharing::context::receipt::Receipt;
 use crate::sharing::context::shares::Shares;
 use crate::Error;
@@ -57,20 +57,13 @@ use tensorshare_compat::pickle::PickleBuilder;
 
 impl TorchForm for MemmapStrategy {
     const REBUILDER: &'static str = "UntypedStorage.from_file (memmap)";
+    const HOLDER: &'static str = "memmap file";
 
     /// A handle's own: its directory is a setting of the handle.
     fn shares(context: &SharingContext) -> &Shares<Self> {
         &context.settings.memmap.shares
     }
 
-    fn reduce_storage(
-        context: &SharingContext,
-        storage: &Storage,
-        out: &mut PickleBuilder,
-        message: &MessageParts,
-    ) -> Result<NodeId, Error> {
-        reduce_handle::<Self>(context, storage, out, message)
-    }
 
     /// A file from the context's pool when one of `nbytes` is free (every
     /// message that named it was opened and let go of: see the
@@ -98,13 +91,9 @@ impl TorchForm for MemmapStrategy {
         };
         Self::shares(receipt.context()).receive_plain(MemmapHandle::received(file.path.clone()), nbytes)
     }
-}
 
-/// Storages travel as `getattr(torch._C.StorageBase, 'from_file')(path,
-/// True, nbytes)`, each in a file of the context's directory.
-impl HandleForm for MemmapStrategy {
-    const HOLDER: &'static str = "memmap file";
-
+    /// Storages travel as `getattr(torch._C.StorageBase, 'from_file')(path,
+    /// True, nbytes)`, each in a file of the context's directory.
     fn write_handle(
         context: &SharingContext,
         storage: &Storage,

@@ -5,10 +5,10 @@
 //!
 //! A strategy's part is its [`TorchForm`]: how one storage is written
 //! into a pickle, how a storage to send is allocated, and how a storage
-//! a received pickle names is attached. The three that share memory send
-//! a handle per storage ([`HandleForm`], written by [`reduce_handle`]
-//! after the storage has moved into the strategy's memory); `bytes`
-//! writes it inline. A message names one strategy for all its storages,
+//! a received pickle names is attached. The strategies that share memory
+//! send a handle per storage (written by [`TorchForm::write_handle`]
+//! after [`reduce_handle`] has moved the storage into the strategy's
+//! memory); `bytes` writes the storage's own bytes inline. A message names one strategy for all its storages,
 //! or, under the default, each storage's own form
 //! (`Placement::form_to_send`). What they receive comes back through
 //! [`TorchForm::attach`], which the registry's rebuilders reach through
@@ -69,6 +69,10 @@ pub(crate) trait TorchForm: SharingStrategy + Default + Sized + 'static {
     /// refuses one where its memory cannot reach (over TCP).
     const REBUILDER: &'static str;
 
+    /// What a storage moves into to be sent, for the error that says it
+    /// did not.
+    const HOLDER: &'static str;
+
     /// This strategy's part of `context`: by default one per context,
     /// made with the strategy's default configuration on first use.
     fn shares(context: &SharingContext) -> &Shares<Self> {
@@ -76,10 +80,26 @@ pub(crate) trait TorchForm: SharingStrategy + Default + Sized + 'static {
     }
 
     /// Writes `storage`, of at least one byte, as this strategy sends it,
-    /// with what the message's storages share in `message`.
+    /// with what the message's storages share in `message`: by default,
+    /// moved into the strategy's memory unless it is there
+    /// ([`reduce_handle`]), and its segment's handle written.
     fn reduce_storage(
         context: &SharingContext,
         storage: &Storage,
+        out: &mut PickleBuilder,
+        message: &MessageParts,
+    ) -> Result<NodeId, Error> {
+        reduce_handle::<Self>(context, storage, out, message)
+    }
+
+    /// Writes the handle of `segment`, which `storage` maps, as its
+    /// receiver's rebuilder reads it, once per storage per message. A
+    /// handle whose fd may ride on the message is added to the message's
+    /// `attachable` with its key.
+    fn write_handle(
+        context: &SharingContext,
+        storage: &Storage,
+        segment: &Self::Segment,
         out: &mut PickleBuilder,
         message: &MessageParts,
     ) -> Result<NodeId, Error>;
@@ -114,24 +134,6 @@ pub(crate) fn not_a_handle<S: TorchForm>(remote: &Residence) -> Error {
         reason: format!("{} cannot attach {remote:?}", S::KIND),
     }
     .into()
-}
-
-/// A strategy whose storages travel as handles to memory both sides map.
-pub(crate) trait HandleForm: TorchForm {
-    /// What a storage moves into, for the error that says it did not.
-    const HOLDER: &'static str;
-
-    /// Writes the handle of `segment`, which `storage` maps, as torch's
-    /// reducer names it, once per storage per message. A handle whose fd may
-    /// ride on the message is added to the message's `attachable` with its
-    /// key.
-    fn write_handle(
-        context: &SharingContext,
-        storage: &Storage,
-        segment: &Self::Segment,
-        out: &mut PickleBuilder,
-        message: &MessageParts,
-    ) -> Result<NodeId, Error>;
 }
 
 /// The storages whose fds may ride on a message, each with the key of the
@@ -244,7 +246,7 @@ pub(crate) fn reduce_message(
 
 /// [`TorchForm::reduce_storage`] of a strategy that sends handles: moves
 /// `storage` into `S`'s memory unless it is there, and writes the handle.
-pub(crate) fn reduce_handle<S: HandleForm>(
+pub(crate) fn reduce_handle<S: TorchForm>(
     context: &SharingContext,
     storage: &Storage,
     out: &mut PickleBuilder,

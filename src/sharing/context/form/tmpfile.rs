@@ -15,7 +15,7 @@ use tensorshare_compat::pickle::{Node, NodeId, PickleBuilder};
 use tensorshare_strategies::tmpfile::{TmpfileSegment, TmpfileStrategy};
 use tensorshare_strategies::{ImportError, SharingStrategy};
 
-use super::{HandleForm, MessageParts, TorchForm, not_a_handle, reduce_handle};
+use super::{MessageParts, TorchForm, not_a_handle};
 use crate::Error;
 use crate::model::{HandleRef, Residence, Storage, Value};
 use crate::registry::strategy_handle::REBUILD_STORAGE;
@@ -25,15 +25,8 @@ use crate::sharing::context::receipt::Receipt;
 
 impl TorchForm for TmpfileStrategy {
     const REBUILDER: &'static str = "tensorshare.rebuild_storage (tmpfile)";
+    const HOLDER: &'static str = "temporary file";
 
-    fn reduce_storage(
-        context: &SharingContext,
-        storage: &Storage,
-        out: &mut PickleBuilder,
-        message: &MessageParts,
-    ) -> Result<NodeId, Error> {
-        reduce_handle::<Self>(context, storage, out, message)
-    }
 
     /// Fetches the fd from the sender's resource sharer, and maps it once
     /// per file while it lives.
@@ -54,10 +47,6 @@ impl TorchForm for TmpfileStrategy {
         )?;
         Self::shares(context).receive_plain(fd, nbytes)
     }
-}
-
-impl HandleForm for TmpfileStrategy {
-    const HOLDER: &'static str = "temporary file";
 
     fn write_handle(
         context: &SharingContext,
