@@ -17,14 +17,13 @@ use crate::model::{Residence, Storage};
 pub(crate) trait StorageAttacher: fmt::Debug {
     /// The storage `remote` names, as the rebuilder of its form read it
     /// from the pickle: a `DupFd`, a `file_system` segment, a `memmap`
-    /// file.
-    fn attach(&self, remote: &Residence, nbytes: usize) -> Result<Storage, AttachFailed>;
+    /// file, the handle of a strategy torch has no form for.
+    fn attach(&self, remote: &Residence, nbytes: usize) -> Result<Storage, AttachCause>;
 }
 
-/// A storage could not be attached, and why, in the attaching layer's own
+/// Why a storage could not be attached, in the attaching layer's own
 /// error: carried up through the rebuild as [`RebuildError::Attach`]'s
 /// cause, where that layer takes it back.
 ///
 /// [`RebuildError::Attach`]: super::RebuildError::Attach
-#[derive(Debug)]
-pub(crate) struct AttachFailed(pub(crate) Box<dyn std::error::Error + Send + Sync>);
+pub(crate) type AttachCause = Box<dyn std::error::Error + Send + Sync>;

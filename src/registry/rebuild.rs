@@ -8,7 +8,7 @@ use rustc_hash::FxHashMap;
 
 use tensorshare_compat::pickle::{Construction, Global, Node, NodeId, Object, Pickle};
 
-use super::attach::{AttachFailed, StorageAttacher};
+use super::attach::{AttachCause, StorageAttacher};
 use super::{RebuildError, RefusedGlobal, Registry};
 use crate::model::{CallKind, Callable, Opaque, OpaqueCall, Storage, Value};
 
@@ -96,10 +96,10 @@ impl Call<'_> {
     }
 
     /// An error saying a storage this call names could not be attached.
-    pub(crate) fn attach_failed(&self, failed: AttachFailed) -> RebuildError {
+    pub(crate) fn attach_failed(&self, cause: AttachCause) -> RebuildError {
         RebuildError::Attach {
             callee: self.callee.clone(),
-            cause: failed.0,
+            cause,
         }
     }
 

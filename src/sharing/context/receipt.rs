@@ -29,7 +29,7 @@ use super::form::{TorchForm, WithStrategy};
 use super::{MessageOrigin, SharingContext};
 use crate::Error;
 use crate::model::{DupFdRef, Residence, Storage};
-use crate::registry::attach::{AttachFailed, StorageAttacher};
+use crate::registry::attach::{AttachCause, StorageAttacher};
 use crate::registry::dup_fd_ids;
 
 /// A message's storages being attached through `context`.
@@ -88,8 +88,8 @@ impl AttachedFds {
 
 /// `result`, its error carried up through the rebuild, which ends with it
 /// as [`Error::Attach`]'s cause.
-fn carried(result: Result<Storage, Error>) -> Result<Storage, AttachFailed> {
-    result.map_err(|cause| AttachFailed(Box::new(cause)))
+fn carried(result: Result<Storage, Error>) -> Result<Storage, AttachCause> {
+    result.map_err(|cause| Box::new(cause) as AttachCause)
 }
 
 impl<'a> Receipt<'a> {
@@ -123,7 +123,7 @@ impl<'a> Receipt<'a> {
 /// Each storage the message names is attached by the form of the strategy
 /// that sent it, where this message's origin lets its memory reach.
 impl StorageAttacher for Receipt<'_> {
-    fn attach(&self, remote: &Residence, nbytes: usize) -> Result<Storage, AttachFailed> {
+    fn attach(&self, remote: &Residence, nbytes: usize) -> Result<Storage, AttachCause> {
         struct Attach<'r, 'a> {
             receipt: &'r Receipt<'a>,
             remote: &'r Residence,
