@@ -69,7 +69,10 @@ fn each_strategy_torch_has_a_form_for_refuses_it() {
             "{message}"
         );
         assert!(
-            message.contains(&format!("invalid handle: {kind} cannot attach")),
+            message.contains(&format!(
+                "invalid handle: {kind} cannot attach a storage named by \
+                 tensorshare.rebuild_storage('{kind}', ...), which is not its form"
+            )),
             "{message}"
         );
     }
@@ -95,4 +98,22 @@ fn an_unknown_strategy_or_a_malformed_call_is_refused_naming_what_is_wrong() {
         short.contains("(strategy: str, handle, nbytes: int)"),
         "{short}"
     );
+}
+
+#[test]
+fn a_refusal_names_the_form_without_printing_a_peers_handle() {
+    let mut out = PickleBuilder::default();
+    let rebuild = out.global("tensorshare", "rebuild_storage");
+    let name = out.push(Node::Str("memmap".into()));
+    let fields = (0..50_000)
+        .map(|field| out.push(Node::Int(field)))
+        .collect();
+    let handle = out.tuple(fields);
+    let nbytes = out.push(Node::Int(16));
+    let call = out.call(rebuild, vec![name, handle, nbytes]);
+    let pickle = encode(&out.finish(call), &EncodeOptions::new()).expect("encode");
+    let message = refused(&pickle);
+    let head: String = message.chars().take(400).collect();
+    assert!(message.len() < 400, "{} bytes: {head}", message.len());
+    assert!(message.contains("memmap cannot attach"), "{message}");
 }

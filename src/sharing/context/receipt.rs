@@ -146,7 +146,7 @@ impl StorageAttacher for Receipt<'_> {
                 },
             ),
             None => Err(ImportError::InvalidHandle {
-                reason: format!("{remote:?} names no storage this process can attach"),
+                reason: "a storage on a GPU cannot be attached here".to_owned(),
             }
             .into()),
         };

@@ -130,8 +130,16 @@ pub(crate) trait TorchForm: SharingStrategy + Default + Sized + 'static {
 /// The error for a `remote` residence that `S` cannot attach: the
 /// registry gave it another strategy's handle, or `S` sends none.
 pub(crate) fn not_a_handle<S: TorchForm>(remote: &Residence) -> Error {
+    // Named by its form, not printed: a peer's handle may be any size.
+    let named = match remote {
+        Residence::Handle(handle) => format!(
+            "tensorshare.rebuild_storage('{}', ...), which is not its form",
+            handle.strategy
+        ),
+        _ => "another strategy's handle".to_owned(),
+    };
     ImportError::InvalidHandle {
-        reason: format!("{} cannot attach {remote:?}", S::KIND),
+        reason: format!("{} cannot attach a storage named by {named}", S::KIND),
     }
     .into()
 }

@@ -82,7 +82,10 @@ fn read_handle(handle: &Value) -> Result<(&[u8], i64), Error> {
 
 fn invalid(handle: &Value) -> Error {
     ImportError::InvalidHandle {
-        reason: format!("a tmpfile handle is (sharer_address: bytes, key: int), not {handle:?}"),
+        reason: format!(
+            "a tmpfile handle is (sharer_address: bytes, key: int), not {}",
+            handle.type_name()
+        ),
     }
     .into()
 }
