@@ -8,11 +8,12 @@
 //! a received pickle names is attached. The strategies that share memory
 //! send a handle per storage (written by [`TorchForm::write_handle`]
 //! after [`reduce_handle`] has moved the storage into the strategy's
-//! memory); `bytes` writes the storage's own bytes inline. A message names one strategy for all its storages,
-//! or, under the default, each storage's own form
-//! (`Placement::form_to_send`). What they receive comes back through
-//! [`TorchForm::attach`], which the registry's rebuilders reach through
-//! the message's [`Receipt`] for the handle the pickle names.
+//! memory); `bytes` writes the storage's own bytes inline. A message
+//! names one strategy for all its storages, or, under the default, each
+//! storage's own form (`Placement::form_to_send`). What they receive
+//! comes back through [`TorchForm::attach`], which the registry's
+//! rebuilders reach through the message's [`Receipt`] for the handle the
+//! pickle names.
 
 use std::cell::{Cell, RefCell};
 
