@@ -4,11 +4,11 @@
 
 mod batch;
 mod cache;
-mod fetch_wait;
 mod form;
 mod network;
 mod placed;
 mod receipt;
+mod receivers;
 mod settings;
 mod shares;
 
@@ -39,10 +39,7 @@ use crate::model::{Storage, StorageAllocator, StorageWriter, Value};
 use crate::reduce::ReduceError;
 use crate::registry::Registry;
 use crate::registry::rebuild::Walker;
-use crate::resource_sharer::{
-    Registration, ResourceSharer, SharerError, SharerOptions, SharerSocket,
-};
-use crate::sync::lock;
+use crate::resource_sharer::{ResourceSharer, SharerSocket};
 use receipt::Receipt;
 
 use super::lifetimes::{DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES, RetentionLimits, UnfetchedFds};
@@ -368,30 +365,6 @@ impl SharingContext {
             .attaching(&receipt)
             .run()
             .map_err(Error::from)
-    }
-
-    /// This process's resource sharer, started on first use.
-    pub(crate) fn resource_sharer(&self) -> Result<&Arc<ResourceSharer>, Error> {
-        if let Some(sharer) = self.state.sharer.get() {
-            return Ok(sharer);
-        }
-        let socket = match lock(&self.state.sharer_socket).clone() {
-            Some(socket) => socket,
-            None => SharerSocket::from_env().map_err(|value| SharerError::SocketDirSetting {
-                value: value.to_string_lossy().into_owned(),
-            })?,
-        };
-        let options = SharerOptions::new().with_socket(socket);
-        let started = ResourceSharer::start_with(self.state.authkey.as_bytes(), options)?;
-        Ok(self.state.sharer.get_or_init(|| started))
-    }
-
-    /// Keeps `registration` for a message to process `recipient` (when the
-    /// connection can name it) until its fd is fetched, its deadline
-    /// passes, `recipient` exits, or newer ones push it out of the
-    /// [budget](Self::with_max_unfetched_fds).
-    pub(crate) fn keep_registration(&self, registration: Registration, recipient: Option<u32>) {
-        self.state.unfetched.keep(registration, recipient);
     }
 
     /// Stops handing out fds: closes every fd no receiver has fetched yet

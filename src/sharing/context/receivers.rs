@@ -1,0 +1,215 @@
+//! What a [`SharingContext`] keeps for the processes it sends to, and
+//! takes from those it receives from: its resource sharer, the fds
+//! registered for receivers that have not fetched them, the fds received
+//! storages keep, the limits on each, and the wait for receivers that a
+//! producer makes before it exits.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use tensorshare_strategies::file_descriptor::FdBudget;
+
+use super::SharingContext;
+use crate::Error;
+use crate::resource_sharer::{
+    Registration, ResourceSharer, SharerError, SharerOptions, SharerSocket, SharerStats,
+};
+use crate::sync::lock;
+
+impl SharingContext {
+    /// Waits at most `timeout` for a peer's resource sharer.
+    pub fn with_fetch_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.fetch_timeout = timeout;
+        self
+    }
+
+    /// Closes fds that no receiver fetched within `lifetime` (default 5
+    /// minutes), and lets go of sent `memmap` files as long after their
+    /// last send (see [`with_max_held_memmap_files`](Self::with_max_held_memmap_files)).
+    pub fn with_unfetched_lifetime(self, lifetime: Duration) -> Self {
+        self.state.unfetched.set_lifetime(lifetime);
+        self.settings
+            .memmap
+            .sent_files
+            .update_limits(|limits| limits.lifetime = lifetime);
+        self
+    }
+
+    /// Keeps at most `count` fds registered for receivers that have not
+    /// fetched them yet (default: a quarter of the soft `RLIMIT_NOFILE`).
+    ///
+    /// When a send would register one more, the oldest unfetched fd expires
+    /// early, as it would at the end of its
+    /// [unfetched lifetime](Self::with_unfetched_lifetime): its fd closes and
+    /// a receiver that fetches it later gets an error. A producer streaming
+    /// to a slow consumer thus never runs out of fds; raise `count` (and
+    /// `ulimit -n`) if receivers fall further behind than that. `0` counts
+    /// as 1.
+    pub fn with_max_unfetched_fds(self, count: usize) -> Self {
+        self.state.unfetched.set_max(count);
+        self
+    }
+
+    /// Keeps at most `count` fds of received `file_descriptor` storages
+    /// open (default: an eighth of the soft `RLIMIT_NOFILE`, at least 16).
+    ///
+    /// A received storage is read and written through its mapping; its fd
+    /// only lets this process send the same memory on without a copy.
+    /// Storages received while `count` of them keep their fds keep only
+    /// their mappings, so a receiver holds any number of storages whatever
+    /// its fd limit (each mapping still counts against `vm.max_map_count`).
+    /// Sending such a storage on copies it once into a fresh segment, which
+    /// every later send reuses while the storage lives; the copy no longer
+    /// shares memory with the storage's sender.
+    ///
+    /// Set on a clone, the budget is that handle's own.
+    pub fn with_max_received_fds(mut self, count: usize) -> Self {
+        self.settings.received_fds = FdBudget::new(count);
+        self
+    }
+
+    /// How many fds received storages keep open now (see
+    /// [`with_max_received_fds`](Self::with_max_received_fds)).
+    pub fn received_fds_held(&self) -> usize {
+        self.settings.received_fds.held()
+    }
+
+    /// Whether [`Connection::send`](crate::Connection::send) attaches each
+    /// shared storage's fd to the message itself (default: yes).
+    ///
+    /// A tensorshare receiver then maps the storage at once, instead of
+    /// connecting to this process's resource sharer for each one; it gives
+    /// the keys back in batches so that the sharer closes its copies. The
+    /// bytes on the wire do not change and every storage is still
+    /// registered with the resource sharer: a Python receiver never sees the
+    /// attached fds (its kernel closes them) and fetches as always.
+    pub fn with_inline_fds(mut self, inline: bool) -> Self {
+        self.settings.inline_fds = inline;
+        self
+    }
+
+    /// Sets where this context's resource sharer listens, instead of what
+    /// `TENSORSHARE_SHARER_DIR` says ([`SharerSocket::from_env`]: the
+    /// abstract namespace when it is unset). Takes effect when the sharer
+    /// starts, with the first storage sent by `file_descriptor`.
+    pub fn with_sharer_socket(self, socket: SharerSocket) -> Self {
+        *lock(&self.state.sharer_socket) = Some(socket);
+        self
+    }
+
+    /// This process's resource sharer, started on first use.
+    pub(crate) fn resource_sharer(&self) -> Result<&Arc<ResourceSharer>, Error> {
+        if let Some(sharer) = self.state.sharer.get() {
+            return Ok(sharer);
+        }
+        let socket = match lock(&self.state.sharer_socket).clone() {
+            Some(socket) => socket,
+            None => SharerSocket::from_env().map_err(|value| SharerError::SocketDirSetting {
+                value: value.to_string_lossy().into_owned(),
+            })?,
+        };
+        let options = SharerOptions::new().with_socket(socket);
+        let started = ResourceSharer::start_with(self.state.authkey.as_bytes(), options)?;
+        Ok(self.state.sharer.get_or_init(|| started))
+    }
+
+    /// Keeps `registration` for a message to process `recipient` (when the
+    /// connection can name it) until its fd is fetched, its deadline
+    /// passes, `recipient` exits, or newer ones push it out of the
+    /// [budget](Self::with_max_unfetched_fds).
+    pub(crate) fn keep_registration(&self, registration: Registration, recipient: Option<u32>) {
+        self.state.unfetched.keep(registration, recipient);
+    }
+
+    /// What this process's resource sharer has done: fds fetched by
+    /// receivers (`served`) and given back by tensorshare receivers that got
+    /// them attached to the message (`released`). `None` before the first
+    /// storage is sent.
+    pub fn sharer_stats(&self) -> Option<SharerStats> {
+        self.state.sharer.get().map(|sharer| sharer.stats())
+    }
+
+    /// How many shared fds are waiting for their receivers.
+    pub fn unfetched_shares(&self) -> usize {
+        self.state.unfetched.pending()
+    }
+
+    /// Waits until the receivers have taken every storage this context
+    /// sent, for at most `timeout`: what a producer calls before it exits.
+    ///
+    /// - `file_descriptor`: each fd fetched from this process's resource
+    ///   sharer, or given back by a tensorshare receiver that got it with
+    ///   the message. A receiver that fetches from a process that is gone
+    ///   fails (`FileNotFoundError` in torch), so this is the wait that
+    ///   matters.
+    /// - `memmap`: each file opened by as many receivers as messages named
+    ///   it, as the kernel's open events tell (inotify on the directory).
+    ///   Where they cannot tell (no inotify instance left, events dropped)
+    ///   the file is not waited for. Either way a sent file not yet opened
+    ///   is left on disk when the context ends, for its receiver to find
+    ///   ([`FileLease::leave_for_receivers`](tensorshare_strategies::memmap::FileLease::leave_for_receivers)).
+    /// - `file_system`: nothing to wait for; a segment outlives its sender,
+    ///   exited or killed, while a message or a receiver counts it: the
+    ///   shared-memory manager keeps a segment whose message is still to be
+    ///   opened while any of its clients (the receiver among them, once it
+    ///   opened any segment of this process) is connected, and for 5
+    ///   minutes after the last one left, for a receiver that had not
+    ///   opened any yet
+    ///   ([`DEFAULT_IN_FLIGHT_WAIT`](tensorshare_strategies::services::shm_manager::DEFAULT_IN_FLIGHT_WAIT)).
+    /// - `bytes`: nothing; the message carries its storages.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::PeerAuthkey`] as soon as a receiver failed to
+    /// authenticate to this process's resource sharer (it will never
+    /// fetch), and [`Error::Unfetched`] when storages are still
+    /// waiting after `timeout`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tensorshare::{Authkey, SharingContext};
+    ///
+    /// let sharing = SharingContext::new(Authkey::new(b"secret".to_vec()));
+    /// // Nothing was sent: nothing to wait for.
+    /// sharing.wait_until_fetched(Duration::from_secs(1))?;
+    /// # Ok::<(), tensorshare::Error>(())
+    /// ```
+    pub fn wait_until_fetched(&self, timeout: Duration) -> Result<(), Error> {
+        let start = Instant::now();
+        let mut pause = Duration::from_millis(1);
+        loop {
+            if let Some(failures) = self.new_auth_failures() {
+                return Err(Error::PeerAuthkey {
+                    failures,
+                    connection: None,
+                });
+            }
+            let pending =
+                self.state.unfetched.pending() + self.settings.memmap.unopened_sent_files();
+            if pending == 0 {
+                return Ok(());
+            }
+            let waited = start.elapsed();
+            if waited >= timeout {
+                return Err(Error::Unfetched { pending, waited });
+            }
+            std::thread::sleep(pause.min(timeout - waited));
+            pause = (pause * 2).min(Duration::from_millis(50));
+        }
+    }
+
+    /// How many peers have failed the resource sharer's handshake, when
+    /// some did since the last report: such a peer holds another authkey
+    /// and can fetch none of the storages sent to it.
+    pub(crate) fn new_auth_failures(&self) -> Option<u64> {
+        let failures = self.sharer_stats()?.wrong_authkey;
+        let reported = self
+            .state
+            .reported_auth_failures
+            .fetch_max(failures, Ordering::Relaxed);
+        (failures > reported).then_some(failures)
+    }
+}
