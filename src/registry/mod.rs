@@ -42,7 +42,7 @@ pub(crate) mod saved;
 pub(crate) mod strategy_handle;
 mod torch;
 
-pub(crate) use torch::{REDUCTIONS, dup_fd_ids};
+pub(crate) use torch::{DUP_FD, REDUCTIONS, dup_fd_ids};
 
 use rustc_hash::FxHashMap;
 use std::any::Any;

@@ -17,7 +17,7 @@ use crate::{DType, Tensor, Value};
 pub(crate) const REDUCTIONS: &str = "torch.multiprocessing.reductions";
 const UTILS: &str = "torch._utils";
 /// The module and name of `multiprocessing.resource_sharer.DupFd`.
-const DUP_FD: (&str, &str) = ("multiprocessing.resource_sharer", "DupFd");
+pub(crate) const DUP_FD: (&str, &str) = ("multiprocessing.resource_sharer", "DupFd");
 
 pub(super) fn register(registry: &mut Registry) {
     for dtype in DType::ALL {

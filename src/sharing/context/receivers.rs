@@ -4,6 +4,7 @@
 //! storages keep, the limits on each, and the wait for receivers that a
 //! producer makes before it exits.
 
+use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -13,7 +14,7 @@ use tensorshare_strategies::file_descriptor::FdBudget;
 use super::SharingContext;
 use crate::Error;
 use crate::resource_sharer::{
-    Registration, ResourceSharer, SharerError, SharerOptions, SharerSocket, SharerStats,
+    Registration, ResourceSharer, SharerError, SharerOptions, SharerSocket, SharerStats, fetch_fd,
 };
 use crate::sync::lock;
 
@@ -112,6 +113,19 @@ impl SharingContext {
         let options = SharerOptions::new().with_socket(socket);
         let started = ResourceSharer::start_with(self.state.authkey.as_bytes(), options)?;
         Ok(self.state.sharer.get_or_init(|| started))
+    }
+
+    /// The fd a peer's resource sharer at `address` holds under `key`,
+    /// fetched with this context's authkey within its
+    /// [fetch timeout](Self::with_fetch_timeout).
+    pub(super) fn fetch_fd(&self, address: &[u8], key: i64) -> Result<OwnedFd, Error> {
+        let fd = fetch_fd(
+            address,
+            key,
+            self.state.authkey.as_bytes(),
+            self.settings.fetch_timeout,
+        )?;
+        Ok(fd)
     }
 
     /// Keeps `registration` for a message to process `recipient` (when the

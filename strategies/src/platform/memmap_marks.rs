@@ -34,8 +34,12 @@ pub(crate) struct CreationTag([u8; 16]);
 /// birth time alone.
 pub(crate) fn tag_created(created: impl AsFd) -> Option<CreationTag> {
     let mut tag = [0_u8; 16];
-    tag[..8].copy_from_slice(&random_u64().to_ne_bytes());
-    tag[8..].copy_from_slice(&random_u64().to_ne_bytes());
+    if getrandom::fill(&mut tag).is_err() {
+        // As for names: without an OS random source, the per-process
+        // fallback of `random_u64`.
+        tag[..8].copy_from_slice(&random_u64().to_ne_bytes());
+        tag[8..].copy_from_slice(&random_u64().to_ne_bytes());
+    }
     rustix::fs::fsetxattr(created, CREATED_AS, &tag, rustix::fs::XattrFlags::CREATE)
         .ok()
         .map(|()| CreationTag(tag))

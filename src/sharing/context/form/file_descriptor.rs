@@ -15,13 +15,12 @@ use super::{MessageParts, TorchForm, not_a_handle};
 use crate::sharing::context::receipt::Receipt;
 use crate::Error;
 use crate::model::{DupFdRef, Residence, Storage, StorageWriter};
-use crate::registry::REDUCTIONS;
+use crate::registry::{DUP_FD, REDUCTIONS};
 use tensorshare_compat::pickle::PickleBuilder;
 
 impl TorchForm for FileDescriptorStrategy {
     const REBUILDER: &'static str = "rebuild_storage_fd";
     const HOLDER: &'static str = "memfd";
-
 
     /// A memfd from the context's pool when one is free (zeroed), else a
     /// new one adopted by the pool: it comes back for reuse once every
@@ -59,12 +58,7 @@ impl TorchForm for FileDescriptorStrategy {
         {
             return Ok(storage);
         }
-        let fd = crate::resource_sharer::fetch_fd(
-            &dup_fd.address,
-            dup_fd.key,
-            context.authkey().as_bytes(),
-            context.settings.fetch_timeout,
-        )?;
+        let fd = context.fetch_fd(&dup_fd.address, dup_fd.key)?;
         context.map_fd(fd, nbytes, None)
     }
 
@@ -99,11 +93,11 @@ impl TorchForm for FileDescriptorStrategy {
         let address_key = out.tuple(vec![address, key]);
         let id_name = out.push(Node::Str("_id".into()));
         let state = out.push(Node::Dict(vec![(id_name, address_key)]));
-        let dup_fd_class = out.global("multiprocessing.resource_sharer", "DupFd");
+        let dup_fd_class = out.global(DUP_FD.0, DUP_FD.1);
         let dup_fd = out.new_object_with_state(dup_fd_class, state);
         let nbytes = out.int(storage.nbytes());
         let class = out.global("torch.storage", "UntypedStorage");
-        let rebuild = out.global(REDUCTIONS, "rebuild_storage_fd");
+        let rebuild = out.global(REDUCTIONS, Self::REBUILDER);
         Ok(out.call(rebuild, vec![class, dup_fd, nbytes]))
     }
 }

@@ -22,7 +22,6 @@ impl TorchForm for FileSystemStrategy {
     const REBUILDER: &'static str = "rebuild_storage_filename";
     const HOLDER: &'static str = "segment";
 
-
     /// A segment from the context's pool when one of `nbytes` is free
     /// (nobody but this process counts it: see the `pools::segments`
     /// module of the source), zeroed; else a new one. Either way it goes
@@ -79,7 +78,7 @@ impl TorchForm for FileSystemStrategy {
         let name = out.push(Node::Bytes(name.as_str().as_bytes().into()));
         let nbytes = out.int(storage.nbytes());
         let class = out.global("torch.storage", "UntypedStorage");
-        let rebuild = out.global(REDUCTIONS, "rebuild_storage_filename");
+        let rebuild = out.global(REDUCTIONS, Self::REBUILDER);
         Ok(out.call(rebuild, vec![class, manager, name, nbytes]))
     }
 }

@@ -19,14 +19,12 @@ use super::{MessageParts, TorchForm, not_a_handle};
 use crate::Error;
 use crate::model::{HandleRef, Residence, Storage, Value};
 use crate::registry::strategy_handle::REBUILD_STORAGE;
-use crate::resource_sharer::fetch_fd;
 use crate::sharing::context::SharingContext;
 use crate::sharing::context::receipt::Receipt;
 
 impl TorchForm for TmpfileStrategy {
     const REBUILDER: &'static str = "tensorshare.rebuild_storage (tmpfile)";
     const HOLDER: &'static str = "temporary file";
-
 
     /// Fetches the fd from the sender's resource sharer, and maps it once
     /// per file while it lives.
@@ -39,12 +37,7 @@ impl TorchForm for TmpfileStrategy {
             _ => return Err(not_a_handle::<Self>(remote)),
         };
         let context = receipt.context();
-        let fd = fetch_fd(
-            address,
-            key,
-            context.authkey().as_bytes(),
-            context.settings.fetch_timeout,
-        )?;
+        let fd = context.fetch_fd(address, key)?;
         Self::shares(context).receive_plain(fd, nbytes)
     }
 
