@@ -282,6 +282,13 @@ fn attached_fds_pair_by_key_not_by_where_the_message_names_them() {
         .collect();
     assert_eq!(firsts, [2.0, 1.0], "each storage its own bytes");
     drop(got);
-    let stats = sender.sharer_stats().expect("a sharer");
+    // Both keys come back once the receipt is done; a fetch would have
+    // been served by then.
+    let mut stats = None;
+    support::wait_until(std::time::Duration::from_secs(5), || {
+        stats = sender.sharer_stats();
+        stats.is_some_and(|stats| stats.released >= 2)
+    });
+    let stats = stats.expect("a sharer");
     assert_eq!(stats.served, 0, "none fetched: {stats:?}");
 }

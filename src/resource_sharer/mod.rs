@@ -58,8 +58,6 @@ pub use tensorshare_strategies::platform::fd_passing::RecvFdsError;
 // the unit tests beside them (`tests.rs`) drive directly.
 pub(crate) use client::fetch_fd;
 pub(crate) use options::SharerOptions;
-#[cfg(test)]
-use registration::DupFdId;
 pub(crate) use registration::Registration;
 pub(crate) use server::ResourceSharer;
 

@@ -33,7 +33,7 @@ impl SharerOptions {
     /// sent; a client slower than that is disconnected and counted in
     /// [`SharerStats::timed_out`](super::SharerStats::timed_out). Zero is raised to one millisecond.
     #[must_use]
-    #[cfg_attr(not(test), allow(dead_code))] // the unit tests use it
+    #[cfg(test)] // the unit tests use it
     pub fn with_connection_timeout(mut self, timeout: Duration) -> Self {
         self.connection_timeout = timeout.max(Duration::from_millis(1));
         self
@@ -42,7 +42,7 @@ impl SharerOptions {
     /// Sets how many connections are served at once (at least 1): so many
     /// stalled clients can delay the others by up to the connection timeout.
     #[must_use]
-    #[cfg_attr(not(test), allow(dead_code))] // the unit tests use it
+    #[cfg(test)] // the unit tests use it
     pub fn with_workers(mut self, workers: usize) -> Self {
         self.workers = workers.max(1);
         self

@@ -2,10 +2,13 @@
 //! and the name receivers fetch it by.
 
 use std::fmt;
+#[cfg(test)]
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
+#[cfg(test)]
 use std::time::Duration;
 
+#[cfg(test)]
 use super::client::{FetchError, fetch_fd};
 use super::server::ResourceSharer;
 
@@ -31,7 +34,7 @@ impl DupFdId {
     /// # Errors
     ///
     /// As [`fetch_fd`].
-    #[cfg_attr(not(test), allow(dead_code))] // the unit tests use it
+    #[cfg(test)] // the unit tests use it
     pub fn fetch(&self, authkey: &[u8], timeout: Duration) -> Result<OwnedFd, FetchError> {
         fetch_fd(self.address.as_bytes(), self.key, authkey, timeout)
     }
@@ -72,7 +75,7 @@ impl Registration {
 
     /// Withdraws the registration and returns the fd if no receiver fetched
     /// it.
-    #[cfg_attr(not(test), allow(dead_code))] // the unit tests use it
+    #[cfg(test)] // the unit tests use it
     pub fn withdraw(mut self) -> Option<OwnedFd> {
         self.sharer.take()?.withdraw(self.id.key)
     }
@@ -80,7 +83,7 @@ impl Registration {
     /// Gives up the owner's say: the fd stays registered until a receiver
     /// fetches it or the sharer shuts down. The sharer is no longer kept
     /// running by this registration.
-    #[cfg_attr(not(test), allow(dead_code))] // the unit tests use it
+    #[cfg(test)] // the unit tests use it
     pub fn keep_until_fetched(mut self) -> DupFdId {
         self.sharer = None;
         self.id.clone()

@@ -268,7 +268,7 @@ impl ResourceSharer {
     /// # Errors
     ///
     /// As [`ResourceSharer::start_with`].
-    #[cfg_attr(not(test), allow(dead_code))] // the unit tests use it
+    #[cfg(test)] // the unit tests use it
     pub fn start(authkey: &[u8]) -> Result<Arc<Self>, SharerError> {
         Self::start_with(authkey, SharerOptions::default())
     }
@@ -387,27 +387,27 @@ impl ResourceSharer {
     /// and as a `DupFd`'s `_id` carries it: NUL and the name for an abstract
     /// address (pickled as `bytes`, as CPython reports one), or the path
     /// (pickled as `str`).
-    #[cfg_attr(not(test), allow(dead_code))] // the unit tests use it
+    #[cfg(test)] // the unit tests use it
     pub fn address(&self) -> &[u8] {
         self.address_text.as_bytes()
     }
 
     /// [`ResourceSharer::address`] as text, with its leading NUL when
     /// abstract: what [`DupFdId::address`] holds.
-    #[cfg_attr(not(test), allow(dead_code))] // the unit tests use it
+    #[cfg(test)] // the unit tests use it
     pub fn address_str(&self) -> &str {
         &self.address_text
     }
 
     /// The socket address.
-    #[cfg_attr(not(test), allow(dead_code))] // the unit tests use it
+    #[cfg(test)] // the unit tests use it
     pub fn socket_address(&self) -> &Address {
         &self.address
     }
 
     /// The socket file's path, when it listens on one
     /// ([`SharerSocket::PathIn`]); `None` in the abstract namespace.
-    #[cfg_attr(not(test), allow(dead_code))] // the unit tests use it
+    #[cfg(test)] // the unit tests use it
     pub fn socket_path(&self) -> Option<&Path> {
         self.address.as_path()
     }

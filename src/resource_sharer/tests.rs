@@ -35,9 +35,9 @@ use tensorshare_compat::resource_sharer::MAX_REQUEST_LEN;
 use tensorshare_strategies::file_descriptor::{FdSegment, FileDescriptorStrategy};
 use tensorshare_strategies::{SharingStrategy, WritableSegment};
 
+use super::registration::DupFdId;
 use super::{
-    DupFdId, FetchError, RegisterError, ResourceSharer, SharerOptions, SharerSocket, SharerStats,
-    fetch_fd,
+    FetchError, RegisterError, ResourceSharer, SharerOptions, SharerSocket, SharerStats, fetch_fd,
 };
 use processes::{eventually, hex, unhex};
 use test_python::{interop_required, test_python};

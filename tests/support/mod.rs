@@ -43,7 +43,7 @@ use tensorshare::connection::Address;
 /// the shared-memory manager's executable, next to `deps/`.
 pub fn tensorshare_exe() -> &'static Path {
     static EXE: OnceLock<PathBuf> = OnceLock::new();
-    EXE.get_or_init(build_tensorshare)
+    EXE.get_or_init(|| build_program("tensorshare-cli", "tensorshare"))
 }
 
 /// Builds the `tensorshare` command ([`tensorshare_exe`]) where the
@@ -79,11 +79,6 @@ pub fn gc_without_segments(args: impl IntoIterator<Item = impl AsRef<OsStr>>) ->
 pub fn bench_exe() -> &'static Path {
     static EXE: OnceLock<PathBuf> = OnceLock::new();
     EXE.get_or_init(|| build_program("tensorshare-bench", "tensorshare-bench"))
-}
-
-/// Builds `tensorshare` as [`tensorshare_exe`] says and returns its path.
-fn build_tensorshare() -> PathBuf {
-    build_program("tensorshare-cli", "tensorshare")
 }
 
 /// Builds the binary `bin` of the workspace's `package` as
