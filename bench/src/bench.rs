@@ -223,9 +223,10 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
         std::fs::write(path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
     }
     if args.workload == BenchWorkload::Servers {
-        TorchPeer::new(python.clone(), script, None).check()?;
+        let torch = TorchPeer::new(python, script, None);
+        torch.check()?;
         let options = servers::Options {
-            python: &python,
+            python: torch.python(),
             scratch: scratch.path(),
             clients: args.clients,
             requests: if args.quick {

@@ -40,7 +40,7 @@ mod bench;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
-use tensorshare_cli::error::{CliError, ERROR_PREFIX, one_line};
+use tensorshare_cli::error::exit_code;
 
 /// The bench's allocator, the `tensorshare` command's: messages are made
 /// of many small allocations, which mimalloc serves faster than glibc's
@@ -90,15 +90,7 @@ fn main() -> ExitCode {
         Some(Hidden::Measure(args)) => measure::run(args),
         Some(Hidden::Server(args)) => servers::run_server(args),
     };
-    match ran {
-        Ok(()) => ExitCode::SUCCESS,
-        // Found after parsing (flags that do not go with the workload, ...).
-        Err(CliError::Usage(usage)) => usage.format(&mut Cli::command()).exit(),
-        Err(error) => {
-            // As clap starts its usage errors, so that every error the
-            // bench prints reads alike.
-            eprintln!("{ERROR_PREFIX}{}", one_line(&error));
-            ExitCode::FAILURE
-        }
-    }
+    // A usage error found after parsing (flags that do not go with the
+    // workload, ...) shows the bench's usage.
+    exit_code(ran, |usage| usage.format(&mut Cli::command()))
 }

@@ -20,7 +20,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use tensorshare::model::TensorView;
-use tensorshare::{Connection, DType, SharingContext, Tensor, Value};
+use tensorshare::{Authkey, Connection, DType, SharingContext, StrategyKind, Tensor, Value};
 use tensorshare_cli::error::CliError;
 use tensorshare_strategies::file_descriptor::{FdSegment, FileDescriptorStrategy};
 use tensorshare_strategies::{Segment, SharingStrategy};
@@ -253,4 +253,20 @@ fn check_bytes(bytes: Option<&[u8]>, size: usize, index: usize) -> Result<(), St
         ));
     }
     Ok(())
+}
+
+/// A producer's context with `strategy` (`None`: the default placement),
+/// one for every connection, as one process has.
+pub fn producer_sharing(strategy: Option<StrategyKind>, authkey: Authkey) -> SharingContext {
+    let sharing = SharingContext::new(authkey);
+    match strategy {
+        // The producer keeps every tensor until the consumer has received
+        // it, mapping its files: holding sent files longer (5 minutes by
+        // default) would only pile up files in $TMPDIR over a run.
+        Some(StrategyKind::Memmap) => sharing
+            .with_strategy(StrategyKind::Memmap)
+            .with_unfetched_lifetime(Duration::ZERO),
+        Some(strategy) => sharing.with_strategy(strategy),
+        None => sharing,
+    }
 }

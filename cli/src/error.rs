@@ -159,3 +159,22 @@ pub fn one_line(error: &(dyn std::error::Error + 'static)) -> String {
     }
     message.replace('\n', " ")
 }
+
+/// How a program of this workspace ends after `ran`: success, a usage
+/// error found after parsing, written as `usage` formats it (with the
+/// program's or the subcommand's usage) and exiting as clap does, or any
+/// other error on one line after [`ERROR_PREFIX`], as clap starts its
+/// usage errors, so that every error reads alike.
+pub fn exit_code(
+    ran: Result<(), CliError>,
+    usage: impl FnOnce(clap::Error) -> clap::Error,
+) -> std::process::ExitCode {
+    match ran {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(CliError::Usage(error)) => usage(error).exit(),
+        Err(error) => {
+            eprintln!("{ERROR_PREFIX}{}", one_line(&error));
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -10,7 +10,7 @@ mod commands;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches};
-use tensorshare_cli::error::{CliError, ERROR_PREFIX, one_line};
+use tensorshare_cli::error::exit_code;
 
 /// Messages are made of many small allocations, which mimalloc serves
 /// faster than glibc's allocator.
@@ -24,17 +24,9 @@ fn main() -> ExitCode {
     let matches = commands::Cli::command().get_matches();
     let args = commands::Cli::from_arg_matches(&matches)
         .unwrap_or_else(|error| error.format(&mut commands::Cli::command()).exit());
-    match commands::run(args) {
-        Ok(()) => ExitCode::SUCCESS,
-        // Found after parsing (conflicting authkey sources, ...).
-        Err(CliError::Usage(usage)) => {
-            commands::with_usage_of(usage, matches.subcommand_name()).exit()
-        }
-        Err(error) => {
-            // As clap starts its usage errors, so that every error the
-            // command prints reads alike.
-            eprintln!("{ERROR_PREFIX}{}", one_line(&error));
-            ExitCode::FAILURE
-        }
-    }
+    // A usage error found after parsing (conflicting authkey sources, ...)
+    // shows the subcommand's usage.
+    exit_code(commands::run(args), |usage| {
+        commands::with_usage_of(usage, matches.subcommand_name())
+    })
 }

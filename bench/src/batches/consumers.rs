@@ -9,9 +9,10 @@ use tensorshare::{Authkey, Connection, SharingContext, Value};
 use tensorshare_cli::error::CliError;
 use tensorshare_cli::peer::Peer;
 
-use super::feed::{Feed, sharing_for, spec_args};
+use super::feed::{Feed, spec_args};
 use crate::batch_protocol::{BatchSpec, produce_batches};
 use crate::median::median;
+use crate::stream_protocol::producer_sharing;
 use crate::torch_peer::TorchPeer;
 
 /// What N consumers fed by `feed` did together.
@@ -38,7 +39,7 @@ pub fn run_feed(
             torch_trains: true,
         } => {
             let authkey = Authkey::random()?;
-            let sharing = sharing_for(strategy, authkey.clone());
+            let sharing = producer_sharing(strategy, authkey.clone());
             let listener = Listener::bind_unique_abstract(&authkey, ConnectionOptions::default())?;
             let address = listener.address().to_string();
             let mut peers = (0..consumers)

@@ -3,9 +3,7 @@
 //! layout; each feed's name (`--feeds`) and label, the arguments its torch
 //! side is started with, and a Rust producer's sharing context.
 
-use std::time::Duration;
-
-use tensorshare::{Authkey, SharingContext, StrategyKind};
+use tensorshare::StrategyKind;
 
 use crate::batch_protocol::{BatchSpec, Layout};
 
@@ -126,20 +124,6 @@ impl Feed {
 /// The names `--feeds` takes, in table order.
 pub fn feed_names() -> Vec<String> {
     Feed::all().into_iter().map(Feed::name).collect()
-}
-
-/// The producer's context: one for every connection, as one process has.
-pub fn sharing_for(strategy: Option<StrategyKind>, authkey: Authkey) -> SharingContext {
-    let sharing = SharingContext::new(authkey);
-    match strategy {
-        // Each batch is kept until the consumer has received it, mapping
-        // its files: holding them longer would only pile files up.
-        Some(StrategyKind::Memmap) => sharing
-            .with_strategy(StrategyKind::Memmap)
-            .with_unfetched_lifetime(Duration::ZERO),
-        Some(strategy) => sharing.with_strategy(strategy),
-        None => sharing,
-    }
 }
 
 /// The command-line arguments of `bench_batches.py` for `spec`.

@@ -33,9 +33,10 @@ use crate::batch_protocol::{BatchSpec, ImageDType, Layout, produce_batches};
 use crate::median::median;
 use crate::rust_consumer;
 use crate::spinner::spinner;
+use crate::stream_protocol::producer_sharing;
 use crate::torch_peer::TorchPeer;
 use busy::Load;
-use feed::{BASELINE, Feed, sharing_for, spec_args};
+use feed::{BASELINE, Feed, spec_args};
 
 /// A batch size of the table and the target at it: the best Rust
 /// producer feeding torch against the DataLoader with 2 workers.
@@ -414,7 +415,7 @@ fn run_feed(feed: Feed, spec: BatchSpec, torch: &TorchPeer) -> Result<Vec<f64>, 
         } => (strategy, layout, torch_trains),
     };
     let authkey = Authkey::random()?;
-    let sharing = sharing_for(strategy, authkey.clone());
+    let sharing = producer_sharing(strategy, authkey.clone());
     let listener = Listener::bind_unique_abstract(&authkey, ConnectionOptions::default())?;
     let address = listener.address().to_string();
     let mut peer = if torch_trains {

@@ -15,7 +15,7 @@ mod targets;
 use std::time::{Duration, Instant};
 
 use tensorshare::connection::{ConnectionOptions, Listener};
-use tensorshare::{Authkey, Connection, SharingContext, StrategyKind};
+use tensorshare::{Authkey, Connection};
 use tensorshare_cli::error::CliError;
 use tensorshare_cli::format;
 use tensorshare_cli::peer::Peer;
@@ -24,6 +24,7 @@ use crate::fd_limit::raise_fd_limit;
 use crate::median::median;
 use crate::rust_consumer;
 use crate::spinner::spinner;
+use crate::stream_protocol::producer_sharing;
 use crate::stream_protocol::{Framing, Workload, consume, produce};
 use crate::torch_peer::TorchPeer;
 use route::{Route, Row, value_name, workload_for};
@@ -74,14 +75,7 @@ pub fn run(
 fn run_path(path: Route, workload: Workload, torch: &TorchPeer) -> Result<Vec<f64>, CliError> {
     let authkey = Authkey::random()?;
     let strategy = path.strategy().name();
-    let mut sharing = SharingContext::new(authkey.clone()).with_strategy(path.strategy());
-    if path.strategy() == StrategyKind::Memmap {
-        // The producer keeps every tensor until the consumer's ack, which
-        // comes after the consumer has mapped each file: holding sent files
-        // longer (5 minutes by default) would only pile up a few GiB of
-        // files in $TMPDIR over a run.
-        sharing = sharing.with_unfetched_lifetime(Duration::ZERO);
-    }
+    let sharing = producer_sharing(Some(path.strategy()), authkey.clone());
     if path.torch_only() {
         let output = torch.run(
             &["torch-to-torch", "--strategy", strategy],

@@ -44,7 +44,7 @@ pub struct EchoArgs {
     #[command(flatten)]
     authkey: AuthkeyArgs,
     /// How storages are sent back.
-    #[arg(long, value_name = "NAME", value_parser = strategy_parser(), default_value = "file_descriptor")]
+    #[arg(long, value_name = "NAME", value_parser = strategy_parser(), default_value = StrategyKind::FileDescriptor.name())]
     strategy: StrategyKind,
     /// Refuse messages longer than this many bytes before reading them
     /// (at least 1).

@@ -4,7 +4,7 @@
 //! whole.
 
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use tensorshare_cli::error::CliError;
 
@@ -34,22 +34,21 @@ pub fn is_torch_save_file(path: &Path) -> bool {
         return false;
     }
     let mut head = [0u8; LEGACY_MAGIC.len()];
-    let read = std::io::Read::read(&mut file, &mut head).unwrap_or(0);
+    let read = file.read(&mut head).unwrap_or(0);
     let head = &head[..read];
     head.starts_with(b"PK\x03\x04") || head.starts_with(LEGACY_MAGIC)
 }
 
 /// The bytes of `path`, or of stdin for `-`.
-pub fn read_input(path: &PathBuf) -> Result<Vec<u8>, CliError> {
-    let mut bytes = Vec::new();
-    if path.as_os_str() == "-" {
-        std::io::stdin()
-            .lock()
-            .read_to_end(&mut bytes)
-            .map_err(|e| CliError::io("reading stdin", e))?;
-    } else {
-        bytes = std::fs::read(path)
-            .map_err(|e| CliError::io(format!("reading {}", path.display()), e))?;
+pub fn read_input(path: &Path) -> Result<Vec<u8>, CliError> {
+    if path.as_os_str() != "-" {
+        return std::fs::read(path)
+            .map_err(|e| CliError::io(format!("reading {}", path.display()), e));
     }
+    let mut bytes = Vec::new();
+    std::io::stdin()
+        .lock()
+        .read_to_end(&mut bytes)
+        .map_err(|e| CliError::io("reading stdin", e))?;
     Ok(bytes)
 }
