@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use support::netns::{Host, HostPair};
-use support::{ChildGuard, expect_success, has_exited};
+use support::{ChildGuard, expect_success, has_exited, wait_until};
 
 /// A listener on `host` at `ip` (port chosen by the system).
 fn listen_on(host: &Host, ip: IpAddr) -> TcpListener {
@@ -184,25 +184,38 @@ fn a_pair_left_by_a_killed_process_is_swept_by_the_next() {
         return;
     };
     drop(pair);
-    // Named as the harness names its own, by this process's pid with a
-    // start time it never had: a creator that is gone. (Another test of
-    // this binary making a pair meanwhile may sweep it first.)
-    let name = format!("tensorshare-net-{}-0-0-0", std::process::id());
-    let added = Command::new("ip").args(["netns", "add", &name]).output();
-    expect_success(&added.expect("run ip netns add"), "ip netns add");
-    let mut left_running = ChildGuard(
-        Command::new("ip")
-            .args(["netns", "exec", &name, "sleep", "1000"])
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start sleep in the abandoned namespace"),
-    );
-    let pid = left_running.pid();
+    // A shell makes a namespace named as the harness names its own, by
+    // the shell's pid and start time, starts a process in it and exits:
+    // a creator that is gone, whose host still runs something. The
+    // process is inside before the name looks abandoned, so a sweep by
+    // any test process running meanwhile finds it there.
+    let made = Command::new("sh")
+        .args([
+            "-c",
+            r#"start=$(cut -d' ' -f22 /proc/$$/stat)
+name="tensorshare-net-$$-$start-0-0"
+ip netns add "$name" || exit 1
+ip netns exec "$name" sleep 1000 </dev/null >/dev/null 2>&1 &
+while [ -z "$(ip netns pids "$name")" ]; do sleep 0.01; done
+echo "$name $!""#,
+        ])
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("run sh");
+    expect_success(&made, "make an abandoned namespace");
+    let made = String::from_utf8_lossy(&made.stdout);
+    let (name, pid) = made
+        .trim()
+        .split_once(' ')
+        .expect("the namespace's name and its process's pid");
+    let pid: u32 = pid.parse().expect("a pid");
     let _pair = HostPair::create(test).expect("namespaces were made a moment ago");
-    assert!(!namespaces().contains(name.as_str()), "not swept");
-    let _ = left_running.0.wait();
-    assert!(
-        has_exited(pid),
-        "a process in the swept namespace still runs"
-    );
+    assert!(!namespaces().contains(name), "not swept");
+    let killed = wait_until(Duration::from_secs(10), || has_exited(pid));
+    if !killed {
+        let _ = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+    }
+    assert!(killed, "a process in the swept namespace still runs");
 }
