@@ -361,6 +361,7 @@ from_wrapped!(
     Sharer(SharerError),
     Register(RegisterError),
     Fetch(FetchError),
+    Rebuild(RebuildError),
     View(ViewError),
     Value(ValueAccessError),
     Connection(ConnectionError),
@@ -377,21 +378,6 @@ from_wrapped!(Dlpack(
 #[cfg(feature = "safetensors")]
 from_wrapped!(Safetensors(SafetensorsError));
 
-/// A rebuild's error, and a storage it could not attach as
-/// [`Error::Attach`] with the cause the attaching layer (the sharing
-/// context, an [`Error`] itself) carried up through the rebuild.
-impl From<RebuildError> for Error {
-    fn from(error: RebuildError) -> Self {
-        match error {
-            RebuildError::Attach { callee, cause } => match cause.downcast::<Error>() {
-                Ok(cause) => Error::Attach { callee, cause },
-                Err(cause) => Error::Rebuild(RebuildError::Attach { callee, cause }),
-            },
-            error => Error::Rebuild(error),
-        }
-    }
-}
-
 /// A layer's error as the facade's variant for it: each layer error's
 /// variants map one to one onto the facade's, so a caller matches one
 /// enum whichever layer failed.
@@ -399,7 +385,7 @@ impl From<LoadError> for Error {
     fn from(error: LoadError) -> Self {
         match error {
             LoadError::Decode(error) => Error::Decode(error),
-            LoadError::Rebuild(error) => Error::from(error),
+            LoadError::Rebuild(error) => Error::Rebuild(error),
             LoadError::TorchSave(error) => Error::TorchSave(error),
         }
     }

@@ -7,7 +7,7 @@ mod support;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
-use tensorshare::model::{Custom, Global};
+use tensorshare::model::{Custom, Global, StorageKind};
 use tensorshare::registry::Reduction;
 use tensorshare::{Authkey, DType, Registry, SharingContext, StrategyKind, Tensor, Value};
 
@@ -122,6 +122,69 @@ fn registered_types_round_trip_between_rust_processes() {
     let sample = sample.downcast_ref::<Sample>().expect("a Sample");
     assert_eq!(sample.label, 7);
     assert!(sample.image.storage().same_as(image.storage()));
+}
+
+/// A rebuilder runs before the message's shared storages are attached: it
+/// sees each by its handle, and what it returns holds the storage
+/// attached, the same storage as every other reference to it.
+#[test]
+fn a_rebuilder_sees_a_shared_storage_by_its_handle_and_returns_it_attached() {
+    #[derive(Debug)]
+    struct Seen {
+        image: Tensor,
+        bytes_here: bool,
+        kind: StorageKind,
+    }
+    let mut registry = Registry::default();
+    registry.register_type(
+        "__main__",
+        "Seen",
+        |seen: &Seen| Reduction::Call {
+            callee: Global::new("__main__", "Seen"),
+            args: vec![Value::Tensor(seen.image.clone())],
+        },
+        |call| match call.args {
+            [Value::Tensor(image)] => Ok(Seen {
+                image: image.clone(),
+                bytes_here: image.storage().bytes().is_some(),
+                kind: image.storage().kind(),
+            }),
+            _ => Err(call.wrong_arguments("(image: Tensor)")),
+        },
+    );
+    let sharing = SharingContext::new(Authkey::new(b"k".to_vec()))
+        .with_strategy(StrategyKind::FileSystem)
+        .with_registry(registry);
+    let image = Tensor::from_slice(&sharing, &[1.5f32, -2.0, 4.0], &[3]).expect("a tensor");
+    let sent = Value::from(vec![
+        custom(
+            "Seen",
+            Seen {
+                image: image.clone(),
+                bytes_here: true,
+                kind: StorageKind::Empty,
+            },
+        ),
+        Value::Tensor(image.clone()),
+    ]);
+    let back = sharing
+        .loads(&sharing.dumps(&sent).expect("dumps"))
+        .expect("loads");
+    let [Value::Custom(seen), Value::Tensor(plain)] = back.as_sequence().expect("a list") else {
+        panic!("{back:?}");
+    };
+    let seen = seen.downcast_ref::<Seen>().expect("a Seen");
+    assert_eq!(
+        (seen.bytes_here, seen.kind),
+        (false, StorageKind::Strategy(StrategyKind::FileSystem)),
+        "the rebuilder saw the storage by its handle"
+    );
+    assert_eq!(
+        seen.image.as_slice::<f32>().expect("attached"),
+        [1.5, -2.0, 4.0]
+    );
+    assert!(seen.image.storage().same_as(image.storage()));
+    assert!(seen.image.storage().same_as(plain.storage()));
 }
 
 /// Stock Python with torch: it receives a Point and a Sample as its own

@@ -11,8 +11,9 @@ use std::io::Write;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use tensorshare::model::Storage;
-use tensorshare::{Authkey, DType, SharingContext, StrategyKind, Value};
+use tensorshare::model::{Custom, Global, Storage};
+use tensorshare::registry::Reduction;
+use tensorshare::{Authkey, DType, SharingContext, StrategyKind, Tensor, Value};
 use tensorshare_strategies::file_system::{FileSystemSegment, HEADER_BYTES, SegmentName};
 use tensorshare_strategies::services::shm_manager;
 use tensorshare_strategies::{AllocateError, Segment, UnixUser};
@@ -370,4 +371,45 @@ fn a_segment_pooled_before_its_receiver_was_killed_goes(
     });
     assert!(gone, "{} left for a receiver that is gone", sent[0]);
     drop((unread, sharing));
+}
+
+/// A message refused partway through its rebuild still takes back the
+/// count its sender added for the segment it named before the refusal, as
+/// attaching it would have: the segment is not held for nobody once the
+/// receiver has said no.
+#[test]
+fn a_message_refused_after_naming_a_segment_takes_back_its_count() {
+    let authkey = Authkey::new(b"refused after a segment".to_vec());
+    let mut registry = tensorshare::Registry::default();
+    registry.register_reducer::<u8>(|n| Reduction::Call {
+        callee: Global::new("__main__", "Unknown"),
+        args: vec![Value::Int(i64::from(*n))],
+    });
+    let sender = fs_context(&authkey).with_registry(registry);
+    let tensor = Tensor::from_slice(&sender, &[7u8; 256], &[256]).expect("a tensor");
+    let count = || fs_segment(tensor.storage()).refcount();
+    let before = count();
+    let unknown = Value::Custom(Custom::new(Global::new("__main__", "Unknown"), 1u8));
+    let pickle = sender
+        .dumps(&Value::from(vec![Value::Tensor(tensor.clone()), unknown]))
+        .expect("dumps");
+    assert_eq!(count(), before + 1, "the message counts the segment");
+
+    // Allowed, so the pickle decodes, and refused by its rebuilder, after
+    // the walk has named the segment.
+    let mut refusing = tensorshare::Registry::default();
+    refusing.register_rebuilder(
+        "__main__",
+        "Unknown",
+        |call: tensorshare::registry::Call<'_>| Err(call.invalid("refused on purpose")),
+    );
+    let receiver = SharingContext::new(authkey).with_registry(refusing);
+    let error = receiver
+        .loads(&pickle)
+        .expect_err("refused by its rebuilder");
+    assert!(
+        error.to_string().contains("refused on purpose"),
+        "refused for another reason: {error}"
+    );
+    assert_eq!(count(), before, "the message's count was not taken back");
 }

@@ -24,8 +24,9 @@ const KEPT_RECEIVE_BUFFER_MAX: usize = 256 << 20;
 pub(crate) struct ReceivedMessage {
     /// The message, a slice of `buffer`.
     pub(crate) bytes: SharedBytes,
-    /// The buffer, to hand back with [`Connection::reuse_buffer`].
-    pub(crate) buffer: Arc<Vec<u8>>,
+    /// The buffer, which the connection keeps a clone of, to read the next
+    /// message into if nothing else holds it by then.
+    buffer: Arc<Vec<u8>>,
     /// The fds attached to the message.
     pub(crate) fds: Vec<OwnedFd>,
 }
@@ -104,6 +105,8 @@ impl Connection {
         buf: &mut Vec<u8>,
     ) -> Result<Vec<OwnedFd>, ConnectionError> {
         let mut message = self.recv_message()?;
+        // The message becomes `buf`: the connection does not keep its buffer.
+        self.lent_buffer = None;
         let fds = std::mem::take(&mut message.fds);
         let old = std::mem::replace(buf, message.into_vec());
         if self.receive_buffer.capacity() < old.capacity() {
@@ -113,9 +116,9 @@ impl Connection {
     }
 
     /// Receives one message into the buffer this connection keeps, with
-    /// the fds attached to it, for a reader that decodes it in place; hand
-    /// the buffer back with [`reuse_buffer`](Self::reuse_buffer) once
-    /// nothing refers to it.
+    /// the fds attached to it, for a reader that decodes it in place: the
+    /// next message goes into the same buffer if nothing decoded from this
+    /// one refers to it by then.
     ///
     /// When the socket has nothing more for now ([`ConnectionError::ReadTimeout`],
     /// which a non-blocking socket gives at once), what arrived stays here
@@ -136,6 +139,10 @@ impl Connection {
         match partial.reader.read(&mut reader, &mut partial.buffer) {
             Ok(len) => {
                 let buffer = Arc::new(partial.buffer);
+                // One too large to keep goes with the message's last reader.
+                if buffer.capacity() <= KEPT_RECEIVE_BUFFER_MAX {
+                    self.lent_buffer = Some(Arc::clone(&buffer));
+                }
                 let bytes = SharedBytes::from_shared_vec(Arc::clone(&buffer), len);
                 let fds = partial.fds.into_fds();
                 Ok(ReceivedMessage { bytes, buffer, fds })
@@ -152,13 +159,6 @@ impl Connection {
         }
     }
 
-    /// Keeps `buffer` for the next message if nothing else holds it.
-    pub(crate) fn reuse_buffer(&mut self, buffer: Arc<Vec<u8>>) {
-        if let Ok(buffer) = Arc::try_unwrap(buffer) {
-            self.keep_receive_buffer(buffer);
-        }
-    }
-
     fn keep_receive_buffer(&mut self, buffer: Vec<u8>) {
         if buffer.capacity() <= KEPT_RECEIVE_BUFFER_MAX {
             self.receive_buffer = buffer;
@@ -167,6 +167,11 @@ impl Connection {
 
     /// The buffer to read the next message into.
     fn take_receive_buffer(&mut self) -> Vec<u8> {
+        if let Some(lent) = self.lent_buffer.take()
+            && let Ok(buffer) = Arc::try_unwrap(lent)
+        {
+            self.keep_receive_buffer(buffer);
+        }
         let buffer = std::mem::take(&mut self.receive_buffer);
         if buffer.capacity() > 0 {
             return buffer;

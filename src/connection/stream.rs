@@ -43,6 +43,9 @@ pub struct Connection {
     /// The buffer of the last message, kept when nothing received from it
     /// holds on to it.
     pub(super) receive_buffer: Vec<u8>,
+    /// The buffer of the last message, lent to its reader: kept for the
+    /// next one if, by then, nothing decoded from it refers to it.
+    pub(super) lent_buffer: Option<Arc<Vec<u8>>>,
     /// What arrived of a message not yet whole, when the socket had no
     /// more for now: the next receive goes on with it.
     pub(super) partial: Option<PartialMessage>,
@@ -92,6 +95,7 @@ impl Connection {
         Self {
             options,
             receive_buffer: Vec::new(),
+            lent_buffer: None,
             partial: None,
             sent: SentRegistrations::default(),
             authkey: None,

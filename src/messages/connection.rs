@@ -188,9 +188,7 @@ impl Connection {
     /// ```
     pub fn recv(&mut self) -> Result<Value, Error> {
         let message = self.recv_message()?;
-        let (value, buffer) = rebuild(&self.sharing, message, self.origin());
-        self.inner.reuse_buffer(buffer);
-        value
+        rebuild(&self.sharing, message, self.origin())
     }
 
     /// The next message's bytes and fds, as they arrived; what arrived of
@@ -256,23 +254,16 @@ impl AsFd for Connection {
     }
 }
 
-/// A received message's value, and its buffer to hand back to the
-/// connection ([`connection::Connection::reuse_buffer`]).
-pub(crate) type Rebuilt = (Result<Value, Error>, Arc<Vec<u8>>);
-
 /// The value `message` holds, rebuilt through `sharing` with its storages
-/// attached; and its buffer, to hand back to the connection once nothing
-/// decoded from it is left.
+/// attached. Large `bytes` in the message are decoded as slices of its
+/// buffer, which the connection reads the next message into once they are
+/// all gone.
 pub(crate) fn rebuild(
     sharing: &SharingContext,
     message: ReceivedMessage,
     origin: MessageOrigin,
-) -> Rebuilt {
-    // Large `bytes` in the message are decoded as slices of its buffer,
-    // which comes back for the next message once they are all gone.
-    let value = sharing.loads_with_fds(&message.bytes, message.fds, origin);
-    drop(message.bytes);
-    (value, message.buffer)
+) -> Result<Value, Error> {
+    sharing.loads_with_fds(&message.bytes, message.fds, origin)
 }
 
 /// A connection that failed, said as its cause when peers failed to

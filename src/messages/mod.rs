@@ -9,5 +9,5 @@ mod listener;
 
 pub use connection::Connection;
 #[cfg(feature = "tokio")]
-pub(crate) use connection::{Rebuilt, connection_failed, rebuild};
+pub(crate) use connection::{connection_failed, rebuild};
 pub use listener::Listener;

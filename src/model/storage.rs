@@ -159,6 +159,9 @@ struct StorageInner {
     /// Where `torch.save` said the storage lived, for one read from an
     /// archive.
     saved_location: Option<Arc<str>>,
+    /// The storage a received message's handle was attached as, once the
+    /// message was rebuilt: this one then stands for it in everything.
+    attached: OnceLock<Storage>,
 }
 
 /// `bytes` on the heap: the vector itself when they are all of one no one
@@ -362,32 +365,54 @@ impl Storage {
             residence,
             shared_twin: OnceLock::new(),
             saved_location,
+            attached: OnceLock::new(),
         }))
+    }
+
+    /// The storage this one stands for: itself, or the storage its handle
+    /// was attached as (a storage of this process, never one described by
+    /// a handle itself).
+    fn target(&self) -> &Storage {
+        self.0.attached.get().unwrap_or(self)
+    }
+
+    fn inner(&self) -> &StorageInner {
+        &self.target().0
+    }
+
+    /// Makes this storage, described by a handle a received message gave,
+    /// stand for `attached`, the storage the handle names in this process:
+    /// every clone of it, in whatever the message's value holds, then
+    /// reads `attached`'s bytes and is the same storage as it. A storage
+    /// is attached once; `Err` gives `attached` back after that.
+    pub(crate) fn attach(&self, attached: Storage) -> Result<(), Storage> {
+        self.0.attached.set(attached)
     }
 
     /// Where the storage was when `torch.save` wrote it (`cpu`, `cuda:0`,
     /// `mps`, ...), for one read from a `torch.save` archive; its bytes are
     /// in this process whatever the location. `None` for any other storage.
     pub fn saved_location(&self) -> Option<&str> {
-        self.0.saved_location.as_deref()
+        self.inner().saved_location.as_deref()
     }
 
     /// Size in bytes.
     pub fn nbytes(&self) -> usize {
-        self.0.nbytes
+        self.inner().nbytes
     }
 
     /// Where the bytes are.
     pub fn residence(&self) -> &Residence {
-        &self.0.residence
+        &self.inner().residence
     }
 
     /// What kind of storage this is, as `inspect` reports it.
     pub fn kind(&self) -> StorageKind {
-        if self.0.nbytes == 0 {
+        let inner = self.inner();
+        if inner.nbytes == 0 {
             return StorageKind::Empty;
         }
-        self.0
+        inner
             .residence
             .strategy()
             .map_or(StorageKind::Cuda, StorageKind::from)
@@ -395,8 +420,9 @@ impl Storage {
 
     /// The bytes, when they are in this process.
     pub fn bytes(&self) -> Option<&[u8]> {
-        match &self.0.residence {
-            Residence::Local(segment) => segment.as_bytes().get(..self.0.nbytes),
+        let inner = self.inner();
+        match &inner.residence {
+            Residence::Local(segment) => segment.as_bytes().get(..inner.nbytes),
             _ => None,
         }
     }
@@ -411,18 +437,18 @@ impl Storage {
 
     /// Whether two handles are the same storage (Python's `is`).
     pub fn same_as(&self, other: &Storage) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
+        Arc::ptr_eq(&self.target().0, &other.target().0)
     }
 
     /// A reference that does not keep the storage alive.
     pub(crate) fn downgrade(&self) -> WeakStorage {
-        WeakStorage(Arc::downgrade(&self.0))
+        WeakStorage(Arc::downgrade(&self.target().0))
     }
 
     /// The segment holding the bytes, when they are in this process in a
     /// segment of type `T` (an `FdSegment`, a `FileSystemSegment`, ...).
     pub fn local_segment<T: Segment>(&self) -> Option<&T> {
-        match &self.0.residence {
+        match &self.inner().residence {
             Residence::Local(segment) => segment.downcast_ref::<T>(),
             _ => None,
         }
@@ -431,7 +457,7 @@ impl Storage {
     /// The segment of strategy `S` this storage maps, if it maps one: what
     /// the runtime exports.
     pub(crate) fn segment_of<S: SharingStrategy>(&self) -> Option<&S::Segment> {
-        match &self.0.residence {
+        match &self.inner().residence {
             Residence::Local(segment) => S::local(segment.as_ref()),
             _ => None,
         }
@@ -439,7 +465,7 @@ impl Storage {
 
     /// The strategy of the segment holding the bytes, when they are here.
     pub fn local_kind(&self) -> Option<StrategyKind> {
-        match &self.0.residence {
+        match &self.inner().residence {
             Residence::Local(segment) => Some(segment.kind()),
             _ => None,
         }
@@ -450,7 +476,7 @@ impl Storage {
     /// exported (a received fd segment that closed its fd to stay within
     /// the fd budget), so that sending it makes a copy.
     pub(crate) fn exportable_kind(&self) -> Option<StrategyKind> {
-        match &self.0.residence {
+        match &self.inner().residence {
             Residence::Local(segment) if segment.can_export() => Some(segment.kind()),
             _ => None,
         }
@@ -469,20 +495,20 @@ impl Storage {
         make: impl FnOnce() -> Result<Storage, E>,
     ) -> Result<Storage, E> {
         let of_kind = |twin: &&Storage| twin.local_kind() == Some(kind);
-        if let Some(twin) = self.0.shared_twin.get().filter(of_kind) {
+        if let Some(twin) = self.inner().shared_twin.get().filter(of_kind) {
             return Ok(twin.clone());
         }
         let made = make()?;
         // Two threads may race here: both copy, the first stored is the
         // one every sender uses.
-        let twin = self.0.shared_twin.get_or_init(|| made.clone());
+        let twin = self.inner().shared_twin.get_or_init(|| made.clone());
         Ok(if of_kind(&twin) { twin.clone() } else { made })
     }
 
     /// A key that is equal for clones of one storage and different otherwise,
     /// for maps that track identity (memo tables, `inspect` ids).
     pub fn identity(&self) -> usize {
-        Arc::as_ptr(&self.0) as *const () as usize
+        Arc::as_ptr(&self.target().0) as *const () as usize
     }
 }
 
@@ -506,7 +532,7 @@ impl fmt::Debug for Storage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Storage")
             .field("kind", &self.kind())
-            .field("nbytes", &self.0.nbytes)
+            .field("nbytes", &self.nbytes())
             .finish()
     }
 }

@@ -88,17 +88,6 @@ pub enum RebuildError {
         /// The archive problem.
         cause: Box<LoadError>,
     },
-    /// A shared storage could not be attached (fd fetch or mapping failed).
-    /// Only a rebuild that attaches storages meets it, and the runtime that
-    /// attaches them reports [`Error::Attach`](crate::Error::Attach), with
-    /// the cause as its own error, instead.
-    #[error("{callee}: {cause}")]
-    Attach {
-        /// The global called.
-        callee: Global,
-        /// Why, as the layer that attaches storages said it.
-        cause: Box<dyn std::error::Error + Send + Sync>,
-    },
     /// A persistent id appeared outside a `torch.save` archive.
     #[error("persistent id outside a torch.save archive; plain pickles carry no persistent ids")]
     UnexpectedPersistentId,

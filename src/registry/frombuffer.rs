@@ -22,7 +22,7 @@
 
 use tensorshare_compat::pickle::Global;
 
-use super::rebuild::StorageKey;
+use super::call::StorageKey;
 use super::{Call, RebuildError, Registry};
 use crate::DType;
 use crate::model::SharedBytes;

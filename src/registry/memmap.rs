@@ -14,9 +14,9 @@ use std::path::PathBuf;
 
 use tensorshare_compat::pickle::Global;
 
-use super::rebuild::StorageKey;
+use super::call::StorageKey;
 use super::{Call, RebuildError, Registry};
-use crate::model::{CallKind, Callable, MemmapRef, Residence, Storage, Value};
+use crate::model::{CallKind, Callable, MemmapRef, Residence, Value};
 
 /// The module and name of the function a memmap message calls, as `pickle`
 /// writes `torch.UntypedStorage.from_file` (protocol 3 and up).
@@ -82,14 +82,6 @@ fn from_file(call: Call<'_>) -> Result<Value, RebuildError> {
     let remote = Residence::Memmap(MemmapRef {
         path: PathBuf::from(&**path),
     });
-    let storage = match call.attacher {
-        Some(attacher) => attacher
-            .attach(&remote, nbytes)
-            .map_err(|failed| call.attach_failed(failed))?,
-        // Every reference to one path in a message is one storage.
-        None => call.shared_storage(StorageKey::File(path.to_string()), || {
-            Storage::remote(remote, nbytes)
-        }),
-    };
-    Ok(Value::Storage(storage))
+    let key = || Some(StorageKey::File(path.to_string()));
+    Ok(Value::Storage(call.named_storage(remote, nbytes, key)))
 }

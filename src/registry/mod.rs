@@ -33,6 +33,7 @@
 pub(crate) mod attach;
 pub(crate) mod audit;
 mod builtins;
+pub(crate) mod call;
 mod error;
 pub(crate) mod frombuffer;
 pub(crate) mod memmap;
@@ -42,44 +43,25 @@ pub(crate) mod saved;
 pub(crate) mod strategy_handle;
 mod torch;
 
-pub(crate) use torch::{DUP_FD, REDUCTIONS, dup_fd_ids};
+pub(crate) use attach::dup_fd_ids;
+pub(crate) use torch::{DUP_FD, REDUCTIONS};
 
 use rustc_hash::FxHashMap;
 use std::any::Any;
 use std::borrow::Cow;
-use std::sync::Arc;
 
 use tensorshare_compat::pickle::{self, Global};
 
 use crate::model::{Custom, Value};
 
 pub use crate::model::{CallKind, Callable};
+pub use call::{Call, Rebuilder};
 pub use error::{LoadError, RebuildError, RefusedGlobal};
-pub use rebuild::{Call, Rebuilder};
 pub use reducers::Reduction;
 pub(crate) use reducers::TypeReducers;
 // The decoder's side of loading, from the format crate: its error, its caps,
 // the decoded pickle a registry rebuilds and the allowlist check it serves.
 pub use tensorshare_compat::pickle::{DecodeError, GlobalFilter, Limits, Pickle};
-
-/// A rebuilder as the model holds it inside a [`Callable`].
-struct RegisteredFunction(Box<dyn Rebuilder>);
-
-impl Callable {
-    /// A callable named `name` that runs `function`.
-    pub fn new(name: Global, function: impl Rebuilder + 'static) -> Self {
-        Callable::erased(name, Arc::new(RegisteredFunction(Box::new(function))))
-    }
-
-    /// Runs the function with `call`; every callable is made by
-    /// [`Callable::new`], so the function is always a rebuilder.
-    pub(crate) fn call(&self, call: Call<'_>) -> Result<Value, RebuildError> {
-        match self.function().downcast_ref::<RegisteredFunction>() {
-            Some(RegisteredFunction(function)) => function.rebuild(call),
-            None => Err(RebuildError::NotCallable("callable of another kind")),
-        }
-    }
-}
 
 /// What a registered global evaluates to when a pickle names it.
 #[derive(Clone, Debug)]

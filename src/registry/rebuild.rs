@@ -6,140 +6,12 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
-use tensorshare_compat::pickle::{Construction, Global, Node, NodeId, Object, Pickle};
+use tensorshare_compat::pickle::{Construction, Node, NodeId, Object, Pickle};
 
-use super::attach::{AttachCause, StorageAttacher};
+use super::attach::NamedStorage;
+use super::call::{Call, StorageKey};
 use super::{RebuildError, RefusedGlobal, Registry};
 use crate::model::{CallKind, Callable, Opaque, OpaqueCall, Storage, Value};
-
-/// What identifies a shared storage across references in one message, as
-/// torch's receiving side dedupes them.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub(crate) enum StorageKey {
-    /// A `file_system` segment, by name (torch's `storage_from_cache(cls, handle)`).
-    Segment(Vec<u8>),
-    /// A `memmap` file, by path.
-    File(String),
-    /// A `bytes` storage made by `torch.frombuffer` over a `bytearray`, by
-    /// where its bytes lie: one `bytearray` is one storage.
-    Buffer {
-        /// The address of its first byte.
-        address: usize,
-        /// Its length.
-        len: usize,
-    },
-    /// The tensor `torch.frombuffer` made over such a storage, by its
-    /// identity: only its storage is taken by `untyped_storage`.
-    BufferTensor(usize),
-}
-
-/// One call a pickle asks for, with its arguments already rebuilt.
-#[derive(Clone, Copy, Debug)]
-pub struct Call<'a> {
-    /// The global being called.
-    pub callee: &'a Global,
-    /// Which opcode asked for the call.
-    pub kind: CallKind,
-    /// Positional arguments.
-    pub args: &'a [Value],
-    /// Keyword arguments (`NEWOBJ_EX` only).
-    pub kwargs: &'a [(Value, Value)],
-    /// The `BUILD` state applied after the call, if any.
-    pub state: Option<&'a Value>,
-    /// Items appended to the result (`APPENDS`).
-    pub list_items: &'a [Value],
-    /// Items set on the result (`SETITEMS`).
-    pub dict_items: &'a [(Value, Value)],
-    /// The registry doing the rebuild, for rebuilders that decode nested
-    /// payloads.
-    pub registry: &'a Registry,
-    /// How many embedded archives enclose this call.
-    pub(crate) archive_depth: usize,
-    /// Storages already rebuilt in this message, so two references to one
-    /// shared object give one [`Storage`].
-    pub(crate) storages: &'a RefCell<HashMap<StorageKey, Storage>>,
-    /// Set when received storages are to be attached (fds fetched and
-    /// mapped); `None` when only describing a pickle (`inspect`).
-    pub(crate) attacher: Option<&'a dyn StorageAttacher>,
-}
-
-impl Call<'_> {
-    /// The storage already rebuilt under `key` in this message, or a new one.
-    pub(crate) fn shared_storage(
-        &self,
-        key: StorageKey,
-        make: impl FnOnce() -> Storage,
-    ) -> Storage {
-        self.storages
-            .borrow_mut()
-            .entry(key)
-            .or_insert_with(make)
-            .clone()
-    }
-
-    /// An error saying the arguments were not what `expected` describes.
-    pub fn wrong_arguments(&self, expected: &str) -> RebuildError {
-        let got: Vec<&str> = self.args.iter().map(Value::type_name).collect();
-        RebuildError::WrongArguments {
-            callee: self.callee.clone(),
-            expected: expected.to_owned(),
-            got: format!("({})", got.join(", ")),
-        }
-    }
-
-    /// An error about this call with a specific message.
-    pub fn invalid(&self, message: impl Into<String>) -> RebuildError {
-        RebuildError::Invalid {
-            callee: self.callee.clone(),
-            message: message.into(),
-        }
-    }
-
-    /// An error saying a storage this call names could not be attached.
-    pub(crate) fn attach_failed(&self, cause: AttachCause) -> RebuildError {
-        RebuildError::Attach {
-            callee: self.callee.clone(),
-            cause,
-        }
-    }
-
-    /// The positional arguments of a plain `REDUCE` call, refusing `BUILD`
-    /// state and appended items that a function result cannot take.
-    ///
-    /// # Errors
-    ///
-    /// [`RebuildError::Invalid`] when the pickle did more than call.
-    pub fn reduce_args(&self) -> Result<&[Value], RebuildError> {
-        if self.kind != CallKind::Reduce {
-            return Err(self.invalid("expected a plain call (REDUCE), got NEWOBJ"));
-        }
-        if self.state.is_some() || !self.list_items.is_empty() || !self.dict_items.is_empty() {
-            return Err(self.invalid("unexpected state or items set on the result"));
-        }
-        Ok(self.args)
-    }
-}
-
-/// A function that rebuilds one global's calls.
-///
-/// Implemented for every `Fn(Call<'_>) -> Result<Value, RebuildError>`.
-pub trait Rebuilder: Send + Sync {
-    /// Rebuilds the value of `call`.
-    ///
-    /// # Errors
-    ///
-    /// A [`RebuildError`] when the arguments are not acceptable.
-    fn rebuild(&self, call: Call<'_>) -> Result<Value, RebuildError>;
-}
-
-impl<F> Rebuilder for F
-where
-    F: Fn(Call<'_>) -> Result<Value, RebuildError> + Send + Sync,
-{
-    fn rebuild(&self, call: Call<'_>) -> Result<Value, RebuildError> {
-        self(call)
-    }
-}
 
 /// Resolves persistent ids (`torch.save` storages) while rebuilding an archive.
 pub(crate) trait PersistentLoad {
@@ -160,7 +32,8 @@ pub(crate) struct Walker<'a> {
     cache: FxHashMap<NodeId, Value>,
     max_depth: usize,
     storages: RefCell<HashMap<StorageKey, Storage>>,
-    attacher: Option<&'a dyn StorageAttacher>,
+    /// The storages a received message names, when it is received.
+    named: Option<RefCell<Vec<NamedStorage>>>,
     /// The arguments of the calls being rebuilt, innermost last.
     arguments: Vec<Value>,
 }
@@ -180,15 +53,24 @@ impl<'a> Walker<'a> {
             cache: FxHashMap::default(),
             max_depth: registry.options().limits.max_depth,
             storages: RefCell::new(HashMap::new()),
-            attacher: None,
+            named: None,
             arguments: Vec::new(),
         }
     }
 
-    /// Attaches received storages through `attacher` while rebuilding.
-    pub(crate) fn attaching(mut self, attacher: &'a dyn StorageAttacher) -> Self {
-        self.attacher = Some(attacher);
-        self
+    /// Rebuilds a received message, listing the storages it names to be
+    /// attached after: with the value, or with the error that stopped the
+    /// rebuild, since the storages named before it still hold what their
+    /// senders keep for this message until they are attached.
+    pub(crate) fn run_received(mut self) -> (Result<Value, RebuildError>, Vec<NamedStorage>) {
+        self.named = Some(RefCell::default());
+        let value = self.root();
+        let named = self
+            .named
+            .take()
+            .map(RefCell::into_inner)
+            .unwrap_or_default();
+        (value, named)
     }
 
     pub(crate) fn in_archive(mut self, archive_depth: usize) -> Self {
@@ -197,6 +79,10 @@ impl<'a> Walker<'a> {
     }
 
     pub(crate) fn run(mut self) -> Result<Value, RebuildError> {
+        self.root()
+    }
+
+    fn root(&mut self) -> Result<Value, RebuildError> {
         match self.pickle.root() {
             Some(root) => self.eval(root, 0),
             None => Ok(Value::None),
@@ -430,7 +316,7 @@ impl<'a> Walker<'a> {
             registry: self.registry,
             archive_depth: self.archive_depth,
             storages: &self.storages,
-            attacher: self.attacher,
+            named: self.named.as_ref(),
         })
     }
 }

@@ -18,7 +18,7 @@ use std::str::FromStr;
 use tensorshare_strategies::StrategyKind;
 
 use super::{Call, RebuildError, Registry};
-use crate::model::{HandleRef, Residence, Storage, Value};
+use crate::model::{HandleRef, Residence, Value};
 
 /// The function the form calls.
 pub(crate) const REBUILD_STORAGE: (&str, &str) = ("tensorshare", "rebuild_storage");
@@ -42,11 +42,5 @@ fn rebuild_storage(call: Call<'_>) -> Result<Value, RebuildError> {
         strategy,
         handle: handle.clone(),
     });
-    let storage = match call.attacher {
-        Some(attacher) => attacher
-            .attach(&remote, nbytes)
-            .map_err(|failed| call.attach_failed(failed))?,
-        None => Storage::remote(remote, nbytes),
-    };
-    Ok(Value::Storage(storage))
+    Ok(Value::Storage(call.named_storage(remote, nbytes, || None)))
 }

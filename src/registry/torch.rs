@@ -4,9 +4,9 @@
 
 use std::sync::Arc;
 
-use tensorshare_compat::pickle::{Global, Node, Pickle};
+use tensorshare_compat::pickle::Global;
 
-use super::rebuild::StorageKey;
+use super::call::StorageKey;
 use super::{Call, CallKind, RebuildError, Registry};
 use crate::model::Custom;
 use crate::model::{CudaRef, DupFdRef, Residence, SegmentRef};
@@ -152,52 +152,6 @@ fn dup_fd(call: Call<'_>) -> Result<Value, RebuildError> {
     }))
 }
 
-/// Every `DupFd` in `pickle` before it is rebuilt, in arena order: the
-/// nodes [`dup_fd`] would rebuild, read off the pickle as they stand
-/// (`DupFd.__new__` with the state `{'_id': (address, key)}`), for a
-/// receiver that pairs what arrived with the message before the walk. A
-/// node of another shape is none; its rebuild says why.
-pub(crate) fn dup_fd_ids(pickle: &Pickle) -> Vec<DupFdRef> {
-    let node = |id| pickle.get(id);
-    pickle
-        .iter()
-        .filter_map(|(_, here)| {
-            let Node::Object(object) = here else {
-                return None;
-            };
-            match node(object.callable)? {
-                Node::Global(g) if (&*g.module, &*g.name) == DUP_FD => {}
-                _ => return None,
-            }
-            let Node::Dict(state) = node(object.state?)? else {
-                return None;
-            };
-            let [(name, id)] = &state[..] else {
-                return None;
-            };
-            match node(*name)? {
-                Node::Str(name) if name.as_str() == "_id" => {}
-                _ => return None,
-            }
-            let Node::Tuple(id) = node(*id)? else {
-                return None;
-            };
-            let [address, key] = &id[..] else {
-                return None;
-            };
-            let address = match node(*address)? {
-                Node::Str(path) => path.as_str().as_bytes().to_vec(),
-                Node::Bytes(name) => name.to_vec(),
-                _ => return None,
-            };
-            match node(*key)? {
-                Node::Int(key) => Some(DupFdRef { address, key: *key }),
-                _ => None,
-            }
-        })
-        .collect()
-}
-
 /// `rebuild_storage_fd(cls, DupFd, size)`.
 fn rebuild_storage_fd(call: Call<'_>) -> Result<Value, RebuildError> {
     let [cls, Value::Custom(df), size] = call.reduce_args()? else {
@@ -211,12 +165,7 @@ fn rebuild_storage_fd(call: Call<'_>) -> Result<Value, RebuildError> {
     // legacy class counts elements whether or not the fd is attached.
     storage_of_class(&call, cls, size, |nbytes| {
         let remote = Residence::FileDescriptor(dup_fd.clone());
-        match call.attacher {
-            Some(attacher) => attacher
-                .attach(&remote, nbytes)
-                .map_err(|failed| call.attach_failed(failed)),
-            None => Ok(Storage::remote(remote, nbytes)),
-        }
+        Ok(call.named_storage(remote, nbytes, || None))
     })
 }
 
@@ -238,18 +187,11 @@ fn rebuild_storage_filename(call: Call<'_>) -> Result<Value, RebuildError> {
         name: name.to_vec(),
     };
     let size = int(&call, size, "size")?;
-    let make = |nbytes| match call.attacher {
-        // Every call takes back the count its sender added for it, so each
-        // goes to the receipt; the context's cache by name makes repeats
-        // one storage.
-        Some(attacher) => attacher
-            .attach(&Residence::FileSystem(segment.clone()), nbytes)
-            .map_err(|failed| call.attach_failed(failed)),
-        // Every reference to one segment name in a message is one storage, as
-        // torch's receiver finds it in its cache by handle.
-        None => Ok(call.shared_storage(StorageKey::Segment(name.to_vec()), || {
-            Storage::remote(Residence::FileSystem(segment.clone()), nbytes)
-        })),
+    // Every call takes back the count its sender added for it.
+    let make = |nbytes| {
+        let remote = Residence::FileSystem(segment.clone());
+        let key = || Some(StorageKey::Segment(name.to_vec()));
+        Ok(call.named_storage(remote, nbytes, key))
     };
     match dtype {
         // With a dtype, torch 2.x counts elements and wraps a TypedStorage.

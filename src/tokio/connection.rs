@@ -11,7 +11,7 @@ use tokio::task::JoinHandle;
 use super::{joined, runtime_error};
 use crate::Error;
 use crate::connection::{Address, ConnectionError};
-use crate::messages::{Rebuilt, connection_failed, rebuild};
+use crate::messages::{connection_failed, rebuild};
 use crate::model::Value;
 use crate::sharing::{Outgoing, SharingContext};
 
@@ -28,7 +28,7 @@ pub struct Connection {
     /// The message being written: the rest goes before anything else.
     sending: Option<Sending>,
     /// The message being rebuilt on the blocking pool, and its buffer.
-    rebuilding: Option<JoinHandle<Rebuilt>>,
+    rebuilding: Option<JoinHandle<Result<Value, Error>>>,
 }
 
 /// A staged message and how much of it the socket has taken.
@@ -157,9 +157,7 @@ impl Connection {
             if let Some(rebuilding) = &mut self.rebuilding {
                 let rebuilt = rebuilding.await;
                 self.rebuilding = None;
-                let (value, buffer) = joined(rebuilt, "rebuilding a message")?;
-                self.inner.get_mut().reuse_buffer(buffer);
-                return value;
+                return joined(rebuilt, "rebuilding a message")?;
             }
             let mut guard = self
                 .readiness

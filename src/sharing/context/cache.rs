@@ -54,47 +54,14 @@ impl<K: Eq + Hash + Clone> WeakStorageCache<K> {
         Self::default()
     }
 
-    /// The live storage under `key`, or the one `make` builds, which is then
-    /// cached. `make` runs under the cache's lock, so two threads asking for
-    /// one key get one storage.
-    ///
-    /// # Errors
-    ///
-    /// Whatever `make` returns; nothing is cached then.
-    #[cfg(test)]
-    pub fn get_or_try_insert<E>(
-        &self,
-        key: &K,
-        make: impl FnOnce() -> Result<Storage, E>,
-    ) -> Result<Storage, E> {
-        let (storage, _) = self.get_or_try_replace(key, |_| true, (), |()| make())?;
-        Ok(storage)
-    }
-
-    /// The live storage under `key` if `usable` accepts it, with `input`
-    /// handed back; else the one `make` builds from `input`, which then
-    /// replaces it. `make` runs under the cache's lock, so two threads asking
-    /// for one key get one storage.
-    ///
-    /// # Errors
-    ///
-    /// Whatever `make` returns; the cache is left as it was then.
-    pub fn get_or_try_replace<T, E>(
-        &self,
-        key: &K,
-        usable: impl FnOnce(&Storage) -> bool,
-        input: T,
-        make: impl FnOnce(T) -> Result<Storage, E>,
-    ) -> Result<(Storage, Option<T>), E> {
-        let mut inner = self.lock();
-        if let Some(storage) = inner.entries.get(key).and_then(WeakStorage::upgrade)
-            && usable(&storage)
-        {
-            return Ok((storage, Some(input)));
+    /// The cache's entry for `key`, held: no other thread reads or fills
+    /// the cache until it is dropped, so two threads that each look up
+    /// one key and fill it when empty get one storage.
+    pub fn entry<'k>(&self, key: &'k K) -> Entry<'_, 'k, K> {
+        Entry {
+            inner: self.lock(),
+            key,
         }
-        let storage = make(input)?;
-        inner.insert(key.clone(), &storage);
-        Ok((storage, None))
     }
 
     /// Caches `storage` under `key`, replacing what was there.
@@ -123,25 +90,55 @@ impl<K: Eq + Hash + Clone> WeakStorageCache<K> {
     }
 }
 
+/// One key of a [`WeakStorageCache`], with the cache held.
+pub struct Entry<'a, 'k, K> {
+    inner: std::sync::MutexGuard<'a, CacheInner<K>>,
+    key: &'k K,
+}
+
+impl<K: Eq + Hash + Clone> Entry<'_, '_, K> {
+    /// The live storage under the key, if any.
+    pub fn live(&self) -> Option<Storage> {
+        self.inner
+            .entries
+            .get(self.key)
+            .and_then(WeakStorage::upgrade)
+    }
+
+    /// Caches `storage` under the key, replacing what was there.
+    pub fn fill(mut self, storage: &Storage) {
+        self.inner.insert(self.key.clone(), storage);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// The live storage under `key`, or `make`'s, then cached.
+    fn get_or_insert<K: Eq + Hash + Clone>(
+        cache: &WeakStorageCache<K>,
+        key: K,
+        make: impl FnOnce() -> Storage,
+    ) -> Storage {
+        let entry = cache.entry(&key);
+        if let Some(live) = entry.live() {
+            return live;
+        }
+        let made = make();
+        entry.fill(&made);
+        made
+    }
+
     #[test]
     fn returns_the_live_storage_and_forgets_dead_ones() {
         let cache = WeakStorageCache::new();
-        let a = cache
-            .get_or_try_insert(&1, || Ok::<_, ()>(Storage::from_vec(vec![1])))
-            .unwrap();
-        let again = cache
-            .get_or_try_insert(&1, || Ok::<_, ()>(Storage::from_vec(vec![2])))
-            .unwrap();
+        let a = get_or_insert(&cache, 1, || Storage::from_vec(vec![1]));
+        let again = get_or_insert(&cache, 1, || Storage::from_vec(vec![2]));
         assert!(a.same_as(&again));
         drop((a, again));
         assert!(cache.get(&1).is_none());
-        let fresh = cache
-            .get_or_try_insert(&1, || Ok::<_, ()>(Storage::from_vec(vec![3])))
-            .unwrap();
+        let fresh = get_or_insert(&cache, 1, || Storage::from_vec(vec![3]));
         assert_eq!(fresh.bytes(), Some(&[3u8][..]));
     }
 
@@ -149,16 +146,10 @@ mod tests {
     fn prunes_dead_entries_past_the_limit() {
         let cache = WeakStorageCache::new();
         let keep: Vec<Storage> = (0..10)
-            .map(|k| {
-                cache
-                    .get_or_try_insert(&k, || Ok::<_, ()>(Storage::from_vec(vec![0])))
-                    .unwrap()
-            })
+            .map(|k| get_or_insert(&cache, k, || Storage::from_vec(vec![0])))
             .collect();
         for k in 10..1000 {
-            cache
-                .get_or_try_insert(&k, || Ok::<_, ()>(Storage::from_vec(vec![0])))
-                .unwrap();
+            get_or_insert(&cache, k, || Storage::from_vec(vec![0]));
         }
         // Dead entries are dropped whenever the map passes its limit.
         assert!(
@@ -179,12 +170,10 @@ mod tests {
             let handles: Vec<_> = (0..8)
                 .map(|_| {
                     scope.spawn(|| {
-                        cache
-                            .get_or_try_insert(&"key", || {
-                                made.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                                Ok::<_, ()>(Storage::from_vec(vec![7; 16]))
-                            })
-                            .unwrap()
+                        get_or_insert(&cache, "key", || {
+                            made.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                            Storage::from_vec(vec![7; 16])
+                        })
                     })
                 })
                 .collect();

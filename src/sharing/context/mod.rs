@@ -12,15 +12,11 @@ mod receivers;
 mod settings;
 mod shares;
 
-use std::os::fd::{BorrowedFd, OwnedFd};
-use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::os::fd::BorrowedFd;
+use std::sync::Arc;
 use std::time::Duration;
 
-use tensorshare_compat::pickle::{
-    Decoded, EncodeOptions, EncodedPickle, SharedBytes, decode_all, decode_all_shared,
-    encode_vectored,
-};
+use tensorshare_compat::pickle::{EncodeOptions, EncodedPickle, encode_vectored};
 use tensorshare_strategies::file_descriptor::{FdBudget, FdSegment, FileDescriptorStrategy};
 use tensorshare_strategies::memmap::MemmapStrategy;
 use tensorshare_strategies::platform::fd_passing::MAX_FDS_PER_MESSAGE;
@@ -34,21 +30,16 @@ use shares::SharesByKind;
 pub(crate) use network::MessageOrigin;
 
 use crate::Error;
-use crate::connection::{Authkey, ConnectionOptions};
+use crate::connection::Authkey;
 use crate::model::{Storage, StorageAllocator, StorageWriter, Value};
 use crate::reduce::ReduceError;
-use crate::registry::Registry;
-use crate::registry::rebuild::Walker;
-use crate::resource_sharer::{ResourceSharer, SharerSocket};
-use receipt::Receipt;
+use receivers::Receivers;
+use settings::Settings;
 
-use super::lifetimes::{DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES, RetentionLimits, UnfetchedFds};
+use super::lifetimes::{DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES, RetentionLimits};
 use super::notices::Notices;
 use super::placement::Placement;
 use super::pools::Pools;
-
-/// How long to wait for a peer's resource sharer to hand over an fd.
-const DEFAULT_FETCH_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How long an fd handed to the resource sharer waits for its receiver.
 ///
@@ -86,21 +77,19 @@ const DEFAULT_UNFETCHED_LIFETIME: Duration = Duration::from_secs(300);
 /// ```
 #[derive(Clone, Debug)]
 pub struct SharingContext {
-    /// How this handle sends and receives.
+    /// How this handle sends and receives: plain values, which the `with_`
+    /// methods set.
     settings: Settings,
+    /// What this handle holds while it runs, apart from its other handles.
+    held: HandleState,
     /// What every handle of the context shares.
     state: Arc<ContextState>,
 }
 
-/// A handle's own settings, set by the `with_` methods.
+/// What one handle holds while it runs: made anew by the `with_` method
+/// that sets what it is made from, shared by the clones made since.
 #[derive(Clone, Debug)]
-struct Settings {
-    registry: Arc<Registry>,
-    /// The strategy for local peers, and for TCP ones too when pinned;
-    /// `None` for the default, which places each storage.
-    strategy: Option<StrategyKind>,
-    strategy_pinned: bool,
-    fetch_timeout: Duration,
+struct HandleState {
     /// The fds received storages keep open: past it, a received storage
     /// keeps only its mapping, and is sent on as a copy.
     received_fds: FdBudget,
@@ -108,22 +97,14 @@ struct Settings {
     /// accepted from and whether they are kept, with the storages it sent
     /// and received and the pool of its directory's files.
     memmap: Arc<MemmapShares>,
-    /// Whether [`Connection::send`](crate::Connection::send) attaches fds to
-    /// the message.
-    inline_fds: bool,
-    /// How connections this context makes ([`connect`](Self::connect),
-    /// [`listen`](Self::listen)) frame and time out.
-    connection_options: ConnectionOptions,
 }
 
 /// The process's side of sharing, one per context whatever its handles.
 #[derive(Debug)]
 struct ContextState {
     authkey: Authkey,
-    sharer: OnceLock<Arc<ResourceSharer>>,
-    /// Where the resource sharer listens; `None` for what
-    /// `TENSORSHARE_SHARER_DIR` says ([`SharerSocket::from_env`]).
-    sharer_socket: Mutex<Option<SharerSocket>>,
+    /// The resource sharer and the fds waiting in it for their receivers.
+    receivers: Receivers,
     /// The storages each strategy sent and received by shared object: fd
     /// storages by inode, `file_system` ones by segment name (`memmap`'s
     /// are a handle's setting, as its directory is).
@@ -132,14 +113,8 @@ struct ContextState {
     pools: Pools,
     /// Where the default puts each storage.
     placement: Placement,
-    /// Fds handed to the resource sharer and not yet fetched, with the time
-    /// after which they are closed unfetched.
-    unfetched: UnfetchedFds,
     /// What the senders of the storages received here are told.
     notices: Notices,
-    /// How many peers that failed the resource sharer's handshake have
-    /// been reported, so each failure is reported once.
-    reported_auth_failures: AtomicU64,
 }
 
 impl SharingContext {
@@ -154,11 +129,7 @@ impl SharingContext {
     /// (see [`connection`](crate::connection#agreeing-on-the-authkey)).
     pub fn new(authkey: Authkey) -> Self {
         let fd_limit = soft_fd_limit();
-        let settings = Settings {
-            registry: Arc::default(),
-            strategy: None,
-            strategy_pinned: false,
-            fetch_timeout: DEFAULT_FETCH_TIMEOUT,
+        let held = HandleState {
             received_fds: FdBudget::new((fd_limit / 8).max(16)),
             memmap: Arc::new(MemmapShares::new(
                 MemmapStrategy::default(),
@@ -168,23 +139,19 @@ impl SharingContext {
                     max_bytes: DEFAULT_MAX_BYTES,
                 },
             )),
-            inline_fds: true,
-            connection_options: ConnectionOptions::default(),
         };
         let state = ContextState {
-            sharer: OnceLock::new(),
-            sharer_socket: Mutex::new(None),
+            // Unfetched registrations hold an fd each: at least a few.
+            receivers: Receivers::new(DEFAULT_UNFETCHED_LIFETIME, (fd_limit / 4).max(16)),
             shares: SharesByKind::default(),
             pools: Pools::new(fd_limit / 4),
             placement: Placement::probe(),
-            // Unfetched registrations hold an fd each: at least a few.
-            unfetched: UnfetchedFds::new(DEFAULT_UNFETCHED_LIFETIME, (fd_limit / 4).max(16)),
             notices: Notices::new(authkey.as_bytes()),
-            reported_auth_failures: AtomicU64::new(0),
             authkey,
         };
         Self {
-            settings,
+            settings: Settings::default(),
+            held,
             state: Arc::new(state),
         }
     }
@@ -319,54 +286,6 @@ impl SharingContext {
         })
     }
 
-    /// Rebuilds a pickle and attaches every shared storage it names.
-    ///
-    /// For a pickle that arrived some other way than a [`Connection`](crate::Connection)
-    /// (which [`Connection::recv`](crate::Connection::recv) reads and
-    /// rebuilds): see the [crate docs](crate#receiving-connectionrecv-or-sharingcontextloads).
-    ///
-    /// # Errors
-    ///
-    /// Any decoding or rebuilding error; a storage whose fd cannot be fetched
-    /// (sender gone, wrong authkey).
-    pub fn loads(&self, bytes: &[u8]) -> Result<Value, Error> {
-        let limits = self.settings.registry.options().limits;
-        let decoded = decode_all(bytes, self.registry(), &limits)?;
-        self.rebuild_message(decoded, Vec::new(), MessageOrigin::Local)
-    }
-
-    /// Rebuilds a pickle that arrived with `fds` attached (see
-    /// [`with_inline_fds`](Self::with_inline_fds)), mapping storages from
-    /// them where they pair with the message's `DupFd`s and fetching the
-    /// rest.
-    ///
-    /// Large `bytes` in the message (a `bytes`-strategy storage) are read
-    /// from `message`'s buffer: a storage's bytes are copied once, into the
-    /// storage. A message of `origin` TCP may name no shared memory.
-    pub(crate) fn loads_with_fds(
-        &self,
-        message: &SharedBytes,
-        fds: Vec<OwnedFd>,
-        origin: MessageOrigin,
-    ) -> Result<Value, Error> {
-        let limits = self.settings.registry.options().limits;
-        let decoded = decode_all_shared(message, self.registry(), &limits)?;
-        self.rebuild_message(decoded, fds, origin)
-    }
-
-    fn rebuild_message(
-        &self,
-        decoded: Decoded,
-        fds: Vec<OwnedFd>,
-        origin: MessageOrigin,
-    ) -> Result<Value, Error> {
-        let receipt = Receipt::new(self, &decoded.pickle, fds, origin);
-        Walker::new(&self.settings.registry, &decoded.pickle, None)
-            .attaching(&receipt)
-            .run()
-            .map_err(Error::from)
-    }
-
     /// Stops handing out fds: closes every fd no receiver has fetched yet
     /// and removes the resource sharer's socket. Later sends of shared
     /// storages fail; storages already received stay mapped. The `memmap`
@@ -385,13 +304,9 @@ impl SharingContext {
     /// so that a process exiting next leaves none of them to nobody.
     /// Dropping the context does this too.
     pub fn shutdown(&self) {
-        let state = &self.state;
-        state.unfetched.clear();
-        self.settings.memmap.clear();
-        state.pools.clear();
-        if let Some(sharer) = state.sharer.get() {
-            sharer.shutdown();
-        }
+        self.state.receivers.shutdown();
+        self.memmap().clear();
+        self.state.pools.clear();
         // No manager could be started: what it would have unlinked is left
         // to `tensorshare gc`, and this caller can do nothing better.
         let _ = shm_manager::settle_own_manager();

@@ -1,5 +1,7 @@
-//! One received message being rebuilt: the context that attaches its
-//! storages, and the fds that arrived attached to it.
+//! Receiving a message, one way: its pickle decoded with the registry as
+//! the allowlist, rebuilt in one walk that lists the shared storages it
+//! names, then those storages attached, each through its strategy's form,
+//! with the fds that arrived attached to the message.
 //!
 //! A tensorshare sender attaches the fd of every storage it shares to the
 //! message itself, in the order it registered them with its resource
@@ -8,7 +10,7 @@
 //! fetches). The receiver pairs them by what the message says, not by
 //! walking it as the sender did: when the message's `DupFd`s name one
 //! sharer and as many distinct keys as fds arrived, the smallest key takes
-//! the first fd, and so on; each `DupFd` the rebuild meets takes its key's
+//! the first fd, and so on; each `DupFd` the rebuild listed takes its key's
 //! fd, mapped without a round trip, and every key whose fd arrived goes
 //! back to the sender's sharer (the `notices` module) so that it closes
 //! its copy. When the counts differ, no fd is paired: they are closed and
@@ -17,25 +19,23 @@
 //! storage fetched. The sender chooses the bytes either way: an attached
 //! fd is trusted exactly as far as the sharer the same sender names.
 
-use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::OwnedFd;
 
-use tensorshare_compat::pickle::Pickle;
+use tensorshare_compat::pickle::{Decoded, Pickle, SharedBytes, decode_all, decode_all_shared};
 
-use tensorshare_strategies::ImportError;
-
-use super::form::{TorchForm, WithStrategy};
+use super::form::{NamedHandle, attach};
 use super::{MessageOrigin, SharingContext};
 use crate::Error;
-use crate::model::{DupFdRef, Residence, Storage};
-use crate::registry::attach::{AttachCause, StorageAttacher};
+use crate::model::{DupFdRef, Residence, Value};
+use crate::registry::attach::NamedStorage;
 use crate::registry::dup_fd_ids;
+use crate::registry::rebuild::Walker;
 
 /// A message's storages being attached through `context`.
 pub(crate) struct Receipt<'a> {
     context: &'a SharingContext,
-    attached: RefCell<AttachedFds>,
+    attached: AttachedFds,
     origin: MessageOrigin,
 }
 
@@ -86,12 +86,6 @@ impl AttachedFds {
     }
 }
 
-/// `result`, its error carried up through the rebuild, which ends with it
-/// as [`Error::Attach`]'s cause.
-fn carried(result: Result<Storage, Error>) -> Result<Storage, AttachCause> {
-    result.map_err(|cause| Box::new(cause) as AttachCause)
-}
-
 impl<'a> Receipt<'a> {
     /// A receipt for `pickle`, a message of `origin` that arrived with
     /// `fds`.
@@ -103,63 +97,47 @@ impl<'a> Receipt<'a> {
     ) -> Self {
         Self {
             context,
-            attached: RefCell::new(AttachedFds::new(fds, pickle)),
+            attached: AttachedFds::new(fds, pickle),
             origin,
         }
     }
 
-    /// The context attaching the message's storages.
-    pub(super) fn context(&self) -> &'a SharingContext {
-        self.context
-    }
-
-    /// The fd that arrived attached to the message for `dup_fd`, if one
-    /// did and it was not taken yet.
-    pub(super) fn take_attached_fd(&self, dup_fd: &DupFdRef) -> Option<OwnedFd> {
-        self.attached.borrow_mut().pair(dup_fd)
-    }
-}
-
-/// Each storage the message names is attached by the form of the strategy
-/// that sent it, where this message's origin lets its memory reach.
-impl StorageAttacher for Receipt<'_> {
-    fn attach(&self, remote: &Residence, nbytes: usize) -> Result<Storage, AttachCause> {
-        struct Attach<'r, 'a> {
-            receipt: &'r Receipt<'a>,
-            remote: &'r Residence,
-            nbytes: usize,
+    /// Attaches every storage the rebuilt message names, in the order the
+    /// rebuild met them: each then stands for the storage its handle names
+    /// here, wherever the value holds it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Attach`] for the first that cannot be attached, naming its
+    /// rebuilder; the ones after it are not attached.
+    pub(super) fn attach_all(&mut self, named: Vec<NamedStorage>) -> Result<(), Error> {
+        for NamedStorage { callee, storage } in named {
+            let attached_fd = match storage.residence() {
+                Residence::FileDescriptor(dup_fd) => self.attached.pair(dup_fd),
+                _ => None,
+            };
+            let handle = NamedHandle {
+                remote: storage.residence(),
+                nbytes: storage.nbytes(),
+                attached_fd,
+            };
+            let attached =
+                attach(self.context, self.origin, handle).map_err(|cause| Error::Attach {
+                    callee,
+                    cause: Box::new(cause),
+                })?;
+            // The rebuild lists each storage it made once.
+            let _ = storage.attach(attached);
         }
-        impl WithStrategy for Attach<'_, '_> {
-            type Output = Result<Storage, Error>;
-            fn run<S: TorchForm>(self, _context: &SharingContext) -> Self::Output {
-                self.receipt.origin.admit_shared_memory(S::REBUILDER)?;
-                S::attach(self.receipt, self.remote, self.nbytes)
-            }
-        }
-        let attached = match remote.strategy() {
-            Some(kind) => self.context.using_strategy(
-                kind,
-                Attach {
-                    receipt: self,
-                    remote,
-                    nbytes,
-                },
-            ),
-            None => Err(ImportError::InvalidHandle {
-                reason: "a storage on a GPU cannot be attached here".to_owned(),
-            }
-            .into()),
-        };
-        carried(attached)
+        Ok(())
     }
 }
 
 impl std::fmt::Debug for Receipt<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let attached = self.attached.borrow();
         f.debug_struct("Receipt")
-            .field("paired", &attached.keys.len())
-            .field("unpaired", &attached.unpaired.len())
+            .field("paired", &self.attached.keys.len())
+            .field("unpaired", &self.attached.unpaired.len())
             .finish_non_exhaustive()
     }
 }
@@ -171,9 +149,75 @@ impl Drop for Receipt<'_> {
     /// Fds that could not be paired give back nothing: their keys go to
     /// the fetches, or to the sender's deadline for unfetched fds.
     fn drop(&mut self) {
-        let attached = self.attached.take();
+        let attached = std::mem::take(&mut self.attached);
         if let Some(sharer) = attached.sharer {
             self.context.state.notices.release(sharer, attached.keys);
+        }
+    }
+}
+
+/// Receiving a message: its pickle decoded, rebuilt, and its shared
+/// storages attached, in that order.
+impl SharingContext {
+    /// Rebuilds a pickle and attaches every shared storage it names.
+    ///
+    /// For a pickle that arrived some other way than a [`Connection`](crate::Connection)
+    /// (which [`Connection::recv`](crate::Connection::recv) reads and
+    /// rebuilds): see the [crate docs](crate#receiving-connectionrecv-or-sharingcontextloads).
+    ///
+    /// # Errors
+    ///
+    /// Any decoding or rebuilding error; a storage whose fd cannot be fetched
+    /// (sender gone, wrong authkey).
+    pub fn loads(&self, bytes: &[u8]) -> Result<Value, Error> {
+        let limits = self.settings.registry.options().limits;
+        let decoded = decode_all(bytes, self.registry(), &limits)?;
+        self.rebuild_message(decoded, Vec::new(), MessageOrigin::Local)
+    }
+
+    /// Rebuilds a pickle that arrived with `fds` attached (see
+    /// [`with_inline_fds`](Self::with_inline_fds)), mapping storages from
+    /// them where they pair with the message's `DupFd`s and fetching the
+    /// rest.
+    ///
+    /// Large `bytes` in the message (a `bytes`-strategy storage) are read
+    /// from `message`'s buffer: a storage's bytes are copied once, into the
+    /// storage. A message of `origin` TCP may name no shared memory.
+    pub(crate) fn loads_with_fds(
+        &self,
+        message: &SharedBytes,
+        fds: Vec<OwnedFd>,
+        origin: MessageOrigin,
+    ) -> Result<Value, Error> {
+        let limits = self.settings.registry.options().limits;
+        let decoded = decode_all_shared(message, self.registry(), &limits)?;
+        self.rebuild_message(decoded, fds, origin)
+    }
+
+    fn rebuild_message(
+        &self,
+        decoded: Decoded,
+        fds: Vec<OwnedFd>,
+        origin: MessageOrigin,
+    ) -> Result<Value, Error> {
+        let (rebuilt, named) =
+            Walker::new(&self.settings.registry, &decoded.pickle, None).run_received();
+        if named.is_empty() && fds.is_empty() {
+            return rebuilt.map_err(Error::from);
+        }
+        let mut receipt = Receipt::new(self, &decoded.pickle, fds, origin);
+        match rebuilt {
+            Ok(value) => {
+                receipt.attach_all(named)?;
+                Ok(value)
+            }
+            Err(refused) => {
+                // What the storages named so far hold for this message (a
+                // segment's count, an fd in the sender's sharer) is taken
+                // back as their attaching does, then let go of here.
+                let _ = receipt.attach_all(named);
+                Err(refused.into())
+            }
         }
     }
 }

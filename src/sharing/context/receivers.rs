@@ -5,8 +5,8 @@
 //! producer makes before it exits.
 
 use std::os::fd::OwnedFd;
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use tensorshare_strategies::file_descriptor::FdBudget;
@@ -14,9 +14,49 @@ use tensorshare_strategies::file_descriptor::FdBudget;
 use super::SharingContext;
 use crate::Error;
 use crate::resource_sharer::{
-    Registration, ResourceSharer, SharerError, SharerOptions, SharerSocket, SharerStats, fetch_fd,
+    KeyReports, Registration, ResourceSharer, SharerError, SharerOptions, SharerSocket,
+    SharerStats, fetch_fd,
 };
+use crate::sharing::lifetimes::UnfetchedFds;
 use crate::sync::lock;
+
+/// The context's side of the fd hand-off, one per context whatever its
+/// handles: this process's resource sharer and the fds waiting in it.
+#[derive(Debug)]
+pub(super) struct Receivers {
+    sharer: OnceLock<Arc<ResourceSharer>>,
+    /// Where the resource sharer listens; `None` for what
+    /// `TENSORSHARE_SHARER_DIR` says ([`SharerSocket::from_env`]).
+    sharer_socket: Mutex<Option<SharerSocket>>,
+    /// Fds handed to the resource sharer and not yet fetched, with the time
+    /// after which they are closed unfetched.
+    unfetched: UnfetchedFds,
+    /// How many peers that failed the resource sharer's handshake have
+    /// been reported, so each failure is reported once.
+    reported_auth_failures: AtomicU64,
+}
+
+impl Receivers {
+    /// No sharer yet; fds wait for their receivers at most `lifetime`, at
+    /// most `max_unfetched` of them.
+    pub(super) fn new(lifetime: Duration, max_unfetched: usize) -> Self {
+        Self {
+            sharer: OnceLock::new(),
+            sharer_socket: Mutex::new(None),
+            unfetched: UnfetchedFds::new(lifetime, max_unfetched),
+            reported_auth_failures: AtomicU64::new(0),
+        }
+    }
+
+    /// Closes every fd no receiver fetched and removes the sharer's
+    /// socket.
+    pub(super) fn shutdown(&self) {
+        self.unfetched.clear();
+        if let Some(sharer) = self.sharer.get() {
+            sharer.shutdown();
+        }
+    }
+}
 
 impl SharingContext {
     /// Waits at most `timeout` for a peer's resource sharer.
@@ -28,10 +68,13 @@ impl SharingContext {
     /// Closes fds that no receiver fetched within `lifetime` (default 5
     /// minutes), and lets go of sent `memmap` files as long after their
     /// last send (see [`with_max_held_memmap_files`](Self::with_max_held_memmap_files)).
+    ///
+    /// The fds' lifetime is the context's, for every handle: they wait in
+    /// its one resource sharer. The files' is this handle's and its later
+    /// clones', as its `memmap` directory is.
     pub fn with_unfetched_lifetime(self, lifetime: Duration) -> Self {
-        self.state.unfetched.set_lifetime(lifetime);
-        self.settings
-            .memmap
+        self.state.receivers.unfetched.set_lifetime(lifetime);
+        self.memmap()
             .sent_files
             .update_limits(|limits| limits.lifetime = lifetime);
         self
@@ -47,8 +90,11 @@ impl SharingContext {
     /// to a slow consumer thus never runs out of fds; raise `count` (and
     /// `ulimit -n`) if receivers fall further behind than that. `0` counts
     /// as 1.
+    ///
+    /// The count is the context's, for every handle: they share one
+    /// resource sharer.
     pub fn with_max_unfetched_fds(self, count: usize) -> Self {
-        self.state.unfetched.set_max(count);
+        self.state.receivers.unfetched.set_max(count);
         self
     }
 
@@ -66,14 +112,14 @@ impl SharingContext {
     ///
     /// Set on a clone, the budget is that handle's own.
     pub fn with_max_received_fds(mut self, count: usize) -> Self {
-        self.settings.received_fds = FdBudget::new(count);
+        self.held.received_fds = FdBudget::new(count);
         self
     }
 
     /// How many fds received storages keep open now (see
     /// [`with_max_received_fds`](Self::with_max_received_fds)).
     pub fn received_fds_held(&self) -> usize {
-        self.settings.received_fds.held()
+        self.held.received_fds.held()
     }
 
     /// Whether [`Connection::send`](crate::Connection::send) attaches each
@@ -93,18 +139,25 @@ impl SharingContext {
     /// Sets where this context's resource sharer listens, instead of what
     /// `TENSORSHARE_SHARER_DIR` says ([`SharerSocket::from_env`]: the
     /// abstract namespace when it is unset). Takes effect when the sharer
-    /// starts, with the first storage sent by `file_descriptor`.
+    /// starts, with the first storage sent by `file_descriptor`, for every
+    /// handle of the context.
     pub fn with_sharer_socket(self, socket: SharerSocket) -> Self {
-        *lock(&self.state.sharer_socket) = Some(socket);
+        *lock(&self.state.receivers.sharer_socket) = Some(socket);
         self
+    }
+
+    /// The fds received storages keep open, within the
+    /// [budget](Self::with_max_received_fds).
+    pub(super) fn received_fd_budget(&self) -> &FdBudget {
+        &self.held.received_fds
     }
 
     /// This process's resource sharer, started on first use.
     pub(crate) fn resource_sharer(&self) -> Result<&Arc<ResourceSharer>, Error> {
-        if let Some(sharer) = self.state.sharer.get() {
+        if let Some(sharer) = self.state.receivers.sharer.get() {
             return Ok(sharer);
         }
-        let socket = match lock(&self.state.sharer_socket).clone() {
+        let socket = match lock(&self.state.receivers.sharer_socket).clone() {
             Some(socket) => socket,
             None => SharerSocket::from_env().map_err(|value| SharerError::SocketDirSetting {
                 value: value.to_string_lossy().into_owned(),
@@ -112,7 +165,7 @@ impl SharingContext {
         };
         let options = SharerOptions::new().with_socket(socket);
         let started = ResourceSharer::start_with(self.state.authkey.as_bytes(), options)?;
-        Ok(self.state.sharer.get_or_init(|| started))
+        Ok(self.state.receivers.sharer.get_or_init(|| started))
     }
 
     /// The fd a peer's resource sharer at `address` holds under `key`,
@@ -128,12 +181,19 @@ impl SharingContext {
         Ok(fd)
     }
 
+    /// What receivers reported to this process's resource sharer since
+    /// the last look: the memfds they no longer map. Nothing before the
+    /// sharer starts.
+    pub(super) fn take_sharer_reports(&self) -> Option<KeyReports> {
+        Some(self.state.receivers.sharer.get()?.take_reports())
+    }
+
     /// Keeps `registration` for a message to process `recipient` (when the
     /// connection can name it) until its fd is fetched, its deadline
     /// passes, `recipient` exits, or newer ones push it out of the
     /// [budget](Self::with_max_unfetched_fds).
     pub(crate) fn keep_registration(&self, registration: Registration, recipient: Option<u32>) {
-        self.state.unfetched.keep(registration, recipient);
+        self.state.receivers.unfetched.keep(registration, recipient);
     }
 
     /// What this process's resource sharer has done: fds fetched by
@@ -141,12 +201,16 @@ impl SharingContext {
     /// them attached to the message (`released`). `None` before the first
     /// storage is sent.
     pub fn sharer_stats(&self) -> Option<SharerStats> {
-        self.state.sharer.get().map(|sharer| sharer.stats())
+        self.state
+            .receivers
+            .sharer
+            .get()
+            .map(|sharer| sharer.stats())
     }
 
     /// How many shared fds are waiting for their receivers.
     pub fn unfetched_shares(&self) -> usize {
-        self.state.unfetched.pending()
+        self.state.receivers.unfetched.pending()
     }
 
     /// Waits until the receivers have taken every storage this context
@@ -202,7 +266,7 @@ impl SharingContext {
                 });
             }
             let pending =
-                self.state.unfetched.pending() + self.settings.memmap.unopened_sent_files();
+                self.state.receivers.unfetched.pending() + self.memmap().unopened_sent_files();
             if pending == 0 {
                 return Ok(());
             }
@@ -222,6 +286,7 @@ impl SharingContext {
         let failures = self.sharer_stats()?.wrong_authkey;
         let reported = self
             .state
+            .receivers
             .reported_auth_failures
             .fetch_max(failures, Ordering::Relaxed);
         (failures > reported).then_some(failures)

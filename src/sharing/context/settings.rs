@@ -3,12 +3,50 @@
 //! on that, are `receivers.rs`'s.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tensorshare_strategies::StrategyKind;
 
 use super::SharingContext;
 use crate::connection::{Authkey, ConnectionOptions};
 use crate::registry::Registry;
+
+/// A handle's settings: plain values, copied with the handle, which the
+/// `with_` methods set and nothing running changes. What they make (a
+/// budget of received fds, a `memmap` directory's files) is the handle's
+/// running state, beside them.
+#[derive(Clone, Debug)]
+pub(super) struct Settings {
+    pub(super) registry: Arc<Registry>,
+    /// The strategy for local peers, and for TCP ones too when pinned;
+    /// `None` for the default, which places each storage.
+    pub(super) strategy: Option<StrategyKind>,
+    pub(super) strategy_pinned: bool,
+    pub(super) fetch_timeout: Duration,
+    /// Whether [`Connection::send`](crate::Connection::send) attaches fds to
+    /// the message.
+    pub(super) inline_fds: bool,
+    /// How connections this context makes ([`connect`](SharingContext::connect),
+    /// [`listen`](SharingContext::listen)) frame and time out.
+    pub(super) connection_options: ConnectionOptions,
+}
+
+/// How long to wait for a peer's resource sharer to hand over an fd.
+const DEFAULT_FETCH_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// torch's registry and the default placement; fds ride on messages.
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            registry: Arc::default(),
+            strategy: None,
+            strategy_pinned: false,
+            fetch_timeout: DEFAULT_FETCH_TIMEOUT,
+            inline_fds: true,
+            connection_options: ConnectionOptions::default(),
+        }
+    }
+}
 
 impl SharingContext {
     /// Uses `registry` to rebuild received pickles.

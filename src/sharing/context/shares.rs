@@ -4,13 +4,14 @@
 
 use std::any::Any;
 use std::fmt;
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 use tensorshare_strategies::{SharingStrategy, StrategyKind};
 
 use super::cache::WeakStorageCache;
 use crate::Error;
 use crate::model::Storage;
+use crate::sharing::pools::{Landing, Unkept};
 
 /// A strategy as a context uses it.
 #[derive(Debug)]
@@ -20,13 +21,6 @@ pub(crate) struct Shares<S: SharingStrategy> {
     /// `shared_cache` keys them: one mapping per shared object while it
     /// lives, and a storage that comes back is the one that was sent.
     cache: WeakStorageCache<S::Key>,
-}
-
-/// A received storage, and whether this receipt mapped it (`false`: the
-/// storage was held already, and the handle joined it).
-pub(super) struct Arrival {
-    pub(super) storage: Storage,
-    pub(super) mapped: bool,
 }
 
 impl<S: SharingStrategy> Shares<S> {
@@ -49,56 +43,42 @@ impl<S: SharingStrategy> Shares<S> {
     /// process holds of the same object, at least that long, which the
     /// handle then [joins](SharingStrategy::join_held); else the object
     /// mapped (again: a later message may describe more of it than an
-    /// earlier one mapped), through the mapping `dormant` keeps for it if
-    /// any, and made a storage by `storage_of`.
+    /// earlier one mapped), through the mapping `landing` kept dormant for
+    /// it if any, and made a storage by `landing`. The cache's entry stays
+    /// held while the object is mapped, so that two threads receiving it
+    /// get one storage. `landing` hears of a handle that joined a storage
+    /// held ([`Landing::joined`]).
     pub(super) fn receive(
         &self,
         handle: S::Handle,
         nbytes: usize,
-        dormant: impl FnOnce(&S::Key) -> Option<S::Dormant>,
-        storage_of: impl FnOnce(S::Segment) -> Storage,
-    ) -> Result<Arrival, Error> {
+        landing: &impl Landing<S>,
+    ) -> Result<Storage, Error> {
         let received = self.strategy.open(handle)?;
         let Some(key) = S::received_key(&received) else {
             let segment = self.strategy.map_received(received, nbytes, None)?;
-            return Ok(Arrival {
-                storage: storage_of(segment),
-                mapped: true,
-            });
+            return Ok(landing.storage_of(segment));
         };
-        let (storage, unmapped) = self.cache.get_or_try_replace(
-            &key,
-            |held| held.nbytes() >= nbytes && held.segment_of::<S>().is_some(),
-            received,
-            |received| {
-                let segment = self
-                    .strategy
-                    .map_received(received, nbytes, dormant(&key))?;
-                Ok::<_, Error>(storage_of(segment))
-            },
-        )?;
-        let mapped = match unmapped {
-            Some(received) => {
-                if let Some(held) = storage.segment_of::<S>() {
-                    self.strategy.join_held(held, received)?;
-                }
-                false
-            }
-            None => true,
-        };
-        Ok(Arrival { storage, mapped })
+        let entry = self.cache.entry(&key);
+        if let Some(storage) = entry.live().filter(|held| held.nbytes() >= nbytes)
+            && let Some(held) = storage.segment_of::<S>()
+        {
+            drop(entry);
+            self.strategy.join_held(held, received)?;
+            landing.joined(held);
+            return Ok(storage);
+        }
+        let dormant = landing.take_dormant(&key);
+        let segment = self.strategy.map_received(received, nbytes, dormant)?;
+        let storage = landing.storage_of(segment);
+        entry.fill(&storage);
+        Ok(storage)
     }
 
-    /// [`receive`](Self::receive) for a strategy that keeps no mapping
-    /// dormant, into a plain storage.
+    /// [`receive`](Self::receive) for a strategy whose received segments
+    /// nothing keeps, into a plain storage.
     pub(super) fn receive_plain(&self, handle: S::Handle, nbytes: usize) -> Result<Storage, Error> {
-        let arrival = self.receive(
-            handle,
-            nbytes,
-            |_| None,
-            |segment| Storage::from_segment(Arc::new(segment)),
-        )?;
-        Ok(arrival.storage)
+        self.receive(handle, nbytes, &Unkept)
     }
 }
 

@@ -9,12 +9,15 @@ mod releases;
 
 use std::sync::Arc;
 
-use tensorshare_strategies::file_descriptor::{DormantMapping, FdSegment, FileIdentity};
+use tensorshare_strategies::file_descriptor::{
+    DormantMapping, FdBudget, FdSegment, FileDescriptorStrategy, FileIdentity,
+};
 
 use board::NoticeBoard;
 use releases::Releases;
 
-use crate::model::Storage;
+use super::pools::Landing;
+use crate::model::{DupFdRef, Storage};
 
 /// A context's notices to the senders it received from.
 #[derive(Debug)]
@@ -41,26 +44,49 @@ impl Notices {
         self.releases.release(address, keys);
     }
 
-    /// The storage of a memfd just mapped from an fd that arrived attached
-    /// under `key` from the sharer at `address`: its sender hears when it
-    /// is unmapped here.
-    pub(crate) fn noticed(&self, segment: FdSegment, address: &[u8], key: i64) -> Storage {
-        Storage::from_segment(Arc::new(self.board.noticed(segment, address, key)))
-    }
-
-    /// Adds `key` for a storage already mapped here that arrived again.
-    pub(crate) fn arrived_again(&self, identity: FileIdentity, address: &[u8], key: i64) {
-        self.board.arrived_again(identity, address, key);
-    }
-
     /// Marks the received storage `identity` as sent on: its sender hears
     /// nothing of it any more.
     pub(crate) fn sent_on(&self, identity: FileIdentity) {
         self.board.sent_on(identity);
     }
+}
 
-    /// The dormant mapping of the memfd `identity`, if one is kept.
-    pub(crate) fn take_dormant(&self, identity: FileIdentity) -> Option<DormantMapping> {
-        self.board.take_dormant(identity)
+/// A received memfd: it keeps its fd within `budget`; its sender hears
+/// when it is unmapped here if it came `attached` to its message under
+/// that `DupFd`'s key; and its mapping is kept dormant after its storage
+/// dies, should the sender send it again.
+pub(crate) struct FdLanding<'a> {
+    pub(crate) notices: &'a Notices,
+    pub(crate) budget: &'a FdBudget,
+    pub(crate) attached: Option<&'a DupFdRef>,
+}
+
+impl Landing<FileDescriptorStrategy> for FdLanding<'_> {
+    fn take_dormant(&self, identity: &FileIdentity) -> Option<DormantMapping> {
+        self.notices.board.take_dormant(*identity)
+    }
+
+    fn storage_of(&self, mut segment: FdSegment) -> Storage {
+        segment.keep_fd_within(self.budget);
+        match self.attached {
+            Some(dup_fd) => {
+                let noticed = self
+                    .notices
+                    .board
+                    .noticed(segment, &dup_fd.address, dup_fd.key);
+                Storage::from_segment(Arc::new(noticed))
+            }
+            None => Storage::from_segment(Arc::new(segment)),
+        }
+    }
+
+    /// A memfd held here that arrived attached again: its sender hears of
+    /// this key too when it is unmapped.
+    fn joined(&self, held: &FdSegment) {
+        if let Some(dup_fd) = self.attached {
+            self.notices
+                .board
+                .arrived_again(held.identity(), &dup_fd.address, dup_fd.key);
+        }
     }
 }

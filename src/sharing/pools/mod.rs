@@ -24,7 +24,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use tensorshare_strategies::file_descriptor::FileIdentity;
-use tensorshare_strategies::file_system::{DormantSegment, FileSystemSegment, SegmentName};
+use tensorshare_strategies::file_system::{
+    DormantSegment, FileSystemSegment, FileSystemStrategy, SegmentName,
+};
 use tensorshare_strategies::{AllocateError, SharingStrategy, WritableSegment};
 
 pub(crate) use aging::AgingMap;
@@ -45,6 +47,49 @@ const MAX_POOLED_BYTES: usize = 1 << 30;
 /// The most `file_system` segments or `memmap` files a pool keeps: each
 /// holds a mapping, of the 65530 `vm.max_map_count` allows by default.
 const MAX_POOLED_MAPPINGS: usize = 8192;
+
+/// What keeps a strategy's received segments between messages, and the
+/// storage one becomes when it arrives: the step of receiving that depends
+/// on who holds received memory (the pools here, the notices for fds that
+/// arrived attached), taken by the context's one receive path.
+pub(crate) trait Landing<S: SharingStrategy> {
+    /// The mapping kept for `key` since the last storage of it died here,
+    /// for the strategy to map the handle through again.
+    fn take_dormant(&self, key: &S::Key) -> Option<S::Dormant> {
+        let _ = key;
+        None
+    }
+
+    /// The storage over `segment`, just mapped.
+    fn storage_of(&self, segment: S::Segment) -> Storage;
+
+    /// A handle joined `held`, a segment of a storage that this process
+    /// holds already, instead of mapping it again.
+    fn joined(&self, held: &S::Segment) {
+        let _ = held;
+    }
+}
+
+/// Received segments that nothing keeps: each a plain storage.
+pub(crate) struct Unkept;
+
+impl<S: SharingStrategy> Landing<S> for Unkept {
+    fn storage_of(&self, segment: S::Segment) -> Storage {
+        Storage::from_segment(Arc::new(segment))
+    }
+}
+
+/// Received `file_system` segments stay mapped after their storage dies,
+/// dormant, should their sender send them again.
+impl Landing<FileSystemStrategy> for Pools {
+    fn take_dormant(&self, name: &SegmentName) -> Option<DormantSegment> {
+        self.dormant_segments.take(name)
+    }
+
+    fn storage_of(&self, segment: FileSystemSegment) -> Storage {
+        Storage::from_segment(Arc::new(Watched::new(segment, &self.dormant_segments)))
+    }
+}
 
 /// Segments of one strategy kept for reuse.
 pub(crate) trait Pool: Watcher {
@@ -102,17 +147,6 @@ impl Pools {
     /// Records that the memfd `identity` went out under `key`.
     pub(crate) fn memfd_sent(&self, identity: FileIdentity, key: i64) {
         self.memfds.sent(identity, key);
-    }
-
-    /// The received segment named `name`, if one is kept dormant.
-    pub(crate) fn take_dormant_segment(&self, name: &SegmentName) -> Option<DormantSegment> {
-        self.dormant_segments.take(name)
-    }
-
-    /// The storage of a received segment, which is kept dormant after the
-    /// storage dies here should its sender send it again.
-    pub(crate) fn received_segment(&self, segment: FileSystemSegment) -> Storage {
-        Storage::from_segment(Arc::new(Watched::new(segment, &self.dormant_segments)))
     }
 
     /// Lets go of the `file_system` segments kept, and of the received

@@ -41,12 +41,12 @@
 use tensorshare_compat::pickle::{Node, NodeId};
 use tensorshare_strategies::bytes::{BytesSegment, BytesStrategy};
 
-use crate::sharing::context::SharingContext;
 use super::{MessageParts, TorchForm};
 use crate::Error;
 use crate::model::Storage;
 use crate::reduce::ReduceError;
 use crate::registry::frombuffer::{DTYPE_KEYWORD, FROMBUFFER, PARTIAL, UNTYPED_STORAGE};
+use crate::sharing::context::SharingContext;
 use tensorshare_compat::pickle::PickleBuilder;
 
 impl TorchForm for BytesStrategy {

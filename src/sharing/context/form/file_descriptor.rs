@@ -2,20 +2,19 @@
 //! whose fds travel through the resource sharer (`rebuild_storage_fd` with a
 //! `DupFd`).
 
+use crate::sharing::notices::FdLanding;
 use std::os::fd::OwnedFd;
-use std::sync::Arc;
 
 use tensorshare_compat::pickle::{Node, NodeId};
 use tensorshare_strategies::file_descriptor::{FdSegment, FileDescriptorStrategy};
 use tensorshare_strategies::{AllocateError, SharingStrategy};
 
-use crate::sharing::pools;
-use crate::sharing::context::SharingContext;
-use super::{MessageParts, TorchForm, not_a_handle};
-use crate::sharing::context::receipt::Receipt;
+use super::{MessageParts, NamedHandle, TorchForm, not_a_handle};
 use crate::Error;
 use crate::model::{DupFdRef, Residence, Storage, StorageWriter};
 use crate::registry::{DUP_FD, REDUCTIONS};
+use crate::sharing::context::SharingContext;
+use crate::sharing::pools;
 use tensorshare_compat::pickle::PickleBuilder;
 
 impl TorchForm for FileDescriptorStrategy {
@@ -29,11 +28,8 @@ impl TorchForm for FileDescriptorStrategy {
         context: &SharingContext,
         nbytes: usize,
     ) -> Result<StorageWriter, AllocateError> {
-        if let Some(sharer) = context.state.sharer.get() {
-            context
-                .state
-                .pools
-                .take_memfd_reports(sharer.take_reports());
+        if let Some(reports) = context.take_sharer_reports() {
+            context.state.pools.take_memfd_reports(reports);
         }
         pools::allocate(
             context.state.pools.memfds(),
@@ -45,17 +41,18 @@ impl TorchForm for FileDescriptorStrategy {
     /// The storage a `DupFd` names: mapped from the fd attached to the
     /// message for it when one came, else fetched from the sender's
     /// resource sharer.
-    fn attach(receipt: &Receipt<'_>, remote: &Residence, nbytes: usize) -> Result<Storage, Error> {
+    fn attach(context: &SharingContext, named: NamedHandle<'_>) -> Result<Storage, Error> {
+        let NamedHandle {
+            remote,
+            nbytes,
+            attached_fd,
+        } = named;
         let Residence::FileDescriptor(dup_fd) = remote else {
             return Err(not_a_handle::<Self>(remote));
         };
-        let context = receipt.context();
         // An attached fd that cannot be what the DupFd names (not shared
         // memory, too small, not writable) is not trusted over the sharer.
-        if let Some(Ok(storage)) = receipt
-            .take_attached_fd(dup_fd)
-            .map(|fd| context.map_fd(fd, nbytes, Some(dup_fd)))
-        {
+        if let Some(Ok(storage)) = attached_fd.map(|fd| context.map_fd(fd, nbytes, Some(dup_fd))) {
             return Ok(storage);
         }
         let fd = context.fetch_fd(&dup_fd.address, dup_fd.key)?;
@@ -118,29 +115,11 @@ impl SharingContext {
         nbytes: usize,
         attached: Option<&DupFdRef>,
     ) -> Result<Storage, Error> {
-        let arrival = FileDescriptorStrategy::shares(self).receive(
-            fd,
-            nbytes,
-            |identity| self.state.notices.take_dormant(*identity),
-            |mut segment| {
-                segment.keep_fd_within(&self.settings.received_fds);
-                match attached {
-                    Some(dup_fd) => {
-                        self.state
-                            .notices
-                            .noticed(segment, &dup_fd.address, dup_fd.key)
-                    }
-                    None => Storage::from_segment(Arc::new(segment)),
-                }
-            },
-        )?;
-        if let (Some(dup_fd), false) = (attached, arrival.mapped)
-            && let Some(held) = arrival.storage.segment_of::<FileDescriptorStrategy>()
-        {
-            self.state
-                .notices
-                .arrived_again(held.identity(), &dup_fd.address, dup_fd.key);
-        }
-        Ok(arrival.storage)
+        let landing = FdLanding {
+            notices: &self.state.notices,
+            budget: self.received_fd_budget(),
+            attached,
+        };
+        FileDescriptorStrategy::shares(self).receive(fd, nbytes, &landing)
     }
 }

@@ -9,13 +9,12 @@ use tensorshare_strategies::file_system::{
 use tensorshare_strategies::services::shm_manager::ManagerHandle;
 use tensorshare_strategies::{AllocateError, ImportError, SharingStrategy};
 
-use crate::sharing::pools;
-use crate::sharing::context::SharingContext;
-use super::{MessageParts, TorchForm, not_a_handle};
-use crate::sharing::context::receipt::Receipt;
+use super::{MessageParts, NamedHandle, TorchForm, not_a_handle};
 use crate::Error;
 use crate::model::{Residence, Storage, StorageWriter};
 use crate::registry::REDUCTIONS;
+use crate::sharing::context::SharingContext;
+use crate::sharing::pools;
 use tensorshare_compat::pickle::PickleBuilder;
 
 impl TorchForm for FileSystemStrategy {
@@ -40,22 +39,19 @@ impl TorchForm for FileSystemStrategy {
     /// Maps `nbytes` of the segment a message names, once per segment
     /// while it lives (torch's `storage_from_cache(cls, handle)`), and
     /// takes back the count its sender added for the message.
-    fn attach(receipt: &Receipt<'_>, remote: &Residence, nbytes: usize) -> Result<Storage, Error> {
-        let Residence::FileSystem(segment) = remote else {
-            return Err(not_a_handle::<Self>(remote));
+    fn attach(context: &SharingContext, named: NamedHandle<'_>) -> Result<Storage, Error> {
+        let Residence::FileSystem(segment) = named.remote else {
+            return Err(not_a_handle::<Self>(named.remote));
         };
         let invalid = |reason: String| ImportError::InvalidHandle { reason };
         let name = SegmentName::parse(&segment.name).map_err(|e| invalid(e.to_string()))?;
         let manager = ManagerHandle::from_bytes(&segment.manager_handle)
             .map_err(|e| invalid(format!("the manager handle: {e}")))?;
-        let pools = &receipt.context().state.pools;
-        let arrival = Self::shares(receipt.context()).receive(
+        Self::shares(context).receive(
             SegmentHandle::received(manager, name),
-            nbytes,
-            |name| pools.take_dormant_segment(name),
-            |segment| pools.received_segment(segment),
-        )?;
-        Ok(arrival.storage)
+            named.nbytes,
+            &context.state.pools,
+        )
     }
 
     /// Storages travel as `rebuild_storage_filename(UntypedStorage,
@@ -82,4 +78,3 @@ impl TorchForm for FileSystemStrategy {
         Ok(out.call(rebuild, vec![class, manager, name, nbytes]))
     }
 }
-

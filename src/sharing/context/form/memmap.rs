@@ -43,16 +43,15 @@ use tensorshare_compat::pickle::{Node, NodeId};
 use tensorshare_strategies::memmap::{MemmapHandle, MemmapSegment, MemmapStrategy};
 use tensorshare_strategies::{AllocateError, SharingStrategy};
 
-use crate::sharing::lifetimes::{RetentionLimits, SentFiles};
-use crate::sharing::pools::{self, MemmapPool, Pool};
-use crate::sharing::context::SharingContext;
-use super::{MessageParts, TorchForm, not_a_handle};
-use crate::sharing::context::receipt::Receipt;
-use crate::sharing::context::shares::Shares;
+use super::{MessageParts, NamedHandle, TorchForm, not_a_handle};
 use crate::Error;
 use crate::model::{Residence, Storage, StorageWriter};
 use crate::reduce::ReduceError;
 use crate::registry::memmap::{FROM_FILE, GETATTR, STORAGE_BASE};
+use crate::sharing::context::SharingContext;
+use crate::sharing::context::shares::Shares;
+use crate::sharing::lifetimes::{RetentionLimits, SentFiles};
+use crate::sharing::pools::{self, MemmapPool, Pool};
 use tensorshare_compat::pickle::PickleBuilder;
 
 impl TorchForm for MemmapStrategy {
@@ -61,9 +60,8 @@ impl TorchForm for MemmapStrategy {
 
     /// A handle's own: its directory is a setting of the handle.
     fn shares(context: &SharingContext) -> &Shares<Self> {
-        &context.settings.memmap.shares
+        &context.memmap().shares
     }
-
 
     /// A file from the context's pool when one of `nbytes` is free (every
     /// message that named it was opened and let go of: see the
@@ -75,7 +73,7 @@ impl TorchForm for MemmapStrategy {
         context: &SharingContext,
         nbytes: usize,
     ) -> Result<StorageWriter, AllocateError> {
-        let memmap = &context.settings.memmap;
+        let memmap = context.memmap();
         let strategy = &memmap.shares.strategy;
         if strategy.keeps_files() {
             return Ok(StorageWriter::new(Box::new(strategy.allocate(nbytes)?)));
@@ -85,11 +83,11 @@ impl TorchForm for MemmapStrategy {
 
     /// Maps `nbytes` of the file a message names, once per file while it
     /// lives.
-    fn attach(receipt: &Receipt<'_>, remote: &Residence, nbytes: usize) -> Result<Storage, Error> {
-        let Residence::Memmap(file) = remote else {
-            return Err(not_a_handle::<Self>(remote));
+    fn attach(context: &SharingContext, named: NamedHandle<'_>) -> Result<Storage, Error> {
+        let Residence::Memmap(file) = named.remote else {
+            return Err(not_a_handle::<Self>(named.remote));
         };
-        Self::shares(receipt.context()).receive_plain(MemmapHandle::received(file.path.clone()), nbytes)
+        Self::shares(context).receive_plain(MemmapHandle::received(file.path.clone()), named.nbytes)
     }
 
     /// Storages travel as `getattr(torch._C.StorageBase, 'from_file')(path,
@@ -101,7 +99,7 @@ impl TorchForm for MemmapStrategy {
         out: &mut PickleBuilder,
         message: &MessageParts,
     ) -> Result<NodeId, Error> {
-        let memmap = &context.settings.memmap;
+        let memmap = context.memmap();
         let handle = memmap.shares.strategy.export(segment)?;
         let path = handle
             .path_str()
@@ -134,7 +132,10 @@ pub(in crate::sharing::context) struct MemmapShares {
 }
 
 impl MemmapShares {
-    pub(in crate::sharing::context) fn new(strategy: MemmapStrategy, limits: RetentionLimits) -> Self {
+    pub(in crate::sharing::context) fn new(
+        strategy: MemmapStrategy,
+        limits: RetentionLimits,
+    ) -> Self {
         Self {
             pool: pools::memmap_pool(strategy.dir()),
             shares: Shares::new(strategy),
@@ -214,6 +215,11 @@ impl Drop for MemmapShares {
 }
 
 impl SharingContext {
+    /// This handle's `memmap` strategy, with what it sent and received.
+    pub(in crate::sharing::context) fn memmap(&self) -> &MemmapShares {
+        &self.held.memmap
+    }
+
     /// Creates memmap files in, and accepts them only from, `dir` (default:
     /// `$TMPDIR`, or `/tmp`).
     ///
@@ -225,20 +231,20 @@ impl SharingContext {
     /// [`Error::MemmapDir`] when `dir` is not an existing directory with a
     /// UTF-8 path.
     pub fn with_memmap_dir(mut self, dir: impl AsRef<Path>) -> Result<Self, Error> {
-        let memmap = &self.settings.memmap;
+        let memmap = self.memmap();
         let strategy = MemmapStrategy::in_dir(dir)
             .map_err(Error::MemmapDir)?
             .keep_files(memmap.shares.strategy.keeps_files());
-        self.settings.memmap = Arc::new(memmap.renewed(strategy));
+        self.held.memmap = Arc::new(memmap.renewed(strategy));
         Ok(self)
     }
 
     /// Keeps the memmap files this context creates after their last holder
     /// drops them (default: they are removed).
     pub fn with_memmap_keep_files(mut self, keep: bool) -> Self {
-        let memmap = &self.settings.memmap;
+        let memmap = self.memmap();
         let strategy = memmap.shares.strategy.clone().keep_files(keep);
-        self.settings.memmap = Arc::new(memmap.renewed(strategy));
+        self.held.memmap = Arc::new(memmap.renewed(strategy));
         self
     }
 
@@ -249,8 +255,7 @@ impl SharingContext {
     /// send. A torch receiver that maps a file let go of gets zeros (its
     /// `from_file` makes the file anew), a tensorshare one an error.
     pub fn with_max_held_memmap_files(self, max: usize) -> Self {
-        self.settings
-            .memmap
+        self.memmap()
             .sent_files
             .update_limits(|limits| limits.max_files = max);
         self
@@ -260,8 +265,7 @@ impl SharingContext {
     /// 1 GiB), letting go of the oldest first; the file of the latest send
     /// is always kept, whatever its size.
     pub fn with_max_held_memmap_bytes(self, max: usize) -> Self {
-        self.settings
-            .memmap
+        self.memmap()
             .sent_files
             .update_limits(|limits| limits.max_bytes = max);
         self
@@ -272,6 +276,6 @@ impl SharingContext {
     /// lifetime and the bounds. A file also stays while a storage of this
     /// process maps it, whether or not it is counted here.
     pub fn held_memmap_files(&self) -> usize {
-        self.settings.memmap.sent_files.held().0
+        self.memmap().sent_files.held().0
     }
 }

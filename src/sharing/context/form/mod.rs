@@ -11,18 +11,18 @@
 //! memory); `bytes` writes the storage's own bytes inline. A message
 //! names one strategy for all its storages, or, under the default, each
 //! storage's own form (`Placement::form_to_send`). What they receive
-//! comes back through [`TorchForm::attach`], which the registry's
-//! rebuilders reach through the message's [`Receipt`] for the handle the
-//! pickle names.
+//! comes back through [`TorchForm::attach`], which the message's
+//! `Receipt` calls, once the message is rebuilt, with each handle the
+//! pickle names and the fd that arrived for it, if one did.
 
 use std::cell::{Cell, RefCell};
+use std::os::fd::OwnedFd;
 
 use tensorshare_compat::pickle::{EncodeOptions, NodeId, Pickle};
 use tensorshare_strategies::{AllocateError, ImportError, SharingStrategy, StrategyKind};
 
-use super::SharingContext;
-use super::receipt::Receipt;
 use super::shares::Shares;
+use super::{MessageOrigin, SharingContext};
 use crate::Error;
 use crate::model::{Residence, Storage, StorageWriter, Value};
 use crate::reduce::{ReduceError, StorageReducer, reduce_value};
@@ -115,17 +115,57 @@ pub(crate) trait TorchForm: SharingStrategy + Default + Sized + 'static {
         Ok(StorageWriter::new(Box::new(segment)))
     }
 
-    /// The storage of `nbytes` a received message names by `remote`, one
-    /// of this strategy's handles, attached for `receipt`'s message.
+    /// The storage a received message names by one of this strategy's
+    /// handles.
     ///
     /// # Errors
     ///
     /// The strategy's own, or [`ImportError::InvalidHandle`] for a
     /// strategy whose storages travel inline, which names none.
-    fn attach(receipt: &Receipt<'_>, remote: &Residence, nbytes: usize) -> Result<Storage, Error> {
-        let _ = (receipt, nbytes);
-        Err(not_a_handle::<Self>(remote))
+    fn attach(context: &SharingContext, named: NamedHandle<'_>) -> Result<Storage, Error> {
+        let _ = context;
+        Err(not_a_handle::<Self>(named.remote))
     }
+}
+
+/// The storage `handle` names, attached by the form of the strategy that
+/// sent it, where the memory of a message of `origin` can reach.
+pub(super) fn attach(
+    context: &SharingContext,
+    origin: MessageOrigin,
+    handle: NamedHandle<'_>,
+) -> Result<Storage, Error> {
+    struct Attach<'h> {
+        origin: MessageOrigin,
+        handle: NamedHandle<'h>,
+    }
+    impl WithStrategy for Attach<'_> {
+        type Output = Result<Storage, Error>;
+        fn run<S: TorchForm>(self, context: &SharingContext) -> Self::Output {
+            self.origin.admit_shared_memory(S::REBUILDER)?;
+            S::attach(context, self.handle)
+        }
+    }
+    match handle.remote.strategy() {
+        Some(kind) => context.using_strategy(kind, Attach { origin, handle }),
+        None => Err(ImportError::InvalidHandle {
+            reason: "a storage on a GPU cannot be attached here".to_owned(),
+        }
+        .into()),
+    }
+}
+
+/// A handle a received message names, as the message's receipt hands it
+/// to its strategy's form.
+pub(crate) struct NamedHandle<'a> {
+    /// The handle, as the rebuilder of its form read it.
+    pub(crate) remote: &'a Residence,
+    /// How many bytes of it the message's storage covers.
+    pub(crate) nbytes: usize,
+    /// The fd that came attached to the message for this handle, paired
+    /// with it by the receipt (only a `DupFd` takes one): the form maps it
+    /// instead of fetching.
+    pub(crate) attached_fd: Option<OwnedFd>,
 }
 
 /// The error for a `remote` residence that `S` cannot attach: the

@@ -15,12 +15,11 @@ use tensorshare_compat::pickle::{Node, NodeId, PickleBuilder};
 use tensorshare_strategies::tmpfile::{TmpfileSegment, TmpfileStrategy};
 use tensorshare_strategies::{ImportError, SharingStrategy};
 
-use super::{MessageParts, TorchForm, not_a_handle};
+use super::{MessageParts, NamedHandle, TorchForm, not_a_handle};
 use crate::Error;
 use crate::model::{HandleRef, Residence, Storage, Value};
 use crate::registry::strategy_handle::REBUILD_STORAGE;
 use crate::sharing::context::SharingContext;
-use crate::sharing::context::receipt::Receipt;
 
 impl TorchForm for TmpfileStrategy {
     const REBUILDER: &'static str = "tensorshare.rebuild_storage (tmpfile)";
@@ -28,17 +27,16 @@ impl TorchForm for TmpfileStrategy {
 
     /// Fetches the fd from the sender's resource sharer, and maps it once
     /// per file while it lives.
-    fn attach(receipt: &Receipt<'_>, remote: &Residence, nbytes: usize) -> Result<Storage, Error> {
-        let (address, key) = match remote {
+    fn attach(context: &SharingContext, named: NamedHandle<'_>) -> Result<Storage, Error> {
+        let (address, key) = match named.remote {
             Residence::Handle(HandleRef {
                 strategy: Self::KIND,
                 handle,
             }) => read_handle(handle)?,
-            _ => return Err(not_a_handle::<Self>(remote)),
+            _ => return Err(not_a_handle::<Self>(named.remote)),
         };
-        let context = receipt.context();
         let fd = context.fetch_fd(address, key)?;
-        Self::shares(context).receive_plain(fd, nbytes)
+        Self::shares(context).receive_plain(fd, named.nbytes)
     }
 
     fn write_handle(
