@@ -47,6 +47,22 @@ impl ReceivedMessage {
     }
 }
 
+/// The buffer of a connection's last message, for the next one.
+pub(super) enum KeptBuffer {
+    /// Nothing received from it holds on to it; empty before the first
+    /// message, and after one that went whole to its receiver.
+    Owned(Vec<u8>),
+    /// Lent to the last message's reader: the next message goes into it
+    /// if, by then, nothing decoded from the last one refers to it.
+    Lent(Arc<Vec<u8>>),
+}
+
+impl Default for KeptBuffer {
+    fn default() -> Self {
+        Self::Owned(Vec::new())
+    }
+}
+
 /// What arrived of a message not yet whole.
 pub(super) struct PartialMessage {
     reader: MessageReader,
@@ -74,7 +90,7 @@ impl Connection {
     /// it), and [`ConnectionError::Receive`] for a cut-short or malformed
     /// message or a socket failure.
     pub fn recv_bytes(&mut self) -> Result<Vec<u8>, ConnectionError> {
-        Ok(self.recv_message()?.into_vec())
+        Ok(self.recv_whole()?.into_vec())
     }
 
     /// Receives one message into `buf`, replacing its contents; returns
@@ -104,15 +120,19 @@ impl Connection {
         &mut self,
         buf: &mut Vec<u8>,
     ) -> Result<Vec<OwnedFd>, ConnectionError> {
-        let mut message = self.recv_message()?;
-        // The message becomes `buf`: the connection does not keep its buffer.
-        self.lent_buffer = None;
+        let mut message = self.recv_whole()?;
         let fds = std::mem::take(&mut message.fds);
         let old = std::mem::replace(buf, message.into_vec());
-        if self.receive_buffer.capacity() < old.capacity() {
-            self.keep_receive_buffer(old);
-        }
+        self.keep_receive_buffer(old);
         Ok(fds)
+    }
+
+    /// Receives one message whose buffer goes with it, uncopied: the
+    /// connection keeps nothing of it.
+    fn recv_whole(&mut self) -> Result<ReceivedMessage, ConnectionError> {
+        let message = self.recv_message()?;
+        self.kept = KeptBuffer::default();
+        Ok(message)
     }
 
     /// Receives one message into the buffer this connection keeps, with
@@ -141,7 +161,7 @@ impl Connection {
                 let buffer = Arc::new(partial.buffer);
                 // One too large to keep goes with the message's last reader.
                 if buffer.capacity() <= KEPT_RECEIVE_BUFFER_MAX {
-                    self.lent_buffer = Some(Arc::clone(&buffer));
+                    self.kept = KeptBuffer::Lent(Arc::clone(&buffer));
                 }
                 let bytes = SharedBytes::from_shared_vec(Arc::clone(&buffer), len);
                 let fds = partial.fds.into_fds();
@@ -161,23 +181,51 @@ impl Connection {
 
     fn keep_receive_buffer(&mut self, buffer: Vec<u8>) {
         if buffer.capacity() <= KEPT_RECEIVE_BUFFER_MAX {
-            self.receive_buffer = buffer;
+            self.kept = KeptBuffer::Owned(buffer);
         }
     }
 
     /// The buffer to read the next message into.
     fn take_receive_buffer(&mut self) -> Vec<u8> {
-        if let Some(lent) = self.lent_buffer.take()
-            && let Ok(buffer) = Arc::try_unwrap(lent)
-        {
-            self.keep_receive_buffer(buffer);
-        }
-        let buffer = std::mem::take(&mut self.receive_buffer);
+        let buffer = match std::mem::take(&mut self.kept) {
+            KeptBuffer::Owned(buffer) => buffer,
+            KeptBuffer::Lent(lent) => Arc::try_unwrap(lent).unwrap_or_default(),
+        };
         if buffer.capacity() > 0 {
             return buffer;
         }
         // The last one went with a storage that kept it; one such storage
         // dropped since left its buffer, faulted in already.
         take_message_buffer().unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::net::UnixStream;
+
+    use super::*;
+    use crate::connection::ConnectionOptions;
+
+    /// `recv_bytes` returns the buffer the message was read into, lent to
+    /// no one: a message read into the buffer the connection had kept
+    /// from a decoded one comes out as that buffer, not as a copy of it.
+    #[test]
+    fn recv_bytes_hands_over_the_buffer_it_read_into() {
+        let (a, b) = UnixStream::pair().expect("a socket pair");
+        let mut sender = Connection::from_stream(a, ConnectionOptions::default());
+        let mut receiver = Connection::from_stream(b, ConnectionOptions::default());
+        sender.send_bytes(&[1; 4096]).expect("send the first");
+        sender.send_bytes(&[2; 4096]).expect("send the second");
+        let first = receiver.recv_message().expect("the first");
+        let read_into = first.buffer.as_ptr();
+        drop(first);
+        let second = receiver.recv_bytes().expect("the second");
+        assert_eq!(second, [2; 4096]);
+        assert_eq!(
+            second.as_ptr(),
+            read_into,
+            "recv_bytes copied the message out of the buffer it was read into"
+        );
     }
 }

@@ -14,7 +14,7 @@ use tensorshare_compat::connection::{
 
 use super::attached::AttachingWriter;
 use super::deadline::DeadlineStream;
-use super::receive::PartialMessage;
+use super::receive::{KeptBuffer, PartialMessage};
 use super::sent_registrations::{RegisteredFds, SentRegistrations};
 use super::{Address, Authkey, ConnectionError, ConnectionOptions, StreamSocket};
 
@@ -33,19 +33,16 @@ use super::{Address, Authkey, ConnectionError, ConnectionOptions, StreamSocket};
 /// Reads are unbuffered (see the [module docs](super)); every send is
 /// written out before it returns.
 ///
-/// [`recv_bytes`](Self::recv_bytes), and the [`Connection::recv`](crate::Connection::recv)
-/// over it, read each message into a buffer kept for the next one (up to
-/// 256 MiB), so that a stream of
-/// large messages does not pay for fresh memory every time.
+/// [`recv_bytes_into`](Self::recv_bytes_into) and the
+/// [`Connection::recv`](crate::Connection::recv) over this one read each
+/// message into a buffer kept for the next one (up to 256 MiB), so that a
+/// stream of large messages does not pay for fresh memory every time;
+/// [`recv_bytes`](Self::recv_bytes) hands its buffer over.
 pub struct Connection {
     pub(super) stream: StreamSocket,
     pub(super) options: ConnectionOptions,
-    /// The buffer of the last message, kept when nothing received from it
-    /// holds on to it.
-    pub(super) receive_buffer: Vec<u8>,
-    /// The buffer of the last message, lent to its reader: kept for the
-    /// next one if, by then, nothing decoded from it refers to it.
-    pub(super) lent_buffer: Option<Arc<Vec<u8>>>,
+    /// The buffer of the last message, for the next one.
+    pub(super) kept: KeptBuffer,
     /// What arrived of a message not yet whole, when the socket had no
     /// more for now: the next receive goes on with it.
     pub(super) partial: Option<PartialMessage>,
@@ -81,7 +78,6 @@ impl fmt::Debug for Connection {
         f.debug_struct("Connection")
             .field("stream", &self.stream)
             .field("options", &self.options)
-            .field("receive_buffer_len", &self.receive_buffer.len())
             .finish_non_exhaustive()
     }
 }
@@ -94,8 +90,7 @@ impl Connection {
         let stream = stream.into();
         Self {
             options,
-            receive_buffer: Vec::new(),
-            lent_buffer: None,
+            kept: KeptBuffer::default(),
             partial: None,
             sent: SentRegistrations::default(),
             authkey: None,
