@@ -413,3 +413,46 @@ fn a_message_refused_after_naming_a_segment_takes_back_its_count() {
     );
     assert_eq!(count(), before, "the message's count was not taken back");
 }
+
+/// A storage that cannot be attached fails its message, and the storages
+/// named after it in the same message are attached all the same and let
+/// go of: their counts are taken back, not held for a message nobody got.
+#[test]
+fn a_message_failing_to_attach_takes_back_the_counts_named_after_the_failure() {
+    let authkey = Authkey::new(b"attach fails before a segment".to_vec());
+    let sharing = fs_context(&authkey);
+    let tensor = Tensor::from_slice(&sharing, &[7u8; 256], &[256]).expect("a tensor");
+    let count = || fs_segment(tensor.storage()).refcount();
+    let manager = fs_segment(tensor.storage()).manager().as_bytes().to_vec();
+    // A segment of the same manager that does not exist, named first.
+    let mut registry = tensorshare::Registry::default();
+    registry.register_reducer::<()>(move |()| Reduction::Call {
+        callee: Global::new(
+            "torch.multiprocessing.reductions",
+            "rebuild_storage_filename",
+        ),
+        args: vec![
+            Value::Global(Global::new("torch.storage", "UntypedStorage")),
+            Value::Bytes(manager.clone().into()),
+            Value::Bytes(b"/torch_1_2_3".to_vec().into()),
+            Value::Int(16),
+        ],
+    });
+    let sender = sharing.clone().with_registry(registry);
+    let before = count();
+    let missing = Value::Custom(Custom::new(Global::new("__main__", "Missing"), ()));
+    let pickle = sender
+        .dumps(&Value::from(vec![missing, Value::Tensor(tensor.clone())]))
+        .expect("dumps");
+    assert_eq!(count(), before + 1, "the message counts the segment");
+
+    let receiver = SharingContext::new(authkey);
+    let error = receiver
+        .loads(&pickle)
+        .expect_err("a segment that does not exist");
+    assert!(
+        error.to_string().contains("does not exist"),
+        "failed for another reason: {error}"
+    );
+    assert_eq!(count(), before, "the message's count was not taken back");
+}

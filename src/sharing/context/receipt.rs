@@ -109,8 +109,11 @@ impl<'a> Receipt<'a> {
     /// # Errors
     ///
     /// [`Error::Attach`] for the first that cannot be attached, naming its
-    /// rebuilder; the ones after it are not attached.
+    /// rebuilder. The ones after it are attached all the same and let go
+    /// of with the value, so that what their senders hold for the message
+    /// (a segment's count, an fd in the sharer) is taken back.
     pub(super) fn attach_all(&mut self, named: Vec<NamedStorage>) -> Result<(), Error> {
+        let mut first_failure = None;
         for NamedStorage { callee, storage } in named {
             let attached_fd = match storage.residence() {
                 Residence::FileDescriptor(dup_fd) => self.attached.pair(dup_fd),
@@ -121,15 +124,21 @@ impl<'a> Receipt<'a> {
                 nbytes: storage.nbytes(),
                 attached_fd,
             };
-            let attached =
-                attach(self.context, self.origin, handle).map_err(|cause| Error::Attach {
-                    callee,
-                    cause: Box::new(cause),
-                })?;
-            // The rebuild lists each storage it made once.
-            let _ = storage.attach(attached);
+            match attach(self.context, self.origin, handle) {
+                Ok(attached) => {
+                    // The rebuild lists each storage it made once.
+                    let _ = storage.attach(attached);
+                }
+                Err(cause) if first_failure.is_none() => {
+                    first_failure = Some(Error::Attach {
+                        callee,
+                        cause: Box::new(cause),
+                    });
+                }
+                Err(_) => {}
+            }
         }
-        Ok(())
+        first_failure.map_or(Ok(()), Err)
     }
 }
 
