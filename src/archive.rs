@@ -30,7 +30,7 @@ pub fn load_torch_save(
     let audit = GlobalAudit::new(registry);
     let archive = torch_save::read(bytes, &audit, &read_options(registry))?;
     audit.finish()?;
-    rebuild_archive(archive, registry, 0, None)
+    rebuild_archive(archive, registry, 0, None, None)
 }
 
 /// Why a `torch.save` file could not be read or written as a file (what is

@@ -119,7 +119,7 @@ pub fn load_with(
         .map_err(Error::from)
         .and_then(|archive| {
             audit.finish()?;
-            Ok(rebuild_archive(archive, registry, 0, Some(&mapped))?)
+            Ok(rebuild_archive(archive, registry, 0, Some(&mapped), None)?)
         });
     // Whatever failed, a file that shrank under the reader is the cause.
     if mapped.was_truncated() {
@@ -159,7 +159,7 @@ fn read_with(
     let audit = GlobalAudit::new(registry);
     let archive = torch_save::read_shared(&input, &audit, &read_options(registry))?;
     audit.finish()?;
-    Ok(rebuild_archive(archive, registry, 0, None)?)
+    Ok(rebuild_archive(archive, registry, 0, None, None)?)
 }
 
 /// Reads a `torch.save` file held in memory with the default [`Registry`]

@@ -456,3 +456,55 @@ fn a_message_failing_to_attach_takes_back_the_counts_named_after_the_failure() {
     );
     assert_eq!(count(), before, "the message's count was not taken back");
 }
+
+/// A storage pickled as an embedded `torch.save` archive (torch's
+/// `_load_from_bytes`) whose object names a shared segment is attached
+/// with the message, as torch's receiver attaches it: it reads the
+/// segment's bytes, and letting go of it takes back its count.
+#[test]
+fn a_segment_named_inside_an_embedded_archive_is_attached_with_the_message() {
+    use tensorshare_compat::pickle::{Limits, Node, PickleBuilder, decode_all};
+    use tensorshare_compat::torch_save::{TorchSaveFormat, write_to_vec};
+
+    let authkey = Authkey::new(b"a segment inside an archive".to_vec());
+    let sharing = fs_context(&authkey);
+    let tensor = Tensor::from_slice(&sharing, &[7u8; 256], &[256]).expect("a tensor");
+    let count = || fs_segment(tensor.storage()).refcount();
+    let before = count();
+    // The archive's object is the storage as the sender pickles it, which
+    // counts the segment once for its receiver.
+    let storage = sharing
+        .dumps(&Value::Storage(tensor.storage().clone()))
+        .expect("dumps the storage");
+    assert_eq!(
+        count(),
+        before + 1,
+        "the storage's pickle counts the segment"
+    );
+    let object = decode_all(
+        &storage,
+        &tensorshare::Registry::default(),
+        &Limits::default(),
+    )
+    .expect("decode the storage's pickle");
+    let payload =
+        write_to_vec(TorchSaveFormat::Legacy, &object.pickle, &[]).expect("an embedded archive");
+    let mut out = PickleBuilder::default();
+    let load_from_bytes = out.global("torch.storage", "_load_from_bytes");
+    let payload = out.push(Node::Bytes(payload.into()));
+    let embedded = out.call(load_from_bytes, vec![payload]);
+    let message = support::cases::tensor_over(out, embedded, 256);
+
+    let received = SharingContext::new(authkey)
+        .loads(&message)
+        .expect("a tensor over an embedded archive");
+    let bytes = received
+        .as_tensor()
+        .expect("a tensor")
+        .as_slice::<u8>()
+        .expect("the segment's bytes, attached")
+        .to_vec();
+    assert_eq!(bytes, [7u8; 256]);
+    drop(received);
+    assert_eq!(count(), before, "the archive's count was not taken back");
+}

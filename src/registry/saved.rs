@@ -15,6 +15,7 @@ use tensorshare_strategies::Segment;
 use tensorshare_strategies::bytes::file_window::FileWindow;
 use tensorshare_strategies::platform::mapped_file::MappedFile;
 
+use super::attach::NamedStorage;
 use super::rebuild::{PersistentLoad, Walker};
 use super::{Call, LoadError, RebuildError, Registry};
 use crate::DType;
@@ -31,12 +32,15 @@ pub(crate) fn read_options(registry: &Registry) -> ReadOptions {
 
 /// Rebuilds the object of `archive`, itself inside `archive_depth` others.
 /// Records that lie in `mapped` (the file the archive was read from) stay
-/// there: their storages are windows of the mapping.
+/// there: their storages are windows of the mapping. Shared storages the
+/// object names are listed in `named`, when it is part of a received
+/// message, to be attached with the message's own.
 pub(crate) fn rebuild_archive(
     archive: TorchSaveArchive,
     registry: &Registry,
     archive_depth: usize,
     mapped: Option<&Arc<MappedFile>>,
+    named: Option<&RefCell<Vec<NamedStorage>>>,
 ) -> Result<(TorchSaveFormat, Value), LoadError> {
     let TorchSaveArchive {
         format,
@@ -49,9 +53,15 @@ pub(crate) fn rebuild_archive(
         loaded: RefCell::new(HashMap::new()),
         mapped,
     };
-    let value = Walker::new(registry, &object, Some(&storages))
-        .in_archive(archive_depth + 1)
-        .run()?;
+    let walker = Walker::new(registry, &object, Some(&storages)).in_archive(archive_depth + 1);
+    let value = match named {
+        Some(named) => {
+            let (value, inner) = walker.run_received();
+            named.borrow_mut().extend(inner);
+            value?
+        }
+        None => walker.run()?,
+    };
     Ok((format, value))
 }
 
@@ -70,7 +80,9 @@ pub(super) fn load_from_bytes(call: Call<'_>) -> Result<Value, RebuildError> {
     // once, from the message into the storage.
     let (_, value) = torch_save::read_shared(payload, call.registry, &read_options(call.registry))
         .map_err(LoadError::from)
-        .and_then(|archive| rebuild_archive(archive, call.registry, call.archive_depth, None))
+        .and_then(|archive| {
+            rebuild_archive(archive, call.registry, call.archive_depth, None, call.named)
+        })
         .map_err(|source| RebuildError::Archive {
             callee: call.callee.clone(),
             cause: Box::new(source),
