@@ -292,3 +292,48 @@ fn attached_fds_pair_by_key_not_by_where_the_message_names_them() {
     let stats = stats.expect("a sharer");
     assert_eq!(stats.served, 0, "none fetched: {stats:?}");
 }
+
+/// A message refused for a global its receiver does not allow still gives
+/// its fds back to its sender's sharer: attached ones by their keys,
+/// others fetched and closed, as if it had been received. A stock torch
+/// sender's sharer, which has no deadline, would hold them until it exits.
+#[test]
+fn a_message_refused_for_a_global_gives_back_its_fds() {
+    let _counts = support::process_counts::making();
+    for inline in [true, false] {
+        let authkey = Authkey::random().expect("authkey");
+        let mut registry = tensorshare::Registry::default();
+        registry.register_reducer::<u8>(|n| tensorshare::registry::Reduction::Call {
+            callee: tensorshare::model::Global::new("__main__", "Unknown"),
+            args: vec![Value::Int(i64::from(*n))],
+        });
+        let sender = SharingContext::new(authkey.clone())
+            .with_strategy(StrategyKind::FileDescriptor)
+            .with_inline_fds(inline)
+            .with_registry(registry);
+        let receiver = SharingContext::new(authkey);
+        let (mut out, mut inbound) = pair(&sender, &receiver);
+        let unknown = Value::Custom(tensorshare::model::Custom::new(
+            tensorshare::model::Global::new("__main__", "Unknown"),
+            1u8,
+        ));
+        out.send(&Value::from(vec![tensor(1), unknown, tensor(2)]))
+            .expect("send");
+        let error = inbound.recv().expect_err("__main__.Unknown is not allowed");
+        assert!(
+            error.to_string().contains("__main__.Unknown"),
+            "inline {inline}: refused for another reason: {error}"
+        );
+        let given_back = support::wait_until(std::time::Duration::from_secs(5), || {
+            sender
+                .sharer_stats()
+                .is_some_and(|stats| stats.served + stats.released == 2)
+        });
+        assert!(
+            given_back,
+            "inline {inline}: the fds were not given back: {:?}",
+            sender.sharer_stats()
+        );
+        assert_eq!(settle_unfetched(&sender), 0, "inline {inline}");
+    }
+}

@@ -508,3 +508,44 @@ fn a_segment_named_inside_an_embedded_archive_is_attached_with_the_message() {
     drop(received);
     assert_eq!(count(), before, "the archive's count was not taken back");
 }
+
+/// A message refused for a global its receiver does not allow still takes
+/// back the count its sender added for each segment it names, before the
+/// refused global and after it: a stock torch receiver keeps them until it
+/// exits.
+#[test]
+fn a_message_refused_for_a_global_takes_back_its_counts() {
+    let authkey = Authkey::new(b"refused for a global".to_vec());
+    let mut registry = tensorshare::Registry::default();
+    registry.register_reducer::<u8>(|n| Reduction::Call {
+        callee: Global::new("__main__", "Unknown"),
+        args: vec![Value::Int(i64::from(*n))],
+    });
+    let sender = fs_context(&authkey).with_registry(registry);
+    let first = Tensor::from_slice(&sender, &[1u8; 256], &[256]).expect("a tensor");
+    let second = Tensor::from_slice(&sender, &[2u8; 256], &[256]).expect("a tensor");
+    let counts = || [&first, &second].map(|tensor| fs_segment(tensor.storage()).refcount());
+    let before = counts();
+    let unknown = Value::Custom(Custom::new(Global::new("__main__", "Unknown"), 1u8));
+    let pickle = sender
+        .dumps(&Value::from(vec![
+            Value::Tensor(first.clone()),
+            unknown,
+            Value::Tensor(second.clone()),
+        ]))
+        .expect("dumps");
+    assert_eq!(
+        counts(),
+        before.map(|n| n + 1),
+        "the message counts each segment"
+    );
+
+    let error = SharingContext::new(authkey)
+        .loads(&pickle)
+        .expect_err("__main__.Unknown is not allowed");
+    assert!(
+        error.to_string().contains("__main__.Unknown"),
+        "refused for another reason: {error}"
+    );
+    assert_eq!(counts(), before, "the message's counts were not taken back");
+}

@@ -22,15 +22,17 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::OwnedFd;
 
-use tensorshare_compat::pickle::{Decoded, Pickle, SharedBytes, decode_all, decode_all_shared};
+use tensorshare_compat::pickle::{
+    DecodeError, DecodeErrorCode, Decoded, Pickle, SharedBytes, decode_all, decode_all_shared,
+};
 
 use super::form::{NamedHandle, attach};
 use super::{MessageOrigin, SharingContext};
 use crate::Error;
 use crate::model::{DupFdRef, Residence, Value};
 use crate::registry::attach::NamedStorage;
-use crate::registry::dup_fd_ids;
 use crate::registry::rebuild::Walker;
+use crate::registry::{Registry, UnknownGlobals, dup_fd_ids};
 
 /// A message's storages being attached through `context`.
 pub(crate) struct Receipt<'a> {
@@ -180,8 +182,8 @@ impl SharingContext {
     /// (sender gone, wrong authkey).
     pub fn loads(&self, bytes: &[u8]) -> Result<Value, Error> {
         let limits = self.settings.registry.options().limits;
-        let decoded = decode_all(bytes, self.registry(), &limits)?;
-        self.rebuild_message(decoded, Vec::new(), MessageOrigin::Local)
+        let decode = |registry: &Registry| decode_all(bytes, registry, &limits);
+        self.receive(decode, Vec::new(), MessageOrigin::Local)
     }
 
     /// Rebuilds a pickle that arrived with `fds` attached (see
@@ -199,8 +201,40 @@ impl SharingContext {
         origin: MessageOrigin,
     ) -> Result<Value, Error> {
         let limits = self.settings.registry.options().limits;
-        let decoded = decode_all_shared(message, self.registry(), &limits)?;
-        self.rebuild_message(decoded, fds, origin)
+        let decode = |registry: &Registry| decode_all_shared(message, registry, &limits);
+        self.receive(decode, fds, origin)
+    }
+
+    /// A message that `decode` reads with a registry as its allowlist,
+    /// rebuilt, and its storages attached.
+    ///
+    /// A message the registry refuses for a global it names still gives
+    /// back what its sender holds for it (a segment's count, an fd in the
+    /// sender's sharer), which a torch receiver leaves held: `decode` reads
+    /// it again with every unknown global inert, and the storages torch's
+    /// forms name in it are attached and let go of, with no rebuilder of
+    /// this context's registry run. Any other refusal leaves no pickle to
+    /// read them from.
+    fn receive(
+        &self,
+        decode: impl Fn(&Registry) -> Result<Decoded, DecodeError>,
+        fds: Vec<OwnedFd>,
+        origin: MessageOrigin,
+    ) -> Result<Value, Error> {
+        let refused = match decode(self.registry()) {
+            Ok(decoded) => return self.rebuild_message(decoded, fds, origin),
+            Err(refused) => refused,
+        };
+        if matches!(refused.code, DecodeErrorCode::DisallowedGlobal { .. }) {
+            let options = self.settings.registry.options().clone();
+            let inert = Registry::default()
+                .with_options(options.with_unknown_globals(UnknownGlobals::Opaque));
+            if let Ok(decoded) = decode(&inert) {
+                let (_, named) = Walker::new(&inert, &decoded.pickle, None).run_received();
+                let _ = Receipt::new(self, &decoded.pickle, fds, origin).attach_all(named);
+            }
+        }
+        Err(refused.into())
     }
 
     fn rebuild_message(
