@@ -289,3 +289,67 @@ fn every_dtype_torch_names_is_a_dtype_here_with_its_size() {
         assert_eq!(DType::from_name(name).map(DType::name), Some(name.as_str()));
     }
 }
+
+/// Stock torch pickles a class of its own beside a tensor, writes the
+/// pickle to stdout, and after a line on stdin says how many fds its
+/// resource sharer still holds.
+const TORCH_SENDS_AN_UNKNOWN_CLASS: &str = r#"
+import sys, multiprocessing as mp, torch
+from multiprocessing import resource_sharer
+from multiprocessing.reduction import ForkingPickler
+mp.current_process().authkey = bytes.fromhex(sys.argv[1])
+class Unknown:
+    pass
+data = bytes(ForkingPickler.dumps([Unknown(), torch.ones(1024)]))
+sys.stdout.buffer.write(len(data).to_bytes(8, "little") + data)
+sys.stdout.flush()
+sys.stdin.readline()
+print("HELD", len(resource_sharer._resource_sharer._cache), flush=True)
+"#;
+
+/// torch registers a tensor's fd with its resource sharer, which keeps it
+/// until fetched and has no deadline. A message refused for a class this
+/// side does not allow still fetches it, so that torch lets go of it.
+#[test]
+fn a_refused_message_from_torch_gives_its_fd_back_to_torch() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::process::Stdio;
+
+    let _counts = support::process_counts::making();
+    let Some(python) = test_python("a_refused_message_from_torch_gives_its_fd_back_to_torch")
+    else {
+        return;
+    };
+    let authkey = Authkey::random().unwrap();
+    let child = Command::new(&python)
+        .args(["-c", TORCH_SENDS_AN_UNKNOWN_CLASS, &authkey.to_hex()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start python");
+    let mut torch = support::ChildGuard(child);
+    let mut stdout = BufReader::new(torch.0.stdout.take().expect("its stdout"));
+    let mut len = [0u8; 8];
+    stdout.read_exact(&mut len).expect("the pickle's length");
+    let mut pickle = vec![0u8; usize::try_from(u64::from_le_bytes(len)).expect("a length")];
+    stdout.read_exact(&mut pickle).expect("the pickle");
+
+    let error = SharingContext::new(authkey)
+        .loads(&pickle)
+        .expect_err("__main__.Unknown is not allowed");
+    assert!(
+        error.to_string().contains("__main__.Unknown"),
+        "refused for another reason: {error}"
+    );
+    let mut stdin = torch.0.stdin.take().expect("its stdin");
+    stdin.write_all(b"\n").expect("tell torch to look");
+    let mut held = String::new();
+    stdout
+        .read_line(&mut held)
+        .expect("what torch's sharer holds");
+    assert_eq!(
+        held.trim(),
+        "HELD 0",
+        "torch still holds the refused message's fd"
+    );
+}
