@@ -1,6 +1,8 @@
 //! `tensorshare demo`: two Rust processes stream tensors to each other over
 //! each of the four strategies, verify every byte, and print what it cost.
 
+use std::ops::Range;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use clap::Args;
@@ -52,6 +54,7 @@ struct Leg {
 
 pub fn run(args: DemoArgs) -> Result<(), CliError> {
     let workload = workload(args.tensors);
+    let budget = in_flight_budget(Path::new("/dev/shm"));
     let authkey = Authkey::random()?;
     let listener =
         connection::Listener::bind_unique_abstract(&authkey, ConnectionOptions::default())?;
@@ -75,10 +78,15 @@ pub fn run(args: DemoArgs) -> Result<(), CliError> {
     let progress = progress_bar((per_leg * 2 * StrategyKind::ALL.len()) as u64);
     let mut legs = Vec::new();
     for strategy in StrategyKind::ALL {
-        connection.send(&message("begin", Value::Str(strategy.to_string().into())))?;
+        let begin = vec![
+            Value::Str(strategy.to_string().into()),
+            Value::Int(i64::try_from(budget).unwrap_or(i64::MAX)),
+        ];
+        connection.send(&message("begin", Value::Tuple(begin.into())))?;
         // The one context, sending with this leg's strategy.
         let mut leg = with_strategy(connection, strategy)?;
-        let (elapsed, zero_copy) = send_stream(&mut leg, &workload, &progress)?;
+        let rounds = rounds(&workload, budget);
+        let (elapsed, zero_copy) = send_stream(&mut leg, &workload, &rounds, &progress)?;
         legs.push(Leg {
             strategy,
             direction: "A -> B",
@@ -87,7 +95,7 @@ pub fn run(args: DemoArgs) -> Result<(), CliError> {
             elapsed,
             zero_copy,
         });
-        receive_stream(&mut leg, &workload, &progress)?;
+        receive_stream(&mut leg, &workload, &rounds, &progress)?;
         let (elapsed, zero_copy) = read_report(leg.recv()?)?;
         connection = Connection::new(leg.into_inner(), &sharing)?;
         legs.push(Leg {
@@ -125,10 +133,14 @@ pub fn run_peer(args: DemoPeerArgs) -> Result<(), CliError> {
         let (tag, argument) = read_message(connection.recv()?)?;
         match (tag.as_str(), argument) {
             ("quit", _) => return Ok(()),
-            ("begin", Value::Str(name)) => {
+            ("begin", begin) => {
+                let Some([Value::Str(name), Value::Int(budget)]) = begin.as_sequence() else {
+                    return Err(format!("unexpected demo leg {begin:?}").into());
+                };
+                let rounds = rounds(&workload, usize::try_from(*budget).unwrap_or(usize::MAX));
                 let mut leg = with_strategy(connection, name.parse()?)?;
-                receive_stream(&mut leg, &workload, &hidden)?;
-                let (elapsed, zero_copy) = send_stream(&mut leg, &workload, &hidden)?;
+                receive_stream(&mut leg, &workload, &rounds, &hidden)?;
+                let (elapsed, zero_copy) = send_stream(&mut leg, &workload, &rounds, &hidden)?;
                 let report = Value::Tuple(
                     vec![Value::Float(elapsed.as_secs_f64()), Value::Bool(zero_copy)].into(),
                 );
@@ -172,22 +184,60 @@ fn workload(count: usize) -> Vec<TensorSpec> {
         .collect()
 }
 
-/// Sends the workload, written in place in shared memory; returns the time
-/// until the receiver acknowledged it and whether every tensor arrived on
-/// the memory it was written to.
+/// The bytes a sender has in flight at most: a quarter of what `shm_dir`
+/// has free as the demo starts, so that a leg of named segments fits in a
+/// container's 64 MB `/dev/shm` beside what both processes' pools keep.
+/// Unbounded where the size cannot be read.
+fn in_flight_budget(shm_dir: &Path) -> usize {
+    nix::sys::statvfs::statvfs(shm_dir).map_or(usize::MAX, |stats| {
+        let free = stats
+            .blocks_available()
+            .saturating_mul(stats.fragment_size());
+        usize::try_from(free / 4).unwrap_or(usize::MAX)
+    })
+}
+
+/// The workload cut into rounds of at most `budget` bytes (a tensor
+/// larger than that is a round of its own): the sender waits for the
+/// receiver to have verified and let go of one round before it sends the
+/// next. On a roomy machine the whole workload is one round.
+fn rounds(workload: &[TensorSpec], budget: usize) -> Vec<Range<usize>> {
+    let mut rounds = Vec::new();
+    let (mut start, mut bytes) = (0, 0usize);
+    for (index, spec) in workload.iter().enumerate() {
+        if index > start && bytes.saturating_add(spec.nbytes()) > budget {
+            rounds.push(start..index);
+            (start, bytes) = (index, 0);
+        }
+        bytes = bytes.saturating_add(spec.nbytes());
+    }
+    rounds.push(start..workload.len());
+    rounds
+}
+
+/// Sends the workload, written in place in shared memory, one round at a
+/// time; returns the time until the receiver acknowledged it and whether
+/// every tensor arrived on the memory it was written to.
 fn send_stream(
     connection: &mut Connection,
     workload: &[TensorSpec],
+    rounds: &[Range<usize>],
     progress: &ProgressBar,
 ) -> Result<(Duration, bool), CliError> {
     let start = Instant::now();
     let mut identities = Vec::with_capacity(workload.len());
-    for (index, spec) in workload.iter().enumerate() {
-        let tensor = spec.build(connection.sharing(), index as u64)?;
-        identities.push(shared_identity(tensor.storage()));
-        let item = Value::Tuple(vec![Value::Int(index as i64), Value::Tensor(tensor)].into());
-        connection.send(&item)?;
-        progress.inc(spec.nbytes() as u64);
+    for (round, range) in rounds.iter().enumerate() {
+        if round > 0 {
+            expect_tag(connection, "round done")?;
+        }
+        for index in range.clone() {
+            let spec = &workload[index];
+            let tensor = spec.build(connection.sharing(), index as u64)?;
+            identities.push(shared_identity(tensor.storage()));
+            let item = Value::Tuple(vec![Value::Int(index as i64), Value::Tensor(tensor)].into());
+            connection.send(&item)?;
+            progress.inc(spec.nbytes() as u64);
+        }
     }
     connection.send(&message("end", Value::Int(workload.len() as i64)))?;
     let (tag, received) = read_message(connection.recv()?)?;
@@ -200,29 +250,43 @@ fn send_stream(
     Ok((elapsed, zero_copy))
 }
 
-/// Receives and verifies the workload, then acknowledges it with what each
-/// received storage maps.
+/// Receives and verifies the workload, telling the sender when each round
+/// but the last is done with, then acknowledges it with what each received
+/// storage maps.
 fn receive_stream(
     connection: &mut Connection,
     workload: &[TensorSpec],
+    rounds: &[Range<usize>],
     progress: &ProgressBar,
 ) -> Result<(), CliError> {
     let mut identities = Vec::with_capacity(workload.len());
-    for (index, spec) in workload.iter().enumerate() {
-        let item = connection.recv()?;
-        let tensor = match item.as_sequence() {
-            Some([Value::Int(i), Value::Tensor(t)]) if *i == index as i64 => t.clone(),
-            _ => return Err(format!("expected tensor {index}, got {item:?}").into()),
-        };
-        spec.verify(&tensor, index as u64)?;
-        identities.push(shared_identity(tensor.storage()));
-        progress.inc(spec.nbytes() as u64);
+    for (round, range) in rounds.iter().enumerate() {
+        if round > 0 {
+            connection.send(&message("round done", Value::Int(round as i64)))?;
+        }
+        for index in range.clone() {
+            let item = connection.recv()?;
+            let tensor = match item.as_sequence() {
+                Some([Value::Int(i), Value::Tensor(t)]) if *i == index as i64 => t,
+                _ => return Err(format!("expected tensor {index}, got {item:?}").into()),
+            };
+            let spec = &workload[index];
+            spec.verify(tensor, index as u64)?;
+            identities.push(shared_identity(tensor.storage()));
+            progress.inc(spec.nbytes() as u64);
+        }
     }
-    let (tag, _) = read_message(connection.recv()?)?;
-    if tag != "end" {
-        return Err(format!("expected the end of the stream, got {tag:?}").into());
-    }
+    expect_tag(connection, "end")?;
     connection.send(&message("ack", identities_value(&identities)))?;
+    Ok(())
+}
+
+/// Receives the demo message tagged `tag`.
+fn expect_tag(connection: &mut Connection, tag: &str) -> Result<(), CliError> {
+    let (got, _) = read_message(connection.recv()?)?;
+    if got != tag {
+        return Err(format!("expected the demo message {tag:?}, got {got:?}").into());
+    }
     Ok(())
 }
 
