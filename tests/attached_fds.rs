@@ -14,6 +14,7 @@ use tensorshare_compat::pickle::{EncodeOptions, Node, NodeId, PickleBuilder, enc
 use tensorshare_strategies::file_descriptor::FileDescriptorStrategy;
 use tensorshare_strategies::{SharingStrategy, WritableSegment};
 
+use support::refusals::{expect_refused, unknown_global};
 use support::{cases, open_fds, settle_unfetched};
 
 /// A connected pair: (`sender`'s end, `receiver`'s end).
@@ -302,28 +303,16 @@ fn a_message_refused_for_a_global_gives_back_its_fds() {
     let _counts = support::process_counts::making();
     for inline in [true, false] {
         let authkey = Authkey::random().expect("authkey");
-        let mut registry = tensorshare::Registry::default();
-        registry.register_reducer::<u8>(|n| tensorshare::registry::Reduction::Call {
-            callee: tensorshare::model::Global::new("__main__", "Unknown"),
-            args: vec![Value::Int(i64::from(*n))],
-        });
+        let (registry, unknown) = unknown_global();
         let sender = SharingContext::new(authkey.clone())
             .with_strategy(StrategyKind::FileDescriptor)
             .with_inline_fds(inline)
             .with_registry(registry);
         let receiver = SharingContext::new(authkey);
         let (mut out, mut inbound) = pair(&sender, &receiver);
-        let unknown = Value::Custom(tensorshare::model::Custom::new(
-            tensorshare::model::Global::new("__main__", "Unknown"),
-            1u8,
-        ));
         out.send(&Value::from(vec![tensor(1), unknown, tensor(2)]))
             .expect("send");
-        let error = inbound.recv().expect_err("__main__.Unknown is not allowed");
-        assert!(
-            error.to_string().contains("__main__.Unknown"),
-            "inline {inline}: refused for another reason: {error}"
-        );
+        expect_refused(inbound.recv(), "__main__.Unknown");
         let given_back = support::wait_until(std::time::Duration::from_secs(5), || {
             sender
                 .sharer_stats()

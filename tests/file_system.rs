@@ -18,6 +18,7 @@ use tensorshare_strategies::file_system::{FileSystemSegment, HEADER_BYTES, Segme
 use tensorshare_strategies::services::shm_manager;
 use tensorshare_strategies::{AllocateError, Segment, UnixUser};
 
+use support::refusals::{expect_refused, unknown_global};
 use support::{
     Server, UnreadMessage, cases, eventually, open_fds, segments_of, shared_mappings, test_python,
 };
@@ -380,16 +381,11 @@ fn a_segment_pooled_before_its_receiver_was_killed_goes(
 #[test]
 fn a_message_refused_after_naming_a_segment_takes_back_its_count() {
     let authkey = Authkey::new(b"refused after a segment".to_vec());
-    let mut registry = tensorshare::Registry::default();
-    registry.register_reducer::<u8>(|n| Reduction::Call {
-        callee: Global::new("__main__", "Unknown"),
-        args: vec![Value::Int(i64::from(*n))],
-    });
+    let (registry, unknown) = unknown_global();
     let sender = fs_context(&authkey).with_registry(registry);
     let tensor = Tensor::from_slice(&sender, &[7u8; 256], &[256]).expect("a tensor");
     let count = || fs_segment(tensor.storage()).refcount();
     let before = count();
-    let unknown = Value::Custom(Custom::new(Global::new("__main__", "Unknown"), 1u8));
     let pickle = sender
         .dumps(&Value::from(vec![Value::Tensor(tensor.clone()), unknown]))
         .expect("dumps");
@@ -404,13 +400,7 @@ fn a_message_refused_after_naming_a_segment_takes_back_its_count() {
         |call: tensorshare::registry::Call<'_>| Err(call.invalid("refused on purpose")),
     );
     let receiver = SharingContext::new(authkey).with_registry(refusing);
-    let error = receiver
-        .loads(&pickle)
-        .expect_err("refused by its rebuilder");
-    assert!(
-        error.to_string().contains("refused on purpose"),
-        "refused for another reason: {error}"
-    );
+    expect_refused(receiver.loads(&pickle), "refused on purpose");
     assert_eq!(count(), before, "the message's count was not taken back");
 }
 
@@ -447,13 +437,7 @@ fn a_message_failing_to_attach_takes_back_the_counts_named_after_the_failure() {
     assert_eq!(count(), before + 1, "the message counts the segment");
 
     let receiver = SharingContext::new(authkey);
-    let error = receiver
-        .loads(&pickle)
-        .expect_err("a segment that does not exist");
-    assert!(
-        error.to_string().contains("does not exist"),
-        "failed for another reason: {error}"
-    );
+    expect_refused(receiver.loads(&pickle), "does not exist");
     assert_eq!(count(), before, "the message's count was not taken back");
 }
 
@@ -516,17 +500,12 @@ fn a_segment_named_inside_an_embedded_archive_is_attached_with_the_message() {
 #[test]
 fn a_message_refused_for_a_global_takes_back_its_counts() {
     let authkey = Authkey::new(b"refused for a global".to_vec());
-    let mut registry = tensorshare::Registry::default();
-    registry.register_reducer::<u8>(|n| Reduction::Call {
-        callee: Global::new("__main__", "Unknown"),
-        args: vec![Value::Int(i64::from(*n))],
-    });
+    let (registry, unknown) = unknown_global();
     let sender = fs_context(&authkey).with_registry(registry);
     let first = Tensor::from_slice(&sender, &[1u8; 256], &[256]).expect("a tensor");
     let second = Tensor::from_slice(&sender, &[2u8; 256], &[256]).expect("a tensor");
     let counts = || [&first, &second].map(|tensor| fs_segment(tensor.storage()).refcount());
     let before = counts();
-    let unknown = Value::Custom(Custom::new(Global::new("__main__", "Unknown"), 1u8));
     let pickle = sender
         .dumps(&Value::from(vec![
             Value::Tensor(first.clone()),
@@ -540,12 +519,9 @@ fn a_message_refused_for_a_global_takes_back_its_counts() {
         "the message counts each segment"
     );
 
-    let error = SharingContext::new(authkey)
-        .loads(&pickle)
-        .expect_err("__main__.Unknown is not allowed");
-    assert!(
-        error.to_string().contains("__main__.Unknown"),
-        "refused for another reason: {error}"
+    expect_refused(
+        SharingContext::new(authkey).loads(&pickle),
+        "__main__.Unknown",
     );
     assert_eq!(counts(), before, "the message's counts were not taken back");
 }

@@ -8,6 +8,7 @@ pub mod leftovers;
 pub mod netns;
 pub mod process_counts;
 mod processes;
+pub mod refusals;
 mod test_python;
 
 #[allow(unused_imports)] // each test binary uses its own part of this
