@@ -32,8 +32,8 @@ pub(crate) struct Walker<'a> {
     cache: FxHashMap<NodeId, Value>,
     max_depth: usize,
     storages: RefCell<HashMap<StorageKey, Storage>>,
-    /// The storages a received message names, when it is received.
-    named: Option<RefCell<Vec<NamedStorage>>>,
+    /// Where the storages a received message names are listed.
+    named: Option<&'a RefCell<Vec<NamedStorage>>>,
     /// The arguments of the calls being rebuilt, innermost last.
     arguments: Vec<Value>,
 }
@@ -58,19 +58,12 @@ impl<'a> Walker<'a> {
         }
     }
 
-    /// Rebuilds a received message, listing the storages it names to be
-    /// attached after: with the value, or with the error that stopped the
-    /// rebuild, since the storages named before it still hold what their
-    /// senders keep for this message until they are attached.
-    pub(crate) fn run_received(mut self) -> (Result<Value, RebuildError>, Vec<NamedStorage>) {
-        self.named = Some(RefCell::default());
-        let value = self.root();
-        let named = self
-            .named
-            .take()
-            .map(RefCell::into_inner)
-            .unwrap_or_default();
-        (value, named)
+    /// Lists the shared storages the pickle names in `named`, when it is
+    /// a received message, to be attached after the rebuild; without a
+    /// list they are only described.
+    pub(crate) fn naming_into(mut self, named: Option<&'a RefCell<Vec<NamedStorage>>>) -> Self {
+        self.named = named;
+        self
     }
 
     pub(crate) fn in_archive(mut self, archive_depth: usize) -> Self {
@@ -79,10 +72,6 @@ impl<'a> Walker<'a> {
     }
 
     pub(crate) fn run(mut self) -> Result<Value, RebuildError> {
-        self.root()
-    }
-
-    fn root(&mut self) -> Result<Value, RebuildError> {
         match self.pickle.root() {
             Some(root) => self.eval(root, 0),
             None => Ok(Value::None),
@@ -316,7 +305,7 @@ impl<'a> Walker<'a> {
             registry: self.registry,
             archive_depth: self.archive_depth,
             storages: &self.storages,
-            named: self.named.as_ref(),
+            named: self.named,
         })
     }
 }

@@ -53,15 +53,10 @@ pub(crate) fn rebuild_archive(
         loaded: RefCell::new(HashMap::new()),
         mapped,
     };
-    let walker = Walker::new(registry, &object, Some(&storages)).in_archive(archive_depth + 1);
-    let value = match named {
-        Some(named) => {
-            let (value, inner) = walker.run_received();
-            named.borrow_mut().extend(inner);
-            value?
-        }
-        None => walker.run()?,
-    };
+    let value = Walker::new(registry, &object, Some(&storages))
+        .in_archive(archive_depth + 1)
+        .naming_into(named)
+        .run()?;
     Ok((format, value))
 }
 

@@ -27,7 +27,7 @@ pub struct Connection {
     readiness: Readiness,
     /// The message being written: the rest goes before anything else.
     sending: Option<Sending>,
-    /// The message being rebuilt on the blocking pool, and its buffer.
+    /// The message being rebuilt on the blocking pool.
     rebuilding: Option<JoinHandle<Result<Value, Error>>>,
 }
 

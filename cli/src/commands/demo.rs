@@ -2,7 +2,6 @@
 //! each of the four strategies, verify every byte, and print what it cost.
 
 use std::ops::Range;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use clap::Args;
@@ -14,6 +13,7 @@ use tensorshare::{Authkey, Connection, DType, SharingContext, StrategyKind, Valu
 use tensorshare_cli::error::CliError;
 use tensorshare_cli::format;
 use tensorshare_cli::peer::{Peer, connect_back};
+use tensorshare_strategies::file_system::ShmRoom;
 
 use super::workload::{TensorSpec, shared_identity};
 
@@ -54,7 +54,7 @@ struct Leg {
 
 pub fn run(args: DemoArgs) -> Result<(), CliError> {
     let workload = workload(args.tensors);
-    let budget = in_flight_budget(Path::new("/dev/shm"));
+    let budget = in_flight_budget();
     let authkey = Authkey::random()?;
     let listener =
         connection::Listener::bind_unique_abstract(&authkey, ConnectionOptions::default())?;
@@ -184,16 +184,13 @@ fn workload(count: usize) -> Vec<TensorSpec> {
         .collect()
 }
 
-/// The bytes a sender has in flight at most: a quarter of what `shm_dir`
+/// The bytes a sender has in flight at most: a quarter of what `/dev/shm`
 /// has free as the demo starts, so that a leg of named segments fits in a
 /// container's 64 MB `/dev/shm` beside what both processes' pools keep.
-/// Unbounded where the size cannot be read.
-fn in_flight_budget(shm_dir: &Path) -> usize {
-    nix::sys::statvfs::statvfs(shm_dir).map_or(usize::MAX, |stats| {
-        let free = stats
-            .blocks_available()
-            .saturating_mul(stats.fragment_size());
-        usize::try_from(free / 4).unwrap_or(usize::MAX)
+/// Unbounded where its room cannot be read.
+fn in_flight_budget() -> usize {
+    ShmRoom::now().map_or(usize::MAX, |room| {
+        usize::try_from(room.available / 4).unwrap_or(usize::MAX)
     })
 }
 

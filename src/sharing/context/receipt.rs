@@ -19,6 +19,7 @@
 //! storage fetched. The sender chooses the bytes either way: an attached
 //! fd is trusted exactly as far as the sharer the same sender names.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::OwnedFd;
 
@@ -32,7 +33,7 @@ use crate::Error;
 use crate::model::{DupFdRef, Residence, Value};
 use crate::registry::attach::NamedStorage;
 use crate::registry::rebuild::Walker;
-use crate::registry::{Registry, UnknownGlobals, dup_fd_ids};
+use crate::registry::{RebuildError, Registry, UnknownGlobals, dup_fd_ids};
 
 /// A message's storages being attached through `context`.
 pub(crate) struct Receipt<'a> {
@@ -230,7 +231,7 @@ impl SharingContext {
             let inert = Registry::default()
                 .with_options(options.with_unknown_globals(UnknownGlobals::Opaque));
             if let Ok(decoded) = decode(&inert) {
-                let (_, named) = Walker::new(&inert, &decoded.pickle, None).run_received();
+                let (_, named) = rebuild_naming(&inert, &decoded.pickle);
                 let _ = Receipt::new(self, &decoded.pickle, fds, origin).attach_all(named);
             }
         }
@@ -243,8 +244,7 @@ impl SharingContext {
         fds: Vec<OwnedFd>,
         origin: MessageOrigin,
     ) -> Result<Value, Error> {
-        let (rebuilt, named) =
-            Walker::new(&self.settings.registry, &decoded.pickle, None).run_received();
+        let (rebuilt, named) = rebuild_naming(&self.settings.registry, &decoded.pickle);
         if named.is_empty() && fds.is_empty() {
             return rebuilt.map_err(Error::from);
         }
@@ -263,4 +263,20 @@ impl SharingContext {
             }
         }
     }
+}
+
+/// Rebuilds `pickle`, a received message, with `registry`, listing the
+/// shared storages it names to be attached after: with the value, or with
+/// the error that stopped the rebuild, since the storages named before it
+/// still hold what their senders keep for this message until they are
+/// attached.
+fn rebuild_naming(
+    registry: &Registry,
+    pickle: &Pickle,
+) -> (Result<Value, RebuildError>, Vec<NamedStorage>) {
+    let named = RefCell::default();
+    let rebuilt = Walker::new(registry, pickle, None)
+        .naming_into(Some(&named))
+        .run();
+    (rebuilt, named.into_inner())
 }

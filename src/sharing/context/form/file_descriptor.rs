@@ -2,7 +2,6 @@
 //! whose fds travel through the resource sharer (`rebuild_storage_fd` with a
 //! `DupFd`).
 
-use crate::sharing::notices::FdLanding;
 use std::os::fd::OwnedFd;
 
 use tensorshare_compat::pickle::{Node, NodeId};
@@ -14,6 +13,7 @@ use crate::Error;
 use crate::model::{DupFdRef, Residence, Storage, StorageWriter};
 use crate::registry::{DUP_FD, REDUCTIONS};
 use crate::sharing::context::SharingContext;
+use crate::sharing::notices::FdLanding;
 use crate::sharing::pools;
 use tensorshare_compat::pickle::PickleBuilder;
 
